@@ -1,0 +1,1 @@
+//! stackscope-aggregate

@@ -1,0 +1,135 @@
+//! The types that travel on stackscope's sample channel.
+//!
+//! Producers (the stack sampler, the GPU poller) turn what they read into these plain values and
+//! `try_send` them to the aggregator. Everything carries a [`Timestamp`] on one clock,
+//! CLOCK_MONOTONIC, so a stack sample and a GPU sample can be compared directly.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+mod clock;
+
+pub use clock::Timestamp;
+
+/// One message on the channel from a producer to the aggregator.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// One thread's stack at one instant.
+    Stack(StackSample),
+    /// A sampling attempt that failed (a torn read, a thread that vanished mid-read).
+    SampleError(SampleError),
+    /// One reading of one GPU.
+    Gpu(GpuSample),
+}
+
+/// One Python thread's stack, read at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackSample {
+    pub time: Timestamp,
+    pub pid: u32,
+    pub thread: ThreadInfo,
+    /// Frames, innermost first (the order the interpreter links them).
+    pub frames: Vec<Frame>,
+}
+
+/// What identifies a thread and what it was doing when sampled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// The OS thread id (what `ps -L` and `/proc/PID/task` show), when it could be found.
+    pub os_thread_id: Option<u64>,
+    /// The interpreter's own thread id (`threading.get_ident()`).
+    pub python_thread_id: u64,
+    /// The name Python gives the thread (`MainThread`, `loader-0`), when it could be read.
+    pub name: Option<String>,
+    /// Whether the thread was running (not sleeping or blocked) at the sample.
+    pub active: bool,
+    /// Whether the thread held the GIL at the sample.
+    pub owns_gil: bool,
+}
+
+impl ThreadInfo {
+    /// The name to show for the thread: Python's name, else its OS id, else Python's id.
+    pub fn display_name(&self) -> String {
+        match (&self.name, self.os_thread_id) {
+            (Some(name), _) => name.clone(),
+            (None, Some(tid)) => format!("thread {tid}"),
+            (None, None) => format!("thread {:#x}", self.python_thread_id),
+        }
+    }
+}
+
+/// One frame of a stack. Strings are shared: the sampler hands out the same `Arc` for the same
+/// code object, so a stack costs pointers, not copies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    pub function: Arc<str>,
+    pub file: Arc<str>,
+    /// The line being executed; 0 when unknown.
+    pub line: u32,
+    /// Whether this is a native (C/C++) frame rather than a Python one.
+    #[serde(default)]
+    pub native: bool,
+}
+
+impl Frame {
+    pub fn python(function: &str, file: &str, line: u32) -> Frame {
+        Frame {
+            function: Arc::from(function),
+            file: Arc::from(file),
+            line,
+            native: false,
+        }
+    }
+
+    /// The frame as `function (file:line)`, the form used in folded stacks.
+    pub fn label(&self) -> String {
+        if self.line > 0 {
+            format!("{} ({}:{})", self.function, self.file, self.line)
+        } else {
+            format!("{} ({})", self.function, self.file)
+        }
+    }
+}
+
+/// How a sampling attempt failed, classified the way the recording treats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleErrorKind {
+    /// A read that raced with the target changing memory under it; the next sample is fine.
+    TornRead,
+    /// The thread ended while it was being read.
+    ThreadGone,
+    /// Anything else that did not stop the recording.
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleError {
+    pub time: Timestamp,
+    pub pid: u32,
+    pub kind: SampleErrorKind,
+    pub message: String,
+}
+
+/// One reading of one GPU, on the recording's clock.
+///
+/// Every metric is optional: a driver that does not support one leaves it `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub time: Timestamp,
+    /// NVML's device index.
+    pub device: u32,
+    /// Percent of the sample period during which a kernel ran.
+    pub utilization: Option<f32>,
+    /// Percent of the sample period during which device memory was read or written.
+    pub memory_utilization: Option<f32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub power_watts: Option<f32>,
+    pub sm_clock_mhz: Option<u32>,
+    /// NVML's bit mask of clock throttle reasons.
+    pub throttle_reasons: Option<u64>,
+    /// The target's own share of the SM, from per-process accounting.
+    pub process_utilization: Option<f32>,
+}
