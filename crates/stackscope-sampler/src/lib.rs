@@ -1,1 +1,21 @@
-//! stackscope-sampler
+//! Attaches to a live Python process from outside and reads every thread's Python stack.
+//!
+//! [`PythonTarget`] is one attached process: it finds the interpreter (through py-spy's
+//! layouts), and reads consistent stacks by stopping the process only for the reads (the stop is
+//! a guard whose Drop resumes every thread, so an error or a panic never leaves the target
+//! stopped). [`Sampler`] runs a target on its own thread at a fixed rate and streams
+//! [`stackscope_event::Event`]s to the aggregator without ever blocking; [`dump`] reads every
+//! thread once, for the `dump` command.
+
+mod dump;
+mod error;
+pub mod procfs;
+mod sampler;
+mod target;
+mod timer;
+
+pub use dump::{dump_process, FrameDump, LocalVariable, ProcessDump, ThreadDump};
+pub use error::{classify_sample_error, AttachError, SampleFailure};
+pub use sampler::{Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
+pub use target::{check_supported_version, PythonTarget, TargetOptions, ThreadStack};
+pub use timer::{SampleTimer, Tick};

@@ -1,0 +1,207 @@
+//! Errors, classified by what the caller should do about them.
+
+use std::path::PathBuf;
+
+use stackscope_event::SampleErrorKind;
+use thiserror::Error;
+
+use crate::procfs;
+
+/// Why attaching to a process failed. Each is fatal for that process; the message says what
+/// to do about it.
+#[derive(Debug, Error)]
+pub enum AttachError {
+    #[error("no process with pid {0}")]
+    NoSuchProcess(u32),
+    #[error(
+        "permission denied reading process {pid}: tracing another user's process needs root or \
+         CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE){scope_hint}"
+    )]
+    PermissionDenied { pid: u32, scope_hint: String },
+    #[error("process {pid} ({exe}) is not a Python process: no Python interpreter found in it")]
+    NotPython { pid: u32, exe: String },
+    #[error("process {pid} runs Python {version}, which stackscope does not support (supported: {supported})")]
+    UnsupportedVersion {
+        pid: u32,
+        version: String,
+        supported: &'static str,
+    },
+    #[error("could not read the Python interpreter of process {pid}: {message}")]
+    Other { pid: u32, message: String },
+}
+
+impl AttachError {
+    /// Turns a failure to attach into the most specific error the process's state explains.
+    pub(crate) fn diagnose(pid: u32, cause: &anyhow::Error) -> AttachError {
+        if !procfs::is_alive(pid) {
+            return AttachError::NoSuchProcess(pid);
+        }
+        if is_permission_error(cause) {
+            return AttachError::permission(pid);
+        }
+        match procfs::maps(pid) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return AttachError::permission(pid)
+            }
+            Ok(maps) if !procfs::maps_mention_python(&maps) => {
+                let exe = procfs::exe(pid)
+                    .unwrap_or_else(|_| PathBuf::from("unknown executable"))
+                    .display()
+                    .to_string();
+                return AttachError::NotPython { pid, exe };
+            }
+            _ => {}
+        }
+        AttachError::Other {
+            pid,
+            message: chain_text(cause),
+        }
+    }
+
+    pub(crate) fn permission(pid: u32) -> AttachError {
+        let scope_hint = match procfs::ptrace_scope() {
+            Some(scope) if scope > 0 => format!(
+                "; kernel.yama.ptrace_scope is {scope}: run as root, or set it to 0 with \
+                 `sysctl kernel.yama.ptrace_scope=0`"
+            ),
+            _ => String::new(),
+        };
+        AttachError::PermissionDenied { pid, scope_hint }
+    }
+}
+
+/// Why one sampling attempt failed.
+#[derive(Debug, Error)]
+pub enum SampleFailure {
+    /// The process is gone: the recording ends, this is not an error.
+    #[error("process {0} exited")]
+    ProcessGone(u32),
+    /// We may no longer read the process (it exec'd a setuid binary, say): fatal.
+    #[error("lost permission to read process {0}")]
+    PermissionLost(u32),
+    /// This sample is lost, the next one will likely work.
+    #[error("{message}")]
+    Transient {
+        kind: SampleErrorKind,
+        message: String,
+    },
+}
+
+/// Classifies an error from reading a process's stacks.
+pub fn classify_sample_error(pid: u32, cause: &anyhow::Error) -> SampleFailure {
+    if !procfs::is_alive(pid) {
+        return SampleFailure::ProcessGone(pid);
+    }
+    if is_permission_error(cause) {
+        return SampleFailure::PermissionLost(pid);
+    }
+    let message = chain_text(cause);
+    let kind = if is_gone_error(cause) {
+        SampleErrorKind::ThreadGone
+    } else if message.contains("copy") || message.contains("read") || message.contains("Invalid") {
+        SampleErrorKind::TornRead
+    } else {
+        SampleErrorKind::Other
+    };
+    SampleFailure::Transient { kind, message }
+}
+
+fn io_errors(cause: &anyhow::Error) -> impl Iterator<Item = std::io::ErrorKind> + '_ {
+    cause.chain().filter_map(|e| {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        match e.downcast_ref::<remoteprocess::Error>() {
+            Some(remoteprocess::Error::IOError(io)) => return Some(io.kind()),
+            Some(remoteprocess::Error::NixError(errno)) => {
+                return Some(std::io::Error::from_raw_os_error(*errno as i32).kind())
+            }
+            _ => {}
+        }
+        if let Some(errno) = e.downcast_ref::<nix::Error>() {
+            return Some(std::io::Error::from_raw_os_error(*errno as i32).kind());
+        }
+        None
+    })
+}
+
+fn is_permission_error(cause: &anyhow::Error) -> bool {
+    io_errors(cause).any(|k| k == std::io::ErrorKind::PermissionDenied)
+        || cause.chain().any(|e| {
+            let text = e.to_string();
+            text.contains("Operation not permitted") || text.contains("Permission denied")
+        })
+}
+
+fn is_gone_error(cause: &anyhow::Error) -> bool {
+    io_errors(cause).any(|k| k == std::io::ErrorKind::NotFound)
+        || cause.chain().any(|e| e.to_string().contains("No such process"))
+}
+
+/// The error and its causes on one line, the way a user reads them.
+pub(crate) fn chain_text(cause: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in cause.chain() {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vanished_process_is_gone_not_an_error() {
+        let err = anyhow::anyhow!("Failed to copy PyThreadState");
+        assert!(matches!(
+            classify_sample_error(u32::MAX - 1, &err),
+            SampleFailure::ProcessGone(_)
+        ));
+        assert!(matches!(
+            AttachError::diagnose(u32::MAX - 1, &err),
+            AttachError::NoSuchProcess(_)
+        ));
+    }
+
+    #[test]
+    fn permission_errors_are_found_in_the_chain() {
+        let io = std::io::Error::from_raw_os_error(libc::EPERM);
+        let err = anyhow::Error::new(io).context("Failed to open process");
+        assert!(is_permission_error(&err));
+        let me = std::process::id();
+        assert!(matches!(
+            classify_sample_error(me, &err),
+            SampleFailure::PermissionLost(_)
+        ));
+    }
+
+    #[test]
+    fn a_torn_read_is_transient() {
+        let err = anyhow::anyhow!("Failed to copy PyCodeObject");
+        let me = std::process::id();
+        match classify_sample_error(me, &err) {
+            SampleFailure::Transient { kind, .. } => assert_eq!(kind, SampleErrorKind::TornRead),
+            other => panic!("expected transient, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn our_own_test_binary_is_not_python() {
+        let err = anyhow::anyhow!("Failed to find python version from target process");
+        let me = std::process::id();
+        match AttachError::diagnose(me, &err) {
+            AttachError::NotPython { exe, .. } => assert!(exe.contains("stackscope_sampler")),
+            other => panic!("expected NotPython, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_chain_reads_as_one_line() {
+        let err = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(chain_text(&err), "outer: inner");
+    }
+}

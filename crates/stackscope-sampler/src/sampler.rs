@@ -1,0 +1,186 @@
+//! The sampling thread: reads the target at a fixed rate and streams events, never blocking.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+use stackscope_event::{Event, SampleError, StackSample, Timestamp};
+
+use crate::error::SampleFailure;
+use crate::target::PythonTarget;
+use crate::timer::SampleTimer;
+
+#[derive(Debug, Clone)]
+pub struct SamplerConfig {
+    pub rate_hz: f64,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+}
+
+/// Counters the sampler keeps while it runs; readable live from other threads.
+#[derive(Debug, Default)]
+pub struct SamplerStats {
+    /// Sampling attempts.
+    pub ticks: AtomicU64,
+    /// Ticks that fired more than a tenth of a period late.
+    pub late_ticks: AtomicU64,
+    /// Ticks skipped because a sample overran whole periods.
+    pub skipped_ticks: AtomicU64,
+    pub max_lateness_ns: AtomicU64,
+    /// Stacks handed to the channel.
+    pub stacks_sent: AtomicU64,
+    /// Events the channel refused because it was full.
+    pub dropped: AtomicU64,
+    /// Sampling attempts that failed.
+    pub errors: AtomicU64,
+}
+
+impl SamplerStats {
+    fn note_lateness(&self, lateness: Duration, period: Duration) {
+        if lateness > period / 10 {
+            self.late_ticks.fetch_add(1, Ordering::Relaxed);
+        }
+        let ns = u64::try_from(lateness.as_nanos()).unwrap_or(u64::MAX);
+        self.max_lateness_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+}
+
+/// Why the sampler stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Someone set the stop flag (Ctrl-C, SIGTERM, the end of `record`).
+    Requested,
+    DurationElapsed,
+    TargetExited,
+    /// Sampling could not go on (permission lost); the message says why.
+    Fatal(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct SamplerReport {
+    pub stop: StopReason,
+    pub ticks: u64,
+    pub late_ticks: u64,
+    pub skipped_ticks: u64,
+    pub max_lateness: Duration,
+    pub stacks_sent: u64,
+    pub dropped: u64,
+    pub errors: u64,
+}
+
+/// A running sampling thread.
+pub struct Sampler {
+    handle: JoinHandle<StopReason>,
+    stats: Arc<SamplerStats>,
+}
+
+impl Sampler {
+    /// Starts sampling `target` on a new thread. It stops when `stop` is set, the duration has
+    /// passed, or the target exits; the channel's sender is dropped when it ends.
+    pub fn spawn(
+        mut target: PythonTarget,
+        config: SamplerConfig,
+        sender: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<Sampler> {
+        let stats = Arc::new(SamplerStats::default());
+        let thread_stats = stats.clone();
+        let handle = std::thread::Builder::new()
+            .name("stackscope-sampler".into())
+            .spawn(move || run(&mut target, &config, &sender, &stop, &thread_stats))?;
+        Ok(Sampler { handle, stats })
+    }
+
+    pub fn stats(&self) -> &Arc<SamplerStats> {
+        &self.stats
+    }
+
+    /// Whether the thread has ended by itself (the target exited, the duration passed).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    pub fn join(self) -> SamplerReport {
+        let stop = self
+            .handle
+            .join()
+            .unwrap_or_else(|_| StopReason::Fatal("the sampling thread panicked".into()));
+        let s = &self.stats;
+        SamplerReport {
+            stop,
+            ticks: s.ticks.load(Ordering::Relaxed),
+            late_ticks: s.late_ticks.load(Ordering::Relaxed),
+            skipped_ticks: s.skipped_ticks.load(Ordering::Relaxed),
+            max_lateness: Duration::from_nanos(s.max_lateness_ns.load(Ordering::Relaxed)),
+            stacks_sent: s.stacks_sent.load(Ordering::Relaxed),
+            dropped: s.dropped.load(Ordering::Relaxed),
+            errors: s.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn run(
+    target: &mut PythonTarget,
+    config: &SamplerConfig,
+    sender: &Sender<Event>,
+    stop: &AtomicBool,
+    stats: &SamplerStats,
+) -> StopReason {
+    let mut timer = SampleTimer::new(config.rate_hz);
+    let deadline = config.duration.map(|d| Instant::now() + d);
+    let pid = target.pid();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return StopReason::Requested;
+        }
+        let Some(tick) = timer.wait(deadline) else {
+            return StopReason::DurationElapsed;
+        };
+        stats.note_lateness(tick.lateness, timer.period());
+        stats.skipped_ticks.fetch_add(tick.skipped, Ordering::Relaxed);
+        stats.ticks.fetch_add(1, Ordering::Relaxed);
+        let time = Timestamp::now();
+        match target.read_stacks() {
+            Ok(stacks) => {
+                for stack in stacks {
+                    let event = Event::Stack(StackSample {
+                        time,
+                        pid,
+                        thread: stack.thread,
+                        frames: stack.frames,
+                    });
+                    if offer(sender, event, stats) {
+                        stats.stacks_sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(SampleFailure::ProcessGone(_)) => return StopReason::TargetExited,
+            Err(e @ SampleFailure::PermissionLost(_)) => return StopReason::Fatal(e.to_string()),
+            Err(SampleFailure::Transient { kind, message }) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                let event = Event::SampleError(SampleError {
+                    time,
+                    pid,
+                    kind,
+                    message,
+                });
+                offer(sender, event, stats);
+            }
+        }
+    }
+}
+
+/// Hands an event over without waiting; a full channel costs the event, which is counted.
+fn offer(sender: &Sender<Event>, event: Event, stats: &SamplerStats) -> bool {
+    match sender.try_send(event) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) => {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        // The aggregator is gone: the recording is ending, nothing to count.
+        Err(TrySendError::Disconnected(_)) => false,
+    }
+}

@@ -1,0 +1,241 @@
+//! One attached Python process.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use py_spy::config::{LockingStrategy, LineNo};
+use py_spy::{Config, PythonSpy, StackTrace};
+use stackscope_event::{Frame, ThreadInfo};
+
+use crate::error::{classify_sample_error, AttachError, SampleFailure};
+use crate::procfs;
+
+/// The Python versions whose interpreter layouts stackscope reads.
+const SUPPORTED: &str = "3.6 to 3.14";
+
+/// Fails for a version stackscope cannot read.
+pub fn check_supported_version(pid: u32, major: u64, minor: u64) -> Result<(), AttachError> {
+    if major == 3 && (6..=14).contains(&minor) {
+        Ok(())
+    } else {
+        Err(AttachError::UnsupportedVersion {
+            pid,
+            version: format!("{major}.{minor}"),
+            supported: SUPPORTED,
+        })
+    }
+}
+
+/// How to read the target.
+#[derive(Debug, Clone)]
+pub struct TargetOptions {
+    /// Stop the process for each read (consistent stacks) rather than read it while it runs.
+    pub blocking: bool,
+    /// Also read each frame's local variables (for `dump --locals`).
+    pub locals: bool,
+}
+
+impl Default for TargetOptions {
+    fn default() -> Self {
+        TargetOptions {
+            blocking: true,
+            locals: false,
+        }
+    }
+}
+
+/// One thread's stack as read, before it becomes an event.
+#[derive(Debug, Clone)]
+pub struct ThreadStack {
+    pub thread: ThreadInfo,
+    /// Innermost first.
+    pub frames: Vec<Frame>,
+    /// py-spy's frames, kept only when locals were asked for.
+    pub raw: Option<StackTrace>,
+}
+
+/// An attached Python process.
+pub struct PythonTarget {
+    pid: u32,
+    spy: PythonSpy,
+    version: String,
+    command_line: String,
+    keep_raw: bool,
+    strings: StringCache,
+}
+
+impl PythonTarget {
+    /// Attaches to `pid`: finds its interpreter and checks that its version is supported.
+    pub fn attach(pid: u32, options: &TargetOptions) -> Result<PythonTarget, AttachError> {
+        if !procfs::is_alive(pid) {
+            return Err(AttachError::NoSuchProcess(pid));
+        }
+        if let Err(e) = procfs::maps(pid) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return Err(AttachError::permission(pid));
+            }
+        }
+        let config = Config {
+            blocking: if options.blocking {
+                LockingStrategy::Lock
+            } else {
+                LockingStrategy::NonBlocking
+            },
+            dump_locals: u64::from(options.locals),
+            lineno: LineNo::LastInstruction,
+            collect_thread_names: true,
+            ..Config::default()
+        };
+        let spy = PythonSpy::new(pid as py_spy::Pid, &config)
+            .map_err(|e| AttachError::diagnose(pid, &e))?;
+        check_supported_version(pid, spy.version.major, spy.version.minor)?;
+        let version = spy.version.to_string();
+        let command_line = procfs::command_line(pid).unwrap_or_default();
+        Ok(PythonTarget {
+            pid,
+            spy,
+            version,
+            command_line,
+            keep_raw: options.locals,
+            strings: StringCache::default(),
+        })
+    }
+
+    /// Attaches to a process that is still starting up (just spawned by `record`): its
+    /// interpreter may not be initialised yet, so retry until `timeout`. A process that is
+    /// definitely not Python fails only once the timeout has passed, since a launcher (a shell
+    /// script, say) may yet exec Python.
+    pub fn attach_when_ready(
+        pid: u32,
+        options: &TargetOptions,
+        timeout: Duration,
+    ) -> Result<PythonTarget, AttachError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match PythonTarget::attach(pid, options) {
+                Ok(mut target) => match target.read_stacks() {
+                    Ok(_) => return Ok(target),
+                    Err(SampleFailure::ProcessGone(_)) => {
+                        return Err(AttachError::NoSuchProcess(pid))
+                    }
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(AttachError::Other {
+                            pid,
+                            message: e.to_string(),
+                        })
+                    }
+                    Err(_) => {}
+                },
+                Err(e @ (AttachError::NoSuchProcess(_) | AttachError::PermissionDenied { .. })) => {
+                    return Err(e)
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {}
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The interpreter's version, e.g. `3.11.7`.
+    pub fn python_version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn command_line(&self) -> &str {
+        &self.command_line
+    }
+
+    /// Reads every Python thread's stack once. With blocking on, the process is stopped for
+    /// the read and resumed before this returns, whatever happened.
+    pub fn read_stacks(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        let traces = self
+            .spy
+            .get_stack_traces()
+            .map_err(|e| classify_sample_error(self.pid, &e))?;
+        Ok(traces
+            .into_iter()
+            .map(|trace| {
+                let thread = ThreadInfo {
+                    os_thread_id: trace.os_thread_id,
+                    python_thread_id: trace.thread_id,
+                    name: trace.thread_name.clone(),
+                    active: trace.active,
+                    owns_gil: trace.owns_gil,
+                };
+                let frames = trace
+                    .frames
+                    .iter()
+                    .map(|f| self.strings.frame(f))
+                    .collect();
+                ThreadStack {
+                    thread,
+                    frames,
+                    raw: self.keep_raw.then_some(trace),
+                }
+            })
+            .collect())
+    }
+}
+
+/// Hands out one shared copy of each function and file name, so that a stack costs pointers
+/// and the aggregator can compare frames cheaply. Bounded: a target that generates code
+/// endlessly (exec of fresh strings) must not grow us without limit.
+#[derive(Default)]
+struct StringCache {
+    names: HashMap<String, Arc<str>>,
+}
+
+impl StringCache {
+    const MAX_ENTRIES: usize = 100_000;
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(s) {
+            return shared.clone();
+        }
+        if self.names.len() >= Self::MAX_ENTRIES {
+            self.names.clear();
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.names.insert(s.to_owned(), shared.clone());
+        shared
+    }
+
+    fn frame(&mut self, f: &py_spy::Frame) -> Frame {
+        let file = f.short_filename.as_deref().unwrap_or(&f.filename);
+        Frame {
+            function: self.intern(&f.name),
+            file: self.intern(file),
+            line: u32::try_from(f.line).unwrap_or(0),
+            native: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_outside_the_layouts_we_read_are_refused() {
+        assert!(check_supported_version(1, 3, 11).is_ok());
+        assert!(check_supported_version(1, 3, 6).is_ok());
+        assert!(check_supported_version(1, 3, 14).is_ok());
+        let err = check_supported_version(1, 2, 7).unwrap_err();
+        assert!(err.to_string().contains("Python 2.7"), "{err}");
+        assert!(err.to_string().contains("does not support"), "{err}");
+        assert!(check_supported_version(1, 3, 15).is_err());
+    }
+
+    #[test]
+    fn equal_strings_share_one_allocation() {
+        let mut cache = StringCache::default();
+        let a = cache.intern("train_step");
+        let b = cache.intern("train_step");
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+}
