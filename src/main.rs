@@ -1,1 +1,38 @@
-fn main() {}
+//! The `stackscope` command: parses the command line, hands validated settings to the library
+//! crates, and turns errors into one line and an exit status (0 done, 1 failed, 2 bad usage).
+
+mod cli;
+mod config;
+mod dump;
+mod gpu;
+mod recording;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::config::{DumpConfig, RecordingConfig, UsageError};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("stackscope: {err:#}");
+            if err.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Attach(args) => recording::run(RecordingConfig::from_attach(args)?),
+        Command::Record(args) => recording::run(RecordingConfig::from_record(args)?),
+        Command::Dump(args) => dump::run(DumpConfig::from(args)),
+    }
+}

@@ -1,0 +1,162 @@
+//! The command line as clap sees it. Nothing here leaves the binary: `config` turns these into
+//! plain validated structs for the rest of the program.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stackscope",
+    version,
+    about = "Sampling profiler for live Python processes and their GPUs",
+    long_about = "stackscope attaches to a running Python process by pid (no restart, no code \
+                  change), samples every thread's Python stack from outside, polls the GPUs \
+                  through NVML on the same clock, and tells where the time goes, what Python \
+                  does while the GPU idles, and why a job is stuck."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Profile a running Python process until --duration, Ctrl-C, SIGTERM or its exit.
+    #[command(
+        after_help = "Example:\n  stackscope attach --pid 12345 --duration 60 -o profile\n\n\
+                      Writes flamegraph.svg, stacks.folded and summary.json into the output \
+                      directory (and the GPU timeline and GPU-idle/busy flamegraphs when GPU \
+                      data is there)."
+    )]
+    Attach(AttachArgs),
+    /// Start a command and profile it from its start until it exits.
+    #[command(
+        after_help = "Example:\n  stackscope record -o demo -- python3 fixtures/train_sim.py --seconds 5\n\n\
+                      Ctrl-C ends the recording and the command."
+    )]
+    Record(RecordArgs),
+    /// Print every thread's Python stack once and leave the process running.
+    #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals")]
+    Dump(DumpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The process to profile.
+    #[arg(long, short = 'p')]
+    pub pid: u32,
+    #[command(flatten)]
+    pub recording: RecordingArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub recording: RecordingArgs,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Options shared by `attach` and `record`.
+#[derive(Debug, Args)]
+pub struct RecordingArgs {
+    /// Output directory [default: stackscope-PID-YYYYmmdd-HHMMSS].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Stop after this many seconds [default: until Ctrl-C or the target exits].
+    #[arg(long, short = 'd', value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Samples per second, 0.1 to 10000.
+    #[arg(long, short = 'r', value_name = "HZ", default_value = "100", value_parser = parse_rate)]
+    pub rate: f64,
+    /// Keep samples of idle threads (sleeping or blocked); left out by default.
+    #[arg(long)]
+    pub idle: bool,
+    /// Read the target without stopping it: cheaper for the target, but stacks may be torn.
+    #[arg(long)]
+    pub nonblocking: bool,
+    /// GPUs to poll: auto (those the target uses, else all), off, or a list of indices like 0,1.
+    #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
+    pub gpu: String,
+    /// The NVML library to load instead of libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+    /// A stack sample counts as "GPU idle" below this utilization, in percent.
+    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
+    pub idle_below: f32,
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// The process to dump.
+    #[arg(long, short = 'p')]
+    pub pid: u32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Show each frame's local variables (reprs cut short).
+    #[arg(long)]
+    pub locals: bool,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s
+        .parse()
+        .map_err(|_| format!("the sampling rate must be a number of samples per second, not '{s}'"))?;
+    if !(0.1..=10_000.0).contains(&rate) {
+        return Err(format!(
+            "a sampling rate of {s} Hz is out of range: use 0.1 to 10000 (the default is 100)"
+        ));
+    }
+    Ok(rate)
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("the duration must be a number of seconds, not '{s}'"))?;
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("the duration must be more than 0 seconds, not {s}"));
+    }
+    Ok(secs)
+}
+
+fn parse_percent(s: &str) -> Result<f32, String> {
+    let pct: f32 = s
+        .parse()
+        .map_err(|_| format!("expected a percentage from 0 to 100, not '{s}'"))?;
+    if !(0.0..=100.0).contains(&pct) {
+        return Err(format!("expected a percentage from 0 to 100, not {s}"));
+    }
+    Ok(pct)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn rates_outside_the_sane_range_are_refused() {
+        assert!(parse_rate("100").is_ok());
+        assert!(parse_rate("0.5").is_ok());
+        assert!(parse_rate("0").unwrap_err().contains("rate"));
+        assert!(parse_rate("100000").unwrap_err().contains("rate"));
+        assert!(parse_rate("abc").unwrap_err().contains("rate"));
+    }
+
+    #[test]
+    fn durations_must_be_positive() {
+        assert_eq!(parse_duration("2.5"), Ok(2.5));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("inf").is_err());
+    }
+}

@@ -1,0 +1,148 @@
+//! Validated settings, built from the parsed command line. The rest of the program sees these
+//! plain structs, never clap's.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use stackscope_gpu::GpuSelection;
+
+use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs};
+
+/// A mistake on the command line found after clap: exits with status 2, like clap's own.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// What to profile.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A process that is already running.
+    Pid(u32),
+    /// A command to start and profile from its start.
+    Command(Vec<String>),
+}
+
+/// Where GPU data comes from.
+#[derive(Debug, Clone)]
+pub struct GpuSettings {
+    pub selection: GpuSelection,
+    pub nvml_lib: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordingConfig {
+    pub target: Target,
+    /// `None`: a name made from the pid and the start time, in the current directory.
+    pub output: Option<PathBuf>,
+    pub duration: Option<Duration>,
+    pub rate_hz: f64,
+    pub include_idle: bool,
+    pub blocking: bool,
+    pub gpu: GpuSettings,
+    pub idle_below: f32,
+}
+
+impl RecordingConfig {
+    pub fn from_attach(args: AttachArgs) -> anyhow::Result<RecordingConfig> {
+        Self::build(Target::Pid(args.pid), args.recording)
+    }
+
+    pub fn from_record(args: RecordArgs) -> anyhow::Result<RecordingConfig> {
+        Self::build(Target::Command(args.command), args.recording)
+    }
+
+    fn build(target: Target, args: RecordingArgs) -> anyhow::Result<RecordingConfig> {
+        Ok(RecordingConfig {
+            target,
+            output: args.output,
+            duration: args.duration.map(Duration::from_secs_f64),
+            rate_hz: args.rate,
+            include_idle: args.idle,
+            blocking: !args.nonblocking,
+            gpu: GpuSettings {
+                selection: args
+                    .gpu
+                    .parse()
+                    .map_err(|e| UsageError(format!("--gpu {}: {e}", args.gpu)))?,
+                nvml_lib: args.nvml_lib,
+            },
+            idle_below: args.idle_below,
+        })
+    }
+
+    /// The output directory for a target with this pid, started now.
+    pub fn output_dir(&self, pid: u32) -> PathBuf {
+        match &self.output {
+            Some(dir) => dir.clone(),
+            None => PathBuf::from(format!(
+                "stackscope-{pid}-{}",
+                chrono::Local::now().format("%Y%m%d-%H%M%S")
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DumpConfig {
+    pub pid: u32,
+    pub json: bool,
+    pub locals: bool,
+}
+
+impl From<DumpArgs> for DumpConfig {
+    fn from(args: DumpArgs) -> Self {
+        DumpConfig {
+            pid: args.pid,
+            json: args.json,
+            locals: args.locals,
+        }
+    }
+}
+
+/// Creates `dir` and proves that files can be written and renamed in it, so that a recording
+/// never runs for an hour and then fails to save.
+pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
+    let fail = || format!("cannot write to output directory {}", dir.display());
+    std::fs::create_dir_all(dir).with_context(fail)?;
+    let probe = dir.join(".stackscope-write-test");
+    std::fs::write(&probe, b"probe").with_context(fail)?;
+    let renamed = dir.join(".stackscope-write-test.renamed");
+    let renamed_ok = std::fs::rename(&probe, &renamed);
+    let _ = std::fs::remove_file(&probe);
+    let _ = std::fs::remove_file(&renamed);
+    renamed_ok.with_context(fail)?;
+    if !dir.is_dir() {
+        bail!("{}: not a directory", fail());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_under_a_file_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let file = tmp.path().join("plain-file");
+        std::fs::write(&file, b"x").expect("write");
+        let err = ensure_writable_dir(&file.join("out")).unwrap_err();
+        assert!(format!("{err:#}").contains("cannot write to output directory"));
+    }
+
+    #[test]
+    fn a_fresh_directory_is_created_and_left_clean() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("a/b");
+        ensure_writable_dir(&dir).expect("writable");
+        assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+    }
+}

@@ -1,0 +1,98 @@
+//! The GPU side of a recording: starts the NVML poller when asked and able, and turns a
+//! machine without NVML into one line of explanation rather than an error.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use stackscope_event::Event;
+use stackscope_gpu::{GpuConfig, GpuPoller, GpuSelection};
+
+use crate::config::GpuSettings;
+
+/// What the recording learns from the GPU side when it ends.
+pub struct GpuReport {
+    pub devices: Vec<stackscope_aggregate::GpuDeviceInfo>,
+    /// Why there is no GPU data, when there is none.
+    pub unavailable: Option<String>,
+    pub notices: Vec<String>,
+    pub dropped: u64,
+}
+
+pub enum GpuHandle {
+    Polling(GpuPoller),
+    Unavailable(String),
+}
+
+impl GpuHandle {
+    /// Starts polling the target's GPUs. Never fails: without NVML the recording goes on with
+    /// stacks alone and says why once.
+    pub fn start(
+        settings: &GpuSettings,
+        pid: u32,
+        sender: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) -> GpuHandle {
+        if matches!(settings.selection, GpuSelection::Off) {
+            return GpuHandle::Unavailable("GPU polling is off (--gpu off)".into());
+        }
+        let config = GpuConfig {
+            selection: settings.selection.clone(),
+            nvml_lib: settings.nvml_lib.clone(),
+            ..GpuConfig::default()
+        };
+        let target_pids = Arc::new(move || process_tree(pid));
+        match GpuPoller::start(&config, target_pids, sender, stop) {
+            Ok(poller) => GpuHandle::Polling(poller),
+            Err(e) => {
+                let why = format!("GPU data unavailable: {e}");
+                eprintln!("stackscope: {why}");
+                GpuHandle::Unavailable(why)
+            }
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        matches!(self, GpuHandle::Polling(_))
+    }
+
+    pub fn join(self) -> GpuReport {
+        match self {
+            GpuHandle::Polling(poller) => {
+                let report = poller.join();
+                GpuReport {
+                    devices: report
+                        .devices
+                        .into_iter()
+                        .map(|d| stackscope_aggregate::GpuDeviceInfo {
+                            index: d.index,
+                            name: d.name,
+                            uuid: d.uuid,
+                        })
+                        .collect(),
+                    unavailable: None,
+                    notices: report.notices,
+                    dropped: report.dropped,
+                }
+            }
+            GpuHandle::Unavailable(why) => GpuReport {
+                devices: Vec::new(),
+                unavailable: Some(why),
+                notices: Vec::new(),
+                dropped: 0,
+            },
+        }
+    }
+}
+
+/// The target and its descendants: a training job's CUDA context often lives in a child.
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut next = 0;
+    while next < all.len() && all.len() < 4096 {
+        let children = stackscope_sampler::procfs::children(all[next]);
+        all.extend(children);
+        next += 1;
+    }
+    all
+}
