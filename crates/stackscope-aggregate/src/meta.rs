@@ -1,0 +1,36 @@
+//! What the recording knows about itself that the samples do not say.
+
+use serde::{Deserialize, Serialize};
+
+/// Facts about the recording, gathered by the binary and handed to [`crate::Aggregator::summary`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordingMeta {
+    pub pid: u32,
+    pub command_line: String,
+    pub python_version: String,
+    /// Wall-clock start, RFC 3339.
+    pub started_at: String,
+    pub duration_secs: f64,
+    pub rate_hz: f64,
+    /// Sampling attempts of the timer.
+    pub ticks: u64,
+    /// Events the channel refused because it was full.
+    pub dropped: u64,
+    pub late_ticks: u64,
+    pub max_lateness_ms: f64,
+    pub target_exited: bool,
+    pub exit_status: Option<i32>,
+    pub gpu_devices: Vec<GpuDeviceInfo>,
+    /// Why there is no GPU data, when there is none.
+    pub gpu_unavailable: Option<String>,
+    pub notices: Vec<String>,
+}
+
+/// A GPU the poller watched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuDeviceInfo {
+    /// NVML's device index, as in [`stackscope_event::GpuSample::device`].
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+}

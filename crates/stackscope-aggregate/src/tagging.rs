@@ -1,0 +1,283 @@
+//! Tagging stack samples with the GPU's state at the instant they were taken.
+//!
+//! A GPU reading with utilization at time T describes the interval since that device's previous
+//! reading, (previous, T]. NVML hands its readings over late (the poller drains the driver's ring
+//! about twice a second), so a stack sample is held back until every device has a reading at or
+//! after it, and only then tagged from the reading that covers it. Samples wait at most
+//! [`HOLD_LIMIT`] behind the newest event, so a GPU that stops reporting delays nothing for long.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use stackscope_event::Timestamp;
+
+use crate::intern::{GpuTag, StackId};
+
+/// How long a stack sample may wait for the GPU readings that cover it.
+pub const HOLD_LIMIT_NANOS: u64 = 5_000_000_000;
+/// A hard cap on held samples, so a flood of threads cannot grow the queue without bound.
+pub const MAX_PENDING: usize = 500_000;
+/// How far a reading reaches beyond its neighbours: before a device's first reading and after
+/// its last. Past this the device is taken to have no data, so that a poller that stopped does
+/// not colour hours of samples with its last value.
+pub const REACH_NANOS: u64 = 2_000_000_000;
+
+#[derive(Debug)]
+struct Pending {
+    time: Timestamp,
+    stack: StackId,
+}
+
+#[derive(Debug)]
+pub struct GpuTagger {
+    idle_below: f32,
+    /// Recent utilization readings per device, in time order.
+    readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
+    pending: VecDeque<Pending>,
+    newest: Timestamp,
+}
+
+impl GpuTagger {
+    pub fn new(idle_below: f32) -> GpuTagger {
+        GpuTagger {
+            idle_below,
+            readings: BTreeMap::new(),
+            pending: VecDeque::new(),
+            newest: Timestamp(0),
+        }
+    }
+
+    /// Notes the time of any event, the clock against which held samples age.
+    pub fn observe(&mut self, time: Timestamp) {
+        self.newest = self.newest.max(time);
+    }
+
+    pub fn add_reading(&mut self, device: u32, time: Timestamp, utilization: f32) {
+        self.observe(time);
+        let series = self.readings.entry(device).or_default();
+        if series.back().is_some_and(|&(last, _)| last > time) {
+            let at = series.partition_point(|&(t, _)| t <= time);
+            series.insert(at, (time, utilization));
+        } else {
+            series.push_back((time, utilization));
+        }
+    }
+
+    /// Makes samples wait for `device` even before its first reading.
+    pub fn expect_device(&mut self, device: u32) {
+        self.readings.entry(device).or_default();
+    }
+
+    pub fn hold(&mut self, time: Timestamp, stack: StackId) {
+        self.observe(time);
+        self.pending.push_back(Pending { time, stack });
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Tags every held sample whose readings have all arrived, or that waited too long.
+    pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        while let Some(front) = self.pending.front() {
+            let waited_too_long = self.newest.0.saturating_sub(front.time.0) > HOLD_LIMIT_NANOS;
+            if !(self.all_devices_reached(front.time)
+                || waited_too_long
+                || self.pending.len() > MAX_PENDING)
+            {
+                break;
+            }
+            let time = front.time;
+            let stack = front.stack;
+            self.pending.pop_front();
+            out(stack, self.tag_at(time));
+        }
+        self.trim();
+    }
+
+    /// Tags everything still held with what is known: the end of the recording.
+    pub fn flush(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        while let Some(p) = self.pending.pop_front() {
+            out(p.stack, self.tag_at(p.time));
+        }
+        self.trim();
+    }
+
+    fn all_devices_reached(&self, time: Timestamp) -> bool {
+        !self.readings.is_empty()
+            && self
+                .readings
+                .values()
+                .all(|series| series.back().is_some_and(|&(last, _)| last >= time))
+    }
+
+    /// The state at `time` from the mean utilization of the devices that have a value there.
+    pub fn tag_at(&self, time: Timestamp) -> GpuTag {
+        match self.utilization_at(time) {
+            Some(u) if u < self.idle_below => GpuTag::Idle,
+            Some(_) => GpuTag::Busy,
+            None => GpuTag::Unknown,
+        }
+    }
+
+    pub fn utilization_at(&self, time: Timestamp) -> Option<f32> {
+        let values: Vec<f32> = self
+            .readings
+            .values()
+            .filter_map(|series| device_utilization_at(series, time))
+            .collect();
+        if values.is_empty() {
+            None
+        } else {
+            Some(values.iter().sum::<f32>() / values.len() as f32)
+        }
+    }
+
+    /// Forgets readings no held or future sample can need: those before the reading covering
+    /// the oldest held sample and older than the hold limit.
+    fn trim(&mut self) {
+        let horizon = self.newest.0.saturating_sub(HOLD_LIMIT_NANOS);
+        let keep_from = self
+            .pending
+            .front()
+            .map_or(horizon, |p| p.time.0.min(horizon));
+        for series in self.readings.values_mut() {
+            // Keep one reading before the bound: it is the "nearest earlier" fallback.
+            let first_needed = series.partition_point(|&(t, _)| t.0 < keep_from);
+            let drop = first_needed.saturating_sub(1);
+            series.drain(..drop);
+        }
+    }
+}
+
+/// The covering reading (the first at or after `time`), else the nearest earlier one, each only
+/// within [`REACH_NANOS`] where there is no neighbour to bound it.
+fn device_utilization_at(series: &VecDeque<(Timestamp, f32)>, time: Timestamp) -> Option<f32> {
+    let at = series.partition_point(|&(t, _)| t < time);
+    if let Some(&(t, u)) = series.get(at) {
+        if at > 0 || t.0 - time.0 <= REACH_NANOS {
+            return Some(u);
+        }
+    }
+    if at > 0 {
+        let (t, u) = series[at - 1];
+        if time.0 - t.0 <= REACH_NANOS {
+            return Some(u);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn collect(tagger: &mut GpuTagger, finish: bool) -> Vec<(StackId, GpuTag)> {
+        let mut out = Vec::new();
+        if finish {
+            tagger.flush(|s, t| out.push((s, t)));
+        } else {
+            tagger.release(|s, t| out.push((s, t)));
+        }
+        out
+    }
+
+    #[test]
+    fn sample_waits_for_the_reading_that_covers_it() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(100 * MS), 90.0);
+        tagger.hold(Timestamp(150 * MS), 7);
+        assert!(
+            collect(&mut tagger, false).is_empty(),
+            "no reading after it yet"
+        );
+        // The reading at 200 ms covers (100, 200] and says idle, although the latest reading
+        // known when the stack arrived said busy.
+        tagger.add_reading(0, Timestamp(200 * MS), 5.0);
+        assert_eq!(collect(&mut tagger, false), vec![(7, GpuTag::Idle)]);
+    }
+
+    #[test]
+    fn reading_at_the_same_instant_covers_it() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(100 * MS), 10.0);
+        tagger.add_reading(0, Timestamp(200 * MS), 80.0);
+        tagger.hold(Timestamp(100 * MS), 1);
+        tagger.hold(Timestamp(101 * MS), 2);
+        assert_eq!(
+            collect(&mut tagger, false),
+            vec![(1, GpuTag::Idle), (2, GpuTag::Busy)]
+        );
+    }
+
+    #[test]
+    fn every_device_must_report_and_the_mean_decides() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(100 * MS), 10.0);
+        tagger.add_reading(1, Timestamp(90 * MS), 70.0);
+        tagger.hold(Timestamp(95 * MS), 1);
+        assert!(
+            collect(&mut tagger, false).is_empty(),
+            "device 1 not past it"
+        );
+        // Mean of 10 and 40 is 25: idle.
+        tagger.add_reading(1, Timestamp(120 * MS), 40.0);
+        assert_eq!(collect(&mut tagger, false), vec![(1, GpuTag::Idle)]);
+        // Mean of 10 and 60 is 35: busy.
+        tagger.add_reading(0, Timestamp(200 * MS), 10.0);
+        tagger.add_reading(1, Timestamp(200 * MS), 60.0);
+        tagger.hold(Timestamp(150 * MS), 2);
+        assert_eq!(collect(&mut tagger, false), vec![(2, GpuTag::Busy)]);
+    }
+
+    #[test]
+    fn samples_are_released_after_the_hold_limit_with_what_is_known() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(1_000 * MS), 12.0);
+        tagger.hold(Timestamp(1_500 * MS), 1);
+        tagger.hold(Timestamp(6_000 * MS), 2);
+        assert!(collect(&mut tagger, false).is_empty());
+        tagger.hold(Timestamp(6_600 * MS), 3);
+        // Sample 1 is now over 5 s old: tagged from the nearest earlier reading.
+        assert_eq!(collect(&mut tagger, false), vec![(1, GpuTag::Idle)]);
+        // At the end, sample 2 and 3 are too far past the last reading to borrow it.
+        assert_eq!(
+            collect(&mut tagger, true),
+            vec![(2, GpuTag::Unknown), (3, GpuTag::Unknown)]
+        );
+    }
+
+    #[test]
+    fn no_gpu_data_means_unknown() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.hold(Timestamp(1), 4);
+        assert!(collect(&mut tagger, false).is_empty());
+        assert_eq!(collect(&mut tagger, true), vec![(4, GpuTag::Unknown)]);
+    }
+
+    #[test]
+    fn first_reading_reaches_back_only_so_far() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(10_000 * MS), 90.0);
+        tagger.hold(Timestamp(1_000 * MS), 1);
+        tagger.hold(Timestamp(9_500 * MS), 2);
+        assert_eq!(
+            collect(&mut tagger, false),
+            vec![(1, GpuTag::Unknown), (2, GpuTag::Busy)]
+        );
+    }
+
+    #[test]
+    fn old_readings_are_trimmed() {
+        let mut tagger = GpuTagger::new(30.0);
+        for i in 0..1_000u64 {
+            tagger.add_reading(0, Timestamp(i * 100 * MS), 50.0);
+            tagger.hold(Timestamp(i * 100 * MS), 0);
+            let _ = collect(&mut tagger, false);
+        }
+        let kept = tagger.readings.get(&0).map_or(0, VecDeque::len);
+        assert!(kept <= 52, "kept {kept} readings");
+        assert_eq!(tagger.pending_len(), 0);
+    }
+}

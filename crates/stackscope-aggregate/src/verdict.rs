@@ -1,0 +1,193 @@
+//! The verdict: which class of bottleneck the GPU's utilization points at, and the code behind it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::functions::FunctionStat;
+
+/// Below this mean utilization the GPU is starved.
+pub const STARVED_BELOW: f64 = 30.0;
+/// Below this (and at or above [`STARVED_BELOW`]) an oscillating GPU points at the CPU side.
+pub const PREPROCESSING_BELOW: f64 = 60.0;
+/// Above this the GPU itself is the bottleneck.
+pub const GPU_BOUND_ABOVE: f64 = 85.0;
+/// How many GPU-idle functions the verdict names.
+const NAMED_FUNCTIONS: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictClass {
+    /// The GPU waits on data loading or the input pipeline.
+    Starved,
+    /// The GPU alternates with CPU-side work: preprocessing or Python between steps.
+    CpuPreprocessing,
+    /// Many small kernels or Python control flow keep the GPU partly busy.
+    SmallKernels,
+    /// The GPU is the bottleneck.
+    GpuBound,
+    /// No utilization data.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub class: VerdictClass,
+    /// One or two sentences for a person, naming the top GPU-idle functions.
+    pub text: String,
+}
+
+/// What the verdict is drawn from.
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictInput<'a> {
+    pub mean_utilization: Option<f64>,
+    pub oscillation_period_secs: Option<f64>,
+    /// Functions of the GPU-idle samples, by self share of those samples.
+    pub idle_functions: &'a [FunctionStat],
+}
+
+pub fn verdict(input: VerdictInput<'_>) -> Verdict {
+    let Some(mean) = input.mean_utilization else {
+        return Verdict {
+            class: VerdictClass::Unknown,
+            text: "No GPU utilization was recorded, so there is no verdict.".to_owned(),
+        };
+    };
+    let idle_code = idle_code_sentence(input.idle_functions);
+    let (class, first) = if mean < STARVED_BELOW {
+        (
+            VerdictClass::Starved,
+            format!(
+                "The GPU is starved (mean utilization {mean:.0}%): it waits on data loading or \
+                 the input pipeline."
+            ),
+        )
+    } else if mean < PREPROCESSING_BELOW {
+        match input.oscillation_period_secs {
+            Some(period) => (
+                VerdictClass::CpuPreprocessing,
+                format!(
+                    "GPU utilization swings between idle and busy every {period:.1} s (mean \
+                     {mean:.0}%): CPU-side preprocessing or Python between steps holds it back."
+                ),
+            ),
+            None => (
+                VerdictClass::SmallKernels,
+                format!(
+                    "The GPU is partly busy (mean utilization {mean:.0}%) without a regular \
+                     cycle: likely many small kernels or Python control flow between them."
+                ),
+            ),
+        }
+    } else if mean <= GPU_BOUND_ABOVE {
+        (
+            VerdictClass::SmallKernels,
+            format!(
+                "The GPU is mostly busy (mean utilization {mean:.0}%): the gaps point at many \
+                 small kernels or Python control flow between them."
+            ),
+        )
+    } else {
+        (
+            VerdictClass::GpuBound,
+            format!(
+                "The GPU is the bottleneck (mean utilization {mean:.0}%): faster kernels or a \
+                 bigger GPU help, the Python side does not."
+            ),
+        )
+    };
+    Verdict {
+        class,
+        text: format!("{first} {idle_code}"),
+    }
+}
+
+fn idle_code_sentence(functions: &[FunctionStat]) -> String {
+    let named: Vec<String> = functions
+        .iter()
+        .filter(|f| f.self_samples > 0)
+        .take(NAMED_FUNCTIONS)
+        .map(|f| format!("{} ({}) {:.0}%", f.function, f.file, f.self_share * 100.0))
+        .collect();
+    if named.is_empty() {
+        "No stack samples were taken while the GPU idled.".to_owned()
+    } else {
+        format!(
+            "While the GPU idled, Python was mostly in {}.",
+            named.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(function: &str, file: &str, share: f64) -> FunctionStat {
+        FunctionStat {
+            function: function.to_owned(),
+            file: file.to_owned(),
+            self_samples: (share * 100.0) as u64,
+            self_share: share,
+            total_samples: (share * 100.0) as u64,
+            total_share: share,
+        }
+    }
+
+    fn judge(mean: Option<f64>, period: Option<f64>) -> Verdict {
+        let idle = [
+            stat("load_batch", "train.py", 0.7),
+            stat("decode", "io.py", 0.2),
+            stat("collate", "train.py", 0.05),
+            stat("log", "train.py", 0.05),
+        ];
+        verdict(VerdictInput {
+            mean_utilization: mean,
+            oscillation_period_secs: period,
+            idle_functions: &idle,
+        })
+    }
+
+    #[test]
+    fn classes_by_mean_and_oscillation() {
+        assert_eq!(judge(Some(12.0), None).class, VerdictClass::Starved);
+        assert_eq!(judge(Some(29.9), Some(4.0)).class, VerdictClass::Starved);
+        assert_eq!(
+            judge(Some(45.0), Some(4.0)).class,
+            VerdictClass::CpuPreprocessing
+        );
+        assert_eq!(judge(Some(45.0), None).class, VerdictClass::SmallKernels);
+        assert_eq!(
+            judge(Some(70.0), Some(4.0)).class,
+            VerdictClass::SmallKernels
+        );
+        assert_eq!(judge(Some(85.0), None).class, VerdictClass::SmallKernels);
+        assert_eq!(judge(Some(93.0), None).class, VerdictClass::GpuBound);
+        assert_eq!(judge(None, None).class, VerdictClass::Unknown);
+    }
+
+    #[test]
+    fn text_names_the_top_three_idle_functions() {
+        let v = judge(Some(12.0), None);
+        assert!(v.text.contains("starved"), "{}", v.text);
+        assert!(v.text.contains("load_batch (train.py) 70%"), "{}", v.text);
+        assert!(v.text.contains("decode (io.py) 20%"), "{}", v.text);
+        assert!(v.text.contains("collate (train.py)"), "{}", v.text);
+        assert!(!v.text.contains("log (train.py)"), "{}", v.text);
+    }
+
+    #[test]
+    fn oscillation_text_says_the_period() {
+        let v = judge(Some(50.0), Some(4.04));
+        assert!(v.text.contains("every 4.0 s"), "{}", v.text);
+    }
+
+    #[test]
+    fn no_idle_samples_is_said() {
+        let v = verdict(VerdictInput {
+            mean_utilization: Some(99.0),
+            oscillation_period_secs: None,
+            idle_functions: &[],
+        });
+        assert_eq!(v.class, VerdictClass::GpuBound);
+        assert!(v.text.contains("No stack samples"), "{}", v.text);
+    }
+}
