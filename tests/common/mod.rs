@@ -1,0 +1,728 @@
+//! Helpers shared by the integration tests: start Python fixtures, run the
+//! real `stackscope` binary with a timeout, read what it wrote, and check that
+//! a target was left running.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a fixture may take to write its ready file.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Path of the binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stackscope")
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture_path(name: &str) -> PathBuf {
+    repo_root().join("fixtures").join(name)
+}
+
+pub fn fixture_source(name: &str) -> String {
+    fs::read_to_string(fixture_path(name))
+        .unwrap_or_else(|e| panic!("cannot read fixture {name}: {e}"))
+}
+
+/// Tests that measure shares or rates take this lock so that, on a small
+/// machine, two CPU-bound fixtures of the same test binary do not compete.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
+    let lock = LOCK.get_or_init(|| Mutex::new(()));
+    lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running fixture process. Its exit is reaped in the background (as a real
+/// parent would), so a fixture that exits disappears from /proc instead of
+/// staying a zombie. Dropping the guard kills it and waits for it.
+pub struct Fixture {
+    pub pid: u32,
+    pub name: String,
+    child: Arc<Mutex<Child>>,
+    exited: Arc<Mutex<Option<ExitStatus>>>,
+    stop_reaper: Arc<AtomicBool>,
+    reaper: Option<thread::JoinHandle<()>>,
+    pub dir: tempfile::TempDir,
+    pub ready_path: PathBuf,
+    stderr_path: PathBuf,
+}
+
+impl Fixture {
+    /// Starts `python3 fixtures/NAME READY_FILE ARGS...` and waits until the
+    /// fixture has written its ready file.
+    pub fn start(name: &str, args: &[&str]) -> Fixture {
+        let fixture = Fixture::spawn(name, args);
+        fixture.wait_ready();
+        fixture
+    }
+
+    /// Like `start`, without waiting for the ready file.
+    pub fn spawn(name: &str, args: &[&str]) -> Fixture {
+        let dir = tempfile::Builder::new()
+            .prefix("stackscope-fixture-")
+            .tempdir()
+            .expect("temp dir");
+        let ready_path = dir.path().join("ready");
+        let stderr_path = dir.path().join("stderr");
+        let stderr = fs::File::create(&stderr_path).expect("fixture stderr file");
+        let child = Command::new("python3")
+            .arg(fixture_path(name))
+            .arg(&ready_path)
+            .args(args)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start python3 {name}: {e}"));
+        let pid = child.id();
+        let child = Arc::new(Mutex::new(child));
+        let exited = Arc::new(Mutex::new(None));
+        let stop_reaper = Arc::new(AtomicBool::new(false));
+        let reaper = {
+            let child = Arc::clone(&child);
+            let exited = Arc::clone(&exited);
+            let stop = Arc::clone(&stop_reaper);
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(Some(status)) = lock(&child).try_wait() {
+                        *lock(&exited) = Some(status);
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(10));
+                }
+            })
+        };
+        Fixture {
+            pid,
+            name: name.to_string(),
+            child,
+            exited,
+            stop_reaper,
+            reaper: Some(reaper),
+            dir,
+            ready_path,
+            stderr_path,
+        }
+    }
+
+    /// Polls for the ready file every 20 ms; panics with the fixture's stderr
+    /// after READY_TIMEOUT or when the fixture exits first.
+    pub fn wait_ready(&self) -> String {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(text) = fs::read_to_string(&self.ready_path) {
+                if !text.trim().is_empty() {
+                    return text;
+                }
+            }
+            if let Some(status) = self.exit_status() {
+                panic!(
+                    "fixture {} exited ({status}) before it was ready; stderr:\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "fixture {} not ready after {:?}; stderr:\n{}",
+                    self.name,
+                    READY_TIMEOUT,
+                    self.stderr()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The ready file's content parsed as JSON (named_threads, deadlock).
+    pub fn ready_json(&self) -> serde_json::Value {
+        let text = fs::read_to_string(&self.ready_path).expect("ready file");
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("ready file of {} is not JSON ({e}): {text}", self.name))
+    }
+
+    /// OS thread id of the fixture thread with this Python name (from the
+    /// JSON ready file).
+    pub fn native_id(&self, thread_name: &str) -> u64 {
+        self.ready_json()["threads"][thread_name]["native_id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no thread {thread_name} in ready file"))
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The exit status once the fixture has exited (and been reaped).
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *lock(&self.exited)
+    }
+
+    /// Waits up to `timeout` for the fixture to exit by itself.
+    pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.exit_status() {
+                return Some(status);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.exit_status()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.stop_reaper.store(true, Ordering::SeqCst);
+        if let Some(reaper) = self.reaper.take() {
+            let _ = reaper.join();
+        }
+        if lock(&self.exited).is_none() {
+            let mut child = lock(&self.child);
+            // A fixture left ptrace-stopped still dies of SIGKILL.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What a finished run of a command gave.
+#[derive(Debug)]
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Everything worth printing when an assertion about the run fails.
+    pub fn describe(&self) -> String {
+        format!(
+            "status: {:?}, elapsed: {:.2?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.elapsed, self.stdout, self.stderr
+        )
+    }
+
+    pub fn assert_success(&self) {
+        assert_eq!(self.code(), Some(0), "expected exit 0\n{}", self.describe());
+    }
+
+    /// One error line (or two: what is wrong and what to do) on stderr that
+    /// starts with "stackscope: ", the given exit code, and no panic.
+    pub fn assert_error(&self, code: i32) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "expected exit {code}\n{}",
+            self.describe()
+        );
+        self.assert_no_panic();
+        let first = self.stderr.lines().find(|l| !l.trim().is_empty());
+        assert!(
+            first.is_some_and(|l| l.starts_with("stackscope: ")),
+            "stderr should start with 'stackscope: '\n{}",
+            self.describe()
+        );
+        let lines = self.stderr.lines().filter(|l| !l.trim().is_empty()).count();
+        assert!(
+            lines <= 3,
+            "an error should be one or two lines on stderr, got {lines}\n{}",
+            self.describe()
+        );
+    }
+
+    pub fn assert_no_panic(&self) {
+        assert!(
+            !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
+            "stackscope panicked\n{}",
+            self.describe()
+        );
+    }
+
+    /// Case-insensitive check that stderr contains `needle`.
+    pub fn assert_stderr_contains(&self, needle: &str) {
+        assert!(
+            self.stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "stderr should contain {needle:?}\n{}",
+            self.describe()
+        );
+    }
+}
+
+/// A `Command` for the binary under test.
+pub fn stackscope(args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    cmd
+}
+
+/// Runs `cmd` to completion, failing the test if it takes longer than
+/// `timeout` (the process is then killed).
+pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Run {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let out = read_in_background(child.stdout.take());
+    let err = read_in_background(child.stderr.take());
+    let status = wait_with_deadline(&mut child, timeout);
+    let elapsed = start.elapsed();
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    match status {
+        Some(status) => Run {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        },
+        None => panic!(
+            "{cmd:?} did not finish within {timeout:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+        ),
+    }
+}
+
+/// Runs the binary with `args`, with a timeout.
+pub fn run_stackscope(args: &[&str], timeout: Duration) -> Run {
+    run_with_timeout(stackscope(args), timeout)
+}
+
+/// A started (not yet finished) run of the binary, for tests that signal it.
+pub struct Running {
+    pub child: Child,
+    start: Instant,
+    out: thread::JoinHandle<String>,
+    err: thread::JoinHandle<String>,
+}
+
+pub fn spawn_stackscope(cmd: Command) -> Running {
+    let mut cmd = cmd;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let out = read_in_background(child.stdout.take());
+    let err = read_in_background(child.stderr.take());
+    Running {
+        child,
+        start: Instant::now(),
+        out,
+        err,
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        send_signal(self.pid(), signal);
+    }
+
+    /// Waits for the run to end; panics (after killing it) past `timeout`.
+    pub fn finish(mut self, timeout: Duration) -> Run {
+        let status = wait_with_deadline(&mut self.child, timeout);
+        let elapsed = self.start.elapsed();
+        let stdout = self.out.join().unwrap_or_default();
+        let stderr = self.err.join().unwrap_or_default();
+        match status {
+            Some(status) => Run {
+                status,
+                stdout,
+                stderr,
+                elapsed,
+            },
+            None => panic!(
+                "stackscope did not finish within {timeout:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+            ),
+        }
+    }
+}
+
+fn read_in_background<R: Read + Send + 'static>(pipe: Option<R>) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(e) => panic!("wait failed: {e}"),
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends a signal by name ("INT", "TERM", ...) with kill(1).
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill(1)");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+// ---------------------------------------------------------------- outputs
+
+/// A temp dir for stackscope's output; `out` is a not-yet-existing
+/// subdirectory, so the binary must create it.
+pub struct OutDir {
+    pub tmp: tempfile::TempDir,
+    pub out: PathBuf,
+}
+
+impl OutDir {
+    pub fn new() -> OutDir {
+        let tmp = tempfile::Builder::new()
+            .prefix("stackscope-out-")
+            .tempdir()
+            .expect("temp dir");
+        let out = tmp.path().join("out");
+        OutDir { tmp, out }
+    }
+
+    pub fn arg(&self) -> &str {
+        self.out.to_str().expect("utf-8 temp path")
+    }
+
+    pub fn folded(&self) -> Folded {
+        Folded::read(&self.out.join("stacks.folded"))
+    }
+
+    pub fn summary(&self) -> serde_json::Value {
+        read_summary(&self.out)
+    }
+}
+
+pub fn read_summary(dir: &Path) -> serde_json::Value {
+    let path = dir.join("summary.json");
+    let text =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON ({e}):\n{text}", path.display()))
+}
+
+/// One frame of a folded stack or of a dump: `function (file:line)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub function: String,
+    pub file: String,
+    pub line: Option<u32>,
+}
+
+impl Frame {
+    /// Parses `function (file:line)`; a frame without the parenthesised
+    /// location keeps the whole text as its function.
+    pub fn parse(text: &str) -> Frame {
+        let text = text.trim();
+        if let Some((function, rest)) = text.rsplit_once(" (") {
+            if let Some(location) = rest.strip_suffix(')') {
+                let (file, line) = match location.rsplit_once(':') {
+                    Some((file, line)) => match line.parse::<u32>() {
+                        Ok(n) => (file.to_string(), Some(n)),
+                        Err(_) => (location.to_string(), None),
+                    },
+                    None => (location.to_string(), None),
+                };
+                return Frame {
+                    function: function.to_string(),
+                    file,
+                    line,
+                };
+            }
+        }
+        Frame {
+            function: text.to_string(),
+            file: String::new(),
+            line: None,
+        }
+    }
+
+    /// Whether the frame's file is `basename` (a full or shortened path).
+    pub fn in_file(&self, basename: &str) -> bool {
+        self.file == basename || self.file.ends_with(&format!("/{basename}"))
+    }
+
+    pub fn is(&self, function: &str, basename: &str) -> bool {
+        self.function == function && self.in_file(basename)
+    }
+}
+
+/// One line of stacks.folded: the thread (root) and frames outermost first.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub thread: String,
+    pub frames: Vec<Frame>,
+    pub count: u64,
+    pub raw: String,
+}
+
+impl Stack {
+    pub fn innermost(&self) -> Option<&Frame> {
+        self.frames.last()
+    }
+
+    pub fn has_function(&self, function: &str) -> bool {
+        self.frames.iter().any(|f| f.function == function)
+    }
+}
+
+/// The parsed content of a stacks.folded file.
+#[derive(Debug, Clone)]
+pub struct Folded {
+    pub stacks: Vec<Stack>,
+    pub text: String,
+}
+
+impl Folded {
+    pub fn read(path: &Path) -> Folded {
+        let text = fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        Folded::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Folded {
+        let mut stacks = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+            let count: u64 = count
+                .parse()
+                .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
+            let mut parts = stack.split(';');
+            let thread = parts.next().unwrap_or_default().to_string();
+            let frames = parts.map(Frame::parse).collect();
+            stacks.push(Stack {
+                thread,
+                frames,
+                count,
+                raw: line.to_string(),
+            });
+        }
+        Folded {
+            stacks,
+            text: text.to_string(),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().map(|s| s.count).sum()
+    }
+
+    pub fn thread_total(&self, thread: &str) -> u64 {
+        self.of_thread(thread).map(|s| s.count).sum()
+    }
+
+    pub fn of_thread<'a>(&'a self, thread: &'a str) -> impl Iterator<Item = &'a Stack> + 'a {
+        self.stacks.iter().filter(move |s| s.thread == thread)
+    }
+
+    pub fn threads(&self) -> BTreeMap<String, u64> {
+        let mut threads = BTreeMap::new();
+        for s in &self.stacks {
+            *threads.entry(s.thread.clone()).or_insert(0) += s.count;
+        }
+        threads
+    }
+
+    /// Samples of `thread` whose stack contains `function` anywhere.
+    pub fn thread_function_total(&self, thread: &str, function: &str) -> u64 {
+        self.of_thread(thread)
+            .filter(|s| s.has_function(function))
+            .map(|s| s.count)
+            .sum()
+    }
+
+    /// A short excerpt for assertion messages.
+    pub fn excerpt(&self) -> String {
+        let mut lines: Vec<&Stack> = self.stacks.iter().collect();
+        lines.sort_by_key(|s| std::cmp::Reverse(s.count));
+        lines
+            .iter()
+            .take(25)
+            .map(|s| s.raw.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+// ---------------------------------------------------------------- sources
+
+/// 1-based line numbers of `def NAME` and of the last line of its body
+/// (found by indentation), in a fixture's source.
+pub fn function_lines(source: &str, name: &str) -> (u32, u32) {
+    let lines: Vec<&str> = source.lines().collect();
+    let def = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with(&format!("def {name}(")))
+        .unwrap_or_else(|| panic!("no def {name} in source"));
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let def_indent = indent(lines[def]);
+    let mut last = def;
+    for (i, l) in lines.iter().enumerate().skip(def + 1) {
+        if l.trim().is_empty() {
+            continue;
+        }
+        if indent(l) <= def_indent {
+            break;
+        }
+        last = i;
+    }
+    (def as u32 + 1, last as u32 + 1)
+}
+
+/// 1-based line number of the line ending with `# BLOCK: NAME`.
+pub fn marker_line(source: &str, thread: &str) -> u32 {
+    let marker = format!("# BLOCK: {thread}");
+    let found: Vec<usize> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end().ends_with(&marker))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {marker:?} line in the fixture"
+    );
+    found[0] as u32
+}
+
+// ---------------------------------------------------------------- targets
+
+/// The state letter of /proc/PID/stat (or of a task's stat), if it exists.
+pub fn proc_state(stat_path: &Path) -> Option<char> {
+    let text = fs::read_to_string(stat_path).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    after.split_whitespace().next()?.chars().next()
+}
+
+/// utime + stime (clock ticks) of a process.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the ')' the state is field 3 of stat(5); utime is 14, stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+pub fn process_exists(pid: u32) -> bool {
+    matches!(proc_state(Path::new(&format!("/proc/{pid}/stat"))), Some(s) if s != 'Z' && s != 'X')
+}
+
+/// Panics unless the process and each of its threads exists and is not
+/// stopped (state T) or traced (state t), and it can be signalled. Checked
+/// a few times over 100 ms, since the state is a snapshot.
+pub fn assert_not_stopped(pid: u32) {
+    for _ in 0..5 {
+        let state = proc_state(Path::new(&format!("/proc/{pid}/stat")));
+        assert!(
+            matches!(state, Some(s) if !matches!(s, 'T' | 't' | 'Z' | 'X')),
+            "process {pid} is not running: state {state:?}"
+        );
+        let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("task dir");
+        for task in tasks.flatten() {
+            let state = proc_state(&task.path().join("stat"));
+            assert!(
+                !matches!(state, Some('T' | 't')),
+                "thread {} of {pid} is left stopped (state {state:?})",
+                task.file_name().to_string_lossy()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .status()
+        .expect("kill(1)");
+    assert!(status.success(), "cannot signal process {pid}");
+}
+
+/// For a busy target: not stopped, and its CPU time keeps growing.
+pub fn assert_running_and_progressing(pid: u32) {
+    assert_not_stopped(pid);
+    let before = cpu_ticks(pid).expect("cpu ticks");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        thread::sleep(Duration::from_millis(50));
+        let now = cpu_ticks(pid).expect("cpu ticks");
+        if now > before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} made no progress in 3 s (cpu ticks stuck at {before})"
+        );
+    }
+}
+
+/// The executable of a process, as readlink /proc/PID/exe gives it.
+pub fn exe_of(pid: u32) -> String {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .expect("readlink /proc/PID/exe")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A pid with no process behind it.
+pub fn unused_pid() -> u32 {
+    let max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(32768);
+    (2..max)
+        .rev()
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .expect("a free pid")
+}
+
+/// Number as f64 from a JSON value, with a readable panic.
+pub fn num(v: &serde_json::Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} should be a number, got {v}"))
+}
