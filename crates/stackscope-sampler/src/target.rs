@@ -87,8 +87,7 @@ impl PythonTarget {
             collect_thread_names: true,
             ..Config::default()
         };
-        let spy = PythonSpy::new(pid as py_spy::Pid, &config)
-            .map_err(|e| AttachError::diagnose(pid, &e))?;
+        let spy = open_interpreter(pid, &config)?;
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let version = spy.version.to_string();
         let command_line = procfs::command_line(pid).unwrap_or_default();
@@ -179,6 +178,23 @@ impl PythonTarget {
                 }
             })
             .collect())
+    }
+}
+
+/// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)
+/// can fail a first look with a spurious ESRCH or a missing symbol, so a live process gets a
+/// few quick retries before the failure is diagnosed.
+fn open_interpreter(pid: u32, config: &Config) -> Result<PythonSpy, AttachError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match PythonSpy::new(pid as py_spy::Pid, config) {
+            Ok(spy) => return Ok(spy),
+            Err(e) if attempt >= 5 || !procfs::is_alive(pid) => {
+                return Err(AttachError::diagnose(pid, &e))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
 }
 
