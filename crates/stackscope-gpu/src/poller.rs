@@ -1,0 +1,378 @@
+//! The poller thread: opens NVML, picks the devices, and polls them at a fixed interval until
+//! told to stop, sending every reading to the aggregator without ever blocking.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use serde::Serialize;
+use stackscope_event::{Event, Timestamp};
+
+use crate::clock::ClockOffset;
+use crate::config::{GpuConfig, GpuSelection};
+use crate::devices::{choose, lists_any, GpuDeviceInfo};
+use crate::error::GpuError;
+use crate::metric::Metric;
+use crate::poll::DeviceState;
+
+/// The target's pids (the process and its descendants), asked again whenever needed.
+pub type TargetPids = Arc<dyn Fn() -> Vec<u32> + Send + Sync>;
+
+/// The longest the thread sleeps without looking at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// The handle of a running poller.
+///
+/// Stopping is the caller's: set the `stop` flag given to [`GpuPoller::start`], then
+/// [`GpuPoller::join`]. The thread makes one last poll after it sees the flag, so the driver
+/// samples of the recording's final moments are not lost. Dropping the handle without joining
+/// leaves the thread running until the flag is set.
+pub struct GpuPoller {
+    devices: Vec<GpuDeviceInfo>,
+    shared: Arc<Shared>,
+    thread: JoinHandle<()>,
+}
+
+/// What the poller reports when it ends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PollerReport {
+    /// The devices polled at the end (in `Auto`, narrowed to the target's once it showed up).
+    pub devices: Vec<GpuDeviceInfo>,
+    /// Readings the channel refused because it was full.
+    pub dropped: u64,
+    /// One line per metric switched off, device lost, or change of devices.
+    pub notices: Vec<String>,
+    /// Polls made (each reads every polled device once).
+    pub polls: u64,
+}
+
+/// State the thread updates and the handle reads.
+#[derive(Default)]
+struct Shared {
+    dropped: AtomicU64,
+    polls: AtomicU64,
+    notices: Mutex<Vec<String>>,
+    current: Mutex<Vec<GpuDeviceInfo>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The data is plain lists; a panic while one was held leaves nothing half-updated worth
+    // refusing to read.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl GpuPoller {
+    /// Opens NVML, picks the devices and starts the poller thread.
+    ///
+    /// Fails when there will be no GPU data: no library, init failed, no devices, a listed index
+    /// that does not exist. The caller then says so in one line and records stacks alone.
+    pub fn start(
+        config: &GpuConfig,
+        target_pids: TargetPids,
+        sender: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<GpuPoller, GpuError> {
+        if config.selection == GpuSelection::Off {
+            return Err(GpuError::Disabled);
+        }
+        let nvml = open(&config.library())?;
+        let count = nvml.device_count().map_err(GpuError::Count)?;
+        if count == 0 {
+            return Err(GpuError::NoDevices);
+        }
+        let clock = ClockOffset::measure();
+        let since_us = clock.to_wall_us(Timestamp::now());
+        let mut notices = Vec::new();
+
+        // Every device gets a state, not only the chosen ones: `Auto` may switch to others.
+        let mut states = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            match nvml.device_by_index(index) {
+                Ok(device) => states.push(Some(DeviceState::new(
+                    GpuDeviceInfo::read(index, &device),
+                    since_us,
+                ))),
+                Err(source) => {
+                    if let GpuSelection::Devices(list) = &config.selection {
+                        if list.contains(&index) {
+                            return Err(GpuError::Device { index, source });
+                        }
+                    }
+                    notices.push(format!(
+                        "device {index} cannot be opened ({source}); skipping it"
+                    ));
+                    states.push(None);
+                }
+            }
+        }
+        let handles = open_handles(&nvml, count);
+        let with_target = if config.selection == GpuSelection::Auto {
+            devices_with_target(&handles, &mut states, &target_pids(), &mut notices)
+        } else {
+            Vec::new()
+        };
+        drop(handles);
+        let mut polled = choose(&config.selection, count, &with_target)?;
+        polled.retain(|&index| states.get(index as usize).is_some_and(Option::is_some));
+        if polled.is_empty() {
+            return Err(GpuError::NoDevices);
+        }
+        let devices = infos(&states, &polled);
+
+        let shared = Arc::new(Shared::default());
+        lock(&shared.notices).extend(notices);
+        *lock(&shared.current) = devices.clone();
+        let worker = Worker {
+            auto: config.selection == GpuSelection::Auto,
+            poll_interval: config.poll_interval.max(Duration::from_millis(1)),
+            remap_interval: config.remap_interval,
+            clock,
+            states,
+            polled,
+            target_pids,
+            sender,
+            stop,
+            shared: Arc::clone(&shared),
+        };
+        let thread = std::thread::Builder::new()
+            .name("stackscope-gpu".into())
+            .spawn(move || worker.run(nvml))
+            .map_err(GpuError::Spawn)?;
+        Ok(GpuPoller {
+            devices,
+            shared,
+            thread,
+        })
+    }
+
+    /// The devices chosen at start.
+    pub fn devices(&self) -> &[GpuDeviceInfo] {
+        &self.devices
+    }
+
+    /// The devices polled now (differs from [`GpuPoller::devices`] once `Auto` narrowed).
+    pub fn current_devices(&self) -> Vec<GpuDeviceInfo> {
+        lock(&self.shared.current).clone()
+    }
+
+    /// Readings the channel refused so far.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The notices so far, oldest first.
+    pub fn notices(&self) -> Vec<String> {
+        lock(&self.shared.notices).clone()
+    }
+
+    /// Polls made so far.
+    pub fn polls(&self) -> u64 {
+        self.shared.polls.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the thread (after the caller set `stop`) and reports.
+    pub fn join(self) -> PollerReport {
+        let GpuPoller { shared, thread, .. } = self;
+        if thread.join().is_err() {
+            lock(&shared.notices).push("the GPU poller thread failed; GPU data ends early".into());
+        }
+        let devices = lock(&shared.current).clone();
+        let notices = lock(&shared.notices).clone();
+        PollerReport {
+            devices,
+            dropped: shared.dropped.load(Ordering::Relaxed),
+            notices,
+            polls: shared.polls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Loads and initializes NVML from `lib`, naming the failure.
+fn open(lib: &Path) -> Result<Nvml, GpuError> {
+    Nvml::builder()
+        .lib_path(lib.as_os_str())
+        .init()
+        .map_err(|error| match error {
+            NvmlError::LibloadingError(e) => GpuError::Load {
+                lib: lib.to_path_buf(),
+                reason: without_prefix(&e.to_string(), lib),
+            },
+            NvmlError::FailedToLoadSymbol(reason) => GpuError::NotNvml {
+                lib: lib.to_path_buf(),
+                reason: without_prefix(&reason, lib),
+            },
+            source => GpuError::Init {
+                lib: lib.to_path_buf(),
+                source,
+            },
+        })
+}
+
+/// dlerror's text starts with the path, which the message already names.
+fn without_prefix(reason: &str, lib: &Path) -> String {
+    let prefix = format!("{}: ", lib.display());
+    reason.strip_prefix(&prefix).unwrap_or(reason).to_string()
+}
+
+fn open_handles(nvml: &Nvml, count: u32) -> Vec<Option<Device<'_>>> {
+    (0..count).map(|i| nvml.device_by_index(i).ok()).collect()
+}
+
+fn infos(states: &[Option<DeviceState>], indices: &[u32]) -> Vec<GpuDeviceInfo> {
+    indices
+        .iter()
+        .filter_map(|&i| states.get(i as usize)?.as_ref().map(|s| s.info.clone()))
+        .collect()
+}
+
+/// The devices whose process lists show any of `pids`.
+fn devices_with_target(
+    handles: &[Option<Device<'_>>],
+    states: &mut [Option<DeviceState>],
+    pids: &[u32],
+    notices: &mut Vec<String>,
+) -> Vec<u32> {
+    if pids.is_empty() {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    for (handle, state) in handles.iter().zip(states.iter_mut()) {
+        if let (Some(device), Some(state)) = (handle, state) {
+            if lists_any(device, &mut state.metrics, notices, pids) == Some(true) {
+                found.push(state.info.index);
+            }
+        }
+    }
+    found
+}
+
+/// Everything the poller thread owns.
+struct Worker {
+    auto: bool,
+    poll_interval: Duration,
+    remap_interval: Duration,
+    clock: ClockOffset,
+    states: Vec<Option<DeviceState>>,
+    polled: Vec<u32>,
+    target_pids: TargetPids,
+    sender: Sender<Event>,
+    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    fn run(mut self, nvml: Nvml) {
+        let handles = open_handles(&nvml, self.states.len() as u32);
+        let mut next_poll = Instant::now() + self.poll_interval;
+        let mut next_remap = Instant::now() + self.remap_interval;
+        self.wait_until(next_poll);
+        loop {
+            let stopping = self.stop.load(Ordering::SeqCst);
+            let mut notices = Vec::new();
+            if self.auto && !stopping && Instant::now() >= next_remap {
+                self.remap(&handles, &mut notices);
+                next_remap = Instant::now() + self.remap_interval;
+            }
+            let listening = self.poll_once(&handles, &mut notices);
+            if !notices.is_empty() {
+                lock(&self.shared.notices).extend(notices);
+            }
+            self.shared.polls.fetch_add(1, Ordering::Relaxed);
+            if stopping || !listening || self.all_lost() {
+                break;
+            }
+            next_poll += self.poll_interval;
+            let now = Instant::now();
+            if next_poll < now {
+                // Fell behind (a slow driver call, a suspended process): resume the schedule
+                // from now rather than poll in a burst; the ring keeps what happened meanwhile.
+                next_poll = now + self.poll_interval;
+            }
+            self.wait_until(next_poll);
+        }
+        drop(handles);
+        // Shutting down explicitly; an error here changes nothing for the recording.
+        let _ = nvml.shutdown();
+    }
+
+    /// Polls every chosen device once and sends the readings. False when nobody listens.
+    fn poll_once(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) -> bool {
+        let wants_pids = self.polled.iter().any(|&i| {
+            self.state(i)
+                .is_some_and(|s| s.metrics.is_on(Metric::ProcessUtilization))
+        });
+        let pids = if wants_pids {
+            (self.target_pids)()
+        } else {
+            Vec::new()
+        };
+        for &index in &self.polled {
+            let (Some(Some(device)), Some(Some(state))) = (
+                handles.get(index as usize),
+                self.states.get_mut(index as usize),
+            ) else {
+                continue;
+            };
+            if state.metrics.is_lost() {
+                continue;
+            }
+            for sample in state.poll(device, &pids, self.clock, notices) {
+                match self.sender.try_send(Event::Gpu(sample)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => {
+                        self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// `Auto`: narrows (or moves) polling to the devices the target now shows up on. While it
+    /// shows up nowhere the current choice stays, so a job that closed its context keeps its
+    /// GPU in the timeline.
+    fn remap(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) {
+        let pids = (self.target_pids)();
+        let found = devices_with_target(handles, &mut self.states, &pids, notices);
+        if found.is_empty() || found == self.polled {
+            return;
+        }
+        let list: Vec<String> = found.iter().map(u32::to_string).collect();
+        notices.push(format!(
+            "the target appeared on device {}; polling only {} from now on",
+            list.join(", "),
+            if found.len() == 1 { "it" } else { "those" }
+        ));
+        self.polled = found;
+        *lock(&self.shared.current) = infos(&self.states, &self.polled);
+    }
+
+    fn state(&self, index: u32) -> Option<&DeviceState> {
+        self.states.get(index as usize)?.as_ref()
+    }
+
+    fn all_lost(&self) -> bool {
+        self.polled
+            .iter()
+            .all(|&i| self.state(i).map_or(true, |s| s.metrics.is_lost()))
+    }
+
+    /// Sleeps until `deadline`, waking early when told to stop.
+    fn wait_until(&self, deadline: Instant) {
+        while !self.stop.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            std::thread::sleep((deadline - now).min(STOP_CHECK));
+        }
+    }
+}
