@@ -12,6 +12,9 @@ pub const PREPROCESSING_BELOW: f64 = 60.0;
 pub const GPU_BOUND_ABOVE: f64 = 85.0;
 /// How many GPU-idle functions the verdict names.
 const NAMED_FUNCTIONS: usize = 3;
+/// After the first, a function is named only with at least this share of the GPU-idle samples:
+/// a 1% function in the verdict reads as a finding when it is noise.
+const NAMED_MIN_SHARE: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,6 +107,9 @@ fn idle_code_sentence(functions: &[FunctionStat]) -> String {
     let named: Vec<String> = functions
         .iter()
         .filter(|f| f.self_samples > 0)
+        .enumerate()
+        .filter(|(i, f)| *i == 0 || f.self_share >= NAMED_MIN_SHARE)
+        .map(|(_, f)| f)
         .take(NAMED_FUNCTIONS)
         .map(|f| format!("{} ({}) {:.0}%", f.function, f.file, f.self_share * 100.0))
         .collect();
@@ -136,8 +142,8 @@ mod tests {
         let idle = [
             stat("load_batch", "train.py", 0.7),
             stat("decode", "io.py", 0.2),
-            stat("collate", "train.py", 0.05),
-            stat("log", "train.py", 0.05),
+            stat("collate", "train.py", 0.06),
+            stat("log", "train.py", 0.04),
         ];
         verdict(VerdictInput {
             mean_utilization: mean,
@@ -172,6 +178,18 @@ mod tests {
         assert!(v.text.contains("decode (io.py) 20%"), "{}", v.text);
         assert!(v.text.contains("collate (train.py)"), "{}", v.text);
         assert!(!v.text.contains("log (train.py)"), "{}", v.text);
+    }
+
+    #[test]
+    fn small_shares_are_not_named_but_the_first_always_is() {
+        let idle = [stat("tiny", "a.py", 0.02), stat("tinier", "a.py", 0.01)];
+        let v = verdict(VerdictInput {
+            mean_utilization: Some(10.0),
+            oscillation_period_secs: None,
+            idle_functions: &idle,
+        });
+        assert!(v.text.contains("tiny (a.py) 2%"), "{}", v.text);
+        assert!(!v.text.contains("tinier"), "{}", v.text);
     }
 
     #[test]

@@ -1,1 +1,25 @@
-//! stackscope-report
+//! Writers of stackscope's output files: SVG flamegraphs (inferno), folded stacks, the summary
+//! as JSON and as text, and the GPU timeline as CSV and as an SVG chart (plotters).
+//!
+//! Each writer is a pure function of what the aggregator holds, over any `W: Write`;
+//! [`write_outputs`] writes a whole output directory, each file under a temporary name renamed
+//! into place, so a reader never sees half a file.
+
+mod error;
+mod flamegraph;
+mod folded;
+mod gpu_chart;
+mod gpu_csv;
+mod outputs;
+mod summary;
+
+pub use error::ReportError;
+pub use flamegraph::write_flamegraph;
+pub use folded::write_folded;
+pub use gpu_chart::write_gpu_timeline_svg;
+pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
+pub use outputs::{file_names, write_outputs, OutputFiles};
+pub use summary::{write_summary_json, write_text_summary};
+
+#[cfg(test)]
+mod test_xml;

@@ -1,0 +1,170 @@
+//! Writing a whole output directory, each file atomically.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use stackscope_aggregate::{Aggregator, RecordingMeta, StackView, Summary};
+
+use crate::{
+    write_flamegraph, write_folded, write_gpu_timeline_csv, write_gpu_timeline_svg,
+    write_summary_json, ReportError,
+};
+
+pub const FLAMEGRAPH: &str = "flamegraph.svg";
+pub const FOLDED: &str = "stacks.folded";
+pub const SUMMARY: &str = "summary.json";
+pub const GPU_CSV: &str = "gpu-timeline.csv";
+pub const GPU_SVG: &str = "gpu-timeline.svg";
+pub const FLAMEGRAPH_IDLE: &str = "flamegraph-gpu-idle.svg";
+pub const FOLDED_IDLE: &str = "stacks-gpu-idle.folded";
+pub const FLAMEGRAPH_BUSY: &str = "flamegraph-gpu-busy.svg";
+pub const FOLDED_BUSY: &str = "stacks-gpu-busy.folded";
+
+/// Longest command line shown in a flamegraph title before it is cut.
+const TITLE_COMMAND_CHARS: usize = 80;
+
+/// What [`write_outputs`] wrote.
+#[derive(Debug, Clone)]
+pub struct OutputFiles {
+    /// Every file written, in the order written.
+    pub paths: Vec<PathBuf>,
+    /// The summary as written to `summary.json`.
+    pub summary: Summary,
+}
+
+/// The names of the files an output directory holds, with or without GPU data.
+pub fn file_names(gpu: bool) -> Vec<&'static str> {
+    let mut names = vec![FLAMEGRAPH, FOLDED, SUMMARY];
+    if gpu {
+        names.extend([
+            GPU_CSV,
+            GPU_SVG,
+            FLAMEGRAPH_IDLE,
+            FOLDED_IDLE,
+            FLAMEGRAPH_BUSY,
+            FOLDED_BUSY,
+        ]);
+    }
+    names
+}
+
+/// Writes every output file of the recording into `dir`, which must exist. The GPU files are
+/// written when there is GPU data. `summary.json` is written last, so a reader that sees a new
+/// summary sees the profiles it describes.
+pub fn write_outputs(
+    dir: &Path,
+    agg: &Aggregator,
+    meta: &RecordingMeta,
+) -> Result<OutputFiles, ReportError> {
+    let summary = agg.summary(meta);
+    let mut paths = Vec::new();
+    let subject = title_subject(meta);
+
+    let all = agg.folded(StackView::All);
+    paths.push(write_atomic(dir, FOLDED, |w| write_folded(&all, w))?);
+    paths.push(write_atomic(dir, FLAMEGRAPH, |w| {
+        write_flamegraph(&all, &format!("stackscope: {subject}"), w)
+    })?);
+    drop(all);
+
+    let timeline = agg.gpu_timeline();
+    if !timeline.is_empty() {
+        let start = agg.start();
+        paths.push(write_atomic(dir, GPU_CSV, |w| {
+            write_gpu_timeline_csv(timeline, start, w)
+        })?);
+        paths.push(write_atomic(dir, GPU_SVG, |w| {
+            write_gpu_timeline_svg(timeline, start, w)
+        })?);
+        let idle_below = agg.config().idle_below;
+        let views = [
+            (
+                StackView::GpuIdle,
+                FOLDED_IDLE,
+                FLAMEGRAPH_IDLE,
+                format!("while the GPU was idle (below {idle_below}%)"),
+            ),
+            (
+                StackView::GpuBusy,
+                FOLDED_BUSY,
+                FLAMEGRAPH_BUSY,
+                format!("while the GPU was busy (at or above {idle_below}%)"),
+            ),
+        ];
+        for (view, folded_name, svg_name, what) in views {
+            let lines = agg.folded(view);
+            paths.push(write_atomic(dir, folded_name, |w| write_folded(&lines, w))?);
+            paths.push(write_atomic(dir, svg_name, |w| {
+                write_flamegraph(&lines, &format!("stackscope: {subject}, {what}"), w)
+            })?);
+        }
+    }
+
+    paths.push(write_atomic(dir, SUMMARY, |w| {
+        write_summary_json(&summary, w)
+    })?);
+    Ok(OutputFiles { paths, summary })
+}
+
+fn title_subject(meta: &RecordingMeta) -> String {
+    let command: String = meta
+        .command_line
+        .chars()
+        .take(TITLE_COMMAND_CHARS)
+        .collect();
+    let ellipsis = if meta.command_line.chars().count() > TITLE_COMMAND_CHARS {
+        "..."
+    } else {
+        ""
+    };
+    if command.is_empty() {
+        format!("pid {}", meta.pid)
+    } else {
+        format!("pid {} ({command}{ellipsis})", meta.pid)
+    }
+}
+
+/// Writes `name` in `dir` through a temporary file in the same directory, synced and then
+/// renamed over the old one: a reader, or a `kill -9` mid-write, never leaves half a file.
+fn write_atomic(
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
+) -> Result<PathBuf, ReportError> {
+    let path = dir.join(name);
+    let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = write_and_sync(&temp, write).and_then(|()| {
+        fs::rename(&temp, &path).map_err(|source| ReportError::File {
+            path: path.clone(),
+            source,
+        })
+    });
+    if result.is_err() {
+        // The temporary file is ours and useless now; failing to remove it changes nothing.
+        let _ = fs::remove_file(&temp);
+    }
+    result.map(|()| path)
+}
+
+fn write_and_sync(
+    temp: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,
+) -> Result<(), ReportError> {
+    let file_error = |source| ReportError::File {
+        path: temp.to_owned(),
+        source,
+    };
+    let file = File::create(temp).map_err(file_error)?;
+    let mut writer = BufWriter::new(file);
+    write(&mut writer).map_err(|e| match e {
+        ReportError::Io(source) => file_error(source),
+        other => other,
+    })?;
+    writer.flush().map_err(file_error)?;
+    let file = writer
+        .into_inner()
+        .map_err(|e| file_error(e.into_error()))?;
+    file.sync_all().map_err(file_error)?;
+    Ok(())
+}

@@ -1,0 +1,145 @@
+//! The summary, as `summary.json` and as the short text printed at the end of a recording.
+
+use std::io::Write;
+use std::path::Path;
+
+use stackscope_aggregate::{GpuSummary, Summary};
+
+use crate::outputs::{file_names, FLAMEGRAPH};
+use crate::ReportError;
+
+/// How many functions the printed summary lists.
+const TEXT_TOP_FUNCTIONS: usize = 10;
+/// How many threads the printed summary lists before saying how many more there are.
+const TEXT_THREADS: usize = 8;
+
+/// Writes the summary as pretty JSON, ending with a newline.
+pub fn write_summary_json<W: Write>(summary: &Summary, mut w: W) -> Result<(), ReportError> {
+    serde_json::to_writer_pretty(&mut w, summary)?;
+    writeln!(w)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Writes the human summary: what was sampled, what went wrong, where the time went, which
+/// threads, where the files are, and (with GPU data) the verdict last, where the eye lands.
+pub fn write_text_summary<W: Write>(
+    summary: &Summary,
+    out_dir: &Path,
+    mut w: W,
+) -> Result<(), ReportError> {
+    write_header(summary, &mut w)?;
+    write_functions(summary, &mut w)?;
+    write_threads(summary, &mut w)?;
+    for notice in &summary.notices {
+        writeln!(w, "note: {notice}")?;
+    }
+    let names = file_names(summary.gpu.is_some());
+    writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
+    writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
+    if let Some(gpu) = &summary.gpu {
+        write_gpu(gpu, &mut w)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    let python = if s.python_version.is_empty() {
+        String::new()
+    } else {
+        format!(", Python {}", s.python_version)
+    };
+    writeln!(
+        w,
+        "stackscope: {} samples of pid {}{} over {:.1} s at {} Hz",
+        s.samples, s.pid, python, s.duration_secs, s.rate_hz
+    )?;
+    if s.idle_samples_skipped > 0 {
+        writeln!(
+            w,
+            "  {} samples of idle threads left out",
+            s.idle_samples_skipped
+        )?;
+    }
+    if s.errors.total > 0 || s.dropped > 0 {
+        writeln!(
+            w,
+            "  sampling errors: {} (torn reads {}, thread gone {}, other {}); dropped: {}",
+            s.errors.total, s.errors.torn_read, s.errors.thread_gone, s.errors.other, s.dropped
+        )?;
+    }
+    if s.late_ticks > 0 {
+        writeln!(
+            w,
+            "  {} of {} ticks late (at most {:.1} ms)",
+            s.late_ticks, s.ticks, s.max_lateness_ms
+        )?;
+    }
+    if s.target_exited {
+        match s.exit_status {
+            Some(status) => writeln!(w, "  the target exited with status {status}")?,
+            None => writeln!(w, "  the target exited")?,
+        }
+    }
+    Ok(())
+}
+
+fn write_functions<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    if s.top_functions.by_self.is_empty() {
+        writeln!(w, "No stack samples were kept.")?;
+        return Ok(());
+    }
+    writeln!(w, "Top functions (self %, total %):")?;
+    for f in s.top_functions.by_self.iter().take(TEXT_TOP_FUNCTIONS) {
+        writeln!(
+            w,
+            "  {:>5.1}%  {:>5.1}%  {} ({})",
+            f.self_share * 100.0,
+            f.total_share * 100.0,
+            f.function,
+            f.file
+        )?;
+    }
+    Ok(())
+}
+
+fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    if s.threads.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = s
+        .threads
+        .iter()
+        .take(TEXT_THREADS)
+        .map(|t| format!("{} ({})", t.name, t.samples))
+        .collect();
+    let more = s.threads.len().saturating_sub(TEXT_THREADS);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    writeln!(w, "Threads (samples): {}{}", shown.join(", "), more)?;
+    Ok(())
+}
+
+fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
+    let devices: Vec<String> = gpu
+        .devices
+        .iter()
+        .map(|d| match d.mean_utilization {
+            Some(mean) if d.name.is_empty() => format!("GPU {} {mean:.0}%", d.index),
+            Some(mean) => format!("GPU {} ({}) {mean:.0}%", d.index, d.name),
+            None => format!("GPU {} (no utilization)", d.index),
+        })
+        .collect();
+    writeln!(w, "GPU mean utilization: {}", devices.join(", "))?;
+    writeln!(
+        w,
+        "Stack samples while the GPU was idle (<{}%): {}, busy: {}, unknown: {}",
+        gpu.idle_below, gpu.samples_gpu_idle, gpu.samples_gpu_busy, gpu.samples_gpu_unknown
+    )?;
+    writeln!(w, "Verdict: {}", gpu.verdict.text)?;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! A small fixed recording shared by the report tests: two threads, recursion, an idle thread,
+//! sampling errors, and one GPU alternating idle and busy.
+
+use stackscope_aggregate::{AggregateConfig, Aggregator, GpuDeviceInfo, RecordingMeta};
+use stackscope_event::{
+    Event, Frame, GpuSample, SampleError, SampleErrorKind, StackSample, ThreadInfo, Timestamp,
+};
+
+pub const START: Timestamp = Timestamp(1_000_000_000);
+const MS: u64 = 1_000_000;
+
+fn thread(name: &str, id: u64, active: bool) -> ThreadInfo {
+    ThreadInfo {
+        os_thread_id: Some(4000 + id),
+        python_thread_id: 0x7f00 + id,
+        name: Some(name.to_owned()),
+        active,
+        owns_gil: active,
+    }
+}
+
+fn stack(t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
+    Event::Stack(StackSample {
+        time: START.add(std::time::Duration::from_millis(t_ms)),
+        pid: 4242,
+        thread: thread.clone(),
+        frames: frames
+            .iter()
+            .map(|&(f, file, line)| Frame::python(f, file, line))
+            .collect(),
+    })
+}
+
+fn gpu(t_ms: u64, utilization: f32) -> Event {
+    Event::Gpu(GpuSample {
+        time: Timestamp(START.0 + t_ms * MS),
+        device: 0,
+        utilization: Some(utilization),
+        memory_utilization: Some(utilization / 2.0),
+        memory_used_bytes: Some(3 << 30),
+        memory_total_bytes: Some(16 << 30),
+        power_watts: Some(if utilization > 50.0 { 250.0 } else { 60.0 }),
+        sm_clock_mhz: Some(1400),
+        throttle_reasons: None,
+        process_utilization: None,
+    })
+}
+
+/// One second per phase: loading (GPU at 4%) then training (GPU at 96%), four times.
+pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
+    let main = thread("MainThread", 1, true);
+    let loader = thread("loader;0", 2, true);
+    let sleeper = thread("watchdog", 3, false);
+    let mut agg = Aggregator::new(
+        AggregateConfig {
+            include_idle: false,
+            idle_below: 30.0,
+            gpu_enabled: with_gpu,
+        },
+        START,
+    );
+    let mut ring = Vec::new();
+    for t in (0..8_000u64).step_by(50) {
+        let loading = (t / 1_000) % 2 == 0;
+        if with_gpu && t % 200 == 0 {
+            ring.push(gpu(t + 200, if loading { 4.0 } else { 96.0 }));
+        }
+        if loading {
+            agg.handle(stack(
+                t,
+                &main,
+                &[
+                    ("decode", "data.py", 7),
+                    ("load_batch", "data.py", 20),
+                    ("main", "train.py", 50),
+                    ("<module>", "train.py", 60),
+                ],
+            ));
+        } else {
+            // Recursion: forward calls itself through a layer.
+            agg.handle(stack(
+                t,
+                &main,
+                &[
+                    ("matmul", "model.py", 3),
+                    ("forward", "model.py", 12),
+                    ("forward", "model.py", 14),
+                    ("train_step", "train.py", 30),
+                    ("main", "train.py", 52),
+                    ("<module>", "train.py", 60),
+                ],
+            ));
+        }
+        if t % 200 == 0 {
+            agg.handle(stack(t, &loader, &[("prefetch", "data.py", 40)]));
+        }
+        agg.handle(stack(t, &sleeper, &[("sleep", "watch.py", 5)]));
+        if t % 500 == 0 {
+            // NVML's ring is drained twice a second, after the stacks it covers.
+            for event in ring.drain(..) {
+                agg.handle(event);
+            }
+        }
+        if t == 1_000 {
+            agg.handle(Event::SampleError(SampleError {
+                time: START,
+                pid: 4242,
+                kind: SampleErrorKind::TornRead,
+                message: "torn".to_owned(),
+            }));
+        }
+    }
+    for event in ring.drain(..) {
+        agg.handle(event);
+    }
+    agg.finish();
+    let meta = RecordingMeta {
+        pid: 4242,
+        command_line: "python3 train.py --epochs 1".to_owned(),
+        python_version: "3.12.3".to_owned(),
+        started_at: "2025-01-02T03:04:05+00:00".to_owned(),
+        duration_secs: 8.0,
+        rate_hz: 20.0,
+        ticks: 160,
+        dropped: 1,
+        late_ticks: 2,
+        max_lateness_ms: 3.5,
+        target_exited: true,
+        exit_status: Some(0),
+        gpu_devices: if with_gpu {
+            vec![GpuDeviceInfo {
+                index: 0,
+                name: "Fake GPU".to_owned(),
+                uuid: "GPU-0000".to_owned(),
+            }]
+        } else {
+            Vec::new()
+        },
+        gpu_unavailable: (!with_gpu).then(|| "--gpu off".to_owned()),
+        notices: vec!["power readings are averaged by the driver".to_owned()],
+    };
+    (agg, meta)
+}

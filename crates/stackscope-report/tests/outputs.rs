@@ -1,0 +1,120 @@
+//! The whole output directory: which files, written atomically, with consistent content.
+
+mod common;
+
+use std::fs;
+
+use stackscope_report::{write_outputs, write_text_summary};
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn gpu_recording_writes_every_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (agg, meta) = common::recording(true);
+    let written = write_outputs(dir.path(), &agg, &meta).expect("outputs");
+    assert_eq!(
+        names_in(dir.path()),
+        vec![
+            "flamegraph-gpu-busy.svg",
+            "flamegraph-gpu-idle.svg",
+            "flamegraph.svg",
+            "gpu-timeline.csv",
+            "gpu-timeline.svg",
+            "stacks-gpu-busy.folded",
+            "stacks-gpu-idle.folded",
+            "stacks.folded",
+            "summary.json",
+        ],
+        "no temporary files left behind"
+    );
+    assert_eq!(written.paths.len(), 9);
+    assert_eq!(
+        written.paths.last().and_then(|p| p.file_name()),
+        Some("summary.json".as_ref()),
+        "summary written last"
+    );
+
+    let idle = fs::read_to_string(dir.path().join("flamegraph-gpu-idle.svg")).expect("svg");
+    assert!(
+        idle.contains("decode (data.py:7)"),
+        "idle flamegraph names decode"
+    );
+    assert!(idle.contains("while the GPU was idle"));
+    let folded = fs::read_to_string(dir.path().join("stacks.folded")).expect("folded");
+    assert_eq!(folded.lines().count(), 3);
+
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))
+            .expect("valid JSON");
+    assert_eq!(json["samples"], 200);
+    assert_eq!(json["gpu"]["verdict"]["class"], "cpu_preprocessing");
+    assert_eq!(json["gpu"]["devices"][0]["uuid"], "GPU-0000");
+    assert_eq!(written.summary.samples, 200);
+
+    // A second flush replaces the files in place.
+    write_outputs(dir.path(), &agg, &meta).expect("second flush");
+    assert_eq!(names_in(dir.path()).len(), 9);
+}
+
+#[test]
+fn recording_without_gpu_writes_the_three_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (agg, meta) = common::recording(false);
+    write_outputs(dir.path(), &agg, &meta).expect("outputs");
+    assert_eq!(
+        names_in(dir.path()),
+        vec!["flamegraph.svg", "stacks.folded", "summary.json"]
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))
+            .expect("valid JSON");
+    assert!(json["gpu"].is_null());
+}
+
+#[test]
+fn missing_directory_is_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("nope");
+    let (agg, meta) = common::recording(false);
+    let error = write_outputs(&missing, &agg, &meta).expect_err("no such directory");
+    assert!(error.to_string().contains("nope"), "{error}");
+}
+
+#[test]
+fn text_summary_says_what_matters_and_ends_with_the_verdict() {
+    let (agg, meta) = common::recording(true);
+    let summary = agg.summary(&meta);
+    let mut out = Vec::new();
+    write_text_summary(&summary, "out/run1".as_ref(), &mut out).expect("text");
+    let text = String::from_utf8(out).expect("utf8");
+    assert!(text.contains("200 samples of pid 4242"), "{text}");
+    assert!(text.contains("Python 3.12.3"), "{text}");
+    assert!(text.contains("40.0%   40.0%  decode (data.py)"), "{text}");
+    assert!(text.contains("MainThread (160)"), "{text}");
+    assert!(text.contains("sampling errors: 1"), "{text}");
+    assert!(text.contains("dropped: 1"), "{text}");
+    assert!(
+        text.contains("Flamegraph: out/run1/flamegraph.svg"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Files in out/run1: flamegraph.svg, stacks.folded"),
+        "{text}"
+    );
+    assert!(text.contains("gpu-timeline.svg"), "{text}");
+    assert!(text.contains("power readings are averaged"), "{text}");
+    let last = text.lines().last().expect("lines");
+    assert!(
+        last.starts_with("Verdict: GPU utilization swings"),
+        "{last}"
+    );
+    assert!(last.contains("decode (data.py)"), "{last}");
+}
