@@ -44,6 +44,8 @@ pub struct Summary {
     pub notices: Vec<String>,
     /// `None` when no GPU reading was recorded.
     pub gpu: Option<GpuSummary>,
+    /// Why there is no GPU data (no NVML, `--gpu off`, no device), when the binary knows.
+    pub gpu_unavailable: Option<String>,
 }
 
 /// Sampling attempts that failed, by kind.
@@ -113,6 +115,7 @@ impl Aggregator {
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),
             notices: meta.notices.clone(),
             gpu: self.gpu_summary(meta),
+            gpu_unavailable: meta.gpu_unavailable.clone(),
         }
     }
 

@@ -39,6 +39,8 @@ pub fn write_text_summary<W: Write>(
     writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
     if let Some(gpu) = &summary.gpu {
         write_gpu(gpu, &mut w)?;
+    } else if let Some(why) = &summary.gpu_unavailable {
+        writeln!(w, "No GPU data: {why}")?;
     }
     w.flush()?;
     Ok(())

@@ -77,6 +77,17 @@ fn recording_without_gpu_writes_the_three_files() {
         serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))
             .expect("valid JSON");
     assert!(json["gpu"].is_null());
+    assert_eq!(json["gpu_unavailable"], "--gpu off");
+
+    let mut out = Vec::new();
+    write_text_summary(&agg.summary(&meta), dir.path(), &mut out).expect("text");
+    let text = String::from_utf8(out).expect("utf8");
+    assert_eq!(
+        text.lines().last(),
+        Some("No GPU data: --gpu off"),
+        "{text}"
+    );
+    assert!(!text.contains("gpu-timeline"), "{text}");
 }
 
 #[test]
