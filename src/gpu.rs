@@ -45,9 +45,8 @@ impl GpuHandle {
         match GpuPoller::start(&config, target_pids, sender, stop) {
             Ok(poller) => GpuHandle::Polling(poller),
             Err(e) => {
-                let why = format!("GPU data unavailable: {e}");
-                eprintln!("stackscope: {why}");
-                GpuHandle::Unavailable(why)
+                eprintln!("stackscope: GPU data unavailable: {e}");
+                GpuHandle::Unavailable(e.to_string())
             }
         }
     }

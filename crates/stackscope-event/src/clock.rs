@@ -39,7 +39,7 @@ impl Timestamp {
         (self.0 as f64 - start.0 as f64) / 1e9
     }
 
-    pub fn add(self, d: Duration) -> Timestamp {
+    pub fn plus(self, d: Duration) -> Timestamp {
         Timestamp(self.0.saturating_add(d.as_nanos() as u64))
     }
 }

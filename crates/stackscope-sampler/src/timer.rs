@@ -12,19 +12,32 @@ pub struct Tick {
 }
 
 /// Fires at `rate` Hz on a fixed schedule (not "sleep one period after each sample", which
-/// would drift by the sampling cost). When a sample overruns so far that ticks were missed, it
-/// skips them rather than firing a burst, and says how many it skipped.
+/// would drift by the sampling cost). Each tick falls at a random instant within its period:
+/// a strictly periodic sampler aliases with a target whose loop has a period near a multiple of
+/// ours (a 20 ms training step sampled every 10 ms sees the same two instants of it forever),
+/// while one random instant per period keeps the exact rate and sees every phase equally.
+/// When a sample overruns so far that ticks were missed, it skips them rather than firing a
+/// burst, and says how many it skipped.
 pub struct SampleTimer {
     period: Duration,
+    /// The start of the current period.
+    slot: Instant,
+    /// The instant chosen within it.
     next: Instant,
+    random: XorShift,
 }
 
 impl SampleTimer {
     pub fn new(rate_hz: f64) -> SampleTimer {
         let period = Duration::from_secs_f64(1.0 / rate_hz);
+        let slot = Instant::now();
+        let mut random = XorShift::seeded();
+        let next = slot + random.within(period);
         SampleTimer {
             period,
-            next: Instant::now() + period,
+            slot,
+            next,
+            random,
         }
     }
 
@@ -53,10 +66,43 @@ impl SampleTimer {
     /// Accounts for a tick that fires at `now`.
     fn fire(&mut self, now: Instant) -> Tick {
         let lateness = now.saturating_duration_since(self.next);
-        let behind = lateness.as_nanos() / self.period.as_nanos().max(1);
+        // `now` falls in the period `behind` after the current one; those in between, and that
+        // one (whose random instant may already be gone), get no sample.
+        let into = now.saturating_duration_since(self.slot);
+        let behind = into.as_nanos() / self.period.as_nanos().max(1);
         let skipped = u64::try_from(behind).unwrap_or(u64::MAX);
-        self.next += self.period * (u32::try_from(behind).unwrap_or(u32::MAX).saturating_add(1));
+        let advance = u32::try_from(behind.saturating_add(1)).unwrap_or(u32::MAX);
+        self.slot += self.period * advance;
+        self.next = self.slot + self.random.within(self.period);
         Tick { lateness, skipped }
+    }
+}
+
+/// A tiny xorshift generator: the timer needs cheap, unpredictable offsets, not cryptography.
+struct XorShift(u64);
+
+impl XorShift {
+    fn seeded() -> XorShift {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9E37_79B9_7F4A_7C15);
+        XorShift(nanos | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A uniformly random duration in [0, span).
+    fn within(&mut self, span: Duration) -> Duration {
+        let nanos = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Duration::from_nanos(self.next() % nanos)
     }
 }
 
@@ -65,23 +111,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_on_time_tick_skips_nothing() {
+    fn an_on_time_tick_skips_nothing_and_lands_in_the_next_period() {
         let mut timer = SampleTimer::new(100.0);
+        let slot = timer.slot;
+        assert!(timer.next >= slot && timer.next < slot + Duration::from_millis(10));
+        timer.next = slot + Duration::from_millis(5);
         let scheduled = timer.next;
         let tick = timer.fire(scheduled + Duration::from_micros(100));
-        assert_eq!(tick.skipped, 0);
         assert_eq!(tick.lateness, Duration::from_micros(100));
-        assert_eq!(timer.next, scheduled + Duration::from_millis(10));
+        assert_eq!(tick.skipped, 0);
+        assert!(timer.next >= slot + Duration::from_millis(10));
+        assert!(timer.next < slot + Duration::from_millis(20));
     }
 
     #[test]
     fn an_overrun_skips_the_missed_ticks_instead_of_bursting() {
         let mut timer = SampleTimer::new(100.0);
-        let scheduled = timer.next;
-        let tick = timer.fire(scheduled + Duration::from_millis(35));
+        let slot = timer.slot;
+        let tick = timer.fire(slot + Duration::from_millis(35));
+        // Periods 1, 2 and 3 get no sample.
         assert_eq!(tick.skipped, 3);
-        // The next tick is the first scheduled instant after now, not one of the missed ones.
-        assert_eq!(timer.next, scheduled + Duration::from_millis(40));
+        // The next tick falls in the period after now, not in one of the missed ones.
+        assert!(timer.next >= slot + Duration::from_millis(40));
+        assert!(timer.next < slot + Duration::from_millis(50));
+    }
+
+    #[test]
+    fn ticks_keep_the_rate_but_not_a_fixed_phase() {
+        let mut timer = SampleTimer::new(100.0);
+        let start = timer.slot;
+        let mut offsets = Vec::new();
+        for _ in 0..1000 {
+            let at = timer.next;
+            offsets.push((at - start).as_nanos() % 10_000_000);
+            timer.fire(at);
+        }
+        // 1000 ticks span 1000 periods: the rate is exact.
+        assert!(timer.slot - start == Duration::from_millis(10_000));
+        // And the phase within the period is spread out, not stuck.
+        let early = offsets.iter().filter(|o| **o < 5_000_000).count();
+        assert!((350..650).contains(&early), "{early} of 1000 in the first half");
     }
 
     #[test]
