@@ -82,6 +82,58 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
+/// The time-weighted mean utilization of all devices over their readings, and the share of that
+/// time during which the mean was below `idle_below`.
+///
+/// Each reading covers the interval since the previous reading of any device (the rule stack
+/// samples are tagged by), so the result is exact whatever the readings' spacing. A regular
+/// grid would alias with a training loop whose step is a multiple of the grid step and report
+/// whatever phase the grid happens to land on.
+pub fn time_weighted(series: &[Vec<(u64, f32)>], idle_below: f32) -> Option<(f64, f64)> {
+    let mut instants: Vec<u64> = series.iter().flatten().map(|r| r.0).collect();
+    instants.sort_unstable();
+    instants.dedup();
+    let mut cursors = vec![0usize; series.len()];
+    let (mut weighted, mut idle, mut total) = (0.0f64, 0.0f64, 0.0f64);
+    for pair in instants.windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let mut sum = 0.0f64;
+        let mut count = 0u32;
+        for (device, readings) in series.iter().enumerate() {
+            let cursor = &mut cursors[device];
+            while *cursor < readings.len() && readings[*cursor].0 < to {
+                *cursor += 1;
+            }
+            if let Some(&(_, u)) = readings.get(*cursor).or_else(|| readings.last()) {
+                sum += f64::from(u);
+                count += 1;
+            }
+        }
+        if count == 0 {
+            continue;
+        }
+        let span = (to - from) as f64;
+        let value = sum / f64::from(count);
+        weighted += value * span;
+        if value < f64::from(idle_below) {
+            idle += span;
+        }
+        total += span;
+    }
+    if total > 0.0 {
+        Some((weighted / total, idle / total))
+    } else {
+        // One instant: its readings are all there is.
+        let values: Vec<f64> = series
+            .iter()
+            .filter_map(|r| r.first())
+            .map(|r| f64::from(r.1))
+            .collect();
+        let m = mean(&values)?;
+        Some((m, if m < f64::from(idle_below) { 1.0 } else { 0.0 }))
+    }
+}
+
 /// The mean utilization of all devices on a regular grid from `start` to `end` (nanoseconds),
 /// `step` apart. Each point takes each device's reading covering it (the first at or after it),
 /// or its last reading past the end of its series, the same rule stack samples are tagged by.
@@ -152,6 +204,31 @@ mod tests {
         assert_eq!(other.samples, 1);
         assert_eq!(other.mean_utilization, None);
         assert_eq!(other.idle_share, None);
+    }
+
+    #[test]
+    fn time_weighting_does_not_alias_with_a_periodic_load() {
+        // A 100 ms cycle, busy for the last 40 ms of each, read every 20 ms for 10 s.
+        let readings: Vec<(u64, f32)> = (1..=500u64)
+            .map(|k| {
+                let t = k * 20_000_000;
+                let phase = (t % 100_000_000) / 20_000_000;
+                (t, if phase == 4 || phase == 0 { 100.0 } else { 0.0 })
+            })
+            .collect();
+        let (mean, idle) = time_weighted(&[readings], 30.0).expect("some");
+        assert!((mean - 40.0).abs() < 1.0, "{mean}");
+        assert!((idle - 0.6).abs() < 0.01, "{idle}");
+    }
+
+    #[test]
+    fn time_weighting_averages_devices_over_each_interval() {
+        let a = vec![(10, 0.0), (20, 100.0)];
+        let b = vec![(10, 100.0), (20, 100.0)];
+        // One interval, (10, 20]: a reads 100, b reads 100.
+        assert_eq!(time_weighted(&[a, b], 30.0), Some((100.0, 0.0)));
+        let single = vec![(10, 10.0)];
+        assert_eq!(time_weighted(&[single], 30.0), Some((10.0, 1.0)));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregator::{Aggregator, ThreadStat};
 use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
-use crate::gpu_stats::{device_summary, mean, resample_mean, GpuDeviceSummary};
+use crate::gpu_stats::{device_summary, resample_mean, time_weighted, GpuDeviceSummary};
 use crate::meta::RecordingMeta;
 use crate::oscillation::oscillation_period;
 use crate::verdict::{verdict, Verdict, VerdictInput};
@@ -16,8 +16,6 @@ const OSCILLATION_STEP_NANOS: u64 = 100_000_000;
 /// The oscillation search looks at the latest stretch of this length, so its cost stays fixed
 /// however long the recording: a training loop's rhythm shows within minutes.
 const OSCILLATION_WINDOW_NANOS: u64 = 600_000_000_000;
-/// The whole-recording grid for the time-weighted mean has at most this many points.
-const MAX_GRID_POINTS: u64 = 200_000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -149,17 +147,14 @@ impl Aggregator {
         let last = series.iter().filter_map(|s| s.last()).map(|r| r.0).max();
         let (mean_utilization, idle_share, oscillation_period_secs) = match (first, last) {
             (Some(first), Some(last)) => {
-                let step = ((last - first) / MAX_GRID_POINTS).max(OSCILLATION_STEP_NANOS);
-                let grid: Vec<f64> = resample_mean(&series, first, last, step)
-                    .into_iter()
-                    .map(f64::from)
-                    .collect();
-                let idle = grid.iter().filter(|&&u| u < f64::from(idle_below)).count();
-                let idle_share = (!grid.is_empty()).then(|| idle as f64 / grid.len() as f64);
+                let (mean, idle_share) = match time_weighted(&series, idle_below) {
+                    Some((m, i)) => (Some(m), Some(i)),
+                    None => (None, None),
+                };
                 let window_start = last.saturating_sub(OSCILLATION_WINDOW_NANOS).max(first);
                 let recent = resample_mean(&series, window_start, last, OSCILLATION_STEP_NANOS);
                 let period = oscillation_period(&recent, OSCILLATION_STEP_NANOS as f64 / 1e9);
-                (mean(&grid), idle_share, period)
+                (mean, idle_share, period)
             }
             _ => (None, None, None),
         };

@@ -21,7 +21,7 @@ fn thread(name: &str, id: u64, active: bool) -> ThreadInfo {
 
 fn stack(t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
     Event::Stack(StackSample {
-        time: START.add(std::time::Duration::from_millis(t_ms)),
+        time: START.plus(std::time::Duration::from_millis(t_ms)),
         pid: 4242,
         thread: thread.clone(),
         frames: frames
