@@ -67,6 +67,19 @@ fn parse_dump(text: &str) -> Vec<DumpThread> {
     threads
 }
 
+/// Whether `repr` shows the string `value`, quoted as Python does ('...')
+/// or as py-spy does ("...").
+fn is_str_repr(repr: &str, value: &str) -> bool {
+    repr == format!("'{value}'") || repr == format!("\"{value}\"")
+}
+
+/// Whether a `--locals` line is `name = <repr of the string value>`.
+fn local_is(line: &str, name: &str, value: &str) -> bool {
+    line.trim()
+        .strip_prefix(&format!("{name} = "))
+        .is_some_and(|repr| is_str_repr(repr, value))
+}
+
 fn find<'a>(threads: &'a [DumpThread], name: &str, text: &str) -> &'a DumpThread {
     threads
         .iter()
@@ -201,16 +214,15 @@ fn dump_locals_shows_known_values() {
     let text = &run.stdout;
     let threads = parse_dump(text);
     for (name, marker, count) in [
-        ("deadlock-a", "'deadlock-a-local'", "count = 1"),
-        ("deadlock-b", "'deadlock-b-local'", "count = 2"),
+        ("deadlock-a", "deadlock-a-local", "count = 1"),
+        ("deadlock-b", "deadlock-b-local", "count = 2"),
     ] {
         let thread = find(&threads, name, text);
         let (frame, locals) = &thread.frames[0];
         assert!(frame.function.ends_with("_body"), "{frame:?}\n{text}");
-        let expected = format!("marker = {marker}");
         assert!(
-            locals.iter().any(|l| l.trim() == expected),
-            "{name}'s innermost frame should list {expected:?}, got {locals:?}\n{text}"
+            locals.iter().any(|l| local_is(l, "marker", marker)),
+            "{name}'s innermost frame should list marker = {marker:?}, got {locals:?}\n{text}"
         );
         assert!(
             locals.iter().any(|l| l.trim() == count),
@@ -226,7 +238,7 @@ fn dump_locals_shows_known_values() {
     assert!(
         locals
             .iter()
-            .any(|l| l.trim() == "marker = 'queue-waiter-local'"),
+            .any(|l| local_is(l, "marker", "queue-waiter-local")),
         "{locals:?}\n{text}"
     );
     assert_not_stopped(fixture.pid);
@@ -316,7 +328,8 @@ fn dump_json_locals() {
         .iter()
         .find(|l| l["name"] == "marker")
         .unwrap_or_else(|| panic!("no local marker: {locals:?}"));
-    assert_eq!(marker["repr"], "'deadlock-a-local'", "{marker:#}");
+    let repr = marker["repr"].as_str().expect("repr string");
+    assert!(is_str_repr(repr, "deadlock-a-local"), "{marker:#}");
     assert_eq!(marker["arg"], Value::Bool(false), "{marker:#}");
     let count = locals
         .iter()

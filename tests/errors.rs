@@ -208,6 +208,8 @@ fn bad_rates_are_usage_errors() {
     let pid = fixture.pid.to_string();
     let out = OutDir::new();
     for rate in ["0", "100000", "abc", "-5"] {
+        // `--rate=-5`: with `--rate -5`, clap would take -5 for an option.
+        let rate_arg = format!("--rate={rate}");
         let run = run_stackscope(
             &[
                 "attach",
@@ -217,8 +219,7 @@ fn bad_rates_are_usage_errors() {
                 out.arg(),
                 "--duration",
                 "1",
-                "--rate",
-                rate,
+                &rate_arg,
             ],
             RUN_TIMEOUT,
         );
