@@ -102,9 +102,9 @@ pub struct DumpArgs {
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
-    let rate: f64 = s
-        .parse()
-        .map_err(|_| format!("the sampling rate must be a number of samples per second, not '{s}'"))?;
+    let rate: f64 = s.parse().map_err(|_| {
+        format!("the sampling rate must be a number of samples per second, not '{s}'")
+    })?;
     if !(0.1..=10_000.0).contains(&rate) {
         return Err(format!(
             "a sampling rate of {s} Hz is out of range: use 0.1 to 10000 (the default is 100)"

@@ -42,7 +42,11 @@ fn write_thread<W: Write>(thread: &ThreadDump, out: &mut W) -> std::io::Result<(
     }
     writeln!(out, "Thread {id} \"{name}\" ({state})")?;
     for frame in &thread.frames {
-        writeln!(out, "    {} ({}:{})", frame.function, frame.file, frame.line)?;
+        writeln!(
+            out,
+            "    {} ({}:{})",
+            frame.function, frame.file, frame.line
+        )?;
         for local in frame.locals.iter().flatten() {
             let repr = local.repr.as_deref().unwrap_or("?");
             writeln!(out, "        {} = {}", local.name, repr)?;

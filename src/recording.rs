@@ -46,8 +46,11 @@ pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
                 ensure_writable_dir(Path::new("."))?;
             }
             let mut child = LaunchedChild::spawn(command)?;
-            let target = match PythonTarget::attach_when_ready(child.pid(), &options, STARTUP_TIMEOUT)
-            {
+            let target = match PythonTarget::attach_when_ready(
+                child.pid(),
+                &options,
+                STARTUP_TIMEOUT,
+            ) {
                 Ok(target) => target,
                 Err(e) => {
                     let status = child.end();

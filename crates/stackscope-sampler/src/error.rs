@@ -135,7 +135,9 @@ fn is_permission_error(cause: &anyhow::Error) -> bool {
 
 fn is_gone_error(cause: &anyhow::Error) -> bool {
     io_errors(cause).any(|k| k == std::io::ErrorKind::NotFound)
-        || cause.chain().any(|e| e.to_string().contains("No such process"))
+        || cause
+            .chain()
+            .any(|e| e.to_string().contains("No such process"))
 }
 
 /// The error and its causes on one line, the way a user reads them.

@@ -69,7 +69,10 @@ pub fn children(pid: u32) -> Vec<u32> {
     for task in tasks.flatten() {
         let path = task.path().join("children");
         if let Ok(text) = fs::read_to_string(path) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     out.sort_unstable();

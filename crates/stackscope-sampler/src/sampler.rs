@@ -139,7 +139,9 @@ fn run(
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
-        stats.skipped_ticks.fetch_add(tick.skipped, Ordering::Relaxed);
+        stats
+            .skipped_ticks
+            .fetch_add(tick.skipped, Ordering::Relaxed);
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
         match target.read_stacks() {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use py_spy::config::{LockingStrategy, LineNo};
+use py_spy::config::{LineNo, LockingStrategy};
 use py_spy::{Config, PythonSpy, StackTrace};
 use stackscope_event::{Frame, ThreadInfo};
 
@@ -166,11 +166,7 @@ impl PythonTarget {
                     active: trace.active,
                     owns_gil: trace.owns_gil,
                 };
-                let frames = trace
-                    .frames
-                    .iter()
-                    .map(|f| self.strings.frame(f))
-                    .collect();
+                let frames = trace.frames.iter().map(|f| self.strings.frame(f)).collect();
                 ThreadStack {
                     thread,
                     frames,

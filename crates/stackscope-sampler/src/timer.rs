@@ -150,7 +150,10 @@ mod tests {
         assert!(timer.slot - start == Duration::from_millis(10_000));
         // And the phase within the period is spread out, not stuck.
         let early = offsets.iter().filter(|o| **o < 5_000_000).count();
-        assert!((350..650).contains(&early), "{early} of 1000 in the first half");
+        assert!(
+            (350..650).contains(&early),
+            "{early} of 1000 in the first half"
+        );
     }
 
     #[test]

@@ -7,7 +7,10 @@ use stackscope_sampler::{dump_process, procfs, AttachError, PythonTarget, Target
 
 /// A Python process, killed on Drop. Its stdout pipe is kept open: closing it early would
 /// kill it with a BrokenPipeError at its next write.
-struct Python(Child, std::process::ChildStdout);
+struct Python {
+    child: Child,
+    _stdout: std::process::ChildStdout,
+}
 
 impl Python {
     /// Starts `code` and waits until it prints its first line, its sign of being ready.
@@ -21,19 +24,24 @@ impl Python {
         let mut stdout = child.stdout.take().expect("stdout");
         let mut line = [0u8; 6];
         use std::io::Read;
-        stdout.read_exact(&mut line).expect("python3 says it is ready");
-        Python(child, stdout)
+        stdout
+            .read_exact(&mut line)
+            .expect("python3 says it is ready");
+        Python {
+            child,
+            _stdout: stdout,
+        }
     }
 
     fn pid(&self) -> u32 {
-        self.0.id()
+        self.child.id()
     }
 }
 
 impl Drop for Python {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -68,7 +76,11 @@ fn reads_the_named_thread_innermost_first_and_leaves_the_process_running() {
     };
     let names: Vec<&str> = spinner.frames.iter().map(|f| &*f.function).collect();
     assert_eq!(&names[..2], ["inner_spin", "outer_spin"], "{names:?}");
-    assert!(spinner.frames[0].line >= 4, "line {}", spinner.frames[0].line);
+    assert!(
+        spinner.frames[0].line >= 4,
+        "line {}",
+        spinner.frames[0].line
+    );
     assert!(spinner.thread.os_thread_id.is_some());
     drop(target);
     assert!(procfs::is_alive(python.pid()));
@@ -102,7 +114,10 @@ fn a_process_that_is_not_python_is_named() {
     let pid = sleep.id();
     // Let exec finish so the mappings are sleep's, not the forked test binary's.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while procfs::exe(pid).map(|p| !p.ends_with("sleep")).unwrap_or(true) {
+    while procfs::exe(pid)
+        .map(|p| !p.ends_with("sleep"))
+        .unwrap_or(true)
+    {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(5));
     }
