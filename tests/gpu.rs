@@ -73,14 +73,29 @@ fn gpu_idle_samples_are_the_data_phase_and_busy_samples_the_compute_phase() {
         &script,
         "fake-nvml",
         &out,
-        &["--seconds", "6", "--step-ms", "1000", "--gpu-file", &phase_arg],
+        &[
+            "--seconds",
+            "6",
+            "--step-ms",
+            "1000",
+            "--gpu-file",
+            &phase_arg,
+        ],
     );
     run.assert_success();
 
     let idle = Folded::read(&out.out.join("stacks-gpu-idle.folded"));
     let busy = Folded::read(&out.out.join("stacks-gpu-busy.folded"));
-    assert!(idle.total() > 100, "too few GPU-idle samples\n{}", run.describe());
-    assert!(busy.total() > 70, "too few GPU-busy samples\n{}", run.describe());
+    assert!(
+        idle.total() > 100,
+        "too few GPU-idle samples\n{}",
+        run.describe()
+    );
+    assert!(
+        busy.total() > 70,
+        "too few GPU-busy samples\n{}",
+        run.describe()
+    );
     let loading = share_through(&idle, "load_batch");
     let computing = share_through(&busy, "train_step");
     assert!(
@@ -115,12 +130,19 @@ fn gpu_idle_samples_are_the_data_phase_and_busy_samples_the_compute_phase() {
 
     // The timeline saw both phases, on the recording's clock (seconds since its start).
     let csv = std::fs::read_to_string(out.out.join("gpu-timeline.csv")).expect("csv");
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
     assert!(rows.len() > 100, "{} timeline rows", rows.len());
     assert!(rows.iter().any(|r| r[2] == "0") && rows.iter().any(|r| r[2] == "100"));
     let times: Vec<f64> = rows.iter().map(|r| r[0].parse().expect("time")).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "times out of order");
-    assert!(times[0] > -1.0 && *times.last().expect("rows") < 10.0, "{times:?}");
+    assert!(
+        times[0] > -1.0 && *times.last().expect("rows") < 10.0,
+        "{times:?}"
+    );
     let svg = std::fs::read_to_string(out.out.join("gpu-timeline.svg")).expect("svg");
     assert!(svg.contains("<svg") && svg.contains("polyline") || svg.contains("path"));
     let idle_svg =
@@ -208,17 +230,33 @@ fn not_supported_answers_turn_off_that_metric_only() {
     run.assert_success();
     let summary = out.summary();
     let notices = summary["notices"].to_string();
-    assert!(notices.contains("power") && notices.contains("NOT_SUPPORTED"), "{notices}");
+    assert!(
+        notices.contains("power") && notices.contains("NOT_SUPPORTED"),
+        "{notices}"
+    );
     let device = &summary["gpu"]["devices"][0];
     assert!(device["mean_power_watts"].is_null(), "{device:#}");
     assert_eq!(num(&device["mean_utilization"], "mean"), 40.0);
     let csv = std::fs::read_to_string(out.out.join("gpu-timeline.csv")).expect("csv");
     let header: Vec<&str> = csv.lines().next().expect("header").split(',').collect();
-    let power = header.iter().position(|h| *h == "power_w").expect("power column");
-    let memory = header.iter().position(|h| *h == "memory_used_mib").expect("memory");
-    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let power = header
+        .iter()
+        .position(|h| *h == "power_w")
+        .expect("power column");
+    let memory = header
+        .iter()
+        .position(|h| *h == "memory_used_mib")
+        .expect("memory");
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
     assert!(rows.iter().all(|r| r[power].is_empty()));
-    assert!(rows.iter().any(|r| !r[memory].is_empty()), "memory is still read");
+    assert!(
+        rows.iter().any(|r| !r[memory].is_empty()),
+        "memory is still read"
+    );
 }
 
 #[test]
