@@ -194,35 +194,49 @@ pub fn wall_clock_us() -> u64 {
         .unwrap_or(0)
 }
 
-/// Starts the thread that fills every device's ring; `None` if the thread cannot be spawned
-/// (the rings then stay empty, which the calls report as "no samples").
+/// Takes the first tick now, so the ring is never empty after init, then starts the thread that
+/// keeps filling every device's ring; `None` if the thread cannot be spawned (the rings then keep
+/// that one tick).
 fn spawn_ticker(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Option<JoinHandle<()>> {
+    let mut ticker = Ticker::new(&shared);
+    ticker.tick(&shared);
     std::thread::Builder::new()
         .name("fake-nvml-ticker".into())
-        .spawn(move || run_ticker(&shared, &stop))
+        .spawn(move || ticker.run(&shared, &stop))
         .ok()
 }
 
-fn run_ticker(shared: &Shared, stop: &AtomicBool) {
-    let period = Duration::from_millis(shared.script.sample_period_ms);
-    let mut patterns: Vec<(PatternState, PatternState)> = shared
-        .devices
-        .iter()
-        .map(|d| {
-            (
-                PatternState::new(d.script.utilization.clone()),
-                PatternState::new(d.script.memory_utilization.clone()),
-            )
-        })
-        .collect();
-    let mut last_us = 0;
-    let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+/// The sampling thread's state: each device's patterns and the last timestamp used.
+struct Ticker {
+    patterns: Vec<(PatternState, PatternState)>,
+    last_us: u64,
+}
+
+impl Ticker {
+    fn new(shared: &Shared) -> Ticker {
+        let patterns = shared
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    PatternState::new(d.script.utilization.clone()),
+                    PatternState::new(d.script.memory_utilization.clone()),
+                )
+            })
+            .collect();
+        Ticker {
+            patterns,
+            last_us: 0,
+        }
+    }
+
+    /// Pushes one sample per device, stamped now.
+    fn tick(&mut self, shared: &Shared) {
         let elapsed = shared.started.elapsed();
         // Timestamps strictly increase, so "newer than lastSeen" never skips or repeats a tick.
-        let time_us = wall_clock_us().max(last_us + 1);
-        last_us = time_us;
-        for (device, (gpu, memory)) in shared.devices.iter().zip(patterns.iter_mut()) {
+        let time_us = wall_clock_us().max(self.last_us + 1);
+        self.last_us = time_us;
+        for (device, (gpu, memory)) in shared.devices.iter().zip(self.patterns.iter_mut()) {
             let tick = Tick {
                 time_us,
                 gpu: gpu.value_at(elapsed),
@@ -230,19 +244,30 @@ fn run_ticker(shared: &Shared, stop: &AtomicBool) {
             };
             lock(&device.ring).push(tick);
         }
-        // A fixed schedule rather than sleep(period), so the tick rate does not drift.
-        next += period;
-        let now = Instant::now();
-        if next <= now {
-            next = now + period;
-        }
-        // Parking lets shutdown wake the thread at once instead of waiting out a period.
-        while !stop.load(Ordering::SeqCst) {
-            let now = Instant::now();
-            if now >= next {
-                break;
+    }
+
+    fn run(mut self, shared: &Shared, stop: &AtomicBool) {
+        let period = Duration::from_millis(shared.script.sample_period_ms);
+        let mut next = Instant::now() + period;
+        loop {
+            // Parking lets shutdown wake the thread at once instead of waiting out a period.
+            while !stop.load(Ordering::SeqCst) {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                std::thread::park_timeout(next - now);
             }
-            std::thread::park_timeout(next - now);
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            self.tick(shared);
+            // A fixed schedule rather than sleep(period), so the tick rate does not drift.
+            next += period;
+            let now = Instant::now();
+            if next <= now {
+                next = now + period;
+            }
         }
     }
 }

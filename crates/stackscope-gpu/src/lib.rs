@@ -19,7 +19,16 @@
 //!   measured once at start.
 //! - Sending never blocks: a full channel counts a drop ([`GpuPoller::dropped`]).
 //!
-//! Tests run all of this against `crates/fake-nvml`, a scripted stand-in for the driver library.
+//! # Without a GPU
+//!
+//! `crates/fake-nvml` builds `libfake_nvml.so`, a scripted stand-in for the driver library, and
+//! `crates/fake-nvml-minimal` builds `libfake_nvml_minimal.so`, the same without the optional
+//! calls (an old driver). Both land in `target/<profile>/` with `cargo build --workspace`. To
+//! run against one, point [`GpuConfig::nvml_lib`] (the binary: `--nvml-lib` or
+//! `STACKSCOPE_NVML_LIB`) at it and put its script in `STACKSCOPE_FAKE_NVML` (a JSON file, or
+//! inline JSON) before NVML is initialized; fake-nvml's crate docs give the script's schema.
+//! This crate's `tests/` do so, each scenario in a process of its own because the fake's state
+//! is process-wide.
 //!
 //! [`Event::Gpu`]: stackscope_event::Event::Gpu
 //! [`GpuSample`]: stackscope_event::GpuSample

@@ -87,7 +87,11 @@ impl DeviceState {
                 device.current_throttle_reasons()
             })
             .value();
-        let process_utilization = self.process_utilization(device, target_pids, notices);
+        // An empty per-process answer means "the target did not use the GPU" only if the driver
+        // sampled at all meanwhile; the ring shows whether it did.
+        let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
+        let process_utilization =
+            self.process_utilization(device, target_pids, driver_sampled, notices);
 
         if samples.is_empty() {
             samples.push(GpuSample {
@@ -148,11 +152,13 @@ impl DeviceState {
     }
 
     /// The target's share of the SM since the last poll: the sum over its processes (a training
-    /// job's workers each hold a context). `None` without target pids or without the call.
+    /// job's workers each hold a context). `None` without target pids, without the call, or when
+    /// the driver answered nothing and `driver_sampled` is false.
     fn process_utilization(
         &mut self,
         device: &Device<'_>,
         target_pids: &[u32],
+        driver_sampled: bool,
         notices: &mut Vec<String>,
     ) -> Option<f32> {
         if target_pids.is_empty() {
@@ -168,8 +174,9 @@ impl DeviceState {
                 }
                 Some(target_share(&list, target_pids))
             }
-            // The driver lists only processes that used the GPU; none listed means none did.
-            Reading::NoData => Some(0.0),
+            // The driver lists only processes that used the GPU; none listed means none did,
+            // provided it took samples at all since the last poll.
+            Reading::NoData => driver_sampled.then_some(0.0),
             Reading::Unavailable => None,
         }
     }

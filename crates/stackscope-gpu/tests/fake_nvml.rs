@@ -6,10 +6,11 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use stackscope_gpu::{GpuConfig, GpuError, GpuPoller, GpuSelection};
-use support::{config, fake_lib, isolated, json_path, minimal_lib, run_for, script, start};
+use support::{
+    config, fake_lib, isolated, json_path, minimal_lib, run_polls, script, start, wait_for,
+};
 
 fn start_err(config: &GpuConfig) -> GpuError {
     let (sender, _receiver) = crossbeam_channel::bounded(16);
@@ -27,7 +28,7 @@ fn ring_samples_follow_a_square_wave() {
         "power_w": 250.0, "sm_clock_mhz": 1755,
         "utilization": {"square": {"period_s": 0.4, "low": 3, "high": 97}} } ] }"#;
     isolated("ring_samples_follow_a_square_wave", script(SCRIPT), |_| {
-        let out = run_for(&config(fake_lib()), vec![], Duration::from_millis(1300));
+        let out = run_polls(&config(fake_lib()), vec![], 13);
         assert_eq!(out.devices.len(), 1);
         assert_eq!(out.devices[0].name, "Fake H100");
         assert_eq!(out.devices[0].uuid, "GPU-fake-0");
@@ -96,10 +97,11 @@ fn utilization_follows_a_file() {
         let file = dir.join("util");
         std::fs::write(&file, "0").expect("write");
         let run = start(&config(fake_lib()), vec![]);
-        std::thread::sleep(Duration::from_millis(500));
-        let switched = stackscope_event::Timestamp::now();
+        run.wait_polls(5);
+        let writing = stackscope_event::Timestamp::now();
         std::fs::write(&file, "100").expect("write");
-        std::thread::sleep(Duration::from_millis(500));
+        let written = stackscope_event::Timestamp::now();
+        run.wait_polls(5);
         let out = run.finish();
         let ring: Vec<_> = out
             .samples
@@ -110,16 +112,16 @@ fn utilization_follows_a_file() {
         let margin = 60_000_000;
         let before: Vec<f32> = ring
             .iter()
-            .filter(|s| s.time.as_nanos() + margin < switched.as_nanos())
+            .filter(|s| s.time.as_nanos() + margin < writing.as_nanos())
             .filter_map(|s| s.utilization)
             .collect();
         let after: Vec<f32> = ring
             .iter()
-            .filter(|s| s.time.as_nanos() > switched.as_nanos() + margin)
+            .filter(|s| s.time.as_nanos() > written.as_nanos() + margin)
             .filter_map(|s| s.utilization)
             .collect();
         assert!(
-            before.len() >= 10 && after.len() >= 10,
+            before.len() >= 3 && after.len() >= 3,
             "{before:?} {after:?}"
         );
         assert!(before.iter().all(|&u| u == 0.0), "{before:?}");
@@ -135,7 +137,7 @@ fn two_devices_are_both_reported() {
         { "name": "Fake A100", "uuid": "GPU-aaaa", "utilization": 10 },
         { "name": "Fake H100", "uuid": "GPU-bbbb", "utilization": 90 } ] }"#;
     isolated("two_devices_are_both_reported", script(SCRIPT), |_| {
-        let out = run_for(&config(fake_lib()), vec![], Duration::from_millis(700));
+        let out = run_polls(&config(fake_lib()), vec![], 7);
         let names: Vec<(u32, &str, &str)> = out
             .devices
             .iter()
@@ -171,7 +173,7 @@ fn explicit_device_list_polls_only_those() {
         |_| {
             let mut cfg = config(fake_lib());
             cfg.selection = GpuSelection::Devices(vec![2, 0]);
-            let out = run_for(&cfg, vec![], Duration::from_millis(400));
+            let out = run_polls(&cfg, vec![], 4);
             let indices: Vec<u32> = out.devices.iter().map(|d| d.index).collect();
             assert_eq!(indices, vec![2, 0]);
             assert!(out.samples.iter().all(|s| s.device != 1));
@@ -203,7 +205,7 @@ fn unsupported_metrics_give_notices_and_none() {
         |_| {
             let mut cfg = config(fake_lib());
             cfg.selection = GpuSelection::Devices(vec![0, 1]);
-            let out = run_for(&cfg, vec![4242], Duration::from_millis(700));
+            let out = run_polls(&cfg, vec![4242], 7);
             let mut notices = out.report.notices.clone();
             notices.sort();
             assert_eq!(
@@ -224,7 +226,10 @@ fn unsupported_metrics_give_notices_and_none() {
             assert!(dev0.iter().all(|s| s.power_watts.is_none()
                 && s.sm_clock_mhz.is_none()
                 && s.process_utilization.is_none()));
-            assert!(dev0.iter().all(|s| s.utilization == Some(55.0)));
+            // A poll that finds no new ring sample sends its other metrics with utilization
+            // unknown; every utilization reported is the scripted one.
+            let utilization: Vec<f32> = dev0.iter().filter_map(|s| s.utilization).collect();
+            assert!(utilization.len() >= 10 && utilization.iter().all(|&u| u == 55.0));
             assert!(dev0.iter().any(|s| s.memory_used_bytes.is_some()));
             assert!(dev0.iter().any(|s| s.throttle_reasons.is_some()));
         },
@@ -239,10 +244,10 @@ fn unsupported_ring_falls_back_to_rates() {
         "unsupported_ring_falls_back_to_rates",
         script(SCRIPT),
         |_| {
-            let out = run_for(&config(fake_lib()), vec![], Duration::from_millis(700));
+            let out = run_polls(&config(fake_lib()), vec![], 7);
             assert_eq!(out.report.notices.len(), 1, "{:?}", out.report.notices);
             // One reading per poll, each complete.
-            assert!(out.samples.len() >= 4 && out.samples.len() as u64 <= out.report.polls);
+            assert_eq!(out.samples.len() as u64, out.report.polls);
             for s in &out.samples {
                 assert_eq!(s.utilization, Some(42.0));
                 assert_eq!(s.memory_utilization, Some(7.0));
@@ -262,7 +267,7 @@ fn minimal_library_falls_back_with_notices() {
         "minimal_library_falls_back_with_notices",
         script(SCRIPT),
         |_| {
-            let out = run_for(&config(minimal_lib()), vec![77], Duration::from_millis(700));
+            let out = run_polls(&config(minimal_lib()), vec![77], 7);
             let notices = &out.report.notices;
             let expect = [
             "utilization samples unavailable on device 0 (nvmlDeviceGetSamples missing from the \
@@ -285,7 +290,7 @@ fn minimal_library_falls_back_with_notices() {
                 );
             }
             assert_eq!(notices.len(), expect.len(), "{notices:#?}");
-            assert!(out.samples.len() >= 4);
+            assert_eq!(out.samples.len() as u64, out.report.polls);
             for s in &out.samples {
                 assert_eq!(s.utilization, Some(64.0));
                 assert!(s.memory_used_bytes.is_some());
@@ -304,7 +309,7 @@ fn per_process_utilization_of_the_target() {
         "per_process_utilization_of_the_target",
         script(SCRIPT),
         |_| {
-            let out = run_for(&config(fake_lib()), vec![4242], Duration::from_millis(600));
+            let out = run_polls(&config(fake_lib()), vec![4242], 6);
             let shares: Vec<f32> = out
                 .samples
                 .iter()
@@ -314,7 +319,7 @@ fn per_process_utilization_of_the_target() {
             assert!(shares.iter().all(|&p| p == 70.0), "{shares:?}");
 
             // A target absent from the driver's list used none of the GPU.
-            let out = run_for(&config(fake_lib()), vec![999], Duration::from_millis(400));
+            let out = run_polls(&config(fake_lib()), vec![999], 4);
             let shares: Vec<f32> = out
                 .samples
                 .iter()
@@ -342,23 +347,21 @@ fn auto_narrows_when_the_target_appears() {
         let run = start(&config(fake_lib()), vec![4242]);
         let all: Vec<u32> = run.poller.devices().iter().map(|d| d.index).collect();
         assert_eq!(all, vec![0, 1], "target on no GPU yet: all of them");
-        std::thread::sleep(Duration::from_millis(300));
+        run.wait_polls(3);
+        let first = run.take();
         assert!(
-            !run.take().iter().all(|s| s.device == 1),
+            first.iter().any(|s| s.device == 0),
             "device 0 polled at first"
         );
 
         // The job opens its CUDA context on GPU 1.
         std::fs::write(&pid_file, "1 4242\n").expect("write");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while run.poller.current_devices().len() != 1 {
-            assert!(Instant::now() < deadline, "never narrowed");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for("narrowing", || run.poller.current_devices().len() == 1);
         assert_eq!(run.poller.current_devices()[0].index, 1);
-        std::thread::sleep(Duration::from_millis(150));
+        // The poll under way when the devices changed may still have read device 0.
+        run.wait_polls(1);
         run.take();
-        std::thread::sleep(Duration::from_millis(400));
+        run.wait_polls(4);
         let later = run.take();
         assert!(
             !later.is_empty() && later.iter().all(|s| s.device == 1),
@@ -400,9 +403,9 @@ fn a_lost_device_is_a_notice_and_the_others_go_on() {
         script(SCRIPT),
         |_| {
             let run = start(&config(fake_lib()), vec![]);
-            std::thread::sleep(Duration::from_millis(600));
+            wait_for("device 0 lost", || !run.poller.notices().is_empty());
             let lost_by = stackscope_event::Timestamp::now();
-            std::thread::sleep(Duration::from_millis(400));
+            run.wait_polls(4);
             let out = run.finish();
             assert_eq!(out.report.notices.len(), 1, "{:?}", out.report.notices);
             assert!(
@@ -431,8 +434,7 @@ fn a_full_channel_counts_drops_without_blocking() {
                 Arc::clone(&stop),
             )
             .expect("starts");
-            std::thread::sleep(Duration::from_millis(500));
-            assert!(poller.dropped() > 0);
+            wait_for("drops", || poller.dropped() >= 10);
             stop.store(true, std::sync::atomic::Ordering::SeqCst);
             let report = poller.join();
             assert!(report.dropped >= 10, "dropped {}", report.dropped);
@@ -441,9 +443,9 @@ fn a_full_channel_counts_drops_without_blocking() {
 }
 
 #[test]
-fn failed_init_and_no_devices_are_errors() {
+fn failed_init_is_an_error() {
     isolated(
-        "failed_init_and_no_devices_are_errors",
+        "failed_init_is_an_error",
         script(r#"{"fail_init": true}"#),
         |_| {
             let e = start_err(&config(fake_lib()));
@@ -453,25 +455,31 @@ fn failed_init_and_no_devices_are_errors() {
             assert!(text.contains("driver is not loaded"), "{text}");
         },
     );
+}
+
+#[test]
+fn no_devices_is_an_error() {
     isolated(
-        "failed_init_and_no_devices_are_errors_empty",
+        "no_devices_is_an_error",
         script(r#"{"devices": []}"#),
         |_| {
             let e = start_err(&config(fake_lib()));
             assert!(matches!(e, GpuError::NoDevices), "{e:?}");
+            assert_eq!(e.to_string(), "NVML reports no GPUs");
         },
     );
 }
 
 #[test]
-fn failed_init_and_no_devices_are_errors_empty() {
-    // Runs as the child of `failed_init_and_no_devices_are_errors`; alone it checks nothing.
-    if std::env::var("STACKSCOPE_GPU_TEST_CHILD").as_deref()
-        == Ok("failed_init_and_no_devices_are_errors_empty")
-    {
-        let e = start_err(&config(fake_lib()));
-        assert!(matches!(e, GpuError::NoDevices), "{e:?}");
-    }
+fn a_bad_script_fails_init_loudly() {
+    isolated(
+        "a_bad_script_fails_init_loudly",
+        script(r#"{"devics": []}"#),
+        |_| {
+            let e = start_err(&config(fake_lib()));
+            assert!(matches!(e, GpuError::Init { .. }), "{e:?}");
+        },
+    );
 }
 
 #[test]

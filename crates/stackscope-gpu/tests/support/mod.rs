@@ -230,11 +230,29 @@ impl Run {
     }
 }
 
-/// Runs the poller for `duration` and returns what it sent.
-pub fn run_for(config: &GpuConfig, pids: Vec<u32>, duration: Duration) -> Outcome {
+/// Runs the poller until it has polled `polls` times and returns what it sent. Waiting for
+/// polls rather than for a time keeps the tests meaningful on a loaded machine.
+pub fn run_polls(config: &GpuConfig, pids: Vec<u32>, polls: u64) -> Outcome {
     let run = start(config, pids);
-    std::thread::sleep(duration);
+    run.wait_polls(polls);
     run.finish()
+}
+
+/// Waits until `condition` holds, failing after 20 s.
+pub fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl Run {
+    /// Waits for `n` more polls.
+    pub fn wait_polls(&self, n: u64) {
+        let target = self.poller.polls() + n;
+        wait_for("polls", || self.poller.polls() >= target);
+    }
 }
 
 impl Outcome {
