@@ -242,9 +242,12 @@ fn attach_names_threads_and_skips_idle_main() {
             );
         }
     }
+    // The main thread is blocked in join() the whole time: none of its
+    // samples may be kept without --idle.
     assert!(
         !threads.contains_key("MainThread"),
-        "idle MainThread sampled without --idle:\n{excerpt}"
+        "idle MainThread (blocked in join) sampled without --idle: {} samples:\n{excerpt}",
+        folded.thread_total("MainThread")
     );
 
     let summary = out.summary();
