@@ -103,6 +103,7 @@ impl Aggregator {
                 self.tagger.observe(error.time);
             }
             Event::Gpu(sample) => self.handle_gpu(sample),
+            Event::Process(process) => self.tagger.observe(process.time),
         }
         self.release_tagged();
     }

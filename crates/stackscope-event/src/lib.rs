@@ -21,6 +21,27 @@ pub enum Event {
     SampleError(SampleError),
     /// One reading of one GPU.
     Gpu(GpuSample),
+    /// A process came under or left the sampler's watch (`--subprocesses` follows a tree).
+    Process(ProcessEvent),
+}
+
+/// A process the sampler started or stopped reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEvent {
+    pub time: Timestamp,
+    pub pid: u32,
+    /// The command line, arguments joined by spaces.
+    pub command_line: String,
+    pub kind: ProcessEventKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessEventKind {
+    /// The sampler attached to it (at the start, or when it appeared as a child).
+    Attached,
+    /// It exited, or stopped being readable.
+    Exited,
 }
 
 /// One Python thread's stack, read at one instant.
