@@ -77,6 +77,14 @@ pub struct RecordingArgs {
     /// Read the target without stopping it: cheaper for the target, but stacks may be torn.
     #[arg(long)]
     pub nonblocking: bool,
+    /// Also sample the target's child processes as they come and go (DataLoader workers,
+    /// torchrun ranks); each process becomes a root frame of the flamegraph.
+    #[arg(long)]
+    pub subprocesses: bool,
+    /// Rewrite every output this often, so a crash or kill -9 loses at most one interval.
+    /// SIGUSR1 writes them at once.
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
+    pub flush_interval: f64,
     /// GPUs to poll: auto (those the target uses, else all), off, or a list of indices like 0,1.
     #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
     pub gpu: String,

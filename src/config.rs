@@ -48,6 +48,8 @@ pub struct RecordingConfig {
     pub blocking: bool,
     pub gpu: GpuSettings,
     pub idle_below: f32,
+    pub subprocesses: bool,
+    pub flush_interval: Duration,
 }
 
 impl RecordingConfig {
@@ -75,6 +77,8 @@ impl RecordingConfig {
                 nvml_lib: args.nvml_lib,
             },
             idle_below: args.idle_below,
+            subprocesses: args.subprocesses,
+            flush_interval: Duration::from_secs_f64(args.flush_interval),
         })
     }
 

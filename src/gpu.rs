@@ -55,43 +55,60 @@ impl GpuHandle {
         matches!(self, GpuHandle::Polling(_))
     }
 
+    /// What the GPU side knows so far, for a checkpoint while it runs.
+    pub fn snapshot(&self) -> GpuReport {
+        match self {
+            GpuHandle::Polling(poller) => GpuReport {
+                devices: device_infos(poller.current_devices()),
+                unavailable: None,
+                notices: poller.notices(),
+                dropped: poller.dropped(),
+            },
+            GpuHandle::Unavailable(why) => GpuReport::unavailable(why),
+        }
+    }
+
     pub fn join(self) -> GpuReport {
         match self {
             GpuHandle::Polling(poller) => {
                 let report = poller.join();
                 GpuReport {
-                    devices: report
-                        .devices
-                        .into_iter()
-                        .map(|d| stackscope_aggregate::GpuDeviceInfo {
-                            index: d.index,
-                            name: d.name,
-                            uuid: d.uuid,
-                        })
-                        .collect(),
+                    devices: device_infos(report.devices),
                     unavailable: None,
                     notices: report.notices,
                     dropped: report.dropped,
                 }
             }
-            GpuHandle::Unavailable(why) => GpuReport {
-                devices: Vec::new(),
-                unavailable: Some(why),
-                notices: Vec::new(),
-                dropped: 0,
-            },
+            GpuHandle::Unavailable(why) => GpuReport::unavailable(&why),
         }
     }
+}
+
+impl GpuReport {
+    fn unavailable(why: &str) -> GpuReport {
+        GpuReport {
+            devices: Vec::new(),
+            unavailable: Some(why.to_owned()),
+            notices: Vec::new(),
+            dropped: 0,
+        }
+    }
+}
+
+fn device_infos(devices: Vec<stackscope_gpu::GpuDeviceInfo>) -> Vec<stackscope_aggregate::GpuDeviceInfo> {
+    devices
+        .into_iter()
+        .map(|d| stackscope_aggregate::GpuDeviceInfo {
+            index: d.index,
+            name: d.name,
+            uuid: d.uuid,
+        })
+        .collect()
 }
 
 /// The target and its descendants: a training job's CUDA context often lives in a child.
 fn process_tree(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
-    let mut next = 0;
-    while next < all.len() && all.len() < 4096 {
-        let children = stackscope_sampler::procfs::children(all[next]);
-        all.extend(children);
-        next += 1;
-    }
+    all.extend(stackscope_sampler::descendants(pid));
     all
 }

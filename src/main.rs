@@ -1,11 +1,14 @@
 //! The `stackscope` command: parses the command line, hands validated settings to the library
 //! crates, and turns errors into one line and an exit status (0 done, 1 failed, 2 bad usage).
 
+mod child;
 mod cli;
 mod config;
 mod dump;
 mod gpu;
+mod recorder;
 mod recording;
+mod signals;
 
 use std::process::ExitCode;
 

@@ -2,22 +2,24 @@
 //! the end (duration, Ctrl-C, SIGTERM, the target's exit), and writes the output directory.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use crossbeam_channel::{bounded, Receiver};
-use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
-use stackscope_event::{Event, Timestamp};
+use crossbeam_channel::bounded;
+use stackscope_aggregate::{AggregateConfig, RecordingMeta};
+use stackscope_event::Timestamp;
 use stackscope_sampler::{
-    PythonTarget, Sampler, SamplerConfig, SamplerReport, StopReason, TargetOptions,
+    PythonTarget, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
+use crate::child::LaunchedChild;
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
-use crate::gpu::GpuHandle;
+use crate::gpu::{GpuHandle, GpuReport};
+use crate::recorder::Recorder;
+use crate::signals::Signals;
 
 /// Room for a few seconds of samples at the highest rate: enough to ride out a slow write of
 /// the aggregator without the producers ever waiting.
@@ -84,194 +86,204 @@ fn record(
     signals: Signals,
     out_dir: PathBuf,
 ) -> anyhow::Result<()> {
-    let pid = target.pid();
-    let python_version = target.python_version().to_owned();
-    let command_line = target.command_line().to_owned();
     let start = Timestamp::now();
-    let started_at = chrono::Local::now().to_rfc3339();
-    let started = Instant::now();
+    let mut meta = MetaSource {
+        pid: target.pid(),
+        command_line: target.command_line().to_owned(),
+        python_version: target.python_version().to_owned(),
+        started_at: chrono::Local::now().to_rfc3339(),
+        started: Instant::now(),
+        rate_hz: config.rate_hz,
+    };
 
     let (sender, receiver) = bounded(CHANNEL_CAPACITY);
     let producers_stop = Arc::new(AtomicBool::new(false));
-    let gpu = GpuHandle::start(&config.gpu, pid, sender.clone(), producers_stop.clone());
+    let gpu = GpuHandle::start(&config.gpu, meta.pid, sender.clone(), producers_stop.clone());
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.idle_below,
         gpu_enabled: gpu.is_enabled(),
+        // process_root: config.subprocesses, (pending)
     };
-    let aggregator = spawn_aggregator(aggregate_config, start, receiver)?;
+    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir)?;
     let sampler = Sampler::spawn(
         target,
         SamplerConfig {
             rate_hz: config.rate_hz,
             duration: config.duration,
+            follow_children: config.subprocesses,
+            options: TargetOptions {
+                blocking: config.blocking,
+                locals: false,
+            },
         },
         sender,
         producers_stop.clone(),
     )
     .context("cannot start the sampling thread")?;
 
+    let mut next_checkpoint = Instant::now() + config.flush_interval;
+    let mut reported_stop = false;
     while !signals.stop_requested() && !sampler.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
+        let stopped = sampler.stats().stopped_now.load(Ordering::Relaxed);
+        if stopped != reported_stop {
+            reported_stop = stopped;
+            if stopped {
+                eprintln!(
+                    "stackscope: process {} is stopped (SIGSTOP or a debugger); not sampling it, \
+                     and leaving it stopped",
+                    meta.pid
+                );
+            } else {
+                eprintln!("stackscope: process {} runs again; sampling resumed", meta.pid);
+            }
+        }
+        let asked = signals.take_checkpoint_request();
+        if asked || Instant::now() >= next_checkpoint {
+            let snapshot = meta.live(sampler.stats(), &gpu.snapshot());
+            match recorder.checkpoint(&snapshot) {
+                Ok(_) if asked => eprintln!("stackscope: checkpoint written to {}", out_dir.display()),
+                Ok(_) => {}
+                Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
+            }
+            next_checkpoint = Instant::now() + config.flush_interval;
+        }
     }
     producers_stop.store(true, Ordering::Relaxed);
     let report = sampler.join();
     let gpu_report = gpu.join();
-    let duration_secs = started.elapsed().as_secs_f64();
-    let exit_status = child.as_mut().and_then(|c| c.end()).and_then(|s| s.code());
-    let aggregator = aggregator
-        .join()
-        .map_err(|_| anyhow::anyhow!("the aggregator thread panicked"))?;
-
+    let target_exited = report.stop == StopReason::TargetExited;
+    let exit_status = child.as_mut().and_then(|c| {
+        if target_exited {
+            c.wait_for_exit(CHILD_EXIT_GRACE)
+        } else {
+            c.end()
+        }
+    });
     if let StopReason::Fatal(why) = &report.stop {
         eprintln!("stackscope: sampling stopped early: {why}");
     }
-    let target_exited = report.stop == StopReason::TargetExited;
     if target_exited {
-        match exit_status {
-            Some(code) => eprintln!("stackscope: process {pid} exited with status {code}"),
-            None => eprintln!("stackscope: process {pid} exited"),
+        match exit_status.and_then(|s| s.code()) {
+            Some(code) => eprintln!("stackscope: process {} exited with status {code}", meta.pid),
+            None => eprintln!("stackscope: process {} exited", meta.pid),
         }
     }
-    let meta = RecordingMeta {
-        pid,
-        command_line,
-        python_version,
-        started_at,
-        duration_secs,
-        rate_hz: config.rate_hz,
-        ticks: report.ticks,
-        dropped: report.dropped + gpu_report.dropped,
-        late_ticks: report.late_ticks,
-        max_lateness_ms: report.max_lateness.as_secs_f64() * 1e3,
-        target_exited,
-        exit_status,
-        gpu_devices: gpu_report.devices,
-        gpu_unavailable: gpu_report.unavailable,
-        notices: notices(&report, gpu_report.notices),
-    };
-    let written = stackscope_report::write_outputs(&out_dir, &aggregator, &meta)
-        .with_context(|| format!("cannot write the recording to {}", out_dir.display()))?;
+    let final_meta = meta.finished(&report, gpu_report, target_exited, exit_status);
+    let written = recorder.finish(&final_meta)?;
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;
     Ok(())
 }
 
-fn notices(report: &SamplerReport, gpu: Vec<String>) -> Vec<String> {
+/// How long `record` waits for its command to be reaped once the sampler saw it go.
+const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// What the recording knows about itself, turned into the aggregate's `RecordingMeta` at each
+/// checkpoint and at the end.
+struct MetaSource {
+    pid: u32,
+    command_line: String,
+    python_version: String,
+    started_at: String,
+    started: Instant,
+    rate_hz: f64,
+}
+
+impl MetaSource {
+    fn base(&self) -> RecordingMeta {
+        RecordingMeta {
+            pid: self.pid,
+            command_line: self.command_line.clone(),
+            python_version: self.python_version.clone(),
+            started_at: self.started_at.clone(),
+            duration_secs: self.started.elapsed().as_secs_f64(),
+            rate_hz: self.rate_hz,
+            ticks: 0,
+            dropped: 0,
+            late_ticks: 0,
+            max_lateness_ms: 0.0,
+            target_exited: false,
+            exit_status: None,
+            gpu_devices: Vec::new(),
+            gpu_unavailable: None,
+            notices: Vec::new(),
+        }
+    }
+
+    /// The recording so far, while it runs.
+    fn live(&self, stats: &SamplerStats, gpu: &GpuReport) -> RecordingMeta {
+        let ticks = stats.ticks.load(Ordering::Relaxed);
+        let skipped = stats.skipped_ticks.load(Ordering::Relaxed);
+        let stopped = stats.stopped_ticks.load(Ordering::Relaxed);
+        RecordingMeta {
+            ticks,
+            dropped: stats.dropped.load(Ordering::Relaxed) + gpu.dropped,
+            late_ticks: stats.late_ticks.load(Ordering::Relaxed),
+            max_lateness_ms: stats.max_lateness_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            gpu_devices: gpu.devices.clone(),
+            gpu_unavailable: gpu.unavailable.clone(),
+            notices: sampler_notices(ticks, skipped, stopped, None)
+                .into_iter()
+                .chain(gpu.notices.iter().cloned())
+                .collect(),
+            ..self.base()
+        }
+    }
+
+    fn finished(
+        &mut self,
+        report: &SamplerReport,
+        gpu: GpuReport,
+        target_exited: bool,
+        exit_status: Option<ExitStatus>,
+    ) -> RecordingMeta {
+        let fatal = match &report.stop {
+            StopReason::Fatal(why) => Some(why.as_str()),
+            _ => None,
+        };
+        let mut notices =
+            sampler_notices(report.ticks, report.skipped_ticks, report.stopped_ticks, fatal);
+        if let Some(status) = exit_status {
+            if status.code().is_none() {
+                notices.push(format!("the command ended by a signal ({status})"));
+            }
+        }
+        notices.extend(gpu.notices);
+        RecordingMeta {
+            ticks: report.ticks,
+            dropped: report.dropped + gpu.dropped,
+            late_ticks: report.late_ticks,
+            max_lateness_ms: report.max_lateness.as_secs_f64() * 1e3,
+            target_exited,
+            exit_status: exit_status.and_then(|s| s.code()),
+            gpu_devices: gpu.devices,
+            gpu_unavailable: gpu.unavailable,
+            notices,
+            ..self.base()
+        }
+    }
+}
+
+fn sampler_notices(ticks: u64, skipped: u64, stopped: u64, fatal: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    if report.skipped_ticks > 0 {
+    // A few skipped ticks are scheduling noise; a steady share means the rate is too high.
+    if skipped > 0 && skipped * 100 > ticks {
         out.push(format!(
-            "the sampler fell behind and skipped {} ticks: the rate is too high for this target",
-            report.skipped_ticks
+            "the sampler fell behind and skipped {skipped} ticks ({:.1}% of {ticks}): lower --rate",
+            skipped as f64 * 100.0 / (ticks + skipped) as f64
         ));
     }
-    if let StopReason::Fatal(why) = &report.stop {
+    if stopped > 0 {
+        out.push(format!(
+            "the target was stopped by someone else (SIGSTOP or a debugger) for {stopped} ticks; \
+             stackscope did not sample or resume it then"
+        ));
+    }
+    if let Some(why) = fatal {
         out.push(format!("sampling stopped early: {why}"));
     }
-    out.extend(gpu);
     out
-}
-
-fn spawn_aggregator(
-    config: AggregateConfig,
-    start: Timestamp,
-    receiver: Receiver<Event>,
-) -> anyhow::Result<JoinHandle<Aggregator>> {
-    std::thread::Builder::new()
-        .name("stackscope-aggregate".into())
-        .spawn(move || {
-            let mut aggregator = Aggregator::new(config, start);
-            // Ends when every producer has dropped its sender.
-            for event in receiver {
-                aggregator.handle(event);
-            }
-            aggregator.finish();
-            aggregator
-        })
-        .context("cannot start the aggregator thread")
-}
-
-/// Ctrl-C and SIGTERM end the recording cleanly; a second Ctrl-C ends stackscope at once.
-struct Signals {
-    stop: Arc<AtomicBool>,
-}
-
-impl Signals {
-    fn install() -> anyhow::Result<Signals> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        use signal_hook::flag;
-        let stop = Arc::new(AtomicBool::new(false));
-        for signal in [SIGINT, SIGTERM] {
-            // Registered first, so it sees the flag before this signal sets it.
-            flag::register_conditional_shutdown(signal, 130, stop.clone())
-                .context("cannot install signal handlers")?;
-            flag::register(signal, stop.clone()).context("cannot install signal handlers")?;
-        }
-        Ok(Signals { stop })
-    }
-
-    fn stop_requested(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-    }
-}
-
-/// The process `record` started. Dropping it without `end` kills it: a recording that fails
-/// must not leave its command running.
-struct LaunchedChild {
-    child: Child,
-    status: Option<ExitStatus>,
-    was_killed: bool,
-}
-
-impl LaunchedChild {
-    fn spawn(command: &[String]) -> anyhow::Result<LaunchedChild> {
-        let (program, args) = command
-            .split_first()
-            .context("record needs a command after --")?;
-        let child = std::process::Command::new(program)
-            .args(args)
-            .spawn()
-            .with_context(|| format!("cannot start {program}"))?;
-        Ok(LaunchedChild {
-            child,
-            status: None,
-            was_killed: false,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for the command to end, asking it to (SIGINT, then SIGKILL) if it has not.
-    fn end(&mut self) -> Option<ExitStatus> {
-        if self.status.is_some() {
-            return self.status;
-        }
-        if let Ok(Some(status)) = self.child.try_wait() {
-            self.status = Some(status);
-            return self.status;
-        }
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.status = Some(status);
-                return self.status;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.was_killed = true;
-        let _ = self.child.kill();
-        self.status = self.child.wait().ok();
-        self.status
-    }
-}
-
-impl Drop for LaunchedChild {
-    fn drop(&mut self) {
-        self.end();
-    }
 }

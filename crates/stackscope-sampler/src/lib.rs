@@ -13,9 +13,11 @@ pub mod procfs;
 mod sampler;
 mod target;
 mod timer;
+mod tree;
 
 pub use dump::{dump_process, FrameDump, LocalVariable, ProcessDump, ThreadDump};
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use sampler::{Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
 pub use target::{check_supported_version, PythonTarget, TargetOptions, ThreadStack};
 pub use timer::{SampleTimer, Tick};
+pub use tree::descendants;

@@ -9,7 +9,9 @@ use crossbeam_channel::{Sender, TrySendError};
 use stackscope_event::{Event, SampleError, StackSample, Timestamp};
 
 use crate::error::SampleFailure;
-use crate::target::PythonTarget;
+use crate::procfs;
+use crate::target::{PythonTarget, TargetOptions};
+use crate::tree::ProcessSet;
 use crate::timer::SampleTimer;
 
 #[derive(Debug, Clone)]
@@ -17,6 +19,10 @@ pub struct SamplerConfig {
     pub rate_hz: f64,
     /// Stop by itself after this long.
     pub duration: Option<Duration>,
+    /// Also sample the target's child processes as they come and go.
+    pub follow_children: bool,
+    /// How to read children found later (the root is already attached).
+    pub options: TargetOptions,
 }
 
 /// Counters the sampler keeps while it runs; readable live from other threads.
@@ -35,6 +41,13 @@ pub struct SamplerStats {
     pub dropped: AtomicU64,
     /// Sampling attempts that failed.
     pub errors: AtomicU64,
+    /// Ticks at which the target was found stopped by someone else (SIGSTOP, a debugger) and
+    /// was left alone.
+    pub stopped_ticks: AtomicU64,
+    /// Whether the target is stopped by someone else right now.
+    pub stopped_now: AtomicBool,
+    /// Processes followed right now (1 without `--subprocesses`).
+    pub processes: AtomicU64,
 }
 
 impl SamplerStats {
@@ -68,6 +81,7 @@ pub struct SamplerReport {
     pub stacks_sent: u64,
     pub dropped: u64,
     pub errors: u64,
+    pub stopped_ticks: u64,
 }
 
 /// A running sampling thread.
@@ -80,16 +94,17 @@ impl Sampler {
     /// Starts sampling `target` on a new thread. It stops when `stop` is set, the duration has
     /// passed, or the target exits; the channel's sender is dropped when it ends.
     pub fn spawn(
-        mut target: PythonTarget,
+        target: PythonTarget,
         config: SamplerConfig,
         sender: Sender<Event>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<Sampler> {
         let stats = Arc::new(SamplerStats::default());
         let thread_stats = stats.clone();
+        let set = ProcessSet::new(target, config.follow_children, config.options.clone());
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
-            .spawn(move || run(&mut target, &config, &sender, &stop, &thread_stats))?;
+            .spawn(move || run(set, &config, &sender, &stop, &thread_stats))?;
         Ok(Sampler { handle, stats })
     }
 
@@ -117,12 +132,13 @@ impl Sampler {
             stacks_sent: s.stacks_sent.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
+            stopped_ticks: s.stopped_ticks.load(Ordering::Relaxed),
         }
     }
 }
 
 fn run(
-    target: &mut PythonTarget,
+    mut set: ProcessSet,
     config: &SamplerConfig,
     sender: &Sender<Event>,
     stop: &AtomicBool,
@@ -130,7 +146,10 @@ fn run(
 ) -> StopReason {
     let mut timer = SampleTimer::new(config.rate_hz);
     let deadline = config.duration.map(|d| Instant::now() + d);
-    let pid = target.pid();
+    for target in set.targets() {
+        let event = ProcessSet::attached_event(target, Timestamp::now());
+        offer(sender, Event::Process(event), stats);
+    }
     loop {
         if stop.load(Ordering::Relaxed) {
             return StopReason::Requested;
@@ -139,38 +158,113 @@ fn run(
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
-        stats
-            .skipped_ticks
-            .fetch_add(tick.skipped, Ordering::Relaxed);
+        stats.skipped_ticks.fetch_add(tick.skipped, Ordering::Relaxed);
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
-        match target.read_stacks() {
-            Ok(stacks) => {
-                for stack in stacks {
-                    let event = Event::Stack(StackSample {
-                        time,
-                        pid,
-                        thread: stack.thread,
-                        frames: stack.frames,
-                    });
-                    if offer(sender, event, stats) {
-                        stats.stacks_sent.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Err(SampleFailure::ProcessGone(_)) => return StopReason::TargetExited,
-            Err(e @ SampleFailure::PermissionLost(_)) => return StopReason::Fatal(e.to_string()),
-            Err(SampleFailure::Transient { kind, message }) => {
-                stats.errors.fetch_add(1, Ordering::Relaxed);
-                let event = Event::SampleError(SampleError {
-                    time,
-                    pid,
-                    kind,
-                    message,
-                });
-                offer(sender, event, stats);
+        for event in set.rescan(time) {
+            offer(sender, Event::Process(event), stats);
+        }
+        let mut gone = Vec::new();
+        let mut any_stopped = false;
+        for target in set.targets_mut() {
+            match sample_one(target, time, sender, stats) {
+                Outcome::Read => {}
+                Outcome::Stopped => any_stopped = true,
+                Outcome::Gone => gone.push(target.pid()),
+                Outcome::Fatal(why) => return StopReason::Fatal(why),
             }
         }
+        stats.stopped_now.store(any_stopped, Ordering::Relaxed);
+        if any_stopped {
+            stats.stopped_ticks.fetch_add(1, Ordering::Relaxed);
+        }
+        for pid in gone {
+            if let Some(event) = set.remove(pid, time) {
+                offer(sender, Event::Process(event), stats);
+            }
+        }
+        stats
+            .processes
+            .store(set.targets().len() as u64, Ordering::Relaxed);
+        if !set.has_root() {
+            return StopReason::TargetExited;
+        }
+    }
+}
+
+enum Outcome {
+    Read,
+    /// Stopped by someone else: left alone, not resumed by us.
+    Stopped,
+    Gone,
+    Fatal(String),
+}
+
+/// Reads one process once and sends what it found.
+fn sample_one(
+    target: &mut PythonTarget,
+    time: Timestamp,
+    sender: &Sender<Event>,
+    stats: &SamplerStats,
+) -> Outcome {
+    let pid = target.pid();
+    // A process stopped by SIGSTOP or held by a debugger belongs to whoever stopped it:
+    // reading it would mean attaching and, on detach, possibly resuming it.
+    if procfs::is_stopped(pid) {
+        return Outcome::Stopped;
+    }
+    match target.read_stacks() {
+        Ok(stacks) => {
+            for stack in stacks {
+                let event = Event::Stack(StackSample {
+                    time,
+                    pid,
+                    thread: stack.thread,
+                    frames: stack.frames,
+                });
+                if offer(sender, event, stats) {
+                    stats.stacks_sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Outcome::Read
+        }
+        Err(SampleFailure::ProcessGone(_)) => Outcome::Gone,
+        Err(e @ SampleFailure::PermissionLost(_)) => {
+            // A process in the middle of exiting has already dropped its memory and answers
+            // reads with EPERM before it turns into a zombie: give it a moment to finish.
+            std::thread::sleep(Duration::from_millis(50));
+            if procfs::is_alive(pid) {
+                Outcome::Fatal(e.to_string())
+            } else {
+                Outcome::Gone
+            }
+        }
+        Err(SampleFailure::Transient { kind, message }) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            if target.has_execed() {
+                return reattach(target);
+            }
+            let event = Event::SampleError(SampleError {
+                time,
+                pid,
+                kind,
+                message,
+            });
+            offer(sender, event, stats);
+            Outcome::Read
+        }
+    }
+}
+
+/// After an exec every address we hold is stale: find the new program's interpreter, or give
+/// the process up if it is no longer Python.
+fn reattach(target: &mut PythonTarget) -> Outcome {
+    match PythonTarget::attach(target.pid(), &target.options()) {
+        Ok(fresh) => {
+            *target = fresh;
+            Outcome::Read
+        }
+        Err(_) => Outcome::Gone,
     }
 }
 

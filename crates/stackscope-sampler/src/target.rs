@@ -61,7 +61,11 @@ pub struct PythonTarget {
     spy: PythonSpy,
     version: String,
     command_line: String,
+    /// The executable when we attached: a different one later means the process exec'd and
+    /// every address we hold is stale.
+    exe: Option<std::path::PathBuf>,
     keep_raw: bool,
+    blocking: bool,
     strings: StringCache,
 }
 
@@ -96,7 +100,9 @@ impl PythonTarget {
             spy,
             version,
             command_line,
+            exe: procfs::exe(pid).ok(),
             keep_raw: options.locals,
+            blocking: options.blocking,
             strings: StringCache::default(),
         })
     }
@@ -149,6 +155,20 @@ impl PythonTarget {
         &self.command_line
     }
 
+    /// The options this target was attached with.
+    pub fn options(&self) -> TargetOptions {
+        TargetOptions {
+            blocking: self.blocking,
+            locals: self.keep_raw,
+        }
+    }
+
+    /// Whether the process has exec'd another program since we attached.
+    pub fn has_execed(&self) -> bool {
+        let now = procfs::exe(self.pid).ok();
+        now.is_some() && now != self.exe
+    }
+
     /// Reads every Python thread's stack once. With blocking on, the process is stopped for
     /// the read and resumed before this returns, whatever happened.
     pub fn read_stacks(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
@@ -159,14 +179,15 @@ impl PythonTarget {
         Ok(traces
             .into_iter()
             .map(|trace| {
+                let frames: Vec<Frame> =
+                    trace.frames.iter().map(|f| self.strings.frame(f)).collect();
                 let thread = ThreadInfo {
                     os_thread_id: trace.os_thread_id,
                     python_thread_id: trace.thread_id,
                     name: trace.thread_name.clone(),
-                    active: trace.active,
+                    active: trace.active && !waits_in_python(&frames),
                     owns_gil: trace.owns_gil,
                 };
-                let frames = trace.frames.iter().map(|f| self.strings.frame(f)).collect();
                 ThreadStack {
                     thread,
                     frames,
@@ -174,6 +195,28 @@ impl PythonTarget {
                 }
             })
             .collect())
+    }
+}
+
+/// Whether the innermost frame is one of the standard library's blocking waits.
+///
+/// The OS state alone misjudges these: stopping the process for a read wakes a thread out of
+/// its lock wait, and it may still be re-acquiring the GIL to wait again when the next sample
+/// looks, so a thread parked in `join()` for an hour would show as busy in a few percent of
+/// samples. The frame says what it is doing whatever the scheduler says.
+fn waits_in_python(frames: &[Frame]) -> bool {
+    let Some(innermost) = frames.first() else {
+        return false;
+    };
+    let function = innermost.function.rsplit('.').next().unwrap_or("");
+    let file = innermost.file.rsplit('/').next().unwrap_or("");
+    match file {
+        "threading.py" => matches!(function, "wait" | "_wait_for_tstate_lock" | "join"),
+        "selectors.py" => matches!(function, "select"),
+        "queue.py" => matches!(function, "get" | "put"),
+        "connection.py" => matches!(function, "_recv_bytes" | "_recv" | "_poll" | "wait"),
+        "subprocess.py" => matches!(function, "_try_wait" | "wait" | "communicate"),
+        _ => false,
     }
 }
 
@@ -241,6 +284,20 @@ mod tests {
         assert!(err.to_string().contains("Python 2.7"), "{err}");
         assert!(err.to_string().contains("does not support"), "{err}");
         assert!(check_supported_version(1, 3, 15).is_err());
+    }
+
+    #[test]
+    fn standard_library_waits_are_idle_whatever_the_scheduler_says() {
+        let wait = |function: &str, file: &str| vec![Frame::python(function, file, 1)];
+        assert!(waits_in_python(&wait(
+            "Thread._wait_for_tstate_lock",
+            "/usr/lib/python3.11/threading.py"
+        )));
+        assert!(waits_in_python(&wait("Condition.wait", "threading.py")));
+        assert!(waits_in_python(&wait("BaseSelector.select", "selectors.py")));
+        assert!(!waits_in_python(&wait("wait", "my_training.py")));
+        assert!(!waits_in_python(&wait("Thread.run", "threading.py")));
+        assert!(!waits_in_python(&[]));
     }
 
     #[test]
