@@ -37,7 +37,11 @@ pub enum Command {
     )]
     Record(RecordArgs),
     /// Print every thread's Python stack once and leave the process running.
-    #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals")]
+    #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals\n  \
+                            stackscope dump --pid 12345 --subprocesses\n\n\
+                            Threads with the same stack are printed once, with the threads that \
+                            share it; a process or thread away from where its peers wait is \
+                            named first.")]
     Dump(DumpArgs),
 }
 
@@ -107,6 +111,9 @@ pub struct DumpArgs {
     /// Show each frame's local variables (reprs cut short).
     #[arg(long)]
     pub locals: bool,
+    /// Also dump every Python process below it (a launcher's ranks, a DataLoader's workers).
+    #[arg(long)]
+    pub subprocesses: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {

@@ -99,6 +99,7 @@ pub struct DumpConfig {
     pub pid: u32,
     pub json: bool,
     pub locals: bool,
+    pub subprocesses: bool,
 }
 
 impl From<DumpArgs> for DumpConfig {
@@ -107,6 +108,7 @@ impl From<DumpArgs> for DumpConfig {
             pid: args.pid,
             json: args.json,
             locals: args.locals,
+            subprocesses: args.subprocesses,
         }
     }
 }

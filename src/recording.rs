@@ -103,7 +103,7 @@ fn record(
         include_idle: config.include_idle,
         idle_below: config.idle_below,
         gpu_enabled: gpu.is_enabled(),
-        // process_root: config.subprocesses, (pending)
+        process_root: config.subprocesses,
     };
     let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir)?;
     let sampler = Sampler::spawn(

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod snapshot;
 
 pub use clock::Timestamp;
+pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
 /// One message on the channel from a producer to the aggregator.
 #[derive(Debug, Clone)]

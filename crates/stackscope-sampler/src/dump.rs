@@ -1,46 +1,13 @@
-//! Every thread of a process, read once: what the `dump` command shows.
+//! Every thread of a process (or of a process tree), read once: what `dump` shows.
 
-use serde::Serialize;
+use std::collections::HashMap;
+
+use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
 use crate::error::{AttachError, SampleFailure};
-use crate::target::{PythonTarget, TargetOptions};
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ProcessDump {
-    pub pid: u32,
-    pub command_line: String,
-    pub python_version: String,
-    pub threads: Vec<ThreadDump>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ThreadDump {
-    pub name: Option<String>,
-    pub os_thread_id: Option<u64>,
-    pub python_thread_id: u64,
-    pub active: bool,
-    pub owns_gil: bool,
-    /// Innermost first.
-    pub frames: Vec<FrameDump>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FrameDump {
-    pub function: String,
-    pub file: String,
-    pub line: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub locals: Option<Vec<LocalVariable>>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct LocalVariable {
-    pub name: String,
-    /// The value's repr, cut short; `None` when it could not be read.
-    pub repr: Option<String>,
-    /// Whether it is one of the function's arguments.
-    pub arg: bool,
-}
+use crate::procfs;
+use crate::target::{PythonTarget, TargetOptions, ThreadStack};
+use crate::tree::descendants;
 
 /// Reads every thread of `pid` once. The process is stopped only for the read.
 pub fn dump_process(pid: u32, locals: bool) -> Result<ProcessDump, AttachError> {
@@ -49,6 +16,42 @@ pub fn dump_process(pid: u32, locals: bool) -> Result<ProcessDump, AttachError> 
         locals,
     };
     let mut target = PythonTarget::attach(pid, &options)?;
+    dump_target(&mut target)
+}
+
+/// Reads `pid` and every Python process below it. Processes that are not Python (a shell, a
+/// launcher) are skipped; the root must be Python.
+pub fn dump_tree(pid: u32, locals: bool) -> Result<Vec<ProcessDump>, AttachError> {
+    let mut dumps = vec![dump_process(pid, locals)?];
+    let parents = parent_map(pid);
+    for child in descendants(pid) {
+        // A child that exits or is not Python while we walk the tree is simply not in it.
+        if let Ok(mut dump) = dump_process(child, locals) {
+            dump.parent_pid = parents.get(&child).copied();
+            dumps.push(dump);
+        }
+    }
+    Ok(dumps)
+}
+
+/// Each descendant's parent, for showing the tree.
+fn parent_map(root: u32) -> HashMap<u32, u32> {
+    let mut parents = HashMap::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for child in procfs::children(pid) {
+            if parents.insert(child, pid).is_none() {
+                queue.push(child);
+            }
+        }
+    }
+    parents
+}
+
+/// Reads an attached target once, with each thread's state taken just before the stop.
+pub fn dump_target(target: &mut PythonTarget) -> Result<ProcessDump, AttachError> {
+    let pid = target.pid();
+    let states = thread_states(pid);
     // A read can race with the interpreter freeing a frame; a few tries get a clean one.
     let mut attempts = 0;
     let stacks = loop {
@@ -68,43 +71,64 @@ pub fn dump_process(pid: u32, locals: bool) -> Result<ProcessDump, AttachError> 
     };
     let threads = stacks
         .into_iter()
-        .map(|stack| {
-            let raw_frames = stack.raw.map(|r| r.frames).unwrap_or_default();
-            let frames = stack
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(i, f)| FrameDump {
-                    function: f.function.to_string(),
-                    file: f.file.to_string(),
-                    line: f.line,
-                    locals: raw_frames.get(i).and_then(|raw| {
-                        raw.locals.as_ref().map(|vars| {
-                            vars.iter()
-                                .map(|v| LocalVariable {
-                                    name: v.name.clone(),
-                                    repr: v.repr.clone(),
-                                    arg: v.arg,
-                                })
-                                .collect()
-                        })
-                    }),
-                })
-                .collect();
-            ThreadDump {
-                name: stack.thread.name,
-                os_thread_id: stack.thread.os_thread_id,
-                python_thread_id: stack.thread.python_thread_id,
-                active: stack.thread.active,
-                owns_gil: stack.thread.owns_gil,
-                frames,
-            }
-        })
+        .map(|stack| thread_dump(stack, &states))
         .collect();
     Ok(ProcessDump {
         pid,
+        parent_pid: None,
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
         threads,
     })
+}
+
+fn thread_states(pid: u32) -> HashMap<u64, ThreadState> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+        .map(|tid| (tid, procfs::thread_state(pid, tid)))
+        .collect()
+}
+
+fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> ThreadDump {
+    let raw_frames = stack.raw.map(|r| r.frames).unwrap_or_default();
+    let frames = stack
+        .frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| FrameDump {
+            function: f.function.to_string(),
+            file: f.file.to_string(),
+            line: f.line,
+            native: f.native,
+            locals: raw_frames.get(i).and_then(|raw| {
+                raw.locals.as_ref().map(|vars| {
+                    vars.iter()
+                        .map(|v| LocalVariable {
+                            name: v.name.clone(),
+                            repr: v.repr.clone(),
+                            arg: v.arg,
+                        })
+                        .collect()
+                })
+            }),
+        })
+        .collect();
+    let state = stack
+        .thread
+        .os_thread_id
+        .and_then(|tid| states.get(&tid).copied())
+        .unwrap_or_default();
+    ThreadDump {
+        name: stack.thread.name,
+        os_thread_id: stack.thread.os_thread_id,
+        python_thread_id: stack.thread.python_thread_id,
+        active: stack.thread.active,
+        owns_gil: stack.thread.owns_gil,
+        state,
+        frames,
+    }
 }

@@ -15,7 +15,8 @@ mod target;
 mod timer;
 mod tree;
 
-pub use dump::{dump_process, FrameDump, LocalVariable, ProcessDump, ThreadDump};
+pub use dump::{dump_process, dump_target, dump_tree};
+pub use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use sampler::{Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
 pub use target::{check_supported_version, PythonTarget, TargetOptions, ThreadStack};

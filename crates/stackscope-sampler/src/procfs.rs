@@ -4,6 +4,8 @@ use std::fs;
 use std::io;
 use std::path::PathBuf;
 
+use stackscope_event::ThreadState;
+
 /// Whether a process with this pid exists (a zombie counts as gone: it runs no more code).
 pub fn is_alive(pid: u32) -> bool {
     matches!(state(pid), Some(s) if s != 'Z' && s != 'X')
@@ -11,10 +13,7 @@ pub fn is_alive(pid: u32) -> bool {
 
 /// The one-letter scheduler state from `/proc/PID/stat` (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
 pub fn state(pid: u32) -> Option<char> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself contain ") ", so split at the last one.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.trim_start().chars().next()
+    state_of(&format!("/proc/{pid}/stat"))
 }
 
 /// Whether the process (or the thread, given a tid) is stopped by a signal or a tracer.
@@ -80,6 +79,52 @@ pub fn children(pid: u32) -> Vec<u32> {
     out
 }
 
+/// What the OS says a thread is doing: its scheduler state and, when blocked, the system call
+/// it is blocked in (`/proc/PID/task/TID/syscall`). Read while the thread runs freely: once a
+/// tracer stops it, both say only "stopped".
+pub fn thread_state(pid: u32, tid: u64) -> ThreadState {
+    let Some(state) = state_of(&format!("/proc/{pid}/task/{tid}/stat")) else {
+        return ThreadState::Unknown;
+    };
+    match state {
+        'R' => ThreadState::Running,
+        'T' | 't' => ThreadState::Stopped,
+        'S' | 'D' | 'I' => {
+            let syscall = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .unwrap_or_default();
+            blocked_state(&syscall)
+        }
+        _ => ThreadState::Unknown,
+    }
+}
+
+/// Classifies a blocked thread by the first field of `/proc/.../syscall` (x86_64 numbers).
+fn blocked_state(syscall: &str) -> ThreadState {
+    let first = syscall.split_whitespace().next().unwrap_or("");
+    if first == "running" {
+        return ThreadState::Running;
+    }
+    match first.parse::<i64>() {
+        // futex, futex_waitv: locks, conditions, semaphores, and the GIL itself.
+        Ok(202 | 449) => ThreadState::WaitingOnLock,
+        // read, pread64, readv, poll, select, recvfrom, recvmsg, accept, connect, ppoll,
+        // pselect6, epoll_wait, epoll_pwait, accept4, epoll_pwait2.
+        Ok(0 | 17 | 19 | 7 | 23 | 45 | 47 | 43 | 42 | 271 | 270 | 232 | 281 | 288 | 441) => {
+            ThreadState::WaitingOnIo
+        }
+        Ok(_) => ThreadState::Sleeping,
+        Err(_) => ThreadState::Unknown,
+    }
+}
+
+/// The state letter of a `stat` file. The command name is in parentheses and may itself contain
+/// ") ", so the state follows the last one.
+fn state_of(stat_path: &str) -> Option<char> {
+    let stat = fs::read_to_string(stat_path).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +146,25 @@ mod tests {
         assert!(maps_mention_python(maps));
         let maps = "5500-5501 r-xp 00000000 08:01 1 /usr/bin/sleep\n7f00-7f01 r--p 0 0 0 [vdso]\n";
         assert!(!maps_mention_python(maps));
+    }
+
+    #[test]
+    fn blocked_threads_are_classified_by_their_system_call() {
+        assert_eq!(blocked_state("running"), ThreadState::Running);
+        assert_eq!(
+            blocked_state("202 0x7f12 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f34"),
+            ThreadState::WaitingOnLock
+        );
+        assert_eq!(blocked_state("230 0x1 0x0"), ThreadState::Sleeping);
+        assert_eq!(blocked_state("7 0x5 0x1"), ThreadState::WaitingOnIo);
+        assert_eq!(blocked_state(""), ThreadState::Unknown);
+    }
+
+    #[test]
+    fn our_own_thread_runs() {
+        let me = std::process::id();
+        let tid = nix::unistd::gettid().as_raw() as u64;
+        assert_eq!(thread_state(me, tid), ThreadState::Running);
     }
 
     #[test]

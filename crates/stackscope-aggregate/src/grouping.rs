@@ -1,0 +1,303 @@
+//! Grouping of a dump's threads: threads whose stacks are the same are shown once, and a thread
+//! or process that is somewhere else while its peers all wait in one place is named first.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use stackscope_event::{FrameDump, ProcessDump, ThreadDump};
+
+/// One thread, named for a reader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadRef {
+    pub pid: u32,
+    pub name: String,
+    pub os_thread_id: Option<u64>,
+}
+
+/// Threads that share one stack.
+#[derive(Debug, Clone)]
+pub struct ThreadGroup<'a> {
+    /// In the order the dump lists them.
+    pub members: Vec<ThreadRef>,
+    /// The first member: its frames, state and flags stand for all.
+    pub representative: &'a ThreadDump,
+}
+
+impl ThreadGroup<'_> {
+    /// The distinct processes of the members, in order.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = Vec::new();
+        for m in &self.members {
+            if !pids.contains(&m.pid) {
+                pids.push(m.pid);
+            }
+        }
+        pids
+    }
+}
+
+/// What makes two threads the same: the frames (not their locals) and whether they run.
+type StackKey = (bool, Vec<(String, String, u32, bool)>);
+
+fn stack_key(thread: &ThreadDump) -> StackKey {
+    (
+        thread.active,
+        thread
+            .frames
+            .iter()
+            .map(|f| (f.function.clone(), f.file.clone(), f.line, f.native))
+            .collect(),
+    )
+}
+
+/// Groups the threads of all `processes` by identical stacks, in order of first appearance.
+pub fn group_threads(processes: &[ProcessDump]) -> Vec<ThreadGroup<'_>> {
+    let mut groups: Vec<ThreadGroup<'_>> = Vec::new();
+    let mut index: HashMap<StackKey, usize> = HashMap::new();
+    for process in processes {
+        for thread in &process.threads {
+            let member = ThreadRef {
+                pid: process.pid,
+                name: thread.display_name(),
+                os_thread_id: thread.os_thread_id,
+            };
+            match index.get(&stack_key(thread)) {
+                Some(&at) => groups[at].members.push(member),
+                None => {
+                    index.insert(stack_key(thread), groups.len());
+                    groups.push(ThreadGroup {
+                        members: vec![member],
+                        representative: thread,
+                    });
+                }
+            }
+        }
+    }
+    groups
+}
+
+/// A thread or process away from where its peers are.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Straggler {
+    /// The process, and the thread when the peers are threads of one family.
+    pub pid: u32,
+    pub thread: Option<String>,
+    pub command_line: String,
+    /// Its innermost frame.
+    pub location: String,
+    /// Where the others are.
+    pub peers_location: String,
+    /// How many peers (the straggler included) were compared, and how many are together.
+    pub peers: usize,
+    pub together: usize,
+}
+
+/// Finds stragglers among peers: sibling processes (ranks, workers: same parent) compared by
+/// their main thread, and families of threads in one process (`pool-0` … `pool-7`). Peers are
+/// compared when there are at least three; the odd ones out are those not where a clear
+/// majority is.
+pub fn find_stragglers(processes: &[ProcessDump]) -> Vec<Straggler> {
+    let mut out = Vec::new();
+    // Siblings: the launcher is nobody's peer, its children are each other's.
+    let mut siblings: HashMap<Option<u32>, Vec<&ProcessDump>> = HashMap::new();
+    for p in processes.iter().filter(|p| p.parent_pid.is_some()) {
+        siblings.entry(p.parent_pid).or_default().push(p);
+    }
+    let mut families: Vec<Vec<&ProcessDump>> = siblings.into_values().collect();
+    families.sort_by_key(|f| f.first().map(|p| p.pid));
+    for family in families {
+        let peers: Vec<(&ProcessDump, &ThreadDump)> = family
+            .iter()
+            .filter_map(|p| main_thread(p).map(|t| (*p, t)))
+            .collect();
+        out.extend(odd_ones_out(&peers, false));
+    }
+    for process in processes {
+        let mut by_family: HashMap<String, Vec<&ThreadDump>> = HashMap::new();
+        for t in &process.threads {
+            if let Some(name) = &t.name {
+                by_family.entry(family_name(name)).or_default().push(t);
+            }
+        }
+        let mut families: Vec<(String, Vec<&ThreadDump>)> = by_family.into_iter().collect();
+        families.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, threads) in families {
+            let peers: Vec<(&ProcessDump, &ThreadDump)> =
+                threads.into_iter().map(|t| (process, t)).collect();
+            out.extend(odd_ones_out(&peers, true));
+        }
+    }
+    out
+}
+
+fn odd_ones_out(peers: &[(&ProcessDump, &ThreadDump)], name_threads: bool) -> Vec<Straggler> {
+    if peers.len() < 3 {
+        return Vec::new();
+    }
+    let mut counts: HashMap<StackKey, usize> = HashMap::new();
+    for (_, t) in peers {
+        *counts.entry(stack_key(t)).or_default() += 1;
+    }
+    let Some((majority_key, together)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+        return Vec::new();
+    };
+    let apart = peers.len() - together;
+    // "Most wait in one place and one (or a few) is elsewhere": a clear majority, few apart.
+    if apart == 0 || together * 2 <= peers.len() || apart > (peers.len() / 4).max(1) {
+        return Vec::new();
+    }
+    let Some(peers_location) = peers
+        .iter()
+        .find(|(_, t)| stack_key(t) == majority_key)
+        .map(|(_, t)| innermost(t))
+    else {
+        return Vec::new();
+    };
+    peers
+        .iter()
+        .filter(|(_, t)| stack_key(t) != majority_key)
+        .map(|(p, t)| Straggler {
+            pid: p.pid,
+            thread: name_threads.then(|| t.display_name()),
+            command_line: p.command_line.clone(),
+            location: innermost(t),
+            peers_location: peers_location.clone(),
+            peers: peers.len(),
+            together,
+        })
+        .collect()
+}
+
+fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
+    process
+        .threads
+        .iter()
+        .find(|t| t.name.as_deref() == Some("MainThread"))
+        .or_else(|| process.threads.first())
+}
+
+/// `pool-3` and `pool-12` are one family, `loader` and `worker-1` are not.
+fn family_name(name: &str) -> String {
+    name.trim_end_matches(|c: char| c.is_ascii_digit())
+        .to_owned()
+}
+
+fn innermost(thread: &ThreadDump) -> String {
+    thread
+        .frames
+        .first()
+        .map(FrameDump::label)
+        .unwrap_or_else(|| "no Python frames".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::ThreadState;
+
+    fn thread(name: &str, tid: u64, frames: &[(&str, u32)]) -> ThreadDump {
+        ThreadDump {
+            name: Some(name.to_owned()),
+            os_thread_id: Some(tid),
+            python_thread_id: tid,
+            active: false,
+            owns_gil: false,
+            state: ThreadState::WaitingOnLock,
+            frames: frames
+                .iter()
+                .map(|(f, line)| FrameDump {
+                    function: (*f).to_owned(),
+                    file: "job.py".to_owned(),
+                    line: *line,
+                    native: false,
+                    locals: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn process(pid: u32, parent: Option<u32>, threads: Vec<ThreadDump>) -> ProcessDump {
+        ProcessDump {
+            pid,
+            parent_pid: parent,
+            command_line: format!("python job.py {pid}"),
+            python_version: "3.11.7".to_owned(),
+            threads,
+        }
+    }
+
+    #[test]
+    fn eight_identical_threads_are_one_group() {
+        let mut threads: Vec<ThreadDump> = (0..8)
+            .map(|i| thread(&format!("pool-{i}"), 100 + i, &[("wait", 7), ("run", 3)]))
+            .collect();
+        threads.push(thread("MainThread", 99, &[("main", 20)]));
+        let dump = [process(1, None, threads)];
+        let groups = group_threads(&dump);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].members.len(), 8);
+        assert_eq!(groups[0].members[7].name, "pool-7");
+        assert_eq!(groups[1].members[0].name, "MainThread");
+    }
+
+    #[test]
+    fn the_same_stack_on_another_line_is_another_group() {
+        let dump = [process(
+            1,
+            None,
+            vec![thread("a", 1, &[("wait", 7)]), thread("b", 2, &[("wait", 8)])],
+        )];
+        assert_eq!(group_threads(&dump).len(), 2);
+    }
+
+    #[test]
+    fn a_rank_elsewhere_is_a_straggler() {
+        let mut dump = vec![process(10, None, vec![thread("MainThread", 10, &[("launch", 1)])])];
+        for pid in 11..=14 {
+            dump.push(process(
+                pid,
+                Some(10),
+                vec![thread("MainThread", pid.into(), &[("all_reduce", 40), ("step", 9)])],
+            ));
+        }
+        dump.push(process(
+            15,
+            Some(10),
+            vec![thread("MainThread", 15, &[("load", 70), ("step", 8)])],
+        ));
+        let stragglers = find_stragglers(&dump);
+        assert_eq!(stragglers.len(), 1, "{stragglers:?}");
+        let s = &stragglers[0];
+        assert_eq!(s.pid, 15);
+        assert_eq!(s.location, "load (job.py:70)");
+        assert_eq!(s.peers_location, "all_reduce (job.py:40)");
+        assert_eq!((s.together, s.peers), (4, 5));
+        // Groups: the four waiting ranks are one.
+        let groups = group_threads(&dump);
+        assert_eq!(groups.iter().map(|g| g.members.len()).max(), Some(4));
+    }
+
+    #[test]
+    fn a_thread_family_with_one_thread_elsewhere() {
+        let mut threads: Vec<ThreadDump> = (0..7)
+            .map(|i| thread(&format!("pool-{i}"), i, &[("get", 5)]))
+            .collect();
+        threads.push(thread("pool-7", 7, &[("compute", 30)]));
+        let stragglers = find_stragglers(&[process(1, None, threads)]);
+        assert_eq!(stragglers.len(), 1);
+        assert_eq!(stragglers[0].thread.as_deref(), Some("pool-7"));
+    }
+
+    #[test]
+    fn no_straggler_without_a_clear_majority() {
+        let threads = vec![
+            thread("w-0", 0, &[("a", 1)]),
+            thread("w-1", 1, &[("a", 1)]),
+            thread("w-2", 2, &[("b", 1)]),
+            thread("w-3", 3, &[("b", 1)]),
+        ];
+        assert!(find_stragglers(&[process(1, None, threads)]).is_empty());
+        let all_same: Vec<ThreadDump> = (0..4).map(|i| thread("w-", i, &[("a", 1)])).collect();
+        assert!(find_stragglers(&[process(1, None, all_same)]).is_empty());
+    }
+}

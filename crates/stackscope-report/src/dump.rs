@@ -1,0 +1,243 @@
+//! The dump as a person reads it, and as JSON: stragglers first, then each process with its
+//! threads, threads that share one stack printed once.
+
+use std::io::Write;
+
+use serde::Serialize;
+use stackscope_aggregate::{find_stragglers, group_threads, Straggler, ThreadGroup};
+use stackscope_event::{ProcessDump, ThreadDump};
+
+use crate::ReportError;
+
+/// Writes the dump of one process or of a process tree.
+pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<(), ReportError> {
+    let stragglers = find_stragglers(processes);
+    for s in &stragglers {
+        writeln!(w, "{}", describe_straggler(s))?;
+    }
+    if !stragglers.is_empty() {
+        writeln!(w)?;
+    }
+    let groups = group_threads(processes);
+    for (i, process) in processes.iter().enumerate() {
+        if i > 0 {
+            writeln!(w)?;
+        }
+        match process.parent_pid {
+            Some(parent) => writeln!(
+                w,
+                "Process {} (child of {parent}): {}",
+                process.pid, process.command_line
+            )?,
+            None => writeln!(w, "Process {}: {}", process.pid, process.command_line)?,
+        }
+        writeln!(w, "Python v{}", process.python_version)?;
+        let here = groups
+            .iter()
+            .filter(|g| g.members.first().is_some_and(|m| m.pid == process.pid));
+        for group in here {
+            writeln!(w)?;
+            write_group(group, &mut w)?;
+        }
+    }
+    Ok(())
+}
+
+fn describe_straggler(s: &Straggler) -> String {
+    let who = match &s.thread {
+        Some(thread) => format!("Thread \"{thread}\" of process {}", s.pid),
+        None => format!("Process {} ({})", s.pid, s.command_line),
+    };
+    let others = s.peers - 1;
+    format!(
+        "Straggler: {who} is at {} while {} of its {others} peers are at {}",
+        s.location, s.together, s.peers_location
+    )
+}
+
+fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), ReportError> {
+    let thread = group.representative;
+    let status = status(thread);
+    if let [only] = group.members.as_slice() {
+        let id = match only.os_thread_id {
+            Some(tid) => tid.to_string(),
+            None => format!("{:#x}", thread.python_thread_id),
+        };
+        let name = thread.name.as_deref().unwrap_or("");
+        writeln!(w, "Thread {id} \"{name}\" ({status})")?;
+    } else {
+        let pids = group.pids();
+        let names: Vec<String> = group
+            .members
+            .iter()
+            .map(|m| {
+                if pids.len() > 1 {
+                    format!("{} [{}]", m.name, m.pid)
+                } else {
+                    m.name.clone()
+                }
+            })
+            .collect();
+        let across = if pids.len() > 1 {
+            format!(" in {} processes", pids.len())
+        } else {
+            String::new()
+        };
+        writeln!(
+            w,
+            "{} threads{across}: {} ({status})",
+            group.members.len(),
+            names.join(", ")
+        )?;
+    }
+    for frame in &thread.frames {
+        writeln!(w, "    {}", frame.label())?;
+        // Locals differ between the members of a group; the first member's stand for it.
+        for local in frame.locals.iter().flatten() {
+            let repr = local.repr.as_deref().unwrap_or("?");
+            writeln!(w, "        {} = {}", local.name, repr)?;
+        }
+    }
+    Ok(())
+}
+
+/// `idle, waiting on a lock` or `active, running, holds GIL`.
+fn status(thread: &ThreadDump) -> String {
+    let mut status = String::from(if thread.active { "active" } else { "idle" });
+    let state = thread.state.describe();
+    if thread.state != stackscope_event::ThreadState::Unknown {
+        status.push_str(", ");
+        status.push_str(state);
+    }
+    if thread.owns_gil {
+        status.push_str(", holds GIL");
+    }
+    status
+}
+
+/// The JSON of a process tree: every process, and the stragglers found among them.
+#[derive(Serialize)]
+struct TreeJson<'a> {
+    processes: &'a [ProcessDump],
+    stragglers: Vec<Straggler>,
+}
+
+/// One process: the process itself as JSON; several: `{"processes": [...], "stragglers": [...]}`.
+pub fn write_dump_json<W: Write>(
+    processes: &[ProcessDump],
+    tree: bool,
+    mut w: W,
+) -> Result<(), ReportError> {
+    match (tree, processes) {
+        (false, [one]) => serde_json::to_writer_pretty(&mut w, one)?,
+        _ => serde_json::to_writer_pretty(
+            &mut w,
+            &TreeJson {
+                processes,
+                stragglers: find_stragglers(processes),
+            },
+        )?,
+    }
+    writeln!(w)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::{FrameDump, LocalVariable, ThreadState};
+
+    fn thread(name: &str, tid: u64, function: &str, line: u32) -> ThreadDump {
+        ThreadDump {
+            name: Some(name.to_owned()),
+            os_thread_id: Some(tid),
+            python_thread_id: tid,
+            active: false,
+            owns_gil: false,
+            state: ThreadState::WaitingOnLock,
+            frames: vec![FrameDump {
+                function: function.to_owned(),
+                file: "job.py".to_owned(),
+                line,
+                native: false,
+                locals: None,
+            }],
+        }
+    }
+
+    fn text(processes: &[ProcessDump]) -> String {
+        let mut out = Vec::new();
+        write_dump_text(processes, &mut out).expect("write");
+        String::from_utf8(out).expect("utf8")
+    }
+
+    #[test]
+    fn one_thread_prints_its_state_frames_and_locals() {
+        let mut t = thread("loader-0", 43, "wait_for_batch", 12);
+        t.owns_gil = true;
+        t.frames[0].locals = Some(vec![LocalVariable {
+            name: "batch".into(),
+            repr: Some("3".into()),
+            arg: true,
+        }]);
+        let dump = [ProcessDump {
+            pid: 42,
+            parent_pid: None,
+            command_line: "python3 job.py".into(),
+            python_version: "3.11.7".into(),
+            threads: vec![t],
+        }];
+        assert_eq!(
+            text(&dump),
+            "Process 42: python3 job.py\nPython v3.11.7\n\n\
+             Thread 43 \"loader-0\" (idle, waiting on a lock, holds GIL)\n    \
+             wait_for_batch (job.py:12)\n        batch = 3\n"
+        );
+    }
+
+    #[test]
+    fn identical_threads_print_once_and_a_straggler_comes_first() {
+        let mut threads: Vec<ThreadDump> = (0..7)
+            .map(|i| thread(&format!("pool-{i}"), 100 + i, "get", 5))
+            .collect();
+        threads.push(thread("pool-7", 107, "compute", 30));
+        let dump = [ProcessDump {
+            pid: 1,
+            parent_pid: None,
+            command_line: "python3 pool.py".into(),
+            python_version: "3.11.7".into(),
+            threads,
+        }];
+        let out = text(&dump);
+        let first = out.lines().next().expect("a line");
+        assert_eq!(
+            first,
+            "Straggler: Thread \"pool-7\" of process 1 is at compute (job.py:30) while 7 of its 7 peers are at get (job.py:5)"
+        );
+        assert!(out.contains(
+            "7 threads: pool-0, pool-1, pool-2, pool-3, pool-4, pool-5, pool-6 (idle, waiting on a lock)\n    get (job.py:5)\n"
+        ), "{out}");
+        assert_eq!(out.matches("get (job.py:5)").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn tree_json_lists_processes_and_stragglers() {
+        let dump = [ProcessDump {
+            pid: 1,
+            parent_pid: None,
+            command_line: "python3 a.py".into(),
+            python_version: "3.11.7".into(),
+            threads: vec![thread("MainThread", 1, "main", 3)],
+        }];
+        let mut out = Vec::new();
+        write_dump_json(&dump, true, &mut out).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&out).expect("parses");
+        assert_eq!(v["processes"][0]["pid"], 1);
+        assert_eq!(v["processes"][0]["threads"][0]["state"], "waiting_on_lock");
+        assert!(v["stragglers"].as_array().is_some_and(|s| s.is_empty()));
+        let mut single = Vec::new();
+        write_dump_json(&dump, false, &mut single).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&single).expect("parses");
+        assert_eq!(v["pid"], 1);
+    }
+}
