@@ -43,6 +43,45 @@ pub enum Command {
                             share it; a process or thread away from where its peers wait is \
                             named first.")]
     Dump(DumpArgs),
+    /// Stay attached at a low rate and write a hang report when the job stops moving.
+    #[command(
+        after_help = "Example:\n  stackscope watch --pid 12345 --hang-after 300 -o hangs\n\n\
+                            Samples every thread once a second (--rate). When no thread's Python \
+                            stack has changed for --hang-after seconds (and the GPU idles, where \
+                            there is GPU data), writes hang-TIMESTAMP.txt and .json (a full \
+                            grouped dump with locals) into the output directory, prints one line, \
+                            and keeps watching: a new report only after progress resumed and \
+                            stopped again."
+    )]
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The process to watch.
+    #[arg(long, short = 'p')]
+    pub pid: u32,
+    /// Seconds without any change in the stacks that count as a hang.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub hang_after: f64,
+    /// Where hang reports go [default: stackscope-PID-watch].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Samples per second.
+    #[arg(long, short = 'r', value_name = "HZ", default_value = "1", value_parser = parse_rate)]
+    pub rate: f64,
+    /// Also watch every Python process below it.
+    #[arg(long)]
+    pub subprocesses: bool,
+    /// GPUs to poll: auto, off, or a list of indices.
+    #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
+    pub gpu: String,
+    /// The NVML library to load instead of libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+    /// The GPU counts as idle below this utilization, in percent.
+    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
+    pub idle_below: f32,
 }
 
 #[derive(Debug, Args)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
-use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs};
+use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, WatchArgs};
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -70,10 +70,7 @@ impl RecordingConfig {
             include_idle: args.idle,
             blocking: !args.nonblocking,
             gpu: GpuSettings {
-                selection: args
-                    .gpu
-                    .parse()
-                    .map_err(|e| UsageError(format!("--gpu {}: {e}", args.gpu)))?,
+                selection: parse_gpu(&args.gpu)?,
                 nvml_lib: args.nvml_lib,
             },
             idle_below: args.idle_below,
@@ -111,6 +108,42 @@ impl From<DumpArgs> for DumpConfig {
             subprocesses: args.subprocesses,
         }
     }
+}
+
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub pid: u32,
+    pub hang_after_secs: f64,
+    pub out_dir: PathBuf,
+    pub rate_hz: f64,
+    pub subprocesses: bool,
+    pub gpu: GpuSettings,
+    pub idle_below: f32,
+}
+
+impl WatchConfig {
+    pub fn from_args(args: WatchArgs) -> anyhow::Result<WatchConfig> {
+        Ok(WatchConfig {
+            pid: args.pid,
+            hang_after_secs: args.hang_after,
+            out_dir: args
+                .output
+                .unwrap_or_else(|| PathBuf::from(format!("stackscope-{}-watch", args.pid))),
+            rate_hz: args.rate,
+            subprocesses: args.subprocesses,
+            gpu: GpuSettings {
+                selection: parse_gpu(&args.gpu)?,
+                nvml_lib: args.nvml_lib,
+            },
+            idle_below: args.idle_below,
+        })
+    }
+}
+
+fn parse_gpu(value: &str) -> anyhow::Result<GpuSelection> {
+    Ok(value
+        .parse()
+        .map_err(|e| UsageError(format!("--gpu {value}: {e}")))?)
 }
 
 /// Creates `dir` and proves that files can be written and renamed in it, so that a recording

@@ -95,7 +95,9 @@ impl GpuReport {
     }
 }
 
-fn device_infos(devices: Vec<stackscope_gpu::GpuDeviceInfo>) -> Vec<stackscope_aggregate::GpuDeviceInfo> {
+fn device_infos(
+    devices: Vec<stackscope_gpu::GpuDeviceInfo>,
+) -> Vec<stackscope_aggregate::GpuDeviceInfo> {
     devices
         .into_iter()
         .map(|d| stackscope_aggregate::GpuDeviceInfo {

@@ -9,13 +9,14 @@ mod gpu;
 mod recorder;
 mod recording;
 mod signals;
+mod watch;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::{DumpConfig, RecordingConfig, UsageError};
+use crate::config::{DumpConfig, RecordingConfig, UsageError, WatchConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,5 +38,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Attach(args) => recording::run(RecordingConfig::from_attach(args)?),
         Command::Record(args) => recording::run(RecordingConfig::from_record(args)?),
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
+        Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
     }
 }

@@ -65,7 +65,11 @@ impl Recorder {
     }
 }
 
-fn write(out_dir: &Path, aggregator: &Aggregator, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
+fn write(
+    out_dir: &Path,
+    aggregator: &Aggregator,
+    meta: &RecordingMeta,
+) -> anyhow::Result<OutputFiles> {
     stackscope_report::write_outputs(out_dir, aggregator, meta)
         .with_context(|| format!("cannot write the recording to {}", out_dir.display()))
 }
@@ -83,5 +87,7 @@ fn fold(receiver: &Receiver<Event>, state: &Mutex<Aggregator>) {
 /// A panic elsewhere must not cost the recording: the aggregate is still consistent between
 /// events, so a poisoned lock is taken as it is.
 fn lock(state: &Mutex<Aggregator>) -> MutexGuard<'_, Aggregator> {
-    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

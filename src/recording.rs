@@ -98,7 +98,12 @@ fn record(
 
     let (sender, receiver) = bounded(CHANNEL_CAPACITY);
     let producers_stop = Arc::new(AtomicBool::new(false));
-    let gpu = GpuHandle::start(&config.gpu, meta.pid, sender.clone(), producers_stop.clone());
+    let gpu = GpuHandle::start(
+        &config.gpu,
+        meta.pid,
+        sender.clone(),
+        producers_stop.clone(),
+    );
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.idle_below,
@@ -136,14 +141,19 @@ fn record(
                     meta.pid
                 );
             } else {
-                eprintln!("stackscope: process {} runs again; sampling resumed", meta.pid);
+                eprintln!(
+                    "stackscope: process {} runs again; sampling resumed",
+                    meta.pid
+                );
             }
         }
         let asked = signals.take_checkpoint_request();
         if asked || Instant::now() >= next_checkpoint {
             let snapshot = meta.live(sampler.stats(), &gpu.snapshot());
             match recorder.checkpoint(&snapshot) {
-                Ok(_) if asked => eprintln!("stackscope: checkpoint written to {}", out_dir.display()),
+                Ok(_) if asked => {
+                    eprintln!("stackscope: checkpoint written to {}", out_dir.display())
+                }
                 Ok(_) => {}
                 Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
             }
@@ -244,8 +254,12 @@ impl MetaSource {
             StopReason::Fatal(why) => Some(why.as_str()),
             _ => None,
         };
-        let mut notices =
-            sampler_notices(report.ticks, report.skipped_ticks, report.stopped_ticks, fatal);
+        let mut notices = sampler_notices(
+            report.ticks,
+            report.skipped_ticks,
+            report.stopped_ticks,
+            fatal,
+        );
         if let Some(status) = exit_status {
             if status.code().is_none() {
                 notices.push(format!("the command ended by a signal ({status})"));

@@ -1,27 +1,44 @@
 //! Aggregation of a stackscope recording: folds stack samples into interned stacks, keeps the
 //! GPU timeline, tags each stack sample with the GPU's state at its instant, and summarizes the
-//! recording (top functions, threads, GPU statistics, oscillation and a verdict).
+//! recording (top functions, threads, processes, GPU statistics, oscillation and a verdict).
+//!
+//! Memory does not grow with the recording's length: stacks are held once each with counts,
+//! the GPU timeline coarsens with age, and every table has a cap ([`Limits`]) past which
+//! samples are still counted, in placeholders, and the summary says so.
 //!
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
 mod aggregator;
+mod device_stats;
 mod functions;
+mod gpu_mean;
 mod gpu_stats;
+mod grouping;
+mod hang;
 mod intern;
+mod limits;
 mod meta;
 mod oscillation;
+mod processes;
 mod summary;
 mod tagging;
+mod threads;
 mod timeline;
 mod verdict;
 
 pub use aggregator::{AggregateConfig, Aggregator, StackView};
+pub use device_stats::GpuDeviceSummary;
 pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};
-pub use gpu_stats::GpuDeviceSummary;
+pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
+pub use hang::{HangDetector, HangEvent};
+pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
-pub use summary::{ErrorCounts, GpuSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
+pub use processes::ROOT_COMMAND_CHARS;
+pub use summary::{
+    ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
+};
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]

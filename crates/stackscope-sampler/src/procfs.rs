@@ -90,8 +90,8 @@ pub fn thread_state(pid: u32, tid: u64) -> ThreadState {
         'R' => ThreadState::Running,
         'T' | 't' => ThreadState::Stopped,
         'S' | 'D' | 'I' => {
-            let syscall = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
-                .unwrap_or_default();
+            let syscall =
+                fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
             blocked_state(&syscall)
         }
         _ => ThreadState::Unknown,

@@ -11,8 +11,8 @@ use stackscope_event::{Event, SampleError, StackSample, Timestamp};
 use crate::error::SampleFailure;
 use crate::procfs;
 use crate::target::{PythonTarget, TargetOptions};
-use crate::tree::ProcessSet;
 use crate::timer::SampleTimer;
+use crate::tree::ProcessSet;
 
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
@@ -158,7 +158,9 @@ fn run(
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
-        stats.skipped_ticks.fetch_add(tick.skipped, Ordering::Relaxed);
+        stats
+            .skipped_ticks
+            .fetch_add(tick.skipped, Ordering::Relaxed);
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
         for event in set.rescan(time) {

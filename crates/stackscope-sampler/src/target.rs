@@ -294,7 +294,10 @@ mod tests {
             "/usr/lib/python3.11/threading.py"
         )));
         assert!(waits_in_python(&wait("Condition.wait", "threading.py")));
-        assert!(waits_in_python(&wait("BaseSelector.select", "selectors.py")));
+        assert!(waits_in_python(&wait(
+            "BaseSelector.select",
+            "selectors.py"
+        )));
         assert!(!waits_in_python(&wait("wait", "my_training.py")));
         assert!(!waits_in_python(&wait("Thread.run", "threading.py")));
         assert!(!waits_in_python(&[]));

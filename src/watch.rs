@@ -1,0 +1,208 @@
+//! `stackscope watch`: stays attached at a low rate for as long as the job runs, and writes a
+//! hang report by itself when the job's stacks stop changing.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use crossbeam_channel::{bounded, Receiver};
+use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent};
+use stackscope_event::{Event, ProcessDump, Timestamp};
+use stackscope_sampler::{
+    dump_process, dump_tree, procfs, ProcessSet, PythonTarget, SampleTimer, TargetOptions,
+    ThreadStack,
+};
+
+use crate::config::{ensure_writable_dir, WatchConfig};
+use crate::gpu::GpuHandle;
+use crate::signals::Signals;
+
+pub fn run(config: WatchConfig) -> anyhow::Result<()> {
+    let signals = Signals::install()?;
+    let options = TargetOptions::default();
+    let root = PythonTarget::attach(config.pid, &options)?;
+    ensure_writable_dir(&config.out_dir)?;
+    let mut set = ProcessSet::new(root, config.subprocesses, options);
+    let (sender, receiver) = bounded(4096);
+    let stop = Arc::new(AtomicBool::new(false));
+    let gpu = GpuHandle::start(&config.gpu, config.pid, sender, stop.clone());
+    let mut gpu_readings = GpuReadings::default();
+    let mut detector = HangDetector::new(config.hang_after_secs);
+    let mut timer = SampleTimer::new(config.rate_hz);
+    eprintln!(
+        "stackscope: watching process {} at {} Hz; a hang report goes to {} when its stacks stop \
+         changing for {} s",
+        config.pid,
+        config.rate_hz,
+        config.out_dir.display(),
+        config.hang_after_secs
+    );
+    let mut reports = 0u32;
+    while !signals.stop_requested() {
+        if timer.wait(None).is_none() {
+            continue;
+        }
+        gpu_readings.take(&receiver);
+        let now = Timestamp::now();
+        set.rescan(now);
+        let Some(signature) = read_signature(&mut set, now) else {
+            eprintln!(
+                "stackscope: process {} exited; stopped watching",
+                config.pid
+            );
+            break;
+        };
+        let gpu_idle = gpu_readings.idle(config.idle_below);
+        match detector.observe(now, signature, gpu_idle) {
+            Some(HangEvent::Hung { unchanged_secs }) => {
+                let path = write_hang_report(&config, unchanged_secs, gpu_idle, &gpu_readings)?;
+                reports += 1;
+                println!(
+                    "stackscope: process {} looks hung (stacks unchanged for {:.0} s{}): report {}",
+                    config.pid,
+                    unchanged_secs,
+                    if gpu_idle == Some(true) {
+                        ", GPU idle"
+                    } else {
+                        ""
+                    },
+                    path.display()
+                );
+            }
+            Some(HangEvent::Resumed) => {
+                eprintln!("stackscope: process {} makes progress again", config.pid);
+            }
+            None => {}
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(gpu.join());
+    eprintln!("stackscope: {reports} hang report(s) written");
+    Ok(())
+}
+
+/// A fingerprint of every thread's stack in every followed process; `None` once the root is
+/// gone. Threads stopped by someone else count as unchanged.
+fn read_signature(set: &mut ProcessSet, now: Timestamp) -> Option<u64> {
+    let mut threads: Vec<(u32, u64, Vec<(String, String, u32)>)> = Vec::new();
+    let mut gone = Vec::new();
+    for target in set.targets_mut() {
+        let pid = target.pid();
+        if procfs::is_stopped(pid) {
+            continue;
+        }
+        match target.read_stacks() {
+            Ok(stacks) => threads.extend(stacks.into_iter().map(|s| key(pid, s))),
+            Err(_) if !procfs::is_alive(pid) => gone.push(pid),
+            // A torn read says nothing about progress.
+            Err(_) => {}
+        }
+    }
+    for pid in gone {
+        set.remove(pid, now);
+    }
+    if !set.has_root() {
+        return None;
+    }
+    threads.sort();
+    let mut hasher = DefaultHasher::new();
+    threads.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+fn key(pid: u32, stack: ThreadStack) -> (u32, u64, Vec<(String, String, u32)>) {
+    (
+        pid,
+        stack.thread.python_thread_id,
+        stack
+            .frames
+            .iter()
+            .map(|f| (f.function.to_string(), f.file.to_string(), f.line))
+            .collect(),
+    )
+}
+
+/// The latest utilization of each GPU.
+#[derive(Default)]
+struct GpuReadings {
+    latest: HashMap<u32, f32>,
+}
+
+impl GpuReadings {
+    fn take(&mut self, receiver: &Receiver<Event>) {
+        for event in receiver.try_iter() {
+            if let Event::Gpu(sample) = event {
+                if let Some(u) = sample.utilization {
+                    self.latest.insert(sample.device, u);
+                }
+            }
+        }
+    }
+
+    fn mean(&self) -> Option<f32> {
+        (!self.latest.is_empty())
+            .then(|| self.latest.values().sum::<f32>() / self.latest.len() as f32)
+    }
+
+    fn idle(&self, idle_below: f32) -> Option<bool> {
+        self.mean().map(|m| m < idle_below)
+    }
+}
+
+fn write_hang_report(
+    config: &WatchConfig,
+    unchanged_secs: f64,
+    gpu_idle: Option<bool>,
+    gpu: &GpuReadings,
+) -> anyhow::Result<PathBuf> {
+    let processes: Vec<ProcessDump> = if config.subprocesses {
+        dump_tree(config.pid, true)?
+    } else {
+        vec![dump_process(config.pid, true)?]
+    };
+    let now = chrono::Local::now();
+    let stamp = now.format("%Y%m%d-%H%M%S");
+    let base = config.out_dir.join(format!("hang-{stamp}"));
+    let mut text = Vec::new();
+    use std::io::Write;
+    writeln!(
+        text,
+        "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s{}\n",
+        now.to_rfc3339(),
+        config.pid,
+        unchanged_secs,
+        match (gpu_idle, gpu.mean()) {
+            (Some(true), Some(m)) => format!(", GPU idle ({m:.0}% utilization)"),
+            (Some(false), Some(m)) => format!(", GPU busy ({m:.0}% utilization)"),
+            _ => String::new(),
+        }
+    )?;
+    stackscope_report::write_dump_text(&processes, &mut text)?;
+    let json = serde_json::json!({
+        "detected_at": now.to_rfc3339(),
+        "pid": config.pid,
+        "unchanged_secs": unchanged_secs,
+        "hang_after_secs": config.hang_after_secs,
+        "gpu_idle": gpu_idle,
+        "gpu_mean_utilization": gpu.mean(),
+        "stragglers": find_stragglers(&processes),
+        "processes": processes,
+    });
+    let text_path = base.with_extension("txt");
+    write_atomically(&text_path, &text)?;
+    write_atomically(
+        &base.with_extension("json"),
+        &serde_json::to_vec_pretty(&json)?,
+    )?;
+    Ok(text_path)
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
