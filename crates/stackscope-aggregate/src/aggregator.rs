@@ -1,12 +1,13 @@
 //! The aggregator: the one owner of a recording's state, fed event by event.
 
-use std::collections::HashMap;
-
 use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
-use crate::intern::{GpuTag, StackCounts, StackTable};
+use crate::intern::{FrameId, GpuTag, StackCounts, StackTable};
+use crate::limits::Limits;
+use crate::processes::ProcessTable;
 use crate::summary::ErrorCounts;
 use crate::tagging::GpuTagger;
+use crate::threads::ThreadTable;
 use crate::timeline::GpuTimeline;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +18,9 @@ pub struct AggregateConfig {
     pub idle_below: f32,
     /// Whether GPU readings are expected; when not, stack samples are never held back.
     pub gpu_enabled: bool,
+    /// Root every stack at its process (`process PID COMMAND`) above its thread, and keep
+    /// per-process figures: set when following a process tree (`--subprocesses`).
+    pub process_root: bool,
 }
 
 impl Default for AggregateConfig {
@@ -26,6 +30,7 @@ impl Default for AggregateConfig {
             include_idle: false,
             idle_below: 30.0,
             gpu_enabled: true,
+            process_root: false,
         }
     }
 }
@@ -48,14 +53,6 @@ impl StackView {
     }
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct ThreadStat {
-    pub name: String,
-    pub os_thread_id: Option<u64>,
-    pub python_thread_id: u64,
-    pub samples: u64,
-}
-
 /// Folds stack samples, keeps the GPU timeline and tags samples with the GPU's state.
 ///
 /// Pure: no I/O, no threads, no clock reads; feed it [`Event`]s in roughly the order they were
@@ -67,23 +64,33 @@ pub struct Aggregator {
     pub(crate) table: StackTable,
     pub(crate) tagger: GpuTagger,
     pub(crate) timeline: GpuTimeline,
-    /// By (pid, Python thread id): a Python thread id is only unique within its process.
-    pub(crate) threads: HashMap<(u32, u64), ThreadStat>,
+    pub(crate) threads: ThreadTable,
+    /// Filled only with `process_root`: without it the recording follows one process.
+    pub(crate) processes: ProcessTable,
+    pub(crate) limits: Limits,
     pub(crate) samples: u64,
     pub(crate) idle_skipped: u64,
     pub(crate) errors: ErrorCounts,
 }
 
 impl Aggregator {
+    /// An aggregator with the default [`Limits`].
     pub fn new(config: AggregateConfig, start: Timestamp) -> Aggregator {
-        let tagger = GpuTagger::new(config.idle_below);
+        Aggregator::with_limits(config, start, Limits::default())
+    }
+
+    /// An aggregator with other caps than the default, for tests that reach them.
+    pub fn with_limits(config: AggregateConfig, start: Timestamp, limits: Limits) -> Aggregator {
+        let limits = limits.sane();
         Aggregator {
+            tagger: GpuTagger::new(config.idle_below),
+            timeline: GpuTimeline::new(limits.max_gpu_points, config.idle_below),
+            table: StackTable::new(limits),
+            threads: ThreadTable::new(limits.max_threads),
+            processes: ProcessTable::new(limits.max_processes),
+            limits,
             config,
             start,
-            table: StackTable::default(),
-            tagger,
-            timeline: GpuTimeline::default(),
-            threads: HashMap::new(),
             samples: 0,
             idle_skipped: 0,
             errors: ErrorCounts::default(),
@@ -103,37 +110,42 @@ impl Aggregator {
                 self.tagger.observe(error.time);
             }
             Event::Gpu(sample) => self.handle_gpu(sample),
-            Event::Process(process) => self.tagger.observe(process.time),
+            Event::Process(process) => {
+                if self.config.process_root {
+                    self.processes.handle(&process);
+                }
+                self.tagger.observe(process.time);
+            }
         }
         self.release_tagged();
     }
 
     fn handle_stack(&mut self, sample: StackSample) {
         let name = sample.thread.display_name();
-        let thread = self
-            .threads
-            .entry((sample.pid, sample.thread.python_thread_id))
-            .or_insert_with(|| ThreadStat {
-                name: String::new(),
-                os_thread_id: None,
-                python_thread_id: sample.thread.python_thread_id,
-                samples: 0,
-            });
-        // A thread can be renamed after it starts; the latest name is the one people know.
-        if thread.name != name {
-            thread.name.clone_from(&name);
+        let kept = sample.thread.active || self.config.include_idle;
+        let thread = self.threads.observe(sample.pid, &sample.thread, &name);
+        if kept {
+            thread.samples += 1;
         }
-        if sample.thread.os_thread_id.is_some() {
-            thread.os_thread_id = sample.thread.os_thread_id;
+        if self.config.process_root {
+            self.processes.sample(sample.pid, kept);
         }
-        if !sample.thread.active && !self.config.include_idle {
+        if !kept {
             self.idle_skipped += 1;
             self.tagger.observe(sample.time);
             return;
         }
-        thread.samples += 1;
         self.samples += 1;
-        let stack = self.table.intern(&name, &sample.frames);
+        let thread_root = self.table.thread_root(&name);
+        let process_and_thread: [FrameId; 2];
+        let roots: &[FrameId] = if self.config.process_root {
+            let process_root = self.processes.root(sample.pid, &mut self.table);
+            process_and_thread = [process_root, thread_root];
+            &process_and_thread
+        } else {
+            std::slice::from_ref(&thread_root)
+        };
+        let stack = self.table.intern(roots, &sample.frames);
         self.table.count(stack);
         if self.config.gpu_enabled {
             self.tagger.hold(sample.time, stack);
@@ -164,6 +176,7 @@ impl Aggregator {
     pub fn expect_gpu_devices(&mut self, devices: &[u32]) {
         for &device in devices {
             self.tagger.expect_device(device);
+            self.timeline.expect_device(device);
         }
     }
 
@@ -173,7 +186,8 @@ impl Aggregator {
         self.tagger.flush(|stack, tag| table.count_tag(stack, tag));
     }
 
-    /// Folded lines of one view, `thread;outer;...;inner` with their counts, sorted by stack.
+    /// Folded lines of one view, `thread;outer;...;inner` with their counts, sorted by stack;
+    /// with `process_root`, `process PID COMMAND;thread;outer;...;inner`.
     /// Samples still held for GPU tagging are in `All` but not yet in the GPU views.
     pub fn folded(&self, view: StackView) -> Vec<(String, u64)> {
         let mut lines: Vec<(String, u64)> = self
@@ -199,7 +213,8 @@ impl Aggregator {
         lines
     }
 
-    /// Every GPU reading kept, in time order.
+    /// The GPU timeline kept in memory, in time order: every reading while a device has fewer
+    /// than [`Limits::max_gpu_points`], then older readings merged into coarser points.
     pub fn gpu_timeline(&self) -> &[GpuSample] {
         self.timeline.samples()
     }
@@ -231,8 +246,58 @@ impl Aggregator {
         self.tagger.pending_len()
     }
 
-    /// Distinct stacks interned so far: what memory grows with.
+    /// Distinct stacks interned so far: what memory grows with, up to [`Limits::max_stacks`].
     pub fn distinct_stacks(&self) -> usize {
         self.table.stacks().len()
+    }
+
+    /// Distinct code frames interned, up to [`Limits::max_frames`].
+    pub fn distinct_frames(&self) -> usize {
+        self.table.code_frame_count()
+    }
+
+    /// Distinct functions `(function, file)`: never more than the frames.
+    pub fn distinct_functions(&self) -> usize {
+        self.table.function_count()
+    }
+
+    /// Distinct thread names used as roots, up to [`Limits::max_thread_roots`].
+    pub fn thread_roots(&self) -> usize {
+        self.table.thread_root_count()
+    }
+
+    /// Distinct process roots, up to [`Limits::max_processes`].
+    pub fn process_roots(&self) -> usize {
+        self.table.process_root_count()
+    }
+
+    /// Threads in the per-thread table, up to [`Limits::max_threads`].
+    pub fn threads_tracked(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Processes in the per-process table, up to [`Limits::max_processes`].
+    pub fn processes_tracked(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// Timeline points kept for one device, up to [`Limits::max_gpu_points`].
+    pub fn gpu_points(&self, device: u32) -> usize {
+        self.timeline.points(device)
+    }
+
+    /// GPU readings received from one device, whether kept as points or merged.
+    pub fn gpu_readings(&self, device: u32) -> u64 {
+        self.timeline.readings(device)
+    }
+
+    /// GPU readings held by the tagger, across devices: a few seconds' worth.
+    pub fn gpu_readings_held(&self) -> usize {
+        self.tagger.readings_len()
+    }
+
+    /// The caps in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 }

@@ -121,7 +121,8 @@ mod tests {
     use stackscope_event::Frame;
 
     fn add(table: &mut StackTable, frames: &[Frame], times: u64) {
-        let id = table.intern("MainThread", frames);
+        let root = table.thread_root("MainThread");
+        let id = table.intern(&[root], frames);
         for _ in 0..times {
             table.count(id);
         }

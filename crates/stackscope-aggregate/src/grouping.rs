@@ -245,19 +245,30 @@ mod tests {
         let dump = [process(
             1,
             None,
-            vec![thread("a", 1, &[("wait", 7)]), thread("b", 2, &[("wait", 8)])],
+            vec![
+                thread("a", 1, &[("wait", 7)]),
+                thread("b", 2, &[("wait", 8)]),
+            ],
         )];
         assert_eq!(group_threads(&dump).len(), 2);
     }
 
     #[test]
     fn a_rank_elsewhere_is_a_straggler() {
-        let mut dump = vec![process(10, None, vec![thread("MainThread", 10, &[("launch", 1)])])];
+        let mut dump = vec![process(
+            10,
+            None,
+            vec![thread("MainThread", 10, &[("launch", 1)])],
+        )];
         for pid in 11..=14 {
             dump.push(process(
                 pid,
                 Some(10),
-                vec![thread("MainThread", pid.into(), &[("all_reduce", 40), ("step", 9)])],
+                vec![thread(
+                    "MainThread",
+                    pid.into(),
+                    &[("all_reduce", 40), ("step", 9)],
+                )],
             ));
         }
         dump.push(process(

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use stackscope_event::Frame;
 
+use crate::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+
 /// Index of an interned frame (a thread root or a code frame).
 pub type FrameId = u32;
 /// Index of an interned stack.
@@ -54,17 +56,62 @@ pub struct FunctionKey {
     pub file: Arc<str>,
 }
 
-#[derive(Debug, Default)]
+/// Placeholder frames, created on first use and never counted against a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Special {
+    StackFull,
+    FrameFull,
+    OtherThreads,
+    OtherProcesses,
+}
+
+impl Special {
+    const ALL: usize = 4;
+
+    fn label(self) -> &'static str {
+        match self {
+            Special::StackFull => STACK_TABLE_FULL,
+            Special::FrameFull => FRAME_TABLE_FULL,
+            Special::OtherThreads => OTHER_THREADS,
+            Special::OtherProcesses => OTHER_PROCESSES,
+        }
+    }
+}
+
+/// What the caps turned away, for the summary's `caps_reached`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableOverflow {
+    /// Samples of a new stack counted as `[stack table full]`.
+    pub stack_samples: u64,
+    /// Samples with at least one new frame shown as `[frame table full]`.
+    pub frame_samples: u64,
+    /// Samples of a thread whose new name was rooted at `[other threads]`.
+    pub thread_root_samples: u64,
+    /// Processes rooted at `[other processes]`.
+    pub process_roots: u64,
+}
+
+#[derive(Debug)]
 pub struct StackTable {
+    limits: Limits,
     frames: Vec<FrameEntry>,
     frame_ids: HashMap<Frame, FrameId>,
     thread_ids: HashMap<String, FrameId>,
+    process_ids: HashMap<String, FrameId>,
     functions: Vec<FunctionKey>,
     function_ids: HashMap<FunctionKey, FunctionId>,
     stacks: Vec<StackEntry>,
     stack_ids: HashMap<Box<[FrameId]>, StackId>,
+    specials: [Option<FrameId>; Special::ALL],
+    overflow: TableOverflow,
     /// Reused between calls so interning a sample does not allocate once its stack is known.
     scratch: Vec<FrameId>,
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable::new(Limits::default())
+    }
 }
 
 /// Make a label safe for the folded format: ';' separates frames and a newline ends a line.
@@ -73,35 +120,101 @@ pub fn sanitize_label(label: &str) -> String {
 }
 
 impl StackTable {
-    /// Interns one sample's stack. `frames` is innermost first, as the sampler reads it.
-    pub fn intern(&mut self, thread_name: &str, frames: &[Frame]) -> StackId {
+    pub fn new(limits: Limits) -> StackTable {
+        StackTable {
+            limits: limits.sane(),
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            thread_ids: HashMap::new(),
+            process_ids: HashMap::new(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            stacks: Vec::new(),
+            stack_ids: HashMap::new(),
+            specials: [None; Special::ALL],
+            overflow: TableOverflow::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Interns one sample's stack under `roots` (a process root, a thread root, outermost
+    /// first). `frames` is innermost first, as the sampler reads it.
+    pub fn intern(&mut self, roots: &[FrameId], frames: &[Frame]) -> StackId {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
-        key.push(self.intern_thread(thread_name));
+        key.extend_from_slice(roots);
+        let mut frame_overflow = false;
         for frame in frames.iter().rev() {
-            let id = self.intern_frame(frame);
+            let id = match self.frame_ids.get(frame) {
+                Some(&id) => id,
+                None => self.new_frame(frame).unwrap_or_else(|| {
+                    frame_overflow = true;
+                    self.special(Special::FrameFull)
+                }),
+            };
             key.push(id);
+        }
+        if frame_overflow {
+            self.overflow.frame_samples += 1;
         }
         let id = match self.stack_ids.get(key.as_slice()) {
             Some(&id) => id,
-            None => {
-                let id = self.stacks.len() as StackId;
-                let boxed: Box<[FrameId]> = key.as_slice().into();
-                self.stacks.push(StackEntry {
-                    frames: boxed.clone(),
-                    counts: StackCounts::default(),
-                });
-                self.stack_ids.insert(boxed, id);
-                id
-            }
+            None => self.new_stack(&mut key, roots.len()),
         };
         self.scratch = key;
         id
     }
 
-    fn intern_thread(&mut self, name: &str) -> FrameId {
+    /// A new stack, or past the cap the `[stack table full]` stack under the same roots; when
+    /// even the room kept for those is gone, the one root-less `[stack table full]` stack.
+    /// The table never holds more than `max_stacks`.
+    fn new_stack(&mut self, key: &mut Vec<FrameId>, roots: usize) -> StackId {
+        let room = self.limits.max_stacks.saturating_sub(self.stacks.len());
+        // Room kept for the placeholders, so that samples of a thread met after the table
+        // filled up still show under their own thread.
+        let reserve = (self.limits.max_stacks / 16).clamp(2, 1024);
+        if room > reserve {
+            return self.insert_stack(key);
+        }
+        self.overflow.stack_samples += 1;
+        let full = self.special(Special::StackFull);
+        key.truncate(roots);
+        key.push(full);
+        if let Some(&id) = self.stack_ids.get(key.as_slice()) {
+            return id;
+        }
+        if room > 1 {
+            return self.insert_stack(key);
+        }
+        key.clear();
+        key.push(full);
+        match self.stack_ids.get(key.as_slice()) {
+            Some(&id) => id,
+            // Reached with exactly one slot left: the last slot is this stack's.
+            None => self.insert_stack(key),
+        }
+    }
+
+    fn insert_stack(&mut self, key: &[FrameId]) -> StackId {
+        let id = self.stacks.len() as StackId;
+        let boxed: Box<[FrameId]> = key.into();
+        self.stacks.push(StackEntry {
+            frames: boxed.clone(),
+            counts: StackCounts::default(),
+        });
+        self.stack_ids.insert(boxed, id);
+        id
+    }
+
+    /// The root frame of a thread's stacks, by the name shown for it; past the cap on distinct
+    /// names, `[other threads]`.
+    pub fn thread_root(&mut self, name: &str) -> FrameId {
         if let Some(&id) = self.thread_ids.get(name) {
             return id;
+        }
+        if self.thread_ids.len() >= self.limits.max_thread_roots {
+            self.overflow.thread_root_samples += 1;
+            return self.special(Special::OtherThreads);
         }
         let id = self.push_frame(FrameEntry {
             label: sanitize_label(name),
@@ -111,9 +224,28 @@ impl StackTable {
         id
     }
 
-    fn intern_frame(&mut self, frame: &Frame) -> FrameId {
-        if let Some(&id) = self.frame_ids.get(frame) {
+    /// The root frame of a process's stacks (`process PID COMMAND`); past the cap,
+    /// `[other processes]`. Callers cache it per process, so the overflow counts processes.
+    pub fn process_root(&mut self, label: &str) -> FrameId {
+        if let Some(&id) = self.process_ids.get(label) {
             return id;
+        }
+        if self.process_ids.len() >= self.limits.max_processes {
+            self.overflow.process_roots += 1;
+            return self.special(Special::OtherProcesses);
+        }
+        let id = self.push_frame(FrameEntry {
+            label: sanitize_label(label),
+            function: None,
+        });
+        self.process_ids.insert(label.to_owned(), id);
+        id
+    }
+
+    /// Interns a frame not seen before; `None` when the frame table is full.
+    fn new_frame(&mut self, frame: &Frame) -> Option<FrameId> {
+        if self.frame_ids.len() >= self.limits.max_frames {
+            return None;
         }
         let function = self.intern_function(FunctionKey {
             function: frame.function.clone(),
@@ -124,6 +256,19 @@ impl StackTable {
             function: Some(function),
         });
         self.frame_ids.insert(frame.clone(), id);
+        Some(id)
+    }
+
+    fn special(&mut self, special: Special) -> FrameId {
+        if let Some(id) = self.specials[special as usize] {
+            return id;
+        }
+        // Not code: no function, so placeholders never show among the top functions.
+        let id = self.push_frame(FrameEntry {
+            label: special.label().to_owned(),
+            function: None,
+        });
+        self.specials[special as usize] = Some(id);
         id
     }
 
@@ -177,6 +322,23 @@ impl StackTable {
         self.functions.len()
     }
 
+    /// Distinct code frames (not roots, not placeholders): what `max_frames` caps.
+    pub fn code_frame_count(&self) -> usize {
+        self.frame_ids.len()
+    }
+
+    pub fn thread_root_count(&self) -> usize {
+        self.thread_ids.len()
+    }
+
+    pub fn process_root_count(&self) -> usize {
+        self.process_ids.len()
+    }
+
+    pub fn overflow(&self) -> &TableOverflow {
+        &self.overflow
+    }
+
     /// The folded line of a stack, without its count: `thread;outer;...;inner`.
     pub fn folded_stack(&self, stack: &StackEntry) -> String {
         let mut line = String::new();
@@ -196,6 +358,11 @@ impl StackTable {
 mod tests {
     use super::*;
 
+    fn intern(table: &mut StackTable, thread: &str, frames: &[Frame]) -> StackId {
+        let root = table.thread_root(thread);
+        table.intern(&[root], frames)
+    }
+
     #[test]
     fn same_stack_interns_once() {
         let mut table = StackTable::default();
@@ -203,9 +370,9 @@ mod tests {
             Frame::python("inner", "a.py", 3),
             Frame::python("outer", "a.py", 10),
         ];
-        let a = table.intern("MainThread", &frames);
-        let b = table.intern("MainThread", &frames.clone());
-        let c = table.intern("worker", &frames);
+        let a = intern(&mut table, "MainThread", &frames);
+        let b = intern(&mut table, "MainThread", &frames.clone());
+        let c = intern(&mut table, "worker", &frames);
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(table.stacks().len(), 2);
@@ -221,18 +388,99 @@ mod tests {
             Frame::python("in;ner", "a.py", 3),
             Frame::python("outer", "a.py", 10),
         ];
-        let id = table.intern("Main;Thread", &frames);
+        let id = intern(&mut table, "Main;Thread", &frames);
         let line = table.folded_stack(&table.stacks()[id as usize]);
         assert_eq!(line, "Main:Thread;outer (a.py:10);in:ner (a.py:3)");
     }
 
     #[test]
+    fn process_root_comes_first() {
+        let mut table = StackTable::default();
+        let process = table.process_root("process 7 python a;b.py");
+        let thread = table.thread_root("MainThread");
+        let id = table.intern(&[process, thread], &[Frame::python("f", "a.py", 1)]);
+        let line = table.folded_stack(&table.stacks()[id as usize]);
+        assert_eq!(line, "process 7 python a:b.py;MainThread;f (a.py:1)");
+    }
+
+    #[test]
     fn lines_of_one_function_share_its_id() {
         let mut table = StackTable::default();
-        table.intern("t", &[Frame::python("f", "a.py", 1)]);
-        table.intern("t", &[Frame::python("f", "a.py", 2)]);
-        table.intern("t", &[Frame::python("f", "b.py", 2)]);
+        intern(&mut table, "t", &[Frame::python("f", "a.py", 1)]);
+        intern(&mut table, "t", &[Frame::python("f", "a.py", 2)]);
+        intern(&mut table, "t", &[Frame::python("f", "b.py", 2)]);
         assert_eq!(table.function_count(), 2);
         assert_eq!(table.stacks().len(), 3);
+    }
+
+    fn small(max_stacks: usize, max_frames: usize, max_thread_roots: usize) -> StackTable {
+        StackTable::new(Limits {
+            max_stacks,
+            max_frames,
+            max_thread_roots,
+            ..Limits::default()
+        })
+    }
+
+    fn line_of(table: &StackTable, id: StackId) -> String {
+        table.folded_stack(&table.stacks()[id as usize])
+    }
+
+    #[test]
+    fn full_stack_table_counts_new_stacks_under_their_thread() {
+        let mut table = small(64, 10_000, 100);
+        // Reserve of 4 for placeholders (64 / 16): 60 ordinary stacks.
+        for line in 1..=100 {
+            intern(&mut table, "main", &[Frame::python("f", "a.py", line)]);
+        }
+        assert_eq!(table.stacks().len(), 61);
+        let id = intern(&mut table, "main", &[Frame::python("f", "a.py", 1)]);
+        assert_eq!(line_of(&table, id), "main;f (a.py:1)", "known stacks stay");
+        let id = intern(&mut table, "main", &[Frame::python("g", "a.py", 1)]);
+        assert_eq!(line_of(&table, id), "main;[stack table full]");
+        assert_eq!(table.overflow().stack_samples, 41);
+        // Other threads get their own placeholder while the reserve lasts, then share one.
+        for thread in 0..10 {
+            let id = intern(&mut table, &format!("t{thread}"), &[]);
+            let line = line_of(&table, id);
+            if thread < 2 {
+                assert_eq!(line, format!("t{thread};[stack table full]"));
+            } else {
+                assert_eq!(line, "[stack table full]");
+            }
+        }
+        assert_eq!(table.stacks().len(), 64, "never past max_stacks");
+    }
+
+    #[test]
+    fn full_frame_table_shows_a_placeholder() {
+        let mut table = small(1_000, 2, 100);
+        let frames = [Frame::python("a", "x.py", 1), Frame::python("b", "x.py", 1)];
+        intern(&mut table, "main", &frames);
+        let id = intern(
+            &mut table,
+            "main",
+            &[Frame::python("c", "x.py", 1), Frame::python("b", "x.py", 1)],
+        );
+        assert_eq!(line_of(&table, id), "main;b (x.py:1);[frame table full]");
+        assert_eq!(table.code_frame_count(), 2);
+        assert_eq!(table.function_count(), 2);
+        assert_eq!(table.overflow().frame_samples, 1);
+    }
+
+    #[test]
+    fn thread_roots_past_the_cap_are_other_threads() {
+        let mut table = small(1_000, 1_000, 2);
+        for n in 0..5 {
+            intern(&mut table, &format!("Thread-{n}"), &[]);
+        }
+        assert_eq!(table.thread_root_count(), 2);
+        let lines: Vec<String> = table
+            .stacks()
+            .iter()
+            .map(|s| table.folded_stack(s))
+            .collect();
+        assert_eq!(lines, vec!["Thread-0", "Thread-1", OTHER_THREADS]);
+        assert_eq!(table.overflow().thread_root_samples, 3);
     }
 }

@@ -2,9 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aggregator::{Aggregator, ThreadStat};
+use crate::aggregator::Aggregator;
+use crate::device_stats::GpuDeviceSummary;
 use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
-use crate::gpu_stats::{device_summary, resample_mean, time_weighted, GpuDeviceSummary};
+use crate::gpu_stats::resample_mean;
+use crate::limits::{OTHER_PROCESSES, OTHER_THREADS};
 use crate::meta::RecordingMeta;
 use crate::oscillation::oscillation_period;
 use crate::verdict::{verdict, Verdict, VerdictInput};
@@ -36,10 +38,20 @@ pub struct Summary {
     pub max_lateness_ms: f64,
     pub target_exited: bool,
     pub exit_status: Option<i32>,
-    /// By kept samples, most first.
+    /// By kept samples, most first; threads folded out of the table under thread churn last,
+    /// as one `[other threads]` entry.
     pub threads: Vec<ThreadSummary>,
+    /// The processes sampled when following a process tree (`--subprocesses`), by kept
+    /// samples; processes folded out of the table last, as one `[other processes]` entry.
+    /// Empty when following one process.
+    #[serde(default)]
+    pub processes: Vec<ProcessSummary>,
     pub top_functions: TopFunctions,
     pub notices: Vec<String>,
+    /// The caps on the aggregate's tables that were reached, each saying what became of what
+    /// it turned away. Empty on all but pathological or very long recordings.
+    #[serde(default)]
+    pub caps_reached: Vec<String>,
     /// `None` when no GPU reading was recorded.
     pub gpu: Option<GpuSummary>,
     /// Why there is no GPU data (no NVML, `--gpu off`, no device), when the binary knows.
@@ -57,11 +69,29 @@ pub struct ErrorCounts {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadSummary {
+    /// The process of the thread; 0 for the `[other threads]` entry.
+    #[serde(default)]
+    pub pid: u32,
     pub name: String,
     pub os_thread_id: Option<u64>,
     pub python_thread_id: u64,
     /// Kept samples; a thread seen only idle (and skipped) has 0.
     pub samples: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSummary {
+    /// 0 for the `[other processes]` entry.
+    pub pid: u32,
+    pub command_line: String,
+    /// Kept stack samples.
+    pub samples: u64,
+    /// Whether the sampler saw it exit (or lost it).
+    pub exited: bool,
+    /// Seconds since the recording's start when the sampler attached to it.
+    pub attached_secs: Option<f64>,
+    /// Seconds since the recording's start when it exited.
+    pub exited_secs: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,13 +116,6 @@ pub struct GpuSummary {
 
 impl Aggregator {
     pub fn summary(&self, meta: &RecordingMeta) -> Summary {
-        let mut threads: Vec<ThreadSummary> = self.threads.values().map(thread_summary).collect();
-        threads.sort_by(|a, b| {
-            b.samples
-                .cmp(&a.samples)
-                .then_with(|| a.name.cmp(&b.name))
-                .then(a.python_thread_id.cmp(&b.python_thread_id))
-        });
         Summary {
             pid: meta.pid,
             command_line: meta.command_line.clone(),
@@ -109,9 +132,11 @@ impl Aggregator {
             max_lateness_ms: meta.max_lateness_ms,
             target_exited: meta.target_exited,
             exit_status: meta.exit_status,
-            threads,
+            threads: self.thread_summaries(),
+            processes: self.process_summaries(),
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),
             notices: meta.notices.clone(),
+            caps_reached: self.caps_reached(),
             gpu: self.gpu_summary(meta),
             gpu_unavailable: meta.gpu_unavailable.clone(),
         }
@@ -122,13 +147,12 @@ impl Aggregator {
             return None;
         }
         let idle_below = self.config.idle_below;
-        let samples = self.timeline.samples();
         let devices: Vec<GpuDeviceSummary> = self
             .timeline
-            .devices()
+            .device_summaries()
             .into_iter()
-            .map(|index| {
-                let mut device = device_summary(samples, index, idle_below);
+            .map(|mut device| {
+                let index = device.index;
                 if let Some(info) = meta.gpu_devices.iter().find(|d| d.index == index) {
                     device.name.clone_from(&info.name);
                     device.uuid.clone_from(&info.uuid);
@@ -145,18 +169,19 @@ impl Aggregator {
             .collect();
         let first = series.iter().filter_map(|s| s.first()).map(|r| r.0).min();
         let last = series.iter().filter_map(|s| s.last()).map(|r| r.0).max();
-        let (mean_utilization, idle_share, oscillation_period_secs) = match (first, last) {
+        let (mean_utilization, idle_share) = match self.timeline.utilization_mean() {
+            Some((mean, idle)) => (Some(mean), Some(idle)),
+            None => (None, None),
+        };
+        // The rhythm is sought in the latest stretch, which the timeline keeps at full
+        // resolution.
+        let oscillation_period_secs = match (first, last) {
             (Some(first), Some(last)) => {
-                let (mean, idle_share) = match time_weighted(&series, idle_below) {
-                    Some((m, i)) => (Some(m), Some(i)),
-                    None => (None, None),
-                };
                 let window_start = last.saturating_sub(OSCILLATION_WINDOW_NANOS).max(first);
                 let recent = resample_mean(&series, window_start, last, OSCILLATION_STEP_NANOS);
-                let period = oscillation_period(&recent, OSCILLATION_STEP_NANOS as f64 / 1e9);
-                (mean, idle_share, period)
+                oscillation_period(&recent, OSCILLATION_STEP_NANOS as f64 / 1e9)
             }
-            _ => (None, None, None),
+            _ => None,
         };
         let mut tagged = [0u64; 3];
         for stack in self.table.stacks() {
@@ -188,11 +213,65 @@ impl Aggregator {
     }
 }
 
-fn thread_summary(stat: &ThreadStat) -> ThreadSummary {
-    ThreadSummary {
-        name: stat.name.clone(),
-        os_thread_id: stat.os_thread_id,
-        python_thread_id: stat.python_thread_id,
-        samples: stat.samples,
+impl Aggregator {
+    fn thread_summaries(&self) -> Vec<ThreadSummary> {
+        let mut threads: Vec<ThreadSummary> = self
+            .threads
+            .iter()
+            .map(|t| ThreadSummary {
+                pid: t.pid,
+                name: t.name.clone(),
+                os_thread_id: t.os_thread_id,
+                python_thread_id: t.python_thread_id,
+                samples: t.samples,
+            })
+            .collect();
+        threads.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.name.cmp(&b.name))
+                .then(a.pid.cmp(&b.pid))
+                .then(a.python_thread_id.cmp(&b.python_thread_id))
+        });
+        let folded = self.threads.folded();
+        if folded.threads > 0 {
+            threads.push(ThreadSummary {
+                pid: 0,
+                name: OTHER_THREADS.to_owned(),
+                os_thread_id: None,
+                python_thread_id: 0,
+                samples: folded.samples,
+            });
+        }
+        threads
+    }
+
+    fn process_summaries(&self) -> Vec<ProcessSummary> {
+        let since_start = |t: stackscope_event::Timestamp| t.seconds_since(self.start);
+        let mut processes: Vec<ProcessSummary> = self
+            .processes
+            .iter()
+            .map(|p| ProcessSummary {
+                pid: p.pid,
+                command_line: p.command_line.clone(),
+                samples: p.samples,
+                exited: p.exited.is_some(),
+                attached_secs: p.attached.map(since_start),
+                exited_secs: p.exited.map(since_start),
+            })
+            .collect();
+        processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+        let folded = self.processes.folded();
+        if folded.processes > 0 {
+            processes.push(ProcessSummary {
+                pid: 0,
+                command_line: OTHER_PROCESSES.to_owned(),
+                samples: folded.samples,
+                exited: folded.exited == folded.processes,
+                attached_secs: None,
+                exited_secs: None,
+            });
+        }
+        processes
     }
 }

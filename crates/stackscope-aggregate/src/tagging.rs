@@ -16,6 +16,10 @@ use crate::intern::{GpuTag, StackId};
 pub const HOLD_LIMIT_NANOS: u64 = 5_000_000_000;
 /// A hard cap on held samples, so a flood of threads cannot grow the queue without bound.
 pub const MAX_PENDING: usize = 500_000;
+/// A hard cap on one device's held readings. Trimming by time keeps a few seconds' worth (a
+/// few dozen); this bounds a device whose readings all carry one timestamp, which time never
+/// trims.
+pub const MAX_READINGS_PER_DEVICE: usize = 10_000;
 /// How far a reading reaches beyond its neighbours: before a device's first reading and after
 /// its last. Past this the device is taken to have no data, so that a poller that stopped does
 /// not colour hours of samples with its last value.
@@ -34,6 +38,10 @@ pub struct GpuTagger {
     readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
     pending: VecDeque<Pending>,
     newest: Timestamp,
+    /// Samples tagged before their readings arrived because the queue was full.
+    forced: u64,
+    /// Readings dropped by [`MAX_READINGS_PER_DEVICE`].
+    dropped_readings: u64,
 }
 
 impl GpuTagger {
@@ -43,6 +51,8 @@ impl GpuTagger {
             readings: BTreeMap::new(),
             pending: VecDeque::new(),
             newest: Timestamp(0),
+            forced: 0,
+            dropped_readings: 0,
         }
     }
 
@@ -60,6 +70,10 @@ impl GpuTagger {
         } else {
             series.push_back((time, utilization));
         }
+        while series.len() > MAX_READINGS_PER_DEVICE {
+            series.pop_front();
+            self.dropped_readings += 1;
+        }
     }
 
     /// Makes samples wait for `device` even before its first reading.
@@ -76,15 +90,29 @@ impl GpuTagger {
         self.pending.len()
     }
 
+    /// Readings held across devices.
+    pub fn readings_len(&self) -> usize {
+        self.readings.values().map(VecDeque::len).sum()
+    }
+
+    pub fn forced(&self) -> u64 {
+        self.forced
+    }
+
+    pub fn dropped_readings(&self) -> u64 {
+        self.dropped_readings
+    }
+
     /// Tags every held sample whose readings have all arrived, or that waited too long.
     pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
         while let Some(front) = self.pending.front() {
             let waited_too_long = self.newest.0.saturating_sub(front.time.0) > HOLD_LIMIT_NANOS;
-            if !(self.all_devices_reached(front.time)
-                || waited_too_long
-                || self.pending.len() > MAX_PENDING)
-            {
-                break;
+            let ready = self.all_devices_reached(front.time) || waited_too_long;
+            if !ready {
+                if self.pending.len() <= MAX_PENDING {
+                    break;
+                }
+                self.forced += 1;
             }
             let time = front.time;
             let stack = front.stack;
@@ -279,5 +307,22 @@ mod tests {
         let kept = tagger.readings.get(&0).map_or(0, VecDeque::len);
         assert!(kept <= 52, "kept {kept} readings");
         assert_eq!(tagger.pending_len(), 0);
+    }
+
+    #[test]
+    fn state_is_bounded_when_time_stands_still() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.expect_device(0);
+        tagger.expect_device(1);
+        // Device 1 never reports and the clock never moves: nothing is released by time.
+        for _ in 0..(MAX_PENDING + 1_000) {
+            tagger.add_reading(0, Timestamp(7), 50.0);
+            tagger.hold(Timestamp(8), 1);
+            let _ = collect(&mut tagger, false);
+        }
+        assert!(tagger.pending_len() <= MAX_PENDING);
+        assert!(tagger.readings_len() <= MAX_READINGS_PER_DEVICE);
+        assert_eq!(tagger.forced(), 1_000);
+        assert!(tagger.dropped_readings() > 0);
     }
 }

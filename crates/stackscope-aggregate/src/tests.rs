@@ -1,7 +1,8 @@
 //! Tests of the aggregator as the binary drives it: events in, folded lines and summary out.
 
 use stackscope_event::{
-    Event, Frame, GpuSample, SampleError, SampleErrorKind, StackSample, ThreadInfo, Timestamp,
+    Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
+    StackSample, ThreadInfo, Timestamp,
 };
 
 use crate::{AggregateConfig, Aggregator, RecordingMeta, StackView, VerdictClass};
@@ -332,4 +333,151 @@ fn busy_gpu_is_the_bottleneck() {
         "swings less than 15 points"
     );
     assert_eq!(gpu.samples_gpu_idle, 0);
+}
+
+fn stack_in(pid: u32, time_ms: u64, thread: &ThreadInfo, function: &str) -> Event {
+    Event::Stack(StackSample {
+        time: Timestamp(time_ms * MS),
+        pid,
+        thread: thread.clone(),
+        frames: vec![Frame::python(function, "p.py", 1)],
+    })
+}
+
+fn process(time_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -> Event {
+    Event::Process(ProcessEvent {
+        time: Timestamp(time_ms * MS),
+        pid,
+        command_line: command_line.to_owned(),
+        kind,
+    })
+}
+
+#[test]
+fn process_roots_keep_equal_thread_names_apart() {
+    let config = AggregateConfig {
+        process_root: true,
+        ..no_gpu()
+    };
+    let mut agg = Aggregator::new(config, Timestamp(0));
+    let main = thread(Some("MainThread"), 1, true);
+    agg.handle(process(
+        0,
+        10,
+        "python train.py",
+        ProcessEventKind::Attached,
+    ));
+    agg.handle(stack_in(10, 1, &main, "step"));
+    // The worker appears after the start, its command line with a ';' and a newline.
+    agg.handle(process(
+        5,
+        11,
+        "python -c a;b\nc",
+        ProcessEventKind::Attached,
+    ));
+    agg.handle(stack_in(11, 6, &main, "step"));
+    agg.handle(stack_in(11, 7, &main, "step"));
+    agg.handle(process(9, 11, "", ProcessEventKind::Exited));
+    // A process never announced still gets a root.
+    agg.handle(stack_in(12, 10, &main, "step"));
+    agg.finish();
+    assert_eq!(
+        agg.folded(StackView::All),
+        vec![
+            (
+                "process 10 python train.py;MainThread;step (p.py:1)".to_owned(),
+                1
+            ),
+            (
+                "process 11 python -c a:b c;MainThread;step (p.py:1)".to_owned(),
+                2
+            ),
+            ("process 12;MainThread;step (p.py:1)".to_owned(), 1),
+        ]
+    );
+    let summary = agg.summary(&RecordingMeta::default());
+    let threads: Vec<(u32, &str, u64)> = summary
+        .threads
+        .iter()
+        .map(|t| (t.pid, t.name.as_str(), t.samples))
+        .collect();
+    assert_eq!(
+        threads,
+        vec![
+            (11, "MainThread", 2),
+            (10, "MainThread", 1),
+            (12, "MainThread", 1)
+        ]
+    );
+    let processes: Vec<(u32, u64, bool, Option<f64>)> = summary
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.samples, p.exited, p.exited_secs))
+        .collect();
+    assert_eq!(
+        processes,
+        vec![
+            (11, 2, true, Some(0.009)),
+            (10, 1, false, None),
+            (12, 1, false, None)
+        ]
+    );
+    assert_eq!(summary.processes[1].command_line, "python train.py");
+    assert_eq!(summary.processes[1].attached_secs, Some(0.0));
+}
+
+#[test]
+fn without_process_roots_there_is_no_process_list() {
+    let mut agg = Aggregator::new(no_gpu(), Timestamp(0));
+    let main = thread(Some("MainThread"), 1, true);
+    agg.handle(process(
+        0,
+        10,
+        "python train.py",
+        ProcessEventKind::Attached,
+    ));
+    agg.handle(stack_in(10, 1, &main, "step"));
+    assert_eq!(
+        agg.folded(StackView::All),
+        vec![("MainThread;step (p.py:1)".to_owned(), 1)]
+    );
+    let summary = agg.summary(&RecordingMeta::default());
+    assert!(summary.processes.is_empty());
+    assert!(summary.caps_reached.is_empty());
+    assert_eq!(agg.processes_tracked(), 0);
+}
+
+#[test]
+fn caps_reached_are_named_and_totals_stay_right() {
+    let limits = crate::Limits {
+        max_stacks: 32,
+        max_frames: 20,
+        max_thread_roots: 5,
+        max_threads: 8,
+        ..crate::Limits::default()
+    };
+    let mut agg = Aggregator::with_limits(no_gpu(), Timestamp(0), limits);
+    for i in 0..1_000u64 {
+        let t = thread(None, i / 10, true);
+        // Ever-new combinations of a few frames, and now and then a frame never seen.
+        let line = i as u32;
+        let mut frames = vec![("f", "gen.py", line % 10), ("g", "gen.py", line / 10 % 10)];
+        if i % 7 == 0 {
+            frames.push(("h", "gen.py", line));
+        }
+        agg.handle(stack(i, &t, &frames));
+    }
+    assert!(agg.distinct_stacks() <= 32);
+    assert!(agg.distinct_frames() <= 20);
+    assert!(agg.thread_roots() <= 5);
+    assert!(agg.threads_tracked() <= 8);
+    let summary = agg.summary(&RecordingMeta::default());
+    let threads: u64 = summary.threads.iter().map(|t| t.samples).sum();
+    let folded: u64 = agg.folded(StackView::All).iter().map(|l| l.1).sum();
+    assert_eq!((summary.samples, threads, folded), (1_000, 1_000, 1_000));
+    assert_eq!(summary.caps_reached.len(), 4, "{:?}", summary.caps_reached);
+    assert!(summary.caps_reached[0].starts_with("distinct stacks capped at 32: "));
+    assert!(summary.caps_reached[1].starts_with("distinct frames capped at 20: "));
+    assert!(summary.caps_reached[2].starts_with("distinct thread names capped at 5: "));
+    assert!(summary.caps_reached[3].starts_with("threads tracked capped at 8: "));
 }

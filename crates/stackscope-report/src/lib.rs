@@ -5,6 +5,7 @@
 //! [`write_outputs`] writes a whole output directory, each file under a temporary name renamed
 //! into place, so a reader never sees half a file.
 
+mod dump;
 mod error;
 mod flamegraph;
 mod folded;
@@ -13,6 +14,7 @@ mod gpu_csv;
 mod outputs;
 mod summary;
 
+pub use dump::{write_dump_json, write_dump_text};
 pub use error::ReportError;
 pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use stackscope_aggregate::{GpuSummary, Summary};
+use stackscope_aggregate::{GpuSummary, ProcessSummary, Summary};
 
 use crate::outputs::{file_names, FLAMEGRAPH};
 use crate::ReportError;
@@ -12,6 +12,10 @@ use crate::ReportError;
 const TEXT_TOP_FUNCTIONS: usize = 10;
 /// How many threads the printed summary lists before saying how many more there are.
 const TEXT_THREADS: usize = 8;
+/// How many processes the printed summary lists before saying how many more there are.
+const TEXT_PROCESSES: usize = 8;
+/// How much of a process's command line the printed summary shows.
+const TEXT_COMMAND_CHARS: usize = 40;
 
 /// Writes the summary as pretty JSON, ending with a newline.
 pub fn write_summary_json<W: Write>(summary: &Summary, mut w: W) -> Result<(), ReportError> {
@@ -31,8 +35,12 @@ pub fn write_text_summary<W: Write>(
     write_header(summary, &mut w)?;
     write_functions(summary, &mut w)?;
     write_threads(summary, &mut w)?;
+    write_processes(summary, &mut w)?;
     for notice in &summary.notices {
         writeln!(w, "note: {notice}")?;
+    }
+    for cap in &summary.caps_reached {
+        writeln!(w, "cap reached: {cap}")?;
     }
     let names = file_names(summary.gpu.is_some());
     writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
@@ -114,7 +122,14 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
         .threads
         .iter()
         .take(TEXT_THREADS)
-        .map(|t| format!("{} ({})", t.name, t.samples))
+        .map(|t| {
+            // Following a process tree, every process has its MainThread: say whose.
+            if s.processes.len() > 1 && t.pid != 0 {
+                format!("pid {} {} ({})", t.pid, t.name, t.samples)
+            } else {
+                format!("{} ({})", t.name, t.samples)
+            }
+        })
         .collect();
     let more = s.threads.len().saturating_sub(TEXT_THREADS);
     let more = if more > 0 {
@@ -124,6 +139,43 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
     };
     writeln!(w, "Threads (samples): {}{}", shown.join(", "), more)?;
     Ok(())
+}
+
+fn write_processes<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    if s.processes.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = s
+        .processes
+        .iter()
+        .take(TEXT_PROCESSES)
+        .map(process_text)
+        .collect();
+    let more = s.processes.len().saturating_sub(TEXT_PROCESSES);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    writeln!(w, "Processes (samples): {}{}", shown.join(", "), more)?;
+    Ok(())
+}
+
+/// `pid 4300 python3 -c from multiproc... (20, exited)`; the `[other processes]` entry by name.
+fn process_text(p: &ProcessSummary) -> String {
+    let exited = if p.exited { ", exited" } else { "" };
+    if p.pid == 0 {
+        return format!("{} ({}{exited})", p.command_line, p.samples);
+    }
+    let mut command: String = p.command_line.chars().take(TEXT_COMMAND_CHARS).collect();
+    if p.command_line.chars().count() > TEXT_COMMAND_CHARS {
+        command.push_str("...");
+    }
+    if command.is_empty() {
+        format!("pid {} ({}{exited})", p.pid, p.samples)
+    } else {
+        format!("pid {} {command} ({}{exited})", p.pid, p.samples)
+    }
 }
 
 fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {

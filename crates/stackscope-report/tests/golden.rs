@@ -67,6 +67,17 @@ fn summary_json_without_gpu() {
 }
 
 #[test]
+fn process_roots() {
+    let (agg, meta) = common::process_recording();
+    let mut out = Vec::new();
+    write_folded(&agg.folded(StackView::All), &mut out).expect("folded");
+    check_golden("stacks-processes.folded", &out);
+    let mut out = Vec::new();
+    write_summary_json(&agg.summary(&meta), &mut out).expect("json");
+    check_golden("summary-processes.json", &out);
+}
+
+#[test]
 fn gpu_timeline_csv() {
     let (agg, _) = common::recording(true);
     let mut out = Vec::new();

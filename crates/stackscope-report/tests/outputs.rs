@@ -129,3 +129,63 @@ fn text_summary_says_what_matters_and_ends_with_the_verdict() {
     );
     assert!(last.contains("decode (data.py)"), "{last}");
 }
+
+#[test]
+fn text_summary_lists_processes_and_caps() {
+    let (agg, meta) = common::process_recording();
+    let mut summary = agg.summary(&meta);
+    assert!(summary.caps_reached.is_empty());
+    summary
+        .caps_reached
+        .push("distinct stacks capped at 200000: 5 later samples of new stacks".to_owned());
+    let mut out = Vec::new();
+    write_text_summary(&summary, "out".as_ref(), &mut out).expect("text");
+    let text = String::from_utf8(out).expect("utf8");
+    assert!(
+        text.contains(
+            "Processes (samples): pid 4242 python3 train.py --epochs 1 (40), \
+             pid 4300 /usr/bin/python3 -c from multiprocessing... (20, exited)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("cap reached: distinct stacks capped at 200000: 5 later"),
+        "{text}"
+    );
+    // Both processes have a MainThread: two threads, not one.
+    assert!(
+        text.contains("Threads (samples): pid 4242 MainThread (40), pid 4300 MainThread (20)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn process_roots_lead_every_flamegraph_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (agg, meta) = common::process_recording();
+    write_outputs(dir.path(), &agg, &meta).expect("outputs");
+    let folded = fs::read_to_string(dir.path().join("stacks.folded")).expect("folded");
+    let lines: Vec<&str> = folded.lines().collect();
+    assert_eq!(lines.len(), 2, "{folded}");
+    assert!(
+        lines[0].starts_with("process 4242 python3 train.py --epochs 1;MainThread;main"),
+        "{folded}"
+    );
+    assert!(
+        lines[1].starts_with("process 4300 /usr/bin/python3 -c from multiprocessing.spawn import"),
+        "{folded}"
+    );
+    assert!(lines[1].contains("...;MainThread;_worker_loop"), "{folded}");
+    let svg = fs::read_to_string(dir.path().join("flamegraph.svg")).expect("svg");
+    assert!(
+        svg.contains("process 4300"),
+        "process roots in the flamegraph"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))
+            .expect("valid JSON");
+    assert_eq!(json["processes"][1]["pid"], 4300);
+    assert_eq!(json["processes"][1]["exited"], true);
+    assert_eq!(json["processes"][1]["samples"], 20);
+    assert_eq!(json["caps_reached"], serde_json::json!([]));
+}

@@ -3,7 +3,8 @@
 
 use stackscope_aggregate::{AggregateConfig, Aggregator, GpuDeviceInfo, RecordingMeta};
 use stackscope_event::{
-    Event, Frame, GpuSample, SampleError, SampleErrorKind, StackSample, ThreadInfo, Timestamp,
+    Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
+    StackSample, ThreadInfo, Timestamp,
 };
 
 pub const START: Timestamp = Timestamp(1_000_000_000);
@@ -20,9 +21,13 @@ fn thread(name: &str, id: u64, active: bool) -> ThreadInfo {
 }
 
 fn stack(t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
+    stack_of(4242, t_ms, thread, frames)
+}
+
+fn stack_of(pid: u32, t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
     Event::Stack(StackSample {
         time: START.plus(std::time::Duration::from_millis(t_ms)),
-        pid: 4242,
+        pid,
         thread: thread.clone(),
         frames: frames
             .iter()
@@ -56,6 +61,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
             include_idle: false,
             idle_below: 30.0,
             gpu_enabled: with_gpu,
+            process_root: false,
         },
         START,
     );
@@ -138,6 +144,75 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
         },
         gpu_unavailable: (!with_gpu).then(|| "--gpu off".to_owned()),
         notices: vec!["power readings are averaged by the driver".to_owned()],
+    };
+    (agg, meta)
+}
+
+fn process(t_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -> Event {
+    Event::Process(ProcessEvent {
+        time: Timestamp(START.0 + t_ms * MS),
+        pid,
+        command_line: command_line.to_owned(),
+        kind,
+    })
+}
+
+/// The command line of a DataLoader worker, long and with a ';' in it.
+pub const WORKER_COMMAND: &str = "/usr/bin/python3 -c from multiprocessing.spawn import \
+spawn_main; spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork";
+
+/// `--subprocesses`: a trainer and a DataLoader worker that starts after a second and exits
+/// after three, both with a thread named MainThread.
+pub fn process_recording() -> (Aggregator, RecordingMeta) {
+    let main = thread("MainThread", 1, true);
+    let mut agg = Aggregator::new(
+        AggregateConfig {
+            include_idle: false,
+            idle_below: 30.0,
+            gpu_enabled: false,
+            process_root: true,
+        },
+        START,
+    );
+    agg.handle(process(
+        0,
+        4242,
+        "python3 train.py --epochs 1",
+        ProcessEventKind::Attached,
+    ));
+    for t in (0..4_000u64).step_by(100) {
+        agg.handle(stack_of(
+            4242,
+            t,
+            &main,
+            &[("train_step", "train.py", 30), ("main", "train.py", 52)],
+        ));
+        if t == 1_000 {
+            agg.handle(process(t, 4300, WORKER_COMMAND, ProcessEventKind::Attached));
+        }
+        if (1_000..3_000).contains(&t) {
+            agg.handle(stack_of(
+                4300,
+                t,
+                &main,
+                &[("decode", "data.py", 7), ("_worker_loop", "worker.py", 300)],
+            ));
+        }
+        if t == 3_000 {
+            agg.handle(process(t, 4300, "", ProcessEventKind::Exited));
+        }
+    }
+    agg.finish();
+    let meta = RecordingMeta {
+        pid: 4242,
+        command_line: "python3 train.py --epochs 1".to_owned(),
+        python_version: "3.12.3".to_owned(),
+        started_at: "2025-01-02T03:04:05+00:00".to_owned(),
+        duration_secs: 4.0,
+        rate_hz: 10.0,
+        ticks: 40,
+        gpu_unavailable: Some("--gpu off".to_owned()),
+        ..RecordingMeta::default()
     };
     (agg, meta)
 }

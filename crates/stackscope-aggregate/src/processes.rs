@@ -1,0 +1,242 @@
+//! The per-process table for `--subprocesses`: which processes were sampled, their command
+//! lines, samples, and when they came and went; and each one's root frame in the flamegraph.
+//!
+//! DataLoader workers are re-created every epoch and torchrun restarts ranks, so over days the
+//! processes seen keep growing: past [`crate::Limits::max_processes`] the least recently active
+//! quarter (exited ones first) is folded into one `[other processes]` entry.
+
+use std::collections::HashMap;
+
+use stackscope_event::{ProcessEvent, ProcessEventKind, Timestamp};
+
+use crate::intern::{FrameId, StackTable};
+
+/// How much of a command line the root frame shows: enough for `python train.py --config x`.
+pub const ROOT_COMMAND_CHARS: usize = 60;
+/// How much of a command line the table keeps: a bound on memory, far past what people read.
+const KEPT_COMMAND_CHARS: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub(crate) struct ProcessStat {
+    pub pid: u32,
+    pub command_line: String,
+    /// Kept stack samples.
+    pub samples: u64,
+    pub attached: Option<Timestamp>,
+    pub exited: Option<Timestamp>,
+    /// The root frame of its stacks, fixed at its first sample so that all its stacks share
+    /// one root even if its command line is learnt later; cleared when it execs.
+    root: Option<FrameId>,
+    /// The table's clock at its latest event or sample: what eviction orders by.
+    last_active: u64,
+}
+
+/// Processes folded out of the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FoldedProcesses {
+    pub processes: u64,
+    /// Of those, the ones seen exiting.
+    pub exited: u64,
+    pub samples: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct ProcessTable {
+    max: usize,
+    processes: HashMap<u32, ProcessStat>,
+    clock: u64,
+    folded: FoldedProcesses,
+}
+
+impl ProcessTable {
+    pub fn new(max: usize) -> ProcessTable {
+        ProcessTable {
+            max: max.max(1),
+            processes: HashMap::new(),
+            clock: 0,
+            folded: FoldedProcesses::default(),
+        }
+    }
+
+    /// Records the sampler attaching to or losing a process.
+    pub fn handle(&mut self, event: &ProcessEvent) {
+        let command_line = shorten(&event.command_line, KEPT_COMMAND_CHARS);
+        let process = self.entry(event.pid);
+        match event.kind {
+            ProcessEventKind::Attached => {
+                // Attached again under the same pid: it exec'd, or the pid was reused. Either
+                // way it runs something else now, and its stacks deserve a root saying so.
+                if !command_line.is_empty() && process.command_line != command_line {
+                    process.command_line = command_line;
+                    process.root = None;
+                }
+                process.attached = Some(event.time);
+                process.exited = None;
+            }
+            ProcessEventKind::Exited => {
+                if process.command_line.is_empty() {
+                    process.command_line = command_line;
+                }
+                process.exited = Some(event.time);
+            }
+        }
+    }
+
+    /// Notes a stack sample of `pid`; `kept` when it was counted (not skipped as idle).
+    pub fn sample(&mut self, pid: u32, kept: bool) {
+        let process = self.entry(pid);
+        if kept {
+            process.samples += 1;
+        }
+    }
+
+    /// The root frame of `pid`'s stacks: `process PID COMMAND`.
+    pub fn root(&mut self, pid: u32, table: &mut StackTable) -> FrameId {
+        let process = self.entry(pid);
+        if let Some(root) = process.root {
+            return root;
+        }
+        let root = table.process_root(&root_label(pid, &process.command_line));
+        process.root = Some(root);
+        root
+    }
+
+    fn entry(&mut self, pid: u32) -> &mut ProcessStat {
+        self.clock += 1;
+        if !self.processes.contains_key(&pid) && self.processes.len() >= self.max {
+            self.evict();
+        }
+        let clock = self.clock;
+        let process = self.processes.entry(pid).or_insert_with(|| ProcessStat {
+            pid,
+            command_line: String::new(),
+            samples: 0,
+            attached: None,
+            exited: None,
+            root: None,
+            last_active: clock,
+        });
+        process.last_active = clock;
+        process
+    }
+
+    /// Folds a quarter of the table (at least one): exited processes first, then the least
+    /// recently active.
+    fn evict(&mut self) {
+        let count = (self.processes.len() / 4).max(1);
+        let mut by_age: Vec<((bool, u64), u32)> = self
+            .processes
+            .iter()
+            .map(|(&pid, p)| ((p.exited.is_none(), p.last_active), pid))
+            .collect();
+        by_age.select_nth_unstable(count - 1);
+        for (_, pid) in &by_age[..count] {
+            if let Some(process) = self.processes.remove(pid) {
+                self.folded.processes += 1;
+                self.folded.exited += u64::from(process.exited.is_some());
+                self.folded.samples += process.samples;
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ProcessStat> {
+        self.processes.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.processes.len()
+    }
+
+    pub fn folded(&self) -> FoldedProcesses {
+        self.folded
+    }
+}
+
+/// The root frame's label: `process PID COMMAND`, the command cut to [`ROOT_COMMAND_CHARS`].
+/// The stack table makes it safe for the folded format (no ';', no newline).
+pub fn root_label(pid: u32, command_line: &str) -> String {
+    let command = shorten(command_line.trim(), ROOT_COMMAND_CHARS);
+    if command.is_empty() {
+        format!("process {pid}")
+    } else {
+        format!("process {pid} {command}")
+    }
+}
+
+/// At most `chars` characters of `text`, the last three `...` when it was cut.
+fn shorten(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(chars.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(pid: u32, command_line: &str, kind: ProcessEventKind) -> ProcessEvent {
+        ProcessEvent {
+            time: Timestamp(u64::from(pid)),
+            pid,
+            command_line: command_line.to_owned(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn root_label_is_short_and_plain() {
+        assert_eq!(
+            root_label(12, "python train.py"),
+            "process 12 python train.py"
+        );
+        assert_eq!(root_label(12, ""), "process 12");
+        let long = format!("python {}", "x".repeat(100));
+        let label = root_label(3, &long);
+        assert_eq!(
+            label.chars().count(),
+            "process 3 ".len() + ROOT_COMMAND_CHARS
+        );
+        assert!(label.ends_with("..."), "{label}");
+    }
+
+    #[test]
+    fn exec_gives_a_new_root() {
+        let mut table = ProcessTable::new(10);
+        let mut stacks = StackTable::default();
+        table.handle(&event(5, "python a.py", ProcessEventKind::Attached));
+        let a = table.root(5, &mut stacks);
+        assert_eq!(a, table.root(5, &mut stacks));
+        table.handle(&event(5, "python b.py", ProcessEventKind::Attached));
+        let b = table.root(5, &mut stacks);
+        assert_ne!(a, b);
+        assert_eq!(
+            stacks.frame(b).map(|f| f.label.as_str()),
+            Some("process 5 python b.py")
+        );
+    }
+
+    #[test]
+    fn exited_processes_are_folded_first() {
+        let mut table = ProcessTable::new(4);
+        for pid in 1..=4 {
+            table.handle(&event(pid, "worker", ProcessEventKind::Attached));
+            table.sample(pid, true);
+        }
+        table.handle(&event(3, "", ProcessEventKind::Exited));
+        table.handle(&event(9, "new", ProcessEventKind::Attached));
+        let mut pids: Vec<u32> = table.iter().map(|p| p.pid).collect();
+        pids.sort_unstable();
+        assert_eq!(pids, vec![1, 2, 4, 9]);
+        assert_eq!(
+            table.folded(),
+            FoldedProcesses {
+                processes: 1,
+                exited: 1,
+                samples: 1
+            }
+        );
+    }
+}

@@ -1,0 +1,150 @@
+//! The per-thread table: each thread's name, ids and kept samples, bounded under thread churn.
+//!
+//! A target that starts and ends threads all the time (a thread per request, a pool that
+//! replaces its workers) would grow a table of every thread ever seen without bound. Past
+//! [`crate::Limits::max_threads`], the least recently seen quarter is folded into one
+//! `[other threads]` entry: threads that ended long ago, not the ones working now. Names are no
+//! help as a key: churning threads are often named `Thread-1234 (worker)`.
+
+use std::collections::HashMap;
+
+use stackscope_event::ThreadInfo;
+
+#[derive(Debug, Clone)]
+pub(crate) struct ThreadStat {
+    pub pid: u32,
+    pub name: String,
+    pub os_thread_id: Option<u64>,
+    pub python_thread_id: u64,
+    pub samples: u64,
+    /// The table's clock at the thread's latest sample: what eviction orders by.
+    last_seen: u64,
+}
+
+/// Threads folded out of the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FoldedThreads {
+    pub threads: u64,
+    pub samples: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct ThreadTable {
+    max: usize,
+    /// By (pid, Python thread id): a Python thread id is only unique within its process.
+    threads: HashMap<(u32, u64), ThreadStat>,
+    /// Counts samples seen; a logical clock, so eviction does not depend on event times.
+    clock: u64,
+    folded: FoldedThreads,
+}
+
+impl ThreadTable {
+    pub fn new(max: usize) -> ThreadTable {
+        ThreadTable {
+            max: max.max(1),
+            threads: HashMap::new(),
+            clock: 0,
+            folded: FoldedThreads::default(),
+        }
+    }
+
+    /// The entry of the thread a sample was taken from, created (evicting when full) and
+    /// updated with its latest name and OS id.
+    pub fn observe(&mut self, pid: u32, info: &ThreadInfo, name: &str) -> &mut ThreadStat {
+        self.clock += 1;
+        let key = (pid, info.python_thread_id);
+        if !self.threads.contains_key(&key) && self.threads.len() >= self.max {
+            self.evict();
+        }
+        let clock = self.clock;
+        let thread = self.threads.entry(key).or_insert_with(|| ThreadStat {
+            pid,
+            name: String::new(),
+            os_thread_id: None,
+            python_thread_id: info.python_thread_id,
+            samples: 0,
+            last_seen: clock,
+        });
+        thread.last_seen = clock;
+        // A thread can be renamed after it starts; the latest name is the one people know.
+        if thread.name != name {
+            name.clone_into(&mut thread.name);
+        }
+        if info.os_thread_id.is_some() {
+            thread.os_thread_id = info.os_thread_id;
+        }
+        thread
+    }
+
+    /// Folds the least recently seen quarter of the table (at least one) into the folded
+    /// entry. A quarter at a time keeps the cost per new thread constant on average: a sort
+    /// of the table once every `max / 4` new threads.
+    fn evict(&mut self) {
+        let count = (self.threads.len() / 4).max(1);
+        let mut by_age: Vec<(u64, (u32, u64))> = self
+            .threads
+            .iter()
+            .map(|(&key, stat)| (stat.last_seen, key))
+            .collect();
+        by_age.select_nth_unstable(count - 1);
+        for (_, key) in &by_age[..count] {
+            if let Some(stat) = self.threads.remove(key) {
+                self.folded.threads += 1;
+                self.folded.samples += stat.samples;
+            }
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ThreadStat> {
+        self.threads.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.threads.len()
+    }
+
+    pub fn folded(&self) -> FoldedThreads {
+        self.folded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: u64) -> ThreadInfo {
+        ThreadInfo {
+            os_thread_id: Some(id + 1000),
+            python_thread_id: id,
+            name: None,
+            active: true,
+            owns_gil: true,
+        }
+    }
+
+    #[test]
+    fn least_recently_seen_threads_are_folded() {
+        let mut table = ThreadTable::new(8);
+        // Thread 0 stays busy while threads 1.. come and go.
+        for id in 1..=100u64 {
+            table.observe(1, &info(0), "main").samples += 1;
+            table.observe(1, &info(id), &format!("Thread-{id}")).samples += 1;
+            assert!(table.len() <= 8);
+        }
+        let main = table.iter().find(|t| t.python_thread_id == 0);
+        assert_eq!(main.map(|t| t.samples), Some(100), "the busy thread stays");
+        assert!(table.iter().any(|t| t.python_thread_id == 100));
+        let folded = table.folded();
+        let kept: u64 = table.iter().map(|t| t.samples).sum();
+        assert_eq!(kept + folded.samples, 200, "no sample lost");
+        assert_eq!(folded.threads as usize + table.len(), 101);
+    }
+
+    #[test]
+    fn same_thread_id_in_two_processes_is_two_threads() {
+        let mut table = ThreadTable::new(8);
+        table.observe(1, &info(5), "MainThread");
+        table.observe(2, &info(5), "MainThread");
+        assert_eq!(table.len(), 2);
+    }
+}
