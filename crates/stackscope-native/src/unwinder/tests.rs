@@ -78,7 +78,7 @@ fn unwinds_and_symbolizes_our_own_stack() {
     let outer = position("unwinds_and_symbolizes_our_own_stack");
     assert!(inner < outer, "{}", names.join("\n  "));
     assert!(
-        names[inner].contains("unwinder.rs:"),
+        names[inner].contains("unwinder/tests.rs:"),
         "file:line from DWARF: {}",
         names[inner]
     );
