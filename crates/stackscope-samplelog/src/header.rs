@@ -1,0 +1,113 @@
+//! The log's header: what the recording was, stored once at the start of the file.
+
+use stackscope_aggregate::AggregateConfig;
+use stackscope_event::Timestamp;
+
+use crate::error::DecodeError;
+use crate::varint::{put_f32, put_f64, put_str, put_varint, Bytes};
+
+/// What the recording is, written once when the log is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogHeader {
+    /// The recording's start on the event clock (CLOCK_MONOTONIC ns): the zero of every
+    /// `--from`/`--to` and of the timeline's times.
+    pub start: Timestamp,
+    /// The same instant on the wall clock, RFC 3339.
+    pub started_at: String,
+    pub pid: u32,
+    pub command_line: String,
+    pub python_version: String,
+    pub rate_hz: f64,
+    /// Whether the recording kept samples of idle threads (`AggregateConfig::include_idle`). The
+    /// log holds idle samples either way; `report` filters them the same way by default.
+    pub include_idle: bool,
+    /// The recording's `--idle-below` (`AggregateConfig::idle_below`), the default of `report`.
+    pub idle_below: f32,
+    /// Whether GPU readings were expected (`AggregateConfig::gpu_enabled`).
+    pub gpu_enabled: bool,
+    /// Whether stacks were rooted at their process (`AggregateConfig::process_root`,
+    /// `--subprocesses`).
+    pub process_root: bool,
+    /// Devices the recording passed to `Aggregator::expect_gpu_devices`, if any.
+    pub expected_gpu_devices: Vec<u32>,
+}
+
+impl LogHeader {
+    /// The aggregator configuration the recording ran with.
+    pub fn aggregate_config(&self) -> AggregateConfig {
+        AggregateConfig {
+            include_idle: self.include_idle,
+            idle_below: self.idle_below,
+            gpu_enabled: self.gpu_enabled,
+            process_root: self.process_root,
+        }
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.start.as_nanos());
+        put_str(out, &self.started_at);
+        put_varint(out, u64::from(self.pid));
+        put_str(out, &self.command_line);
+        put_str(out, &self.python_version);
+        put_f64(out, self.rate_hz);
+        out.push(
+            u8::from(self.include_idle)
+                | (u8::from(self.gpu_enabled) << 1)
+                | (u8::from(self.process_root) << 2),
+        );
+        put_f32(out, self.idle_below);
+        put_varint(out, self.expected_gpu_devices.len() as u64);
+        for &device in &self.expected_gpu_devices {
+            put_varint(out, u64::from(device));
+        }
+    }
+
+    pub(crate) fn decode(bytes: &mut Bytes<'_>) -> Result<LogHeader, DecodeError> {
+        let start = Timestamp(bytes.varint()?);
+        let started_at = bytes.str()?.to_owned();
+        let pid = bytes.varint_u32()?;
+        let command_line = bytes.str()?.to_owned();
+        let python_version = bytes.str()?.to_owned();
+        let rate_hz = bytes.f64()?;
+        let flags = bytes.u8()?;
+        let idle_below = bytes.f32()?;
+        let devices = bytes.varint_usize()?;
+        let mut expected_gpu_devices = Vec::new();
+        for _ in 0..devices {
+            expected_gpu_devices.push(bytes.varint_u32()?);
+        }
+        Ok(LogHeader {
+            start,
+            started_at,
+            pid,
+            command_line,
+            python_version,
+            rate_hz,
+            include_idle: flags & 1 != 0,
+            idle_below,
+            gpu_enabled: flags & 2 != 0,
+            process_root: flags & 4 != 0,
+            expected_gpu_devices,
+        })
+    }
+}
+
+impl Default for LogHeader {
+    /// An empty header with the aggregator's defaults.
+    fn default() -> Self {
+        let config = AggregateConfig::default();
+        LogHeader {
+            start: Timestamp(0),
+            started_at: String::new(),
+            pid: 0,
+            command_line: String::new(),
+            python_version: String::new(),
+            rate_hz: 0.0,
+            include_idle: config.include_idle,
+            idle_below: config.idle_below,
+            gpu_enabled: config.gpu_enabled,
+            process_root: config.process_root,
+            expected_gpu_devices: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The records inside a block: one tag byte, then the fields, all varints unless said.
+//!
+//! | tag | record | fields |
+//! | --- | --- | --- |
+//! | 0x01 | header | see [`crate::LogHeader`]; only first in the first block |
+//! | 0x02 | reset | none: forget every table and both time bases |
+//! | 0x03 | string | length, UTF-8 bytes; its id is the next string id |
+//! | 0x04 | frame | function string id, file string id, line, native (byte) |
+//! | 0x05 | stack | frame count, frame ids innermost first |
+//! | 0x06 | thread | thread id, pid, Python thread id, OS thread id + 1 (0: none), name string id + 1 (0: none) |
+//! | 0x07 | sample error | time delta, pid, kind (byte), message string id |
+//! | 0x08 | process | time delta, pid, kind (byte), command line (length, bytes) |
+//! | 0x09 | GPU sample | GPU time delta, device, presence mask (byte), present fields |
+//! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
+//!
+//! Strings, frames and stacks get ids in the order they are defined, from 0 after each reset.
+//! Times are zigzag deltas: stack samples, errors and process events from the previous one of
+//! them (they share the sampler's tick clock), GPU samples from the previous GPU sample (they
+//! arrive late, in their own order). Both bases start at 0, so the first delta is absolute.
+
+use stackscope_event::{GpuSample, ProcessEventKind, SampleErrorKind, Timestamp};
+
+use crate::error::DecodeError;
+use crate::header::LogHeader;
+use crate::varint::{put_f32, put_str, put_varint, zigzag, Bytes};
+
+pub const TAG_HEADER: u8 = 0x01;
+pub const TAG_RESET: u8 = 0x02;
+pub const TAG_STRING: u8 = 0x03;
+pub const TAG_FRAME: u8 = 0x04;
+pub const TAG_STACK: u8 = 0x05;
+pub const TAG_THREAD: u8 = 0x06;
+pub const TAG_ERROR: u8 = 0x07;
+pub const TAG_PROCESS: u8 = 0x08;
+pub const TAG_GPU: u8 = 0x09;
+pub const TAG_SAMPLE: u8 = 0x10;
+const SAMPLE_ACTIVE: u8 = 0x01;
+const SAMPLE_OWNS_GIL: u8 = 0x02;
+
+/// One decoded record; strings borrow from the block.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record<'a> {
+    Header(LogHeader),
+    Reset,
+    String(&'a str),
+    Frame {
+        function: u64,
+        file: u64,
+        line: u32,
+        native: bool,
+    },
+    Stack(Vec<u64>),
+    Thread(ThreadRecord),
+    Sample {
+        delta: i64,
+        thread: u64,
+        stack: u64,
+        active: bool,
+        owns_gil: bool,
+    },
+    Error {
+        delta: i64,
+        pid: u32,
+        kind: SampleErrorKind,
+        message: u64,
+    },
+    Process {
+        delta: i64,
+        pid: u32,
+        kind: ProcessEventKind,
+        command_line: &'a str,
+    },
+    /// The sample's `time` is left 0; `delta` says it.
+    Gpu {
+        delta: i64,
+        sample: GpuSample,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadRecord {
+    pub id: u64,
+    pub pid: u32,
+    pub python_thread_id: u64,
+    pub os_thread_id: Option<u64>,
+    pub name: Option<u64>,
+}
+
+pub fn put_header(out: &mut Vec<u8>, header: &LogHeader) {
+    out.push(TAG_HEADER);
+    header.encode(out);
+}
+
+pub fn put_reset(out: &mut Vec<u8>) {
+    out.push(TAG_RESET);
+}
+
+pub fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.push(TAG_STRING);
+    put_str(out, s);
+}
+
+pub fn put_frame(out: &mut Vec<u8>, function: u32, file: u32, line: u32, native: bool) {
+    out.push(TAG_FRAME);
+    put_varint(out, u64::from(function));
+    put_varint(out, u64::from(file));
+    put_varint(out, u64::from(line));
+    out.push(u8::from(native));
+}
+
+pub fn put_stack(out: &mut Vec<u8>, frames: &[u32]) {
+    out.push(TAG_STACK);
+    put_varint(out, frames.len() as u64);
+    for &frame in frames {
+        put_varint(out, u64::from(frame));
+    }
+}
+
+pub fn put_thread(out: &mut Vec<u8>, thread: &ThreadRecord) {
+    out.push(TAG_THREAD);
+    put_varint(out, thread.id);
+    put_varint(out, u64::from(thread.pid));
+    put_varint(out, thread.python_thread_id);
+    put_option(out, thread.os_thread_id);
+    put_option(out, thread.name);
+}
+
+pub fn put_sample(
+    out: &mut Vec<u8>,
+    delta: i64,
+    thread: u32,
+    stack: u32,
+    active: bool,
+    owns_gil: bool,
+) {
+    let mut tag = TAG_SAMPLE;
+    if active {
+        tag |= SAMPLE_ACTIVE;
+    }
+    if owns_gil {
+        tag |= SAMPLE_OWNS_GIL;
+    }
+    out.push(tag);
+    put_varint(out, zigzag(delta));
+    put_varint(out, u64::from(thread));
+    put_varint(out, u64::from(stack));
+}
+
+pub fn put_error(out: &mut Vec<u8>, delta: i64, pid: u32, kind: SampleErrorKind, message: u32) {
+    out.push(TAG_ERROR);
+    put_varint(out, zigzag(delta));
+    put_varint(out, u64::from(pid));
+    out.push(match kind {
+        SampleErrorKind::TornRead => 0,
+        SampleErrorKind::ThreadGone => 1,
+        SampleErrorKind::Other => 2,
+    });
+    put_varint(out, u64::from(message));
+}
+
+pub fn put_process(
+    out: &mut Vec<u8>,
+    delta: i64,
+    pid: u32,
+    kind: ProcessEventKind,
+    command_line: &str,
+) {
+    out.push(TAG_PROCESS);
+    put_varint(out, zigzag(delta));
+    put_varint(out, u64::from(pid));
+    out.push(match kind {
+        ProcessEventKind::Attached => 0,
+        ProcessEventKind::Exited => 1,
+    });
+    put_str(out, command_line);
+}
+
+/// Every field at full resolution: floats as their bits, integers as varints.
+pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
+    out.push(TAG_GPU);
+    put_varint(out, zigzag(delta));
+    put_varint(out, u64::from(s.device));
+    let present = [
+        s.utilization.is_some(),
+        s.memory_utilization.is_some(),
+        s.memory_used_bytes.is_some(),
+        s.memory_total_bytes.is_some(),
+        s.power_watts.is_some(),
+        s.sm_clock_mhz.is_some(),
+        s.throttle_reasons.is_some(),
+        s.process_utilization.is_some(),
+    ];
+    let mask = present
+        .iter()
+        .enumerate()
+        .fold(0u8, |mask, (bit, &on)| mask | (u8::from(on) << bit));
+    out.push(mask);
+    let floats = |out: &mut Vec<u8>, v: Option<f32>| {
+        if let Some(v) = v {
+            put_f32(out, v);
+        }
+    };
+    let ints = |out: &mut Vec<u8>, v: Option<u64>| {
+        if let Some(v) = v {
+            put_varint(out, v);
+        }
+    };
+    floats(out, s.utilization);
+    floats(out, s.memory_utilization);
+    ints(out, s.memory_used_bytes);
+    ints(out, s.memory_total_bytes);
+    floats(out, s.power_watts);
+    ints(out, s.sm_clock_mhz.map(u64::from));
+    ints(out, s.throttle_reasons);
+    floats(out, s.process_utilization);
+}
+
+fn put_option(out: &mut Vec<u8>, value: Option<u64>) {
+    put_varint(out, value.map_or(0, |v| v.saturating_add(1)));
+}
+
+fn option(bytes: &mut Bytes<'_>) -> Result<Option<u64>, DecodeError> {
+    Ok(bytes.varint()?.checked_sub(1))
+}
+
+fn delta(bytes: &mut Bytes<'_>) -> Result<i64, DecodeError> {
+    Ok(crate::varint::unzigzag(bytes.varint()?))
+}
+
+/// Decodes the record at the front of `bytes`.
+pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let tag = bytes.u8()?;
+    Ok(match tag {
+        TAG_HEADER => Record::Header(LogHeader::decode(bytes)?),
+        TAG_RESET => Record::Reset,
+        TAG_STRING => Record::String(bytes.str()?),
+        TAG_FRAME => Record::Frame {
+            function: bytes.varint()?,
+            file: bytes.varint()?,
+            line: bytes.varint_u32()?,
+            native: bytes.u8()? != 0,
+        },
+        TAG_STACK => {
+            let len = bytes.varint_usize()?;
+            // Each id takes at least a byte: a count beyond what is left is corruption.
+            let mut frames = Vec::with_capacity(len.min(bytes.remaining()));
+            for _ in 0..len {
+                frames.push(bytes.varint()?);
+            }
+            Record::Stack(frames)
+        }
+        TAG_THREAD => Record::Thread(ThreadRecord {
+            id: bytes.varint()?,
+            pid: bytes.varint_u32()?,
+            python_thread_id: bytes.varint()?,
+            os_thread_id: option(bytes)?,
+            name: option(bytes)?,
+        }),
+        TAG_ERROR => Record::Error {
+            delta: delta(bytes)?,
+            pid: bytes.varint_u32()?,
+            kind: match bytes.u8()? {
+                0 => SampleErrorKind::TornRead,
+                1 => SampleErrorKind::ThreadGone,
+                2 => SampleErrorKind::Other,
+                value => {
+                    return Err(DecodeError::UnknownValue {
+                        what: "error kind",
+                        value,
+                    })
+                }
+            },
+            message: bytes.varint()?,
+        },
+        TAG_PROCESS => Record::Process {
+            delta: delta(bytes)?,
+            pid: bytes.varint_u32()?,
+            kind: match bytes.u8()? {
+                0 => ProcessEventKind::Attached,
+                1 => ProcessEventKind::Exited,
+                value => {
+                    return Err(DecodeError::UnknownValue {
+                        what: "process event kind",
+                        value,
+                    })
+                }
+            },
+            command_line: bytes.str()?,
+        },
+        TAG_GPU => decode_gpu(bytes)?,
+        tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {
+            delta: delta(bytes)?,
+            thread: bytes.varint()?,
+            stack: bytes.varint()?,
+            active: tag & SAMPLE_ACTIVE != 0,
+            owns_gil: tag & SAMPLE_OWNS_GIL != 0,
+        },
+        tag => return Err(DecodeError::UnknownTag(tag)),
+    })
+}
+
+fn decode_gpu<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let delta = delta(bytes)?;
+    let device = bytes.varint_u32()?;
+    let mask = bytes.u8()?;
+    let has = |bit: u8| mask & (1 << bit) != 0;
+    let float = |bytes: &mut Bytes<'a>, bit: u8| -> Result<Option<f32>, DecodeError> {
+        has(bit).then(|| bytes.f32()).transpose()
+    };
+    let utilization = float(bytes, 0)?;
+    let memory_utilization = float(bytes, 1)?;
+    let memory_used_bytes = has(2).then(|| bytes.varint()).transpose()?;
+    let memory_total_bytes = has(3).then(|| bytes.varint()).transpose()?;
+    let power_watts = float(bytes, 4)?;
+    let sm_clock_mhz = has(5).then(|| bytes.varint_u32()).transpose()?;
+    let throttle_reasons = has(6).then(|| bytes.varint()).transpose()?;
+    let process_utilization = float(bytes, 7)?;
+    Ok(Record::Gpu {
+        delta,
+        sample: GpuSample {
+            time: Timestamp(0),
+            device,
+            utilization,
+            memory_utilization,
+            memory_used_bytes,
+            memory_total_bytes,
+            power_watts,
+            sm_clock_mhz,
+            throttle_reasons,
+            process_utilization,
+        },
+    })
+}

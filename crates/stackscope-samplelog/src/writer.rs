@@ -1,0 +1,432 @@
+//! [`SampleLogWriter`]: appends events to `samples.log` as the recording runs.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use stackscope_event::{Event, Frame, GpuSample, ProcessEvent, SampleError, StackSample};
+
+use crate::block::{prefix, seal, BLOCK_HEAD_LEN, BLOCK_TARGET};
+use crate::error::LogError;
+use crate::header::LogHeader;
+use crate::intern::{Growth, InternLimits, TableSizes, ThreadEntry, WriterTables};
+use crate::record::{
+    put_error, put_frame, put_gpu, put_header, put_process, put_reset, put_sample, put_stack,
+    put_string, put_thread, ThreadRecord,
+};
+use crate::LOG_FILE_NAME;
+
+/// The longest string stored; longer ones are cut at a character boundary.
+pub const MAX_STRING_LEN: usize = 64 * 1024;
+/// The deepest stack stored; of deeper ones the innermost frames are kept.
+pub const MAX_STACK_DEPTH: usize = 65_536;
+
+/// Counts of what the writer did, for the summary and for tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Events appended (including any lost to a write error since).
+    pub events: u64,
+    /// Resets written because an interning table reached its limit.
+    pub resets: u64,
+    /// Events that were buffered when a write failed, and so are not in the log.
+    pub lost_events: u64,
+}
+
+/// Appends events to a sample log: buffered in blocks of [`BLOCK_TARGET`] bytes, each handed
+/// to the OS in one write; [`SampleLogWriter::flush`] writes the open block and syncs the file.
+///
+/// Dropping the writer writes the open block (without syncing); call `flush` at the end to
+/// know it reached the disk.
+#[derive(Debug)]
+pub struct SampleLogWriter {
+    path: PathBuf,
+    file: File,
+    /// The open block: [`BLOCK_HEAD_LEN`] bytes left for its head, then records.
+    block: Vec<u8>,
+    block_events: u64,
+    tables: WriterTables,
+    limits: InternLimits,
+    /// Time of the last stack sample, error or process event (the tick clock).
+    tick_base: u64,
+    /// Time of the last GPU sample.
+    gpu_base: u64,
+    /// Bytes in the file: the prefix and every block written.
+    written: u64,
+    poisoned: bool,
+    stats: WriterStats,
+    /// Frame ids of the stack being written.
+    scratch: Vec<u32>,
+}
+
+impl SampleLogWriter {
+    /// Creates (or truncates) `dir/samples.log` and writes the header, synced.
+    pub fn create(dir: &Path, header: &LogHeader) -> Result<SampleLogWriter, LogError> {
+        SampleLogWriter::create_with_limits(dir, header, InternLimits::default())
+    }
+
+    /// As [`SampleLogWriter::create`], with other table limits (clamped to the hard ones).
+    pub fn create_with_limits(
+        dir: &Path,
+        header: &LogHeader,
+        limits: InternLimits,
+    ) -> Result<SampleLogWriter, LogError> {
+        let path = dir.join(LOG_FILE_NAME);
+        let create_error = |source| LogError::Create {
+            path: path.clone(),
+            source,
+        };
+        let mut file = File::create(&path).map_err(create_error)?;
+        let mut block = vec![0u8; BLOCK_HEAD_LEN];
+        put_header(&mut block, header);
+        seal(&mut block);
+        file.write_all(&prefix()).map_err(create_error)?;
+        file.write_all(&block).map_err(create_error)?;
+        file.sync_data().map_err(create_error)?;
+        let written = (prefix().len() + block.len()) as u64;
+        block.truncate(BLOCK_HEAD_LEN);
+        Ok(SampleLogWriter {
+            path,
+            file,
+            block,
+            block_events: 0,
+            tables: WriterTables::default(),
+            limits: limits.clamped(),
+            tick_base: 0,
+            gpu_base: 0,
+            written,
+            poisoned: false,
+            stats: WriterStats::default(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Adds one event. Writes to the file only when a block fills; never syncs.
+    ///
+    /// After a failed write the events of that block are lost (counted in
+    /// [`WriterStats::lost_events`]), the file is cut back to its last whole block and the
+    /// writer goes on with a reset; only when even that fails does it refuse further events.
+    pub fn append(&mut self, event: &Event) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        match event {
+            Event::Stack(sample) => self.stack(sample),
+            Event::SampleError(error) => self.error(error),
+            Event::Gpu(sample) => self.gpu(sample),
+            Event::Process(process) => self.process(process),
+        }
+        self.stats.events += 1;
+        self.block_events += 1;
+        if self.block.len() >= BLOCK_HEAD_LEN + BLOCK_TARGET {
+            self.write_block()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the open block and syncs the file's data (fdatasync): call at every checkpoint.
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        self.write_block()?;
+        self.file.sync_data().map_err(|source| LogError::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Bytes handed to the OS so far: the file's size, not counting the open block.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Bytes of records waiting in the open block.
+    pub fn bytes_pending(&self) -> u64 {
+        (self.block.len() - BLOCK_HEAD_LEN) as u64
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    /// What the interning tables hold now: at most the limits, plus one sample's worth.
+    pub fn table_sizes(&self) -> TableSizes {
+        self.tables.sizes()
+    }
+
+    pub fn limits(&self) -> InternLimits {
+        self.limits
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn stack(&mut self, sample: &StackSample) {
+        let frames = &sample.frames[..sample.frames.len().min(MAX_STACK_DEPTH)];
+        let key = (sample.pid, sample.thread.python_thread_id);
+        let thread = match self.tables.threads.get(&key) {
+            Some(t)
+                if t.os_thread_id == sample.thread.os_thread_id && t.name == sample.thread.name =>
+            {
+                Some(t.id)
+            }
+            _ => None,
+        };
+        let stack = self.known_stack(frames);
+        let (thread, stack) = match (thread, stack) {
+            (Some(thread), Some(stack)) => (thread, stack),
+            (thread, stack) => {
+                let mut growth = Growth::default();
+                if thread.is_none() {
+                    growth.threads = 1;
+                    growth.strings = 1;
+                    growth.string_bytes = sample.thread.name.as_ref().map_or(0, String::len);
+                }
+                if stack.is_none() {
+                    growth.strings += 2 * frames.len();
+                    growth.string_bytes += frames
+                        .iter()
+                        .map(|f| f.function.len() + f.file.len())
+                        .sum::<usize>();
+                    growth.frames = frames.len();
+                    growth.stacks = 1;
+                    growth.stack_frames = frames.len();
+                }
+                self.make_room(&growth);
+                (self.define_thread(sample), self.define_stack(frames))
+            }
+        };
+        let delta = delta(sample.time.0, &mut self.tick_base);
+        let info = &sample.thread;
+        put_sample(
+            &mut self.block,
+            delta,
+            thread,
+            stack,
+            info.active,
+            info.owns_gil,
+        );
+    }
+
+    /// The stack's id when it and all its frames are in the tables; fills `scratch`.
+    fn known_stack(&mut self, frames: &[Frame]) -> Option<u32> {
+        self.scratch.clear();
+        for frame in frames {
+            self.scratch.push(*self.tables.frames.get(frame)?);
+        }
+        self.tables.stacks.get(&self.scratch[..]).copied()
+    }
+
+    /// Resets the tables when `growth` would take them past their limits.
+    fn make_room(&mut self, growth: &Growth) {
+        if !self.tables.is_empty() && !self.tables.has_room(growth, &self.limits) {
+            self.reset();
+        }
+    }
+
+    fn reset(&mut self) {
+        put_reset(&mut self.block);
+        self.clear_state();
+        self.stats.resets += 1;
+    }
+
+    /// Forgets the tables and the time bases, as a reset record tells the reader to.
+    fn clear_state(&mut self) {
+        self.tables.clear();
+        self.tick_base = 0;
+        self.gpu_base = 0;
+    }
+
+    /// The thread's id, writing its definition when it is new or its name or OS id changed.
+    fn define_thread(&mut self, sample: &StackSample) -> u32 {
+        let key = (sample.pid, sample.thread.python_thread_id);
+        let info = &sample.thread;
+        let id = match self.tables.threads.get(&key) {
+            Some(t) if t.os_thread_id == info.os_thread_id && t.name == info.name => return t.id,
+            Some(t) => t.id,
+            None => self.tables.threads.len() as u32,
+        };
+        let name = info.name.as_deref().map(|name| self.string(name));
+        put_thread(
+            &mut self.block,
+            &ThreadRecord {
+                id: u64::from(id),
+                pid: sample.pid,
+                python_thread_id: info.python_thread_id,
+                os_thread_id: info.os_thread_id,
+                name: name.map(u64::from),
+            },
+        );
+        self.tables.threads.insert(
+            key,
+            ThreadEntry {
+                id,
+                os_thread_id: info.os_thread_id,
+                name: info.name.clone(),
+            },
+        );
+        id
+    }
+
+    fn define_stack(&mut self, frames: &[Frame]) -> u32 {
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        for frame in frames {
+            ids.push(self.frame(frame));
+        }
+        let id = match self.tables.stacks.get(&ids[..]) {
+            Some(&id) => id,
+            None => {
+                let id = self.tables.stacks.len() as u32;
+                put_stack(&mut self.block, &ids);
+                self.tables.stacks.insert(ids.as_slice().into(), id);
+                self.tables.stack_frames += ids.len();
+                id
+            }
+        };
+        self.scratch = ids;
+        id
+    }
+
+    fn frame(&mut self, frame: &Frame) -> u32 {
+        if let Some(&id) = self.tables.frames.get(frame) {
+            return id;
+        }
+        let function = self.shared_string(&frame.function);
+        let file = self.shared_string(&frame.file);
+        let id = self.tables.frames.len() as u32;
+        put_frame(&mut self.block, function, file, frame.line, frame.native);
+        self.tables.frames.insert(frame.clone(), id);
+        id
+    }
+
+    /// The id of a string the sampler shares: the table keeps the same allocation.
+    fn shared_string(&mut self, s: &Arc<str>) -> u32 {
+        if s.len() > MAX_STRING_LEN {
+            return self.string(s);
+        }
+        let (id, new) = self.tables.string(s);
+        if new {
+            put_string(&mut self.block, s);
+        }
+        id
+    }
+
+    fn string(&mut self, s: &str) -> u32 {
+        let s = cut(s);
+        if let Some(&id) = self.tables.strings.get(s) {
+            return id;
+        }
+        let (id, _) = self.tables.string(&Arc::from(s));
+        put_string(&mut self.block, s);
+        id
+    }
+
+    fn error(&mut self, error: &SampleError) {
+        let message = cut(&error.message);
+        if !self.tables.strings.contains_key(message) {
+            self.make_room(&Growth {
+                strings: 1,
+                string_bytes: message.len(),
+                ..Growth::default()
+            });
+        }
+        let message = self.string(message);
+        let delta = delta(error.time.0, &mut self.tick_base);
+        put_error(&mut self.block, delta, error.pid, error.kind, message);
+    }
+
+    fn process(&mut self, process: &ProcessEvent) {
+        let delta = delta(process.time.0, &mut self.tick_base);
+        let command_line = cut(&process.command_line);
+        put_process(
+            &mut self.block,
+            delta,
+            process.pid,
+            process.kind,
+            command_line,
+        );
+    }
+
+    fn gpu(&mut self, sample: &GpuSample) {
+        let delta = delta(sample.time.0, &mut self.gpu_base);
+        put_gpu(&mut self.block, delta, sample);
+    }
+
+    /// Hands the open block to the OS in one write.
+    fn write_block(&mut self) -> Result<(), LogError> {
+        if self.block.len() <= BLOCK_HEAD_LEN {
+            return Ok(());
+        }
+        seal(&mut self.block);
+        match self.file.write_all(&self.block) {
+            Ok(()) => {
+                self.written += self.block.len() as u64;
+                self.block.truncate(BLOCK_HEAD_LEN);
+                self.block_events = 0;
+                Ok(())
+            }
+            Err(source) => {
+                self.recover();
+                Err(LogError::Write {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// After a failed write: drops the block, cuts the file back to its last whole block and
+    /// starts the next block with a reset, so that what follows decodes without what was lost.
+    fn recover(&mut self) {
+        self.stats.lost_events += self.block_events;
+        self.block_events = 0;
+        self.block.truncate(BLOCK_HEAD_LEN);
+        let cut_back = self
+            .file
+            .set_len(self.written)
+            .and_then(|()| self.file.seek(SeekFrom::Start(self.written)));
+        match cut_back {
+            Ok(_) => {
+                put_reset(&mut self.block);
+                self.clear_state();
+            }
+            Err(_) => self.poisoned = true,
+        }
+    }
+}
+
+impl Drop for SampleLogWriter {
+    fn drop(&mut self) {
+        if !self.poisoned {
+            // Best effort: whoever needed to know has called `flush`.
+            let _ = self.write_block();
+        }
+    }
+}
+
+/// The delta from `base` to `time`, moving `base` to `time`. Wrapping, so any pair of times
+/// round-trips.
+fn delta(time: u64, base: &mut u64) -> i64 {
+    let delta = time.wrapping_sub(*base) as i64;
+    *base = time;
+    delta
+}
+
+/// `s` cut to at most [`MAX_STRING_LEN`] bytes, at a character boundary.
+fn cut(s: &str) -> &str {
+    if s.len() <= MAX_STRING_LEN {
+        return s;
+    }
+    let mut end = MAX_STRING_LEN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
