@@ -54,6 +54,34 @@ pub enum Command {
                             stopped again."
     )]
     Watch(WatchArgs),
+    /// Write every output again for a time window of a recording, from its sample log.
+    #[command(
+        after_help = "Example:\n  stackscope report profile --from 3600 --to 7200\n\n\
+                            Reads DIR/samples.log (written by attach and record) and writes the \
+                            flamegraphs, folded stacks, summary and GPU timeline of the samples \
+                            taken between --from and --to seconds after the recording started \
+                            into DIR/report-FROM-TO (or -o)."
+    )]
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A recording's output directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Where to write [default: DIR/report-FROM-TO].
+    #[arg(long, short = 'o', value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Start of the window, seconds after the recording started [default: its start].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub from: Option<f64>,
+    /// End of the window, seconds after the recording started [default: its end].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub to: Option<f64>,
+    /// A sample counts as "GPU idle" below this utilization [default: the recording's].
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub idle_below: Option<f32>,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +148,9 @@ pub struct RecordingArgs {
     /// Read the target without stopping it: cheaper for the target, but stacks may be torn.
     #[arg(long)]
     pub nonblocking: bool,
+    /// Merge native (C/C++) frames into every sample: slower, stops the target a little longer.
+    #[arg(long)]
+    pub native: bool,
     /// Also sample the target's child processes as they come and go (DataLoader workers,
     /// torchrun ranks); each process becomes a root frame of the flamegraph.
     #[arg(long)]
@@ -153,6 +184,10 @@ pub struct DumpArgs {
     /// Also dump every Python process below it (a launcher's ranks, a DataLoader's workers).
     #[arg(long)]
     pub subprocesses: bool,
+    /// Merge each thread's native (C/C++) frames with its Python frames: the lock wait, the
+    /// CUDA or NCCL call under the Python line that made it.
+    #[arg(long)]
+    pub native: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -173,6 +208,18 @@ fn parse_duration(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("the duration must be a number of seconds, not '{s}'"))?;
     if !(secs > 0.0 && secs.is_finite()) {
         return Err(format!("the duration must be more than 0 seconds, not {s}"));
+    }
+    Ok(secs)
+}
+
+fn parse_offset(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("expected seconds since the recording started, not '{s}'"))?;
+    if !(secs >= 0.0 && secs.is_finite()) {
+        return Err(format!(
+            "expected seconds since the recording started, not {s}"
+        ));
     }
     Ok(secs)
 }

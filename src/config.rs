@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
-use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, WatchArgs};
+use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, ReportArgs, WatchArgs};
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -49,6 +49,7 @@ pub struct RecordingConfig {
     pub gpu: GpuSettings,
     pub idle_below: f32,
     pub subprocesses: bool,
+    pub native: bool,
     pub flush_interval: Duration,
 }
 
@@ -75,6 +76,7 @@ impl RecordingConfig {
             },
             idle_below: args.idle_below,
             subprocesses: args.subprocesses,
+            native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
         })
     }
@@ -97,6 +99,7 @@ pub struct DumpConfig {
     pub json: bool,
     pub locals: bool,
     pub subprocesses: bool,
+    pub native: bool,
 }
 
 impl From<DumpArgs> for DumpConfig {
@@ -106,6 +109,7 @@ impl From<DumpArgs> for DumpConfig {
             json: args.json,
             locals: args.locals,
             subprocesses: args.subprocesses,
+            native: args.native,
         }
     }
 }
@@ -135,6 +139,34 @@ impl WatchConfig {
                 selection: parse_gpu(&args.gpu)?,
                 nvml_lib: args.nvml_lib,
             },
+            idle_below: args.idle_below,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ReportConfig {
+    pub dir: PathBuf,
+    pub output: Option<PathBuf>,
+    pub from_secs: Option<f64>,
+    pub to_secs: Option<f64>,
+    pub idle_below: Option<f32>,
+}
+
+impl ReportConfig {
+    pub fn from_args(args: ReportArgs) -> anyhow::Result<ReportConfig> {
+        if let (Some(from), Some(to)) = (args.from, args.to) {
+            if to <= from {
+                return Err(
+                    UsageError(format!("--to {to} must be later than --from {from}")).into(),
+                );
+            }
+        }
+        Ok(ReportConfig {
+            dir: args.dir,
+            output: args.output,
+            from_secs: args.from,
+            to_secs: args.to,
             idle_below: args.idle_below,
         })
     }

@@ -1,15 +1,20 @@
 //! `stackscope dump`: every thread's stack, once, as text or JSON.
 
 use anyhow::Context;
-use stackscope_sampler::{dump_process, dump_tree};
+use stackscope_sampler::{dump_process, dump_tree, TargetOptions};
 
 use crate::config::DumpConfig;
 
 pub fn run(config: DumpConfig) -> anyhow::Result<()> {
+    let options = TargetOptions {
+        blocking: true,
+        locals: config.locals,
+        native: config.native,
+    };
     let processes = if config.subprocesses {
-        dump_tree(config.pid, config.locals)?
+        dump_tree(config.pid, &options)?
     } else {
-        vec![dump_process(config.pid, config.locals)?]
+        vec![dump_process(config.pid, &options)?]
     };
     let out = std::io::stdout().lock();
     if config.json {

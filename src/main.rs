@@ -8,6 +8,7 @@ mod dump;
 mod gpu;
 mod recorder;
 mod recording;
+mod report;
 mod signals;
 mod watch;
 
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::{DumpConfig, RecordingConfig, UsageError, WatchConfig};
+use crate::config::{DumpConfig, RecordingConfig, ReportConfig, UsageError, WatchConfig};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,5 +40,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Record(args) => recording::run(RecordingConfig::from_record(args)?),
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
+        Command::Report(args) => report::run(ReportConfig::from_args(args)?),
     }
 }

@@ -10,15 +10,56 @@ use crossbeam_channel::Receiver;
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
 use stackscope_event::{Event, Timestamp};
 use stackscope_report::OutputFiles;
+use stackscope_samplelog::{LogHeader, SampleLogWriter};
 
 /// Events taken under one lock: the lock is the checkpoint writer's way in, so it is taken per
 /// batch, not per event, and never held while waiting for the channel.
 const BATCH: usize = 4096;
 
 pub struct Recorder {
-    state: Arc<Mutex<Aggregator>>,
+    state: Arc<Mutex<State>>,
     thread: JoinHandle<()>,
     out_dir: PathBuf,
+}
+
+/// What the aggregator thread owns, shared with the checkpoint writer.
+struct State {
+    aggregator: Aggregator,
+    /// The on-disk log of every event, for `report`; `None` once writing it failed.
+    log: Option<SampleLogWriter>,
+    /// Why the log stopped, said once in the summary's notices.
+    log_failure: Option<String>,
+}
+
+impl State {
+    fn handle(&mut self, event: Event) {
+        // The log sees events in the order the aggregate does: `report` over the whole
+        // recording must give back exactly the same profile.
+        if let Some(log) = self.log.as_mut() {
+            if let Err(e) = log.append(&event) {
+                self.log_failure = Some(format!("the sample log stopped: {e}"));
+                self.log = None;
+            }
+        }
+        self.aggregator.handle(event);
+    }
+
+    fn flush_log(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            if let Err(e) = log.flush() {
+                self.log_failure = Some(format!("the sample log stopped: {e}"));
+                self.log = None;
+            }
+        }
+    }
+
+    fn meta_with_log_notice(&self, meta: &RecordingMeta) -> RecordingMeta {
+        let mut meta = meta.clone();
+        if let Some(why) = &self.log_failure {
+            meta.notices.push(why.clone());
+        }
+        meta
+    }
 }
 
 impl Recorder {
@@ -29,8 +70,15 @@ impl Recorder {
         start: Timestamp,
         receiver: Receiver<Event>,
         out_dir: &Path,
+        log_header: &LogHeader,
     ) -> anyhow::Result<Recorder> {
-        let state = Arc::new(Mutex::new(Aggregator::new(config, start)));
+        let log = SampleLogWriter::create(out_dir, log_header)
+            .with_context(|| format!("cannot create the sample log in {}", out_dir.display()))?;
+        let state = Arc::new(Mutex::new(State {
+            aggregator: Aggregator::new(config, start),
+            log: Some(log),
+            log_failure: None,
+        }));
         let shared = state.clone();
         let thread = std::thread::Builder::new()
             .name("stackscope-aggregate".into())
@@ -45,8 +93,10 @@ impl Recorder {
 
     /// Writes every output as it stands now; the recording goes on.
     pub fn checkpoint(&self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
-        let aggregator = lock(&self.state);
-        write(&self.out_dir, &aggregator, meta)
+        let mut state = lock(&self.state);
+        state.flush_log();
+        let meta = state.meta_with_log_notice(meta);
+        write(&self.out_dir, &state.aggregator, &meta)
     }
 
     /// Waits for the producers' last events, then writes the final outputs.
@@ -59,9 +109,11 @@ impl Recorder {
         thread
             .join()
             .map_err(|_| anyhow::anyhow!("the aggregator thread panicked"))?;
-        let mut aggregator = lock(&state);
-        aggregator.finish();
-        write(&out_dir, &aggregator, meta)
+        let mut state = lock(&state);
+        state.flush_log();
+        state.aggregator.finish();
+        let meta = state.meta_with_log_notice(meta);
+        write(&out_dir, &state.aggregator, &meta)
     }
 }
 
@@ -74,19 +126,19 @@ fn write(
         .with_context(|| format!("cannot write the recording to {}", out_dir.display()))
 }
 
-fn fold(receiver: &Receiver<Event>, state: &Mutex<Aggregator>) {
+fn fold(receiver: &Receiver<Event>, state: &Mutex<State>) {
     while let Ok(first) = receiver.recv() {
-        let mut aggregator = lock(state);
-        aggregator.handle(first);
+        let mut state = lock(state);
+        state.handle(first);
         for event in receiver.try_iter().take(BATCH) {
-            aggregator.handle(event);
+            state.handle(event);
         }
     }
 }
 
 /// A panic elsewhere must not cost the recording: the aggregate is still consistent between
 /// events, so a poisoned lock is taken as it is.
-fn lock(state: &Mutex<Aggregator>) -> MutexGuard<'_, Aggregator> {
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

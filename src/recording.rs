@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::bounded;
 use stackscope_aggregate::{AggregateConfig, RecordingMeta};
 use stackscope_event::Timestamp;
+use stackscope_samplelog::LogHeader;
 use stackscope_sampler::{
     PythonTarget, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
@@ -33,6 +34,7 @@ pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
     let options = TargetOptions {
         blocking: config.blocking,
         locals: false,
+        native: config.native,
     };
     let (target, child, out_dir) = match &config.target {
         Target::Pid(pid) => {
@@ -110,7 +112,20 @@ fn record(
         gpu_enabled: gpu.is_enabled(),
         process_root: config.subprocesses,
     };
-    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir)?;
+    let log_header = LogHeader {
+        start,
+        started_at: meta.started_at.clone(),
+        pid: meta.pid,
+        command_line: meta.command_line.clone(),
+        python_version: meta.python_version.clone(),
+        rate_hz: config.rate_hz,
+        include_idle: aggregate_config.include_idle,
+        idle_below: aggregate_config.idle_below,
+        gpu_enabled: aggregate_config.gpu_enabled,
+        process_root: aggregate_config.process_root,
+        expected_gpu_devices: Vec::new(),
+    };
+    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir, &log_header)?;
     let sampler = Sampler::spawn(
         target,
         SamplerConfig {
@@ -120,6 +135,7 @@ fn record(
             options: TargetOptions {
                 blocking: config.blocking,
                 locals: false,
+                native: config.native,
             },
         },
         sender,

@@ -159,10 +159,16 @@ fn write_hang_report(
     gpu_idle: Option<bool>,
     gpu: &GpuReadings,
 ) -> anyhow::Result<PathBuf> {
+    // The report is the full picture: native frames under the Python ones, and locals.
+    let options = TargetOptions {
+        blocking: true,
+        locals: true,
+        native: true,
+    };
     let processes: Vec<ProcessDump> = if config.subprocesses {
-        dump_tree(config.pid, true)?
+        dump_tree(config.pid, &options)?
     } else {
-        vec![dump_process(config.pid, true)?]
+        vec![dump_process(config.pid, &options)?]
     };
     let now = chrono::Local::now();
     let stamp = now.format("%Y%m%d-%H%M%S");

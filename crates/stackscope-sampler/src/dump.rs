@@ -10,23 +10,19 @@ use crate::target::{PythonTarget, TargetOptions, ThreadStack};
 use crate::tree::descendants;
 
 /// Reads every thread of `pid` once. The process is stopped only for the read.
-pub fn dump_process(pid: u32, locals: bool) -> Result<ProcessDump, AttachError> {
-    let options = TargetOptions {
-        blocking: true,
-        locals,
-    };
-    let mut target = PythonTarget::attach(pid, &options)?;
+pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, AttachError> {
+    let mut target = PythonTarget::attach(pid, options)?;
     dump_target(&mut target)
 }
 
 /// Reads `pid` and every Python process below it. Processes that are not Python (a shell, a
 /// launcher) are skipped; the root must be Python.
-pub fn dump_tree(pid: u32, locals: bool) -> Result<Vec<ProcessDump>, AttachError> {
-    let mut dumps = vec![dump_process(pid, locals)?];
+pub fn dump_tree(pid: u32, options: &TargetOptions) -> Result<Vec<ProcessDump>, AttachError> {
+    let mut dumps = vec![dump_process(pid, options)?];
     let parents = parent_map(pid);
     for child in descendants(pid) {
         // A child that exits or is not Python while we walk the tree is simply not in it.
-        if let Ok(mut dump) = dump_process(child, locals) {
+        if let Ok(mut dump) = dump_process(child, options) {
             dump.parent_pid = parents.get(&child).copied();
             dumps.push(dump);
         }
@@ -51,7 +47,7 @@ fn parent_map(root: u32) -> HashMap<u32, u32> {
 /// Reads an attached target once, with each thread's state taken just before the stop.
 pub fn dump_target(target: &mut PythonTarget) -> Result<ProcessDump, AttachError> {
     let pid = target.pid();
-    let states = thread_states(pid);
+    let states = procfs::thread_states(pid);
     // A read can race with the interpreter freeing a frame; a few tries get a clean one.
     let mut attempts = 0;
     let stacks = loop {
@@ -82,29 +78,28 @@ pub fn dump_target(target: &mut PythonTarget) -> Result<ProcessDump, AttachError
     })
 }
 
-fn thread_states(pid: u32) -> HashMap<u64, ThreadState> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
-        .map(|tid| (tid, procfs::thread_state(pid, tid)))
-        .collect()
-}
-
 fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> ThreadDump {
     let raw_frames = stack.raw.map(|r| r.frames).unwrap_or_default();
-    let frames = stack
+    // The raw frames are Python's only; native frames interleave with them in `frames`.
+    let mut python_index = 0;
+    let frames: Vec<FrameDump> = stack
         .frames
         .iter()
-        .enumerate()
-        .map(|(i, f)| FrameDump {
+        .map(|f| {
+            let raw = if f.native {
+                None
+            } else {
+                python_index += 1;
+                raw_frames.get(python_index - 1)
+            };
+            (f, raw)
+        })
+        .map(|(f, raw)| FrameDump {
             function: f.function.to_string(),
             file: f.file.to_string(),
             line: f.line,
             native: f.native,
-            locals: raw_frames.get(i).and_then(|raw| {
+            locals: raw.and_then(|raw| {
                 raw.locals.as_ref().map(|vars| {
                     vars.iter()
                         .map(|v| LocalVariable {
@@ -117,11 +112,19 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
             }),
         })
         .collect();
-    let state = stack
+    let mut state = stack
         .thread
         .os_thread_id
         .and_then(|tid| states.get(&tid).copied())
         .unwrap_or_default();
+    // With native frames a futex wait can be told apart: the GIL, or a lock of the program's.
+    if state == ThreadState::WaitingOnLock
+        && frames
+            .iter()
+            .any(|f: &FrameDump| f.native && f.function.contains("take_gil"))
+    {
+        state = ThreadState::WaitingForGil;
+    }
     ThreadDump {
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,

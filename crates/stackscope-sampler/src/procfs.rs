@@ -98,6 +98,18 @@ pub fn thread_state(pid: u32, tid: u64) -> ThreadState {
     }
 }
 
+/// The state of every thread of `pid`, by OS thread id.
+pub fn thread_states(pid: u32) -> std::collections::HashMap<u64, ThreadState> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return std::collections::HashMap::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+        .map(|tid| (tid, thread_state(pid, tid)))
+        .collect()
+}
+
 /// Classifies a blocked thread by the first field of `/proc/.../syscall` (x86_64 numbers).
 fn blocked_state(syscall: &str) -> ThreadState {
     let first = syscall.split_whitespace().next().unwrap_or("");

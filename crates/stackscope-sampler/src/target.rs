@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use py_spy::config::{LineNo, LockingStrategy};
 use py_spy::{Config, PythonSpy, StackTrace};
-use stackscope_event::{Frame, ThreadInfo};
+use stackscope_event::{Frame, ThreadInfo, ThreadState};
+use stackscope_native::{merge, NativeUnwinder};
 
 use crate::error::{classify_sample_error, AttachError, SampleFailure};
 use crate::procfs;
@@ -34,6 +35,8 @@ pub struct TargetOptions {
     pub blocking: bool,
     /// Also read each frame's local variables (for `dump --locals`).
     pub locals: bool,
+    /// Also unwind each thread's native (C/C++) stack and merge it with the Python frames.
+    pub native: bool,
 }
 
 impl Default for TargetOptions {
@@ -41,6 +44,7 @@ impl Default for TargetOptions {
         TargetOptions {
             blocking: true,
             locals: false,
+            native: false,
         }
     }
 }
@@ -66,6 +70,8 @@ pub struct PythonTarget {
     exe: Option<std::path::PathBuf>,
     keep_raw: bool,
     blocking: bool,
+    /// Set with `native`: the process's modules, unwind tables and symbols, cached.
+    native: Option<NativeUnwinder>,
     strings: StringCache,
 }
 
@@ -81,7 +87,8 @@ impl PythonTarget {
             }
         }
         let config = Config {
-            blocking: if options.blocking {
+            // With native frames we stop the process ourselves, around both reads.
+            blocking: if options.blocking && !options.native {
                 LockingStrategy::Lock
             } else {
                 LockingStrategy::NonBlocking
@@ -95,6 +102,14 @@ impl PythonTarget {
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let version = spy.version.to_string();
         let command_line = procfs::command_line(pid).unwrap_or_default();
+        let native = if options.native {
+            Some(NativeUnwinder::new(pid).map_err(|e| AttachError::Other {
+                pid,
+                message: format!("cannot read its native modules: {e}"),
+            })?)
+        } else {
+            None
+        };
         Ok(PythonTarget {
             pid,
             spy,
@@ -103,6 +118,7 @@ impl PythonTarget {
             exe: procfs::exe(pid).ok(),
             keep_raw: options.locals,
             blocking: options.blocking,
+            native,
             strings: StringCache::default(),
         })
     }
@@ -160,6 +176,7 @@ impl PythonTarget {
         TargetOptions {
             blocking: self.blocking,
             locals: self.keep_raw,
+            native: self.native.is_some(),
         }
     }
 
@@ -172,6 +189,9 @@ impl PythonTarget {
     /// Reads every Python thread's stack once. With blocking on, the process is stopped for
     /// the read and resumed before this returns, whatever happened.
     pub fn read_stacks(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        if self.native.is_some() {
+            return self.read_stacks_with_native();
+        }
         let traces = self
             .spy
             .get_stack_traces()
@@ -181,20 +201,69 @@ impl PythonTarget {
             .map(|trace| {
                 let frames: Vec<Frame> =
                     trace.frames.iter().map(|f| self.strings.frame(f)).collect();
-                let thread = ThreadInfo {
-                    os_thread_id: trace.os_thread_id,
-                    python_thread_id: trace.thread_id,
-                    name: trace.thread_name.clone(),
-                    active: trace.active && !waits_in_python(&frames),
-                    owns_gil: trace.owns_gil,
-                };
-                ThreadStack {
-                    thread,
-                    frames,
-                    raw: self.keep_raw.then_some(trace),
-                }
+                let active = trace.active && !waits_in_python(&frames);
+                self.thread_stack(trace, frames, active)
             })
             .collect())
+    }
+
+    /// Stops the process once for both reads: the Python frames, then each thread's native
+    /// stack, which must come from the same instant to be merged. Whether a thread runs is
+    /// read from /proc before the stop, since during it every thread reads as stopped.
+    fn read_stacks_with_native(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        let pid = self.pid;
+        let states = procfs::thread_states(pid);
+        let stop = self.spy.process.lock().map_err(|e| {
+            classify_sample_error(
+                pid,
+                &anyhow::Error::new(e).context("cannot stop the process"),
+            )
+        })?;
+        let traces = self
+            .spy
+            .get_stack_traces()
+            .map_err(|e| classify_sample_error(pid, &e))?;
+        let mut stacks = Vec::with_capacity(traces.len());
+        for trace in traces {
+            let unwound = match (self.native.as_mut(), trace.os_thread_id) {
+                (Some(unwinder), Some(tid)) => u32::try_from(tid)
+                    .ok()
+                    .and_then(|tid| unwinder.unwind(tid).ok()),
+                _ => None,
+            };
+            let frames: Vec<Frame> = match unwound {
+                Some(native) => merge(&trace.frames, &native.frames)
+                    .frames
+                    .into_iter()
+                    .map(|f| self.strings.shorten_native(f))
+                    .collect(),
+                // A thread whose native stack cannot be walked still has its Python frames.
+                None => trace.frames.iter().map(|f| self.strings.frame(f)).collect(),
+            };
+            let running = trace
+                .os_thread_id
+                .and_then(|tid| states.get(&tid))
+                .is_some_and(|s| *s == ThreadState::Running);
+            let active = running && !waits_in_python(&frames);
+            stacks.push(self.thread_stack(trace, frames, active));
+        }
+        drop(stop);
+        Ok(stacks)
+    }
+
+    fn thread_stack(&self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
+        let thread = ThreadInfo {
+            os_thread_id: trace.os_thread_id,
+            python_thread_id: trace.thread_id,
+            name: trace.thread_name.clone(),
+            active,
+            owns_gil: trace.owns_gil,
+        };
+        ThreadStack {
+            thread,
+            frames,
+            raw: self.keep_raw.then_some(trace),
+        }
     }
 }
 
@@ -205,7 +274,7 @@ impl PythonTarget {
 /// looks, so a thread parked in `join()` for an hour would show as busy in a few percent of
 /// samples. The frame says what it is doing whatever the scheduler says.
 fn waits_in_python(frames: &[Frame]) -> bool {
-    let Some(innermost) = frames.first() else {
+    let Some(innermost) = frames.iter().find(|f| !f.native) else {
         return false;
     };
     let function = innermost.function.rsplit('.').next().unwrap_or("");
@@ -258,6 +327,17 @@ impl StringCache {
         let shared: Arc<str> = Arc::from(s);
         self.names.insert(s.to_owned(), shared.clone());
         shared
+    }
+
+    /// Native file names are build paths (`/tmp/python-build.123/Python-3.11.7/Python/ceval.c`):
+    /// the last two components say which file it is.
+    fn shorten_native(&mut self, mut frame: Frame) -> Frame {
+        if frame.native && frame.file.matches('/').count() > 1 {
+            let short: Vec<&str> = frame.file.rsplitn(3, '/').take(2).collect();
+            let short = format!("{}/{}", short[1], short[0]);
+            frame.file = self.intern(&short);
+        }
+        frame
     }
 
     fn frame(&mut self, f: &py_spy::Frame) -> Frame {

@@ -92,7 +92,11 @@ fn dump_with_locals_shows_reprs() {
     let python = Python::start(
         "import time\ndef hold(marker):\n    secret = 'sesame'\n    print('ready', flush=True)\n    time.sleep(100)\nhold(41 + 1)\n",
     );
-    let dump = dump_process(python.pid(), true).expect("dump");
+    let options = TargetOptions {
+        locals: true,
+        ..TargetOptions::default()
+    };
+    let dump = dump_process(python.pid(), &options).expect("dump");
     let main = &dump.threads[0];
     let hold = main
         .frames
