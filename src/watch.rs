@@ -88,7 +88,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
 /// A fingerprint of every thread's stack in every followed process; `None` once the root is
 /// gone. Threads stopped by someone else count as unchanged.
 fn read_signature(set: &mut ProcessSet, now: Timestamp) -> Option<u64> {
-    let mut threads: Vec<(u32, u64, Vec<(String, String, u32)>)> = Vec::new();
+    let mut threads: Vec<ThreadKey> = Vec::new();
     let mut gone = Vec::new();
     for target in set.targets_mut() {
         let pid = target.pid();
@@ -114,7 +114,10 @@ fn read_signature(set: &mut ProcessSet, now: Timestamp) -> Option<u64> {
     Some(hasher.finish())
 }
 
-fn key(pid: u32, stack: ThreadStack) -> (u32, u64, Vec<(String, String, u32)>) {
+/// A thread and where it is: process, Python thread id, and each frame's function, file, line.
+type ThreadKey = (u32, u64, Vec<(String, String, u32)>);
+
+fn key(pid: u32, stack: ThreadStack) -> ThreadKey {
     (
         pid,
         stack.thread.python_thread_id,
