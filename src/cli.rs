@@ -63,6 +63,40 @@ pub enum Command {
                             into DIR/report-FROM-TO (or -o)."
     )]
     Report(ReportArgs),
+    /// A live view of where a running process spends its time, and its GPUs, like `top`.
+    #[command(after_help = "Example:\n  stackscope top --pid 12345\n\n\
+                            Refreshes every second: per function, its share of the samples in \
+                            the last second and since start (own: innermost; total: anywhere on \
+                            the stack) and, with GPU data, its share of the samples taken while \
+                            the GPU idled. Keys: q quit, s sort, p pause, i idle threads, t per \
+                            thread, r reset, ? help. When standard output is not a terminal, \
+                            prints a plain-text table every second instead.")]
+    Top(TopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The process to watch.
+    #[arg(long, short = 'p')]
+    pub pid: u32,
+    /// Samples per second.
+    #[arg(long, short = 'r', value_name = "HZ", default_value = "100", value_parser = parse_rate)]
+    pub rate: f64,
+    /// Show idle threads' samples (sleeping or blocked) from the start; `i` toggles.
+    #[arg(long)]
+    pub idle: bool,
+    /// Also sample every Python process below it.
+    #[arg(long)]
+    pub subprocesses: bool,
+    /// GPUs to poll: auto (those the target uses, else all), off, or a list of indices like 0,1.
+    #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
+    pub gpu: String,
+    /// The NVML library to load instead of libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+    /// A stack sample counts as "GPU idle" below this utilization, in percent.
+    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
+    pub idle_below: f32,
 }
 
 #[derive(Debug, Args)]

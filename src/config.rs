@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
-use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, ReportArgs, WatchArgs};
+use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs};
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -167,6 +167,33 @@ impl ReportConfig {
             output: args.output,
             from_secs: args.from,
             to_secs: args.to,
+            idle_below: args.idle_below,
+        })
+    }
+}
+
+/// Settings of `top`.
+#[derive(Debug, Clone)]
+pub struct TopConfig {
+    pub pid: u32,
+    pub rate_hz: f64,
+    pub include_idle: bool,
+    pub subprocesses: bool,
+    pub gpu: GpuSettings,
+    pub idle_below: f32,
+}
+
+impl TopConfig {
+    pub fn from_args(args: TopArgs) -> anyhow::Result<TopConfig> {
+        Ok(TopConfig {
+            pid: args.pid,
+            rate_hz: args.rate,
+            include_idle: args.idle,
+            subprocesses: args.subprocesses,
+            gpu: GpuSettings {
+                selection: parse_gpu(&args.gpu)?,
+                nvml_lib: args.nvml_lib,
+            },
             idle_below: args.idle_below,
         })
     }

@@ -10,6 +10,7 @@ mod recorder;
 mod recording;
 mod report;
 mod signals;
+mod top;
 mod watch;
 
 use std::process::ExitCode;
@@ -17,7 +18,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Cli, Command};
-use crate::config::{DumpConfig, RecordingConfig, ReportConfig, UsageError, WatchConfig};
+use crate::config::{
+    DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -41,5 +44,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
         Command::Report(args) => report::run(ReportConfig::from_args(args)?),
+        Command::Top(args) => top::run(TopConfig::from_args(args)?),
     }
 }

@@ -1,0 +1,332 @@
+//! Text shared by the full-screen view and the plain-text output: the header lines, the GPU
+//! lines, the table's cells, and cutting text to a width. Pure, so the plain output and the
+//! view say the same things in the same words.
+
+use super::model::{GpuLine, Row, SortKey, Totals, ViewOptions};
+
+/// The state of the session the header shows, beside the model's counts.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub pid: u32,
+    pub command: String,
+    pub python_version: String,
+    /// The rate asked for.
+    pub rate_hz: f64,
+    /// Sampling ticks per second over the last interval.
+    pub achieved_hz: f64,
+    pub errors: u64,
+    /// Events the channel refused, from both producers.
+    pub dropped: u64,
+    /// Processes sampled now (more than 1 with `--subprocesses`).
+    pub processes: u64,
+    /// Length of the last interval.
+    pub interval_secs: f64,
+    /// Seconds since start or the last reset: what "all" covers.
+    pub all_secs: f64,
+    /// Why there is no GPU data, when there is none.
+    pub gpu_unavailable: Option<String>,
+    /// The target is stopped by someone else (SIGSTOP, a debugger) and not sampled.
+    pub target_stopped: bool,
+    /// Set once sampling ended: "process PID ended", or why sampling stopped.
+    pub ended: Option<String>,
+}
+
+/// Header line 1: what is sampled.
+pub fn title_line(status: &Status) -> String {
+    format!(
+        "stackscope top · pid {} · Python {} · {}",
+        status.pid, status.python_version, status.command
+    )
+}
+
+/// Header line 2, as fields: how sampling goes.
+pub fn stats_fields(status: &Status, totals: &Totals) -> Vec<String> {
+    let mut fields = vec![
+        format!(
+            "rate {:.1}/{} Hz",
+            status.achieved_hz,
+            trim_float(status.rate_hz)
+        ),
+        format!(
+            "samples {} (+{} in {:.1}s)",
+            totals.all_samples, totals.interval_samples, status.interval_secs
+        ),
+        format!("errors {}", status.errors),
+        format!("dropped {}", status.dropped),
+        format!(
+            "threads {} ({} active)",
+            totals.threads, totals.active_threads
+        ),
+    ];
+    if status.processes > 1 {
+        fields.push(format!("processes {}", status.processes));
+    }
+    fields
+}
+
+/// Header line 3, as fields: how the table is derived.
+pub fn options_fields(status: &Status, options: &ViewOptions, totals: &Totals) -> Vec<String> {
+    let idle = if options.include_idle {
+        "idle threads shown".to_string()
+    } else {
+        format!(
+            "idle threads hidden ({} samples)",
+            totals.hidden_idle_samples
+        )
+    };
+    let threads = if options.per_thread {
+        "per thread"
+    } else {
+        "threads merged"
+    };
+    vec![
+        format!("sort: {}", options.sort.label()),
+        idle,
+        threads.to_string(),
+        format!(
+            "last = {:.1}s, all = {}",
+            status.interval_secs,
+            duration(status.all_secs)
+        ),
+    ]
+}
+
+/// Fields joined by ` · ` into as few lines of at most `width` characters as they take; a
+/// field wider than a line is cut.
+pub fn pack(fields: &[String], width: usize) -> Vec<String> {
+    const SEPARATOR: &str = " · ";
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for field in fields {
+        let field = truncate_end(field, width);
+        let needed = current.chars().count() + SEPARATOR.chars().count() + field.chars().count();
+        if current.is_empty() {
+            current = field;
+        } else if needed <= width {
+            current.push_str(SEPARATOR);
+            current.push_str(&field);
+        } else {
+            lines.push(std::mem::replace(&mut current, field));
+        }
+    }
+    if !current.is_empty() {
+        lines.push(current);
+    }
+    lines
+}
+
+/// `1h02m`, `3m05s`, `42s`.
+pub fn duration(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn trim_float(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// One GPU as a line of at most `width` characters: name, utilization and its sparkline,
+/// memory, power. The sparkline takes the room the rest leaves, up to a minute.
+pub fn gpu_text(gpu: &GpuLine, width: usize) -> String {
+    let name = truncate_end(gpu.name.as_deref().unwrap_or("GPU"), 24);
+    let head = format!("GPU{} {name} ", gpu.index);
+    let util = match gpu.utilization {
+        Some(u) => format!("util {u:>3.0}% "),
+        None => "util   -% ".to_string(),
+    };
+    let memory = match (gpu.memory_used, gpu.memory_total) {
+        (Some(used), Some(total)) => format!(" mem {}/{} GiB", gib(used), gib(total)),
+        (Some(used), None) => format!(" mem {} GiB", gib(used)),
+        _ => String::new(),
+    };
+    let power = gpu
+        .power_watts
+        .map_or(String::new(), |w| format!(" {w:.0} W"));
+    let fixed = [&head, &util, &memory, &power]
+        .iter()
+        .map(|s| s.chars().count())
+        .sum::<usize>();
+    let spark = sparkline(&gpu.history, width.saturating_sub(fixed));
+    truncate_end(&format!("{head}{util}{spark}{memory}{power}"), width)
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The last `width` values (percent) as block characters, oldest first.
+pub fn sparkline(values: &[f32], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let skip = values.len().saturating_sub(width);
+    values[skip..]
+        .iter()
+        .map(|v| {
+            let level = (v.clamp(0.0, 100.0) / 100.0 * 7.0).round() as usize;
+            BARS[level.min(7)]
+        })
+        .collect()
+}
+
+/// The table's columns, in order, for the view and the plain output alike.
+pub struct Columns {
+    pub thread: bool,
+    pub gpu: bool,
+}
+
+impl Columns {
+    pub fn new(options: &ViewOptions, gpu: bool) -> Columns {
+        Columns {
+            thread: options.per_thread,
+            gpu,
+        }
+    }
+
+    /// The percentage columns' two header lines; the sorted one carries `▼`.
+    pub fn percent_headers(&self, sort: SortKey) -> Vec<(String, &'static str)> {
+        let mut keys = vec![
+            (SortKey::OwnInterval, "own%", "last"),
+            (SortKey::TotalInterval, "total%", "last"),
+            (SortKey::OwnAll, "own%", "all"),
+            (SortKey::TotalAll, "total%", "all"),
+        ];
+        if self.gpu {
+            keys.push((SortKey::GpuIdle, "idle%", "GPU"));
+        }
+        keys.into_iter()
+            .map(|(key, top, bottom)| {
+                let mark = if key == sort { "▼" } else { "" };
+                (format!("{top}{mark}"), bottom)
+            })
+            .collect()
+    }
+
+    /// A row's percentages, formatted like the headers.
+    pub fn percent_cells(&self, row: &Row) -> Vec<String> {
+        let mut cells = vec![
+            pct(row.own_interval),
+            pct(row.total_interval),
+            pct(row.own_all),
+            pct(row.total_all),
+        ];
+        if self.gpu {
+            cells.push(row.gpu_idle.map_or("-".into(), pct));
+        }
+        cells
+    }
+}
+
+/// Width of each percentage column: room for `total%▼` and `100.0`.
+pub const PERCENT_WIDTH: usize = 7;
+
+fn pct(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+/// `file:line`, or the file alone when the line is unknown.
+pub fn location(row: &Row) -> String {
+    if row.line > 0 {
+        format!("{}:{}", row.file, row.line)
+    } else {
+        row.file.to_string()
+    }
+}
+
+/// `text` cut to `width` characters, the end replaced by `…` when cut.
+pub fn truncate_end(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out: String = text.chars().take(width - 1).collect();
+    out.push('…');
+    out
+}
+
+/// `text` cut to `width` characters keeping its end (a path's file name and line matter more
+/// than its first directories), the start replaced by `…` when cut.
+pub fn truncate_start(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let tail: String = text.chars().skip(count - (width - 1)).collect();
+    format!("…{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparkline_keeps_the_newest_values() {
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0], 10), "▁▅█");
+        assert_eq!(sparkline(&[0.0, 50.0, 100.0], 2), "▅█");
+        assert_eq!(sparkline(&[150.0, -3.0], 2), "█▁");
+        assert_eq!(sparkline(&[], 5), "");
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate_end("hot_heavy", 20), "hot_heavy");
+        assert_eq!(truncate_end("hot_heavy", 4), "hot…");
+        assert_eq!(truncate_start("/a/b/cpu_split.py:25", 12), "…split.py:25");
+        assert_eq!(truncate_start("abc", 0), "");
+    }
+
+    #[test]
+    fn gpu_line_fits_its_width() {
+        let gpu = GpuLine {
+            index: 0,
+            name: Some("Fake H100".into()),
+            utilization: Some(45.0),
+            history: vec![10.0; 120],
+            memory_used: Some(1 << 30),
+            memory_total: Some(80 << 30),
+            power_watts: Some(250.0),
+        };
+        for width in [40, 80, 120] {
+            let text = gpu_text(&gpu, width);
+            assert!(text.chars().count() <= width, "{text}");
+            assert!(text.starts_with("GPU0 Fake H100 util  45%"), "{text}");
+        }
+        assert!(gpu_text(&gpu, 120).ends_with("mem 1.0/80.0 GiB 250 W"));
+    }
+
+    #[test]
+    fn fields_pack_into_lines_of_the_width() {
+        let fields: Vec<String> = ["rate 99.0/100 Hz", "samples 5", "errors 0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            pack(&fields, 80),
+            ["rate 99.0/100 Hz · samples 5 · errors 0"]
+        );
+        assert_eq!(
+            pack(&fields, 30),
+            ["rate 99.0/100 Hz · samples 5", "errors 0"]
+        );
+        assert_eq!(pack(&fields, 5), ["rate…", "samp…", "erro…"]);
+        assert!(pack(&[], 80).is_empty());
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(42.7), "42s");
+        assert_eq!(duration(185.0), "3m05s");
+        assert_eq!(duration(3720.0), "1h02m");
+    }
+}

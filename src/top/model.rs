@@ -1,0 +1,544 @@
+//! The table behind `stackscope top`: folds stack and GPU samples into per-function counts over
+//! two windows, the last refresh interval and everything since start (or the last reset), and
+//! derives sorted rows for any view option from those counts. Every count is kept per thread
+//! and separately for idle-thread samples, so the keys that change the view (sort, idle threads,
+//! per-thread) act at once, without refolding anything.
+//!
+//! Pure: no terminal, no clock, no threads. The caller says when an interval ends.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use stackscope_event::{Event, GpuSample, StackSample};
+
+/// Past this many (thread, function) entries in a window, new ones are counted under one
+/// [`OTHER_FUNCTIONS`] entry per thread: a session of days over churning threads keeps bounded
+/// memory, and the samples still add up.
+pub const MAX_ENTRIES: usize = 50_000;
+/// The function name of the entry that takes the samples past [`MAX_ENTRIES`].
+pub const OTHER_FUNCTIONS: &str = "(other functions)";
+/// Seconds of per-second GPU utilization kept for the sparkline: the last minute.
+pub const GPU_HISTORY_SECS: usize = 60;
+
+/// Index into the `[active, idle]` pairs of counts.
+const ACTIVE: usize = 0;
+const IDLE: usize = 1;
+
+/// A thread of a process: the interpreter's id, since the OS id is not always known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId {
+    pub pid: u32,
+    pub id: u64,
+}
+
+/// A function is (name, file), as in the summary: its lines are merged into one row.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct FnKey {
+    function: Arc<str>,
+    file: Arc<str>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    /// Samples with the function as the innermost frame, `[active, idle]`.
+    own: [u64; 2],
+    /// Samples with the function anywhere on the stack, counted once however deep it recursed.
+    total: [u64; 2],
+    /// Of `total`, the samples taken while the GPU idled.
+    gpu_idle: [u64; 2],
+    /// Samples per line of the function's innermost frame: a row names its busiest line.
+    lines: HashMap<u32, u64>,
+}
+
+/// The counts of one stretch of time.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    entries: HashMap<(ThreadId, FnKey), Counts>,
+    samples: [u64; 2],
+    gpu_idle_samples: [u64; 2],
+    /// Threads sampled, and whether any of their samples was active.
+    threads: HashMap<ThreadId, bool>,
+}
+
+impl Window {
+    fn add(&mut self, sample: &StackSample, gpu_idle: bool) {
+        let kind = if sample.thread.active { ACTIVE } else { IDLE };
+        let thread = thread_id(sample);
+        self.samples[kind] += 1;
+        if gpu_idle {
+            self.gpu_idle_samples[kind] += 1;
+        }
+        *self.threads.entry(thread).or_insert(false) |= sample.thread.active;
+        // A stack is a handful of frames: a linear scan beats hashing for "seen already?".
+        let mut seen: Vec<FnKey> = Vec::with_capacity(sample.frames.len());
+        for (depth, frame) in sample.frames.iter().enumerate() {
+            let mut key = FnKey {
+                function: frame.function.clone(),
+                file: frame.file.clone(),
+            };
+            if self.entries.len() >= MAX_ENTRIES
+                && !self.entries.contains_key(&(thread, key.clone()))
+            {
+                key = other_key();
+            }
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
+            let counts = self.entries.entry((thread, key)).or_default();
+            counts.total[kind] += 1;
+            if gpu_idle {
+                counts.gpu_idle[kind] += 1;
+            }
+            if depth == 0 {
+                counts.own[kind] += 1;
+            }
+            *counts.lines.entry(frame.line).or_insert(0) += 1;
+        }
+    }
+}
+
+fn other_key() -> FnKey {
+    FnKey {
+        function: Arc::from(OTHER_FUNCTIONS),
+        file: Arc::from(""),
+    }
+}
+
+fn thread_id(sample: &StackSample) -> ThreadId {
+    ThreadId {
+        pid: sample.pid,
+        id: sample.thread.python_thread_id,
+    }
+}
+
+/// What the view shows of one GPU.
+#[derive(Debug, Clone, Default)]
+struct GpuState {
+    name: Option<String>,
+    /// The newest utilization reading, by its own time (the poller hands over the driver's ring
+    /// of past samples, so arrival order is not time order).
+    latest: Option<(u64, f32)>,
+    memory_used: Option<u64>,
+    memory_total: Option<u64>,
+    power_watts: Option<f32>,
+    /// Mean utilization per second as (second, sum, readings), oldest first.
+    history: VecDeque<(u64, f64, u32)>,
+}
+
+impl GpuState {
+    fn add(&mut self, sample: &GpuSample) {
+        let time = sample.time.as_nanos();
+        if let Some(u) = sample.utilization {
+            if self.latest.is_none_or(|(t, _)| time >= t) {
+                self.latest = Some((time, u));
+            }
+            let second = time / 1_000_000_000;
+            let newest = self.history.back().map(|b| b.0);
+            let bucket = match newest {
+                Some(s) if s >= second => self.history.iter_mut().rev().find(|b| b.0 == second),
+                _ => {
+                    self.history.push_back((second, 0.0, 0));
+                    self.history.back_mut()
+                }
+            };
+            // A late reading for a second already gone from the history is dropped.
+            if let Some(bucket) = bucket {
+                bucket.1 += f64::from(u);
+                bucket.2 += 1;
+            }
+            while self.history.len() > GPU_HISTORY_SECS {
+                self.history.pop_front();
+            }
+        }
+        // Memory and power come with the newest sample of each poll; keep what there is.
+        self.memory_used = sample.memory_used_bytes.or(self.memory_used);
+        self.memory_total = sample.memory_total_bytes.or(self.memory_total);
+        self.power_watts = sample.power_watts.or(self.power_watts);
+    }
+}
+
+/// One GPU line of the view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuLine {
+    pub index: u32,
+    pub name: Option<String>,
+    pub utilization: Option<f32>,
+    /// Mean utilization of each of the last seconds with readings, oldest first.
+    pub history: Vec<f32>,
+    pub memory_used: Option<u64>,
+    pub memory_total: Option<u64>,
+    pub power_watts: Option<f32>,
+}
+
+/// What the table is sorted by, descending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    OwnInterval,
+    TotalInterval,
+    OwnAll,
+    TotalAll,
+    GpuIdle,
+}
+
+impl SortKey {
+    /// The next sort of the `s` key's cycle; the GPU-idle share only when there is GPU data.
+    pub fn next(self, gpu: bool) -> SortKey {
+        match self {
+            SortKey::OwnInterval => SortKey::TotalInterval,
+            SortKey::TotalInterval => SortKey::OwnAll,
+            SortKey::OwnAll => SortKey::TotalAll,
+            SortKey::TotalAll if gpu => SortKey::GpuIdle,
+            SortKey::TotalAll | SortKey::GpuIdle => SortKey::OwnInterval,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SortKey::OwnInterval => "own% (last interval)",
+            SortKey::TotalInterval => "total% (last interval)",
+            SortKey::OwnAll => "own% (since start)",
+            SortKey::TotalAll => "total% (since start)",
+            SortKey::GpuIdle => "GPU-idle share%",
+        }
+    }
+}
+
+/// How the rows are derived: what the keys toggle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewOptions {
+    pub sort: SortKey,
+    /// Count the samples of idle threads (sleeping, blocked) too.
+    pub include_idle: bool,
+    /// One row per (thread, function) rather than per function.
+    pub per_thread: bool,
+}
+
+impl Default for ViewOptions {
+    fn default() -> Self {
+        ViewOptions {
+            sort: SortKey::OwnInterval,
+            include_idle: false,
+            per_thread: false,
+        }
+    }
+}
+
+/// One row of the table. Shares are percentages of the samples the options count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The thread's name, in per-thread rows.
+    pub thread: Option<Arc<str>>,
+    pub function: Arc<str>,
+    pub file: Arc<str>,
+    /// The most-sampled line; 0 when unknown.
+    pub line: u32,
+    pub own_interval: f64,
+    pub total_interval: f64,
+    pub own_all: f64,
+    pub total_all: f64,
+    /// The function's share of the samples taken while the GPU idled, since start; `None`
+    /// without GPU data.
+    pub gpu_idle: Option<f64>,
+}
+
+impl Row {
+    fn value(&self, key: SortKey) -> f64 {
+        match key {
+            SortKey::OwnInterval => self.own_interval,
+            SortKey::TotalInterval => self.total_interval,
+            SortKey::OwnAll => self.own_all,
+            SortKey::TotalAll => self.total_all,
+            SortKey::GpuIdle => self.gpu_idle.unwrap_or(0.0),
+        }
+    }
+}
+
+/// Sample counts for the header, under the options' idle-thread choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    pub interval_samples: u64,
+    pub all_samples: u64,
+    /// Samples left out because their thread was idle (0 when idle threads are shown).
+    pub hidden_idle_samples: u64,
+    pub gpu_idle_samples: u64,
+    /// Threads sampled in the last interval, and those of them seen active.
+    pub threads: usize,
+    pub active_threads: usize,
+}
+
+/// Everything `top` shows, folded from the events.
+#[derive(Debug, Clone)]
+pub struct TopModel {
+    idle_below: f32,
+    gpu_enabled: bool,
+    /// The interval in progress.
+    current: Window,
+    /// The last complete interval: what the interval columns show.
+    interval: Window,
+    /// Since start or the last reset, including the interval in progress.
+    all: Window,
+    names: HashMap<ThreadId, Arc<str>>,
+    gpus: BTreeMap<u32, GpuState>,
+}
+
+impl TopModel {
+    pub fn new(idle_below: f32, gpu_enabled: bool) -> TopModel {
+        TopModel {
+            idle_below,
+            gpu_enabled,
+            current: Window::default(),
+            interval: Window::default(),
+            all: Window::default(),
+            names: HashMap::new(),
+            gpus: BTreeMap::new(),
+        }
+    }
+
+    pub fn gpu_enabled(&self) -> bool {
+        self.gpu_enabled
+    }
+
+    pub fn handle(&mut self, event: &Event) {
+        match event {
+            Event::Stack(sample) => self.add_stack(sample),
+            Event::Gpu(sample) => self.add_gpu(sample),
+            // Errors and process changes are counted by the sampler's own statistics.
+            Event::SampleError(_) | Event::Process(_) => {}
+        }
+    }
+
+    pub fn add_stack(&mut self, sample: &StackSample) {
+        let gpu_idle = self.gpu_idle_now() == Some(true);
+        let id = thread_id(sample);
+        if self
+            .names
+            .get(&id)
+            .is_none_or(|n| **n != *sample.thread.display_name())
+        {
+            self.names
+                .insert(id, Arc::from(sample.thread.display_name()));
+        }
+        self.current.add(sample, gpu_idle);
+        self.all.add(sample, gpu_idle);
+    }
+
+    pub fn add_gpu(&mut self, sample: &GpuSample) {
+        self.gpus.entry(sample.device).or_default().add(sample);
+    }
+
+    /// Names the GPUs the poller watches now and forgets the others (in `auto`, the poller
+    /// follows the target from device to device). An empty list changes nothing: the poller
+    /// has not said yet.
+    pub fn set_devices(&mut self, devices: &[(u32, String)]) {
+        if devices.is_empty() {
+            return;
+        }
+        self.gpus
+            .retain(|index, _| devices.iter().any(|(i, _)| i == index));
+        for (index, name) in devices {
+            self.gpus.entry(*index).or_default().name = Some(name.clone());
+        }
+    }
+
+    /// Whether the target's GPUs idle now: the mean of each device's latest utilization below
+    /// `--idle-below`. `None` without GPU data. The newest reading is a few hundred ms behind a
+    /// stack sample; over an interval of a second that is close enough for a live view (the
+    /// recording's tagger waits for the reading that covers each sample).
+    pub fn gpu_idle_now(&self) -> Option<bool> {
+        if !self.gpu_enabled {
+            return None;
+        }
+        let latest: Vec<f32> = self
+            .gpus
+            .values()
+            .filter_map(|g| g.latest.map(|(_, u)| u))
+            .collect();
+        if latest.is_empty() {
+            return None;
+        }
+        let mean = latest.iter().sum::<f32>() / latest.len() as f32;
+        Some(mean < self.idle_below)
+    }
+
+    /// Ends the interval in progress: its counts become what the interval columns show.
+    pub fn end_interval(&mut self) {
+        self.interval = std::mem::take(&mut self.current);
+    }
+
+    /// Clears the since-start counts (the `r` key); the last interval stays on screen.
+    pub fn reset(&mut self) {
+        self.all = Window::default();
+    }
+
+    pub fn totals(&self, options: &ViewOptions) -> Totals {
+        let kinds = kinds(options.include_idle);
+        let sum = |pair: [u64; 2]| kinds.iter().map(|&k| pair[k]).sum::<u64>();
+        Totals {
+            interval_samples: sum(self.interval.samples),
+            all_samples: sum(self.all.samples),
+            hidden_idle_samples: if options.include_idle {
+                0
+            } else {
+                self.all.samples[IDLE]
+            },
+            gpu_idle_samples: sum(self.all.gpu_idle_samples),
+            threads: self.interval.threads.len(),
+            active_threads: self.interval.threads.values().filter(|&&a| a).count(),
+        }
+    }
+
+    pub fn gpu_lines(&self) -> Vec<GpuLine> {
+        self.gpus
+            .iter()
+            .map(|(&index, g)| GpuLine {
+                index,
+                name: g.name.clone(),
+                utilization: g.latest.map(|(_, u)| u),
+                history: g
+                    .history
+                    .iter()
+                    .map(|&(_, sum, n)| (sum / f64::from(n.max(1))) as f32)
+                    .collect(),
+                memory_used: g.memory_used,
+                memory_total: g.memory_total,
+                power_watts: g.power_watts,
+            })
+            .collect()
+    }
+
+    /// The rows, sorted, with at least one sample counted under the options.
+    pub fn rows(&self, options: &ViewOptions) -> Vec<Row> {
+        let kinds = kinds(options.include_idle);
+        let sum = |pair: &[u64; 2]| kinds.iter().map(|&k| pair[k]).sum::<u64>();
+        let mut acc: HashMap<(Option<ThreadId>, FnKey), RowAcc> = HashMap::new();
+        let group =
+            |thread: ThreadId, key: &FnKey| (options.per_thread.then_some(thread), key.clone());
+        for ((thread, key), c) in &self.interval.entries {
+            let a = acc.entry(group(*thread, key)).or_default();
+            a.own_interval += sum(&c.own);
+            a.total_interval += sum(&c.total);
+            add_lines(&mut a.interval_lines, &c.lines);
+        }
+        for ((thread, key), c) in &self.all.entries {
+            let a = acc.entry(group(*thread, key)).or_default();
+            a.own_all += sum(&c.own);
+            a.total_all += sum(&c.total);
+            a.gpu_idle += sum(&c.gpu_idle);
+            add_lines(&mut a.all_lines, &c.lines);
+        }
+        let interval_base = sum(&self.interval.samples);
+        let all_base = sum(&self.all.samples);
+        let idle_base = sum(&self.all.gpu_idle_samples);
+        let several_processes = {
+            let mut pids = self.names.keys().map(|t| t.pid);
+            let first = pids.next();
+            pids.any(|p| Some(p) != first)
+        };
+        let mut rows: Vec<Row> = acc
+            .into_iter()
+            .filter(|(_, a)| a.total_interval + a.total_all > 0)
+            .map(|((thread, key), a)| {
+                // The since-start lines are the steadier choice; after a reset, the interval's.
+                let lines = if a.all_lines.is_empty() {
+                    &a.interval_lines
+                } else {
+                    &a.all_lines
+                };
+                Row {
+                    thread: thread.map(|t| self.thread_label(t, several_processes)),
+                    function: key.function,
+                    file: key.file,
+                    line: busiest_line(lines),
+                    own_interval: percent(a.own_interval, interval_base),
+                    total_interval: percent(a.total_interval, interval_base),
+                    own_all: percent(a.own_all, all_base),
+                    total_all: percent(a.total_all, all_base),
+                    gpu_idle: self.gpu_enabled.then(|| percent(a.gpu_idle, idle_base)),
+                }
+            })
+            .collect();
+        sort_rows(&mut rows, options.sort);
+        rows
+    }
+
+    fn thread_label(&self, thread: ThreadId, with_pid: bool) -> Arc<str> {
+        let name = self
+            .names
+            .get(&thread)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(format!("thread {:#x}", thread.id)));
+        if with_pid {
+            Arc::from(format!("{}:{name}", thread.pid))
+        } else {
+            name
+        }
+    }
+}
+
+#[derive(Default)]
+struct RowAcc {
+    own_interval: u64,
+    total_interval: u64,
+    own_all: u64,
+    total_all: u64,
+    gpu_idle: u64,
+    interval_lines: HashMap<u32, u64>,
+    all_lines: HashMap<u32, u64>,
+}
+
+fn kinds(include_idle: bool) -> &'static [usize] {
+    if include_idle {
+        &[ACTIVE, IDLE]
+    } else {
+        &[ACTIVE]
+    }
+}
+
+fn add_lines(into: &mut HashMap<u32, u64>, from: &HashMap<u32, u64>) {
+    for (&line, &n) in from {
+        *into.entry(line).or_insert(0) += n;
+    }
+}
+
+/// The line with the most samples; the lowest on a tie, so the choice does not flicker.
+fn busiest_line(lines: &HashMap<u32, u64>) -> u32 {
+    lines
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map_or(0, |(&line, _)| line)
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Descending by the sort key, then by the other columns, then by name, so equal rows keep
+/// one order from refresh to refresh.
+fn sort_rows(rows: &mut [Row], key: SortKey) {
+    const ORDER: [SortKey; 5] = [
+        SortKey::OwnInterval,
+        SortKey::TotalInterval,
+        SortKey::OwnAll,
+        SortKey::TotalAll,
+        SortKey::GpuIdle,
+    ];
+    rows.sort_by(|a, b| {
+        std::iter::once(key)
+            .chain(ORDER)
+            .map(|k| b.value(k).total_cmp(&a.value(k)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.function.cmp(&b.function))
+            .then_with(|| a.file.cmp(&b.file))
+            .then_with(|| a.thread.cmp(&b.thread))
+    });
+}
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

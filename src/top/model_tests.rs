@@ -1,0 +1,314 @@
+//! Unit tests of the table model: windows, reset, sort orders, idle threads, per-thread rows,
+//! GPU-idle shares, GPU lines and the bound on entries.
+
+use super::*;
+use stackscope_event::{Frame, ThreadInfo, Timestamp};
+
+const SEC: u64 = 1_000_000_000;
+
+fn stack_at(time: u64, thread: u64, active: bool, frames: &[(&str, u32)]) -> StackSample {
+    StackSample {
+        time: Timestamp(time),
+        pid: 100,
+        thread: ThreadInfo {
+            os_thread_id: Some(thread),
+            python_thread_id: thread,
+            name: Some(format!("worker-{thread}")),
+            active,
+            owns_gil: active,
+        },
+        frames: frames
+            .iter()
+            .map(|(f, line)| Frame::python(f, "app.py", *line))
+            .collect(),
+    }
+}
+
+/// An active sample of thread 1; frames innermost first.
+fn stack(frames: &[&str]) -> StackSample {
+    let frames: Vec<(&str, u32)> = frames.iter().map(|f| (*f, 1)).collect();
+    stack_at(0, 1, true, &frames)
+}
+
+fn add(model: &mut TopModel, n: usize, frames: &[&str]) {
+    for _ in 0..n {
+        model.add_stack(&stack(frames));
+    }
+}
+
+fn gpu(device: u32, time: u64, utilization: f32) -> GpuSample {
+    GpuSample {
+        time: Timestamp(time),
+        device,
+        utilization: Some(utilization),
+        ..GpuSample::default()
+    }
+}
+
+fn row<'a>(rows: &'a [Row], function: &str) -> &'a Row {
+    rows.iter()
+        .find(|r| &*r.function == function)
+        .unwrap_or_else(|| panic!("no row {function} in {rows:#?}"))
+}
+
+fn first(model: &TopModel, sort: SortKey) -> String {
+    let options = ViewOptions {
+        sort,
+        ..ViewOptions::default()
+    };
+    model.rows(&options)[0].function.to_string()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 0.01
+}
+
+#[test]
+fn the_interval_columns_show_the_last_complete_interval_and_all_keeps_everything() {
+    let mut model = TopModel::new(30.0, false);
+    add(&mut model, 3, &["a", "main"]);
+    // Nothing has ended yet: the interval columns are empty, the since-start ones are not.
+    let rows = model.rows(&ViewOptions::default());
+    assert!(close(row(&rows, "a").own_interval, 0.0));
+    assert!(close(row(&rows, "a").own_all, 100.0));
+
+    model.end_interval();
+    add(&mut model, 1, &["b", "main"]);
+    model.end_interval();
+    let rows = model.rows(&ViewOptions::default());
+    let (a, b, main) = (row(&rows, "a"), row(&rows, "b"), row(&rows, "main"));
+    assert!(close(a.own_interval, 0.0) && close(b.own_interval, 100.0));
+    assert!(close(a.own_all, 75.0) && close(b.own_all, 25.0));
+    assert!(close(main.own_all, 0.0) && close(main.total_all, 100.0));
+    assert!(close(main.total_interval, 100.0));
+    let totals = model.totals(&ViewOptions::default());
+    assert_eq!((totals.interval_samples, totals.all_samples), (1, 4));
+}
+
+#[test]
+fn reset_clears_the_since_start_counts_and_keeps_the_last_interval() {
+    let mut model = TopModel::new(30.0, false);
+    add(&mut model, 4, &["a"]);
+    model.end_interval();
+    model.reset();
+    let rows = model.rows(&ViewOptions::default());
+    assert!(close(row(&rows, "a").own_interval, 100.0));
+    assert!(close(row(&rows, "a").own_all, 0.0));
+    assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
+
+    add(&mut model, 1, &["b"]);
+    let rows = model.rows(&ViewOptions::default());
+    assert!(close(row(&rows, "b").own_all, 100.0));
+}
+
+#[test]
+fn recursion_counts_once_in_total_and_own_is_the_innermost_frame() {
+    let mut model = TopModel::new(30.0, false);
+    add(&mut model, 2, &["leaf", "walk", "walk", "walk", "main"]);
+    add(&mut model, 2, &["walk", "main"]);
+    let rows = model.rows(&ViewOptions::default());
+    let walk = row(&rows, "walk");
+    assert!(close(walk.total_all, 100.0), "{walk:?}");
+    assert!(close(walk.own_all, 50.0), "{walk:?}");
+    assert!(close(row(&rows, "leaf").own_all, 50.0));
+}
+
+/// Each sort key puts a different function first.
+fn sort_fixture() -> TopModel {
+    let mut model = TopModel::new(30.0, true);
+    model.add_gpu(&gpu(0, 0, 90.0));
+    add(&mut model, 10, &["b", "main"]);
+    add(&mut model, 2, &["d", "main"]);
+    model.end_interval();
+    add(&mut model, 2, &["a", "x"]);
+    model.add_gpu(&gpu(0, 1, 5.0));
+    add(&mut model, 1, &["c", "x"]);
+    model.end_interval();
+    model
+}
+
+#[test]
+fn every_sort_key_orders_by_its_column() {
+    let model = sort_fixture();
+    assert_eq!(first(&model, SortKey::OwnInterval), "a");
+    assert_eq!(first(&model, SortKey::TotalInterval), "x");
+    assert_eq!(first(&model, SortKey::OwnAll), "b");
+    assert_eq!(first(&model, SortKey::TotalAll), "main");
+    assert_eq!(first(&model, SortKey::GpuIdle), "c");
+    for sort in [SortKey::OwnAll, SortKey::TotalInterval] {
+        let rows = model.rows(&ViewOptions {
+            sort,
+            ..ViewOptions::default()
+        });
+        let value = |r: &Row| r.value(sort);
+        assert!(rows.windows(2).all(|w| value(&w[0]) >= value(&w[1])));
+    }
+}
+
+#[test]
+fn the_sort_cycle_visits_the_gpu_column_only_with_gpu_data() {
+    let mut sort = SortKey::OwnInterval;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(sort);
+        sort = sort.next(true);
+    }
+    assert_eq!(sort, SortKey::OwnInterval);
+    assert!(seen.contains(&SortKey::GpuIdle));
+    let mut sort = SortKey::OwnInterval;
+    for _ in 0..4 {
+        sort = sort.next(false);
+        assert_ne!(sort, SortKey::GpuIdle);
+    }
+    assert_eq!(sort, SortKey::OwnInterval);
+}
+
+#[test]
+fn idle_threads_are_kept_apart_so_the_toggle_needs_no_refold() {
+    let mut model = TopModel::new(30.0, false);
+    model.add_stack(&stack_at(0, 1, true, &[("compute", 5)]));
+    for _ in 0..3 {
+        model.add_stack(&stack_at(0, 2, false, &[("wait", 9)]));
+    }
+    model.end_interval();
+    let hidden = ViewOptions::default();
+    let shown = ViewOptions {
+        include_idle: true,
+        ..hidden
+    };
+    let rows = model.rows(&hidden);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert!(close(rows[0].own_interval, 100.0));
+    let totals = model.totals(&hidden);
+    assert_eq!((totals.all_samples, totals.hidden_idle_samples), (1, 3));
+    assert_eq!((totals.threads, totals.active_threads), (2, 1));
+
+    let rows = model.rows(&shown);
+    assert!(close(row(&rows, "wait").own_interval, 75.0));
+    assert!(close(row(&rows, "compute").own_all, 25.0));
+    assert_eq!(model.totals(&shown).hidden_idle_samples, 0);
+    // And back: the same rows as before.
+    assert_eq!(model.rows(&hidden).len(), 1);
+}
+
+#[test]
+fn per_thread_rows_split_a_function_by_thread() {
+    let mut model = TopModel::new(30.0, false);
+    model.add_stack(&stack_at(0, 1, true, &[("step", 3)]));
+    model.add_stack(&stack_at(0, 1, true, &[("step", 3)]));
+    model.add_stack(&stack_at(0, 2, true, &[("step", 3)]));
+    model.end_interval();
+    let merged = model.rows(&ViewOptions::default());
+    assert_eq!(merged.len(), 1);
+    assert!(merged[0].thread.is_none());
+    assert!(close(merged[0].own_interval, 100.0));
+
+    let split = model.rows(&ViewOptions {
+        per_thread: true,
+        ..ViewOptions::default()
+    });
+    assert_eq!(split.len(), 2, "{split:#?}");
+    assert_eq!(split[0].thread.as_deref(), Some("worker-1"));
+    assert!(close(split[0].own_interval, 200.0 / 3.0));
+    assert_eq!(split[1].thread.as_deref(), Some("worker-2"));
+}
+
+#[test]
+fn gpu_idle_share_counts_the_samples_taken_below_the_threshold() {
+    let mut model = TopModel::new(30.0, true);
+    // No reading yet: the GPU state is unknown, the sample is neither idle nor busy.
+    add(&mut model, 1, &["startup"]);
+    model.add_gpu(&gpu(0, SEC, 10.0));
+    add(&mut model, 3, &["load_batch", "loop"]);
+    model.add_gpu(&gpu(0, 2 * SEC, 95.0));
+    // A reading older than the newest, arriving late, does not take over.
+    model.add_gpu(&gpu(0, SEC + 1, 0.0));
+    add(&mut model, 2, &["train_step", "loop"]);
+    model.end_interval();
+    let rows = model.rows(&ViewOptions::default());
+    assert_eq!(row(&rows, "load_batch").gpu_idle, Some(100.0));
+    assert_eq!(row(&rows, "loop").gpu_idle, Some(100.0));
+    assert_eq!(row(&rows, "train_step").gpu_idle, Some(0.0));
+    assert_eq!(row(&rows, "startup").gpu_idle, Some(0.0));
+    assert_eq!(model.totals(&ViewOptions::default()).gpu_idle_samples, 3);
+}
+
+#[test]
+fn several_gpus_idle_by_their_mean_and_without_gpu_there_is_no_share() {
+    let mut model = TopModel::new(30.0, true);
+    model.add_gpu(&gpu(0, SEC, 0.0));
+    model.add_gpu(&gpu(1, SEC, 50.0));
+    assert_eq!(model.gpu_idle_now(), Some(true));
+    model.add_gpu(&gpu(1, 2 * SEC, 80.0));
+    assert_eq!(model.gpu_idle_now(), Some(false));
+
+    let mut off = TopModel::new(30.0, false);
+    off.add_gpu(&gpu(0, SEC, 0.0));
+    add(&mut off, 1, &["f"]);
+    assert_eq!(off.gpu_idle_now(), None);
+    assert_eq!(off.rows(&ViewOptions::default())[0].gpu_idle, None);
+}
+
+#[test]
+fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
+    let mut model = TopModel::new(30.0, true);
+    for second in 0..100u64 {
+        model.add_gpu(&gpu(0, second * SEC, 20.0));
+        model.add_gpu(&gpu(0, second * SEC + SEC / 2, 40.0));
+    }
+    model.add_gpu(&GpuSample {
+        time: Timestamp(100 * SEC),
+        device: 0,
+        memory_used_bytes: Some(1 << 30),
+        memory_total_bytes: Some(8 << 30),
+        power_watts: Some(70.0),
+        ..GpuSample::default()
+    });
+    model.add_gpu(&gpu(3, SEC, 1.0));
+    model.set_devices(&[(0, "Fake H100".into())]);
+    let lines = model.gpu_lines();
+    assert_eq!(lines.len(), 1, "device 3 is no longer polled: {lines:#?}");
+    let line = &lines[0];
+    assert_eq!(line.name.as_deref(), Some("Fake H100"));
+    assert_eq!(line.history.len(), GPU_HISTORY_SECS);
+    assert!(line.history.iter().all(|&u| (u - 30.0).abs() < 0.01));
+    assert_eq!(line.utilization, Some(40.0));
+    assert_eq!(line.memory_used, Some(1 << 30));
+    assert_eq!(line.power_watts, Some(70.0));
+    // An empty list (the poller has not said yet) forgets nothing.
+    model.set_devices(&[]);
+    assert_eq!(model.gpu_lines().len(), 1);
+}
+
+#[test]
+fn a_row_names_the_busiest_line_of_its_function() {
+    let mut model = TopModel::new(30.0, false);
+    model.add_stack(&stack_at(0, 1, true, &[("f", 12), ("main", 3)]));
+    model.add_stack(&stack_at(0, 1, true, &[("f", 10), ("main", 3)]));
+    model.add_stack(&stack_at(0, 1, true, &[("f", 10), ("main", 4)]));
+    let rows = model.rows(&ViewOptions::default());
+    assert_eq!(row(&rows, "f").line, 10);
+    assert_eq!(row(&rows, "main").line, 3);
+    assert_eq!(&*row(&rows, "f").file, "app.py");
+}
+
+#[test]
+fn entries_past_the_cap_are_counted_under_one_row() {
+    let mut model = TopModel::new(30.0, false);
+    let names: Vec<String> = (0..MAX_ENTRIES + 10).map(|i| format!("f{i}")).collect();
+    for name in &names {
+        add(&mut model, 1, &[name.as_str()]);
+    }
+    let rows = model.rows(&ViewOptions {
+        sort: SortKey::OwnAll,
+        ..ViewOptions::default()
+    });
+    assert_eq!(rows.len(), MAX_ENTRIES + 1);
+    let other = row(&rows, OTHER_FUNCTIONS);
+    let expected = 10.0 * 100.0 / names.len() as f64;
+    assert!(close(other.own_all, expected), "{other:?}");
+    assert_eq!(
+        model.totals(&ViewOptions::default()).all_samples,
+        names.len() as u64
+    );
+}

@@ -1,0 +1,112 @@
+//! `top` when standard output is not a terminal (a pipe, a file, a CI log): a plain-text table
+//! every interval, the final totals when the target ends or on Ctrl-C/SIGTERM, then exit 0.
+
+use std::io::Write;
+use std::time::Duration;
+
+use super::format::{self, location, Columns, Status, PERCENT_WIDTH};
+use super::model::{SortKey, TopModel, ViewOptions};
+use super::Session;
+use crate::signals::Signals;
+
+/// Rows per interval's table: the top of it is what a reader of a log looks for.
+const ROWS: usize = 20;
+/// Rows of the final table.
+const FINAL_ROWS: usize = 40;
+/// Width the GPU lines are laid out for.
+const GPU_WIDTH: usize = 120;
+
+pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyhow::Result<()> {
+    let options = ViewOptions {
+        include_idle,
+        ..ViewOptions::default()
+    };
+    let stdout = std::io::stdout();
+    loop {
+        session.pump();
+        if session.check_ended() || signals.stop_requested() {
+            break;
+        }
+        if session.interval_due() {
+            session.end_interval();
+            let text = table(&session.model, &session.status, &options, ROWS);
+            // A reader that went away (`| head`) ends `top` quietly, as it would `cat`.
+            if write_all(&stdout, &text).is_err() {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(session.until_interval_end().min(Duration::from_millis(20)));
+    }
+    if session.status.ended.is_none() {
+        session.end_interval();
+    }
+    let final_options = ViewOptions {
+        sort: SortKey::OwnAll,
+        ..options
+    };
+    let heading = match &session.status.ended {
+        Some(why) => format!("{why}: final totals\n"),
+        None => "final totals\n".to_string(),
+    };
+    let text = table(&session.model, &session.status, &final_options, FINAL_ROWS);
+    let _ = write_all(&stdout, &format!("{heading}{text}"));
+    Ok(())
+}
+
+fn write_all(stdout: &std::io::Stdout, text: &str) -> std::io::Result<()> {
+    let mut out = stdout.lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// One table: the header lines, a line per GPU, the column heads and the top `limit` rows,
+/// then a blank line.
+pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: usize) -> String {
+    let totals = model.totals(options);
+    let mut out = String::new();
+    let mut line = |text: &str| {
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&format::title_line(status));
+    line(&format::stats_fields(status, &totals).join(" · "));
+    line(&format::options_fields(status, options, &totals).join(" · "));
+    if status.target_stopped {
+        line("the target is stopped (SIGSTOP or a debugger): not sampling it, leaving it stopped");
+    }
+    for gpu in model.gpu_lines() {
+        line(&format::gpu_text(&gpu, GPU_WIDTH));
+    }
+    if let Some(why) = &status.gpu_unavailable {
+        line(&format!("GPU: {why}"));
+    }
+    let columns = Columns::new(options, model.gpu_enabled());
+    let headers = columns.percent_headers(options.sort);
+    let thread_width = if columns.thread { 16 } else { 0 };
+    let mut top = String::new();
+    let mut bottom = String::new();
+    for (head, under) in &headers {
+        top.push_str(&format!("{head:>PERCENT_WIDTH$} "));
+        bottom.push_str(&format!("{under:>PERCENT_WIDTH$} "));
+    }
+    if columns.thread {
+        bottom.push_str(&format!("{:<thread_width$} ", "thread"));
+    }
+    bottom.push_str(&format!("{:<32} file:line", "function"));
+    line(&top);
+    line(&bottom);
+    for row in model.rows(options).iter().take(limit) {
+        let mut text = String::new();
+        for cell in columns.percent_cells(row) {
+            text.push_str(&format!("{cell:>PERCENT_WIDTH$} "));
+        }
+        if let Some(thread) = &row.thread {
+            let name = format::truncate_end(thread, thread_width);
+            text.push_str(&format!("{name:<thread_width$} "));
+        }
+        text.push_str(&format!("{:<32} {}", row.function, location(row)));
+        line(&text);
+    }
+    out.push('\n');
+    out
+}

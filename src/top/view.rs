@@ -1,0 +1,223 @@
+//! Draws one frame of `top` with ratatui: header, GPU lines, the function table, a footer with
+//! the keys or the session's state, and the help box over it all when asked. Every width is
+//! computed from the frame's, so any size from 80x24 up lays out cleanly, and smaller ones
+//! lose columns' text rather than break.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style, Stylize};
+use ratatui::text::{Line, Text};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, Table};
+use ratatui::Frame;
+
+use super::format::{self, location, truncate_end, truncate_start, Columns, Status, PERCENT_WIDTH};
+use super::model::{TopModel, ViewOptions};
+
+/// What one frame shows.
+pub struct Screen<'a> {
+    pub model: &'a TopModel,
+    pub status: &'a Status,
+    pub options: &'a ViewOptions,
+    pub paused: bool,
+    pub help: bool,
+}
+
+/// At most this many GPU lines, so a machine of eight GPUs still leaves room for the table at
+/// 24 lines; the rest are counted in one line.
+const MAX_GPU_LINES: usize = 8;
+
+pub fn draw(frame: &mut Frame, screen: &Screen) {
+    let area = frame.area();
+    let width = usize::from(area.width);
+    let totals = screen.model.totals(screen.options);
+
+    let mut header =
+        vec![Line::from(truncate_end(&format::title_line(screen.status), width)).bold()];
+    // At 120 columns each group is one line; at 80 each wraps onto two rather than lose its
+    // end.
+    let stats = format::stats_fields(screen.status, &totals);
+    let options = format::options_fields(screen.status, screen.options, &totals);
+    for text in format::pack(&stats, width)
+        .into_iter()
+        .chain(format::pack(&options, width))
+    {
+        header.push(Line::from(text));
+    }
+    if screen.status.target_stopped {
+        header.push(
+            Line::from(truncate_end(
+                "the target is stopped (SIGSTOP or a debugger): not sampling it, leaving it stopped",
+                width,
+            ))
+            .yellow(),
+        );
+    }
+    let gpus = screen.model.gpu_lines();
+    for gpu in gpus.iter().take(MAX_GPU_LINES) {
+        header.push(Line::from(format::gpu_text(gpu, width)).cyan());
+    }
+    if gpus.len() > MAX_GPU_LINES {
+        header.push(Line::from(format!(
+            "… and {} more GPUs",
+            gpus.len() - MAX_GPU_LINES
+        )));
+    }
+    if let Some(why) = &screen.status.gpu_unavailable {
+        header.push(Line::from(truncate_end(&format!("GPU: {why}"), width)).dim());
+    }
+
+    let header_height = u16::try_from(header.len()).unwrap_or(u16::MAX);
+    let [header_area, table_area, footer_area] = Layout::vertical([
+        Constraint::Length(header_height),
+        Constraint::Min(0),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    frame.render_widget(Paragraph::new(header), header_area);
+    draw_table(frame, table_area, screen);
+    frame.render_widget(footer(screen, width), footer_area);
+    if screen.help {
+        draw_help(frame, area);
+    }
+}
+
+fn draw_table(frame: &mut Frame, area: Rect, screen: &Screen) {
+    let columns = Columns::new(screen.options, screen.model.gpu_enabled());
+    let headers = columns.percent_headers(screen.options.sort);
+    let spacing = 1usize;
+    let thread_width = if columns.thread { 14 } else { 0 };
+    let fixed = headers.len() * (PERCENT_WIDTH + spacing)
+        + if columns.thread {
+            thread_width + spacing
+        } else {
+            0
+        };
+    let rest = usize::from(area.width).saturating_sub(fixed + spacing);
+    // The function name gets a little less than half: file paths are longer and their ends
+    // (file name, line) are what is read.
+    let function_width = rest * 9 / 20;
+    let location_width = rest - function_width;
+
+    let sorted = headers.iter().position(|(h, _)| h.ends_with('▼'));
+    let mut head_cells: Vec<Cell> = headers
+        .iter()
+        .enumerate()
+        .map(|(i, (top, bottom))| {
+            let cell = Cell::from(Text::from(vec![
+                Line::from(top.clone()).right_aligned(),
+                Line::from(*bottom).right_aligned(),
+            ]));
+            if Some(i) == sorted {
+                cell.style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED))
+            } else {
+                cell
+            }
+        })
+        .collect();
+    if columns.thread {
+        head_cells.push(Cell::from(Text::from(vec![
+            Line::from(""),
+            Line::from("thread"),
+        ])));
+    }
+    head_cells.push(Cell::from(Text::from(vec![
+        Line::from(""),
+        Line::from("function"),
+    ])));
+    head_cells.push(Cell::from(Text::from(vec![
+        Line::from(""),
+        Line::from("file:line"),
+    ])));
+    let head = TableRow::new(head_cells)
+        .height(2)
+        .style(Style::new().reversed());
+
+    // Only as many rows as fit: deriving them is cheap, laying out thousands is not.
+    let visible = usize::from(area.height.saturating_sub(2));
+    let rows: Vec<TableRow> = screen
+        .model
+        .rows(screen.options)
+        .iter()
+        .take(visible)
+        .map(|row| {
+            let mut cells: Vec<Cell> = columns
+                .percent_cells(row)
+                .into_iter()
+                .map(|c| Cell::from(Line::from(c).right_aligned()))
+                .collect();
+            if let Some(thread) = &row.thread {
+                cells.push(Cell::from(truncate_end(thread, thread_width)));
+            }
+            cells.push(Cell::from(truncate_end(&row.function, function_width)));
+            cells.push(Cell::from(truncate_start(&location(row), location_width)));
+            TableRow::new(cells)
+        })
+        .collect();
+
+    let mut widths: Vec<Constraint> = headers
+        .iter()
+        .map(|_| Constraint::Length(PERCENT_WIDTH as u16))
+        .collect();
+    if columns.thread {
+        widths.push(Constraint::Length(thread_width as u16));
+    }
+    widths.push(Constraint::Length(function_width as u16));
+    widths.push(Constraint::Length(location_width as u16));
+    let table = Table::new(rows, widths)
+        .header(head)
+        .column_spacing(spacing as u16);
+    frame.render_widget(table, area);
+}
+
+fn footer(screen: &Screen, width: usize) -> Paragraph<'static> {
+    let (text, style) = if let Some(ended) = &screen.status.ended {
+        (
+            format!("{ended}: final totals · q quits"),
+            Style::new().black().on_yellow(),
+        )
+    } else if screen.paused {
+        (
+            "PAUSED: sampling goes on · p resumes · q quits · ? help".to_string(),
+            Style::new().black().on_yellow(),
+        )
+    } else {
+        (
+            "q quit · s sort · p pause · i idle threads · t per-thread · r reset · ? help"
+                .to_string(),
+            Style::new().reversed(),
+        )
+    };
+    Paragraph::new(Line::from(truncate_end(&text, width))).style(style)
+}
+
+const HELP: &[&str] = &[
+    "q, Ctrl-C  quit (the target keeps running)",
+    "s          sort by the next column",
+    "p          pause the display (sampling goes on)",
+    "i          show or hide idle threads' samples",
+    "t          one row per thread and function",
+    "r          reset the since-start columns",
+    "?          show or hide this help",
+    "",
+    "own%: samples with the function innermost",
+    "total%: samples with it anywhere on the stack",
+    "last: the last interval; all: since start or reset",
+    "idle% GPU: its share of the samples taken",
+    "  while the GPU idled (below --idle-below)",
+];
+
+fn draw_help(frame: &mut Frame, area: Rect) {
+    let width = HELP.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u16 + 4;
+    let height = HELP.len() as u16 + 2;
+    let popup = Rect {
+        x: area.x + area.width.saturating_sub(width) / 2,
+        y: area.y + area.height.saturating_sub(height) / 2,
+        width: width.min(area.width),
+        height: height.min(area.height),
+    };
+    let lines: Vec<Line> = HELP.iter().map(|l| Line::from(format!(" {l}"))).collect();
+    frame.render_widget(Clear, popup);
+    frame.render_widget(
+        Paragraph::new(lines).block(Block::new().borders(Borders::ALL).title(" keys ")),
+        popup,
+    );
+}
