@@ -390,6 +390,51 @@ fn when_the_target_ends_top_shows_the_final_totals_and_waits_for_q() {
     tmux.assert_restored();
 }
 
+/// The pid of the command the pane's shell runs (`top`).
+fn pane_child(tmux: &Tmux) -> u32 {
+    let shell: u32 = tmux
+        .run(&["display-message", "-p", "-t", "top", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .expect("the pane's pid");
+    wait_until(SCREEN_TIMEOUT, "the pane's shell to start top", || {
+        let children = fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    })
+}
+
+#[test]
+fn sigterm_and_a_panic_leave_the_terminal_restored_and_the_target_running() {
+    let _serial = serial();
+    let fixture = Fixture::start("cpu_split.py", &[]);
+
+    let tmux = Tmux::start(100, 30, &top_command(fixture.pid, &["--gpu", "off"]));
+    tmux.wait_for("hot_heavy", |s| s.contains("hot_heavy"));
+    send_signal(pane_child(&tmux), "TERM");
+    assert_eq!(tmux.exit_code(), 0, "SIGTERM should end top with 0");
+    tmux.assert_restored();
+    drop(tmux);
+
+    // Debug builds panic after the first frame when asked: the panic hook restores the
+    // terminal before the message, so it lands on the normal screen.
+    let tmux = Tmux::start(
+        100,
+        30,
+        &format!(
+            "env STACKSCOPE_TOP_TEST_PANIC=1 {}",
+            top_command(fixture.pid, &["--gpu", "off"])
+        ),
+    );
+    assert_eq!(tmux.exit_code(), 101, "a panic exits 101");
+    tmux.assert_restored();
+    let screen = tmux.screen();
+    assert!(
+        screen.contains("STACKSCOPE_TOP_TEST_PANIC is set"),
+        "the panic message on the normal screen:\n{screen}"
+    );
+    assert_running_and_progressing(fixture.pid);
+}
+
 /// A run of `top` with standard output piped, its output readable while it runs.
 struct PipedTop {
     child: std::process::Child,
@@ -506,6 +551,59 @@ fn piped_top_prints_the_final_totals_and_exits_0_when_the_target_ends() {
     assert!(
         (50.0..=95.0).contains(&numbers[2]),
         "hot_heavy's own share since start should be near 75%:\n{last}"
+    );
+}
+
+#[test]
+fn piped_top_with_the_fake_gpu_gives_the_data_phase_the_gpu_idle_samples() {
+    let _serial = serial();
+    let dir = tempfile::Builder::new()
+        .prefix("stackscope-top-gpu-")
+        .tempdir()
+        .expect("temp dir");
+    // train_sim writes 0 to this file while it loads data and 100 while it computes; the fake
+    // GPU reads its utilization from it.
+    let phase = dir.path().join("gpu-state");
+    fs::write(&phase, "0").expect("phase file");
+    let script = dir.path().join("nvml.json");
+    fs::write(
+        &script,
+        format!(
+            r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":20}}"#,
+            phase.display()
+        ),
+    )
+    .expect("write the NVML script");
+    let phase_arg = phase.display().to_string();
+    let fixture = Fixture::start(
+        "train_sim.py",
+        &[
+            "--seconds",
+            "5",
+            "--step-ms",
+            "500",
+            "--gpu-file",
+            &phase_arg,
+        ],
+    );
+    let lib = fake_nvml();
+    let mut cmd = stackscope(&["top", "--pid", &fixture.pid.to_string(), "--nvml-lib"]);
+    cmd.arg(&lib).env("STACKSCOPE_FAKE_NVML", &script);
+    let run = run_with_timeout(cmd, Duration::from_secs(60));
+    run.assert_success();
+    let heading = format!("process {} ended: final totals", fixture.pid);
+    let last = run
+        .stdout
+        .split(&heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading:?}\n{}", run.describe()));
+    assert!(last.contains("GPU0 Fake H100"), "{last}");
+    // own% last, total% last, own% all, total% all, GPU-idle share.
+    let loading = row_numbers(last, "load_batch").expect("a load_batch row");
+    let computing = row_numbers(last, "train_step").expect("a train_step row");
+    assert!(
+        loading[4] >= 70.0 && computing[4] <= 30.0,
+        "the GPU-idle samples should be load_batch's:\n{last}"
     );
 }
 

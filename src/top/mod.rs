@@ -4,6 +4,7 @@
 //! ([`tui`]), as plain-text tables otherwise ([`plain`]).
 
 mod format;
+mod gpus;
 mod model;
 mod plain;
 mod tui;
@@ -129,7 +130,7 @@ impl Session {
     /// Folds the events waiting on the channel into the model.
     pub fn pump(&mut self) {
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
-            self.model.handle(&event);
+            self.model.handle(event);
         }
     }
 
@@ -198,13 +199,14 @@ impl Session {
             return false;
         };
         let report = sampler.join();
-        self.pump();
-        self.end_interval();
         self.producers_stop.store(true, Ordering::Relaxed);
         if let Some(gpu) = self.gpu.take() {
             gpu.join();
         }
+        // Both producers are done: everything they sent is on the channel now.
         self.pump();
+        self.model.flush();
+        self.end_interval();
         let pid = self.status.pid;
         self.status.ended = Some(match report.stop {
             StopReason::Fatal(why) => format!("sampling of process {pid} stopped: {why}"),

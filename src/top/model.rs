@@ -6,10 +6,12 @@
 //!
 //! Pure: no terminal, no clock, no threads. The caller says when an interval ends.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use stackscope_event::{Event, GpuSample, StackSample};
+
+use super::gpus::{GpuLine, Gpus};
 
 /// Past this many (thread, function) entries in a window, new ones are counted under one
 /// [`OTHER_FUNCTIONS`] entry per thread: a session of days over churning threads keeps bounded
@@ -17,8 +19,12 @@ use stackscope_event::{Event, GpuSample, StackSample};
 pub const MAX_ENTRIES: usize = 50_000;
 /// The function name of the entry that takes the samples past [`MAX_ENTRIES`].
 pub const OTHER_FUNCTIONS: &str = "(other functions)";
-/// Seconds of per-second GPU utilization kept for the sparkline: the last minute.
-pub const GPU_HISTORY_SECS: usize = 60;
+/// How long, in nanoseconds of sample time behind the newest event, a stack sample waits for
+/// the GPU readings that cover its instant. The poller drains the driver's ring every 500 ms,
+/// so readings come that late; a device that stops reporting holds the table back no longer.
+const HOLD_NANOS: u64 = 1_500_000_000;
+/// A cap on held samples, so a flood of threads cannot grow the queue without bound.
+const MAX_PENDING: usize = 200_000;
 
 /// Index into the `[active, idle]` pairs of counts.
 const ACTIVE: usize = 0;
@@ -110,65 +116,6 @@ fn thread_id(sample: &StackSample) -> ThreadId {
         pid: sample.pid,
         id: sample.thread.python_thread_id,
     }
-}
-
-/// What the view shows of one GPU.
-#[derive(Debug, Clone, Default)]
-struct GpuState {
-    name: Option<String>,
-    /// The newest utilization reading, by its own time (the poller hands over the driver's ring
-    /// of past samples, so arrival order is not time order).
-    latest: Option<(u64, f32)>,
-    memory_used: Option<u64>,
-    memory_total: Option<u64>,
-    power_watts: Option<f32>,
-    /// Mean utilization per second as (second, sum, readings), oldest first.
-    history: VecDeque<(u64, f64, u32)>,
-}
-
-impl GpuState {
-    fn add(&mut self, sample: &GpuSample) {
-        let time = sample.time.as_nanos();
-        if let Some(u) = sample.utilization {
-            if self.latest.is_none_or(|(t, _)| time >= t) {
-                self.latest = Some((time, u));
-            }
-            let second = time / 1_000_000_000;
-            let newest = self.history.back().map(|b| b.0);
-            let bucket = match newest {
-                Some(s) if s >= second => self.history.iter_mut().rev().find(|b| b.0 == second),
-                _ => {
-                    self.history.push_back((second, 0.0, 0));
-                    self.history.back_mut()
-                }
-            };
-            // A late reading for a second already gone from the history is dropped.
-            if let Some(bucket) = bucket {
-                bucket.1 += f64::from(u);
-                bucket.2 += 1;
-            }
-            while self.history.len() > GPU_HISTORY_SECS {
-                self.history.pop_front();
-            }
-        }
-        // Memory and power come with the newest sample of each poll; keep what there is.
-        self.memory_used = sample.memory_used_bytes.or(self.memory_used);
-        self.memory_total = sample.memory_total_bytes.or(self.memory_total);
-        self.power_watts = sample.power_watts.or(self.power_watts);
-    }
-}
-
-/// One GPU line of the view.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuLine {
-    pub index: u32,
-    pub name: Option<String>,
-    pub utilization: Option<f32>,
-    /// Mean utilization of each of the last seconds with readings, oldest first.
-    pub history: Vec<f32>,
-    pub memory_used: Option<u64>,
-    pub memory_total: Option<u64>,
-    pub power_watts: Option<f32>,
 }
 
 /// What the table is sorted by, descending.
@@ -279,7 +226,11 @@ pub struct TopModel {
     /// Since start or the last reset, including the interval in progress.
     all: Window,
     names: HashMap<ThreadId, Arc<str>>,
-    gpus: BTreeMap<u32, GpuState>,
+    gpus: Gpus,
+    /// Stack samples waiting for the GPU readings that cover them, in time order.
+    pending: VecDeque<StackSample>,
+    /// The newest time of any event: the clock held samples age by.
+    newest: u64,
 }
 
 impl TopModel {
@@ -291,7 +242,9 @@ impl TopModel {
             interval: Window::default(),
             all: Window::default(),
             names: HashMap::new(),
-            gpus: BTreeMap::new(),
+            gpus: Gpus::default(),
+            pending: VecDeque::new(),
+            newest: 0,
         }
     }
 
@@ -299,66 +252,79 @@ impl TopModel {
         self.gpu_enabled
     }
 
-    pub fn handle(&mut self, event: &Event) {
+    pub fn handle(&mut self, event: Event) {
         match event {
             Event::Stack(sample) => self.add_stack(sample),
-            Event::Gpu(sample) => self.add_gpu(sample),
+            Event::Gpu(sample) => self.add_gpu(&sample),
             // Errors and process changes are counted by the sampler's own statistics.
             Event::SampleError(_) | Event::Process(_) => {}
         }
     }
 
-    pub fn add_stack(&mut self, sample: &StackSample) {
-        let gpu_idle = self.gpu_idle_now() == Some(true);
-        let id = thread_id(sample);
-        if self
-            .names
-            .get(&id)
-            .is_none_or(|n| **n != *sample.thread.display_name())
-        {
-            self.names
-                .insert(id, Arc::from(sample.thread.display_name()));
+    /// Folds a stack sample: at once without GPU data, else once the GPU readings that cover
+    /// its instant are in (or it waited long enough).
+    pub fn add_stack(&mut self, sample: StackSample) {
+        let id = thread_id(&sample);
+        let name = sample.thread.display_name();
+        if self.names.get(&id).is_none_or(|n| **n != *name) {
+            self.names.insert(id, Arc::from(name));
         }
+        self.newest = self.newest.max(sample.time.as_nanos());
+        if self.gpu_enabled && (self.gpus.has_readings() || !self.pending.is_empty()) {
+            self.pending.push_back(sample);
+            self.release(false);
+        } else {
+            self.fold(&sample, false);
+        }
+    }
+
+    pub fn add_gpu(&mut self, sample: &GpuSample) {
+        self.newest = self.newest.max(sample.time.as_nanos());
+        self.gpus.add(sample);
+        self.release(false);
+    }
+
+    /// Folds every held sample with what is known now: the target has ended, no reading will
+    /// come.
+    pub fn flush(&mut self) {
+        self.release(true);
+    }
+
+    fn release(&mut self, all: bool) {
+        while let Some(front) = self.pending.front() {
+            let time = front.time.as_nanos();
+            let ready = all
+                || self.pending.len() > MAX_PENDING
+                || self.newest.saturating_sub(time) > HOLD_NANOS
+                || self.gpus.reached(time);
+            if !ready {
+                break;
+            }
+            let gpu_idle = self.gpu_idle_at(time) == Some(true);
+            if let Some(sample) = self.pending.pop_front() {
+                self.fold(&sample, gpu_idle);
+            }
+        }
+    }
+
+    fn fold(&mut self, sample: &StackSample, gpu_idle: bool) {
         self.current.add(sample, gpu_idle);
         self.all.add(sample, gpu_idle);
     }
 
-    pub fn add_gpu(&mut self, sample: &GpuSample) {
-        self.gpus.entry(sample.device).or_default().add(sample);
-    }
-
-    /// Names the GPUs the poller watches now and forgets the others (in `auto`, the poller
-    /// follows the target from device to device). An empty list changes nothing: the poller
-    /// has not said yet.
+    /// Names the GPUs the poller watches now; see [`Gpus::set_devices`].
     pub fn set_devices(&mut self, devices: &[(u32, String)]) {
-        if devices.is_empty() {
-            return;
-        }
-        self.gpus
-            .retain(|index, _| devices.iter().any(|(i, _)| i == index));
-        for (index, name) in devices {
-            self.gpus.entry(*index).or_default().name = Some(name.clone());
-        }
+        self.gpus.set_devices(devices);
+        self.release(false);
     }
 
-    /// Whether the target's GPUs idle now: the mean of each device's latest utilization below
-    /// `--idle-below`. `None` without GPU data. The newest reading is a few hundred ms behind a
-    /// stack sample; over an interval of a second that is close enough for a live view (the
-    /// recording's tagger waits for the reading that covers each sample).
-    pub fn gpu_idle_now(&self) -> Option<bool> {
+    /// Whether the target's GPUs idled at `time` (nanoseconds): the mean utilization of the
+    /// readings covering it below `--idle-below`. `None` without GPU data there.
+    pub fn gpu_idle_at(&self, time: u64) -> Option<bool> {
         if !self.gpu_enabled {
             return None;
         }
-        let latest: Vec<f32> = self
-            .gpus
-            .values()
-            .filter_map(|g| g.latest.map(|(_, u)| u))
-            .collect();
-        if latest.is_empty() {
-            return None;
-        }
-        let mean = latest.iter().sum::<f32>() / latest.len() as f32;
-        Some(mean < self.idle_below)
+        Some(self.gpus.utilization_at(time)? < self.idle_below)
     }
 
     /// Ends the interval in progress: its counts become what the interval columns show.
@@ -389,22 +355,7 @@ impl TopModel {
     }
 
     pub fn gpu_lines(&self) -> Vec<GpuLine> {
-        self.gpus
-            .iter()
-            .map(|(&index, g)| GpuLine {
-                index,
-                name: g.name.clone(),
-                utilization: g.latest.map(|(_, u)| u),
-                history: g
-                    .history
-                    .iter()
-                    .map(|&(_, sum, n)| (sum / f64::from(n.max(1))) as f32)
-                    .collect(),
-                memory_used: g.memory_used,
-                memory_total: g.memory_total,
-                power_watts: g.power_watts,
-            })
-            .collect()
+        self.gpus.lines()
     }
 
     /// The rows, sorted, with at least one sample counted under the options.

@@ -72,6 +72,7 @@ pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyho
                 .draw(|frame| view::draw(frame, &screen))
                 .context("cannot draw on the terminal")?;
             redraw = false;
+            panic_if_asked_in_tests();
         }
         let wait = KEY_POLL.min(session.until_interval_end());
         if !event::poll(wait).context("cannot read the terminal")? {
@@ -90,6 +91,15 @@ pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyho
     }
     drop(terminal);
     Ok(())
+}
+
+/// Lets the tests prove that a panic while drawing leaves the terminal usable; debug builds
+/// only, so a release binary has no such switch.
+fn panic_if_asked_in_tests() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("STACKSCOPE_TOP_TEST_PANIC").is_some() {
+        panic!("STACKSCOPE_TOP_TEST_PANIC is set");
+    }
 }
 
 /// What the keys change.

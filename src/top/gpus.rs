@@ -1,0 +1,176 @@
+//! The GPU side of `top`'s model: per device, what its line shows (utilization now and over the
+//! last minute, memory, power) and the recent utilization readings that say whether the GPU
+//! idled at a stack sample's instant.
+//!
+//! A reading at time T describes the stretch since the device's previous reading, (previous, T]
+//! (as in the recording's tagger). NVML hands readings over late (the poller drains the
+//! driver's ring every 500 ms), so the model holds stack samples back until every device has a
+//! reading at or after them ([`Gpus::reached`]) and then asks [`Gpus::utilization_at`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use stackscope_event::GpuSample;
+
+/// Seconds of per-second GPU utilization kept for the sparkline: the last minute.
+pub const GPU_HISTORY_SECS: usize = 60;
+/// How far a reading reaches past the newest one, or before the oldest, in nanoseconds: a
+/// device that stopped reporting does not colour later samples with its last value for long.
+const REACH_NANOS: u64 = 2_000_000_000;
+/// Readings older than this behind the newest are dropped; stack samples wait far less.
+const KEEP_NANOS: u64 = 5_000_000_000;
+/// A cap on one device's readings, for a device whose readings all carry one time.
+const MAX_READINGS: usize = 10_000;
+
+#[derive(Debug, Clone, Default)]
+struct GpuState {
+    name: Option<String>,
+    /// Utilization readings in time order (nanoseconds, percent), the last few seconds.
+    readings: VecDeque<(u64, f32)>,
+    memory_used: Option<u64>,
+    memory_total: Option<u64>,
+    power_watts: Option<f32>,
+    /// Mean utilization per second as (second, sum, readings), oldest first.
+    history: VecDeque<(u64, f64, u32)>,
+}
+
+impl GpuState {
+    fn add(&mut self, sample: &GpuSample) {
+        let time = sample.time.as_nanos();
+        if let Some(u) = sample.utilization {
+            // The ring comes in time order poll after poll; insert in place all the same.
+            let at = self.readings.partition_point(|&(t, _)| t <= time);
+            self.readings.insert(at, (time, u));
+            let newest = self.readings.back().map_or(time, |r| r.0);
+            while self.readings.len() > MAX_READINGS
+                || self
+                    .readings
+                    .front()
+                    .is_some_and(|r| r.0 + KEEP_NANOS < newest && self.readings.len() > 1)
+            {
+                self.readings.pop_front();
+            }
+            self.add_to_history(time, u);
+        }
+        // Memory and power come with the newest sample of each poll; keep what there is.
+        self.memory_used = sample.memory_used_bytes.or(self.memory_used);
+        self.memory_total = sample.memory_total_bytes.or(self.memory_total);
+        self.power_watts = sample.power_watts.or(self.power_watts);
+    }
+
+    fn add_to_history(&mut self, time: u64, utilization: f32) {
+        let second = time / 1_000_000_000;
+        let newest = self.history.back().map(|b| b.0);
+        let bucket = match newest {
+            Some(s) if s >= second => self.history.iter_mut().rev().find(|b| b.0 == second),
+            _ => {
+                self.history.push_back((second, 0.0, 0));
+                self.history.back_mut()
+            }
+        };
+        // A late reading for a second no longer (or never) in the history is dropped.
+        if let Some(bucket) = bucket {
+            bucket.1 += f64::from(utilization);
+            bucket.2 += 1;
+        }
+        while self.history.len() > GPU_HISTORY_SECS {
+            self.history.pop_front();
+        }
+    }
+
+    /// The reading covering `time`: the first at or after it, else the last if close enough.
+    fn utilization_at(&self, time: u64) -> Option<f32> {
+        let i = self.readings.partition_point(|&(t, _)| t < time);
+        match self.readings.get(i) {
+            Some(&(t, u)) if i > 0 || t - time <= REACH_NANOS => Some(u),
+            Some(_) => None,
+            None => self
+                .readings
+                .back()
+                .filter(|&&(t, _)| time - t <= REACH_NANOS)
+                .map(|&(_, u)| u),
+        }
+    }
+}
+
+/// One GPU line of the view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuLine {
+    pub index: u32,
+    pub name: Option<String>,
+    /// The newest reading.
+    pub utilization: Option<f32>,
+    /// Mean utilization of each of the last seconds with readings, oldest first.
+    pub history: Vec<f32>,
+    pub memory_used: Option<u64>,
+    pub memory_total: Option<u64>,
+    pub power_watts: Option<f32>,
+}
+
+/// The target's GPUs, by NVML index.
+#[derive(Debug, Clone, Default)]
+pub struct Gpus {
+    devices: BTreeMap<u32, GpuState>,
+}
+
+impl Gpus {
+    pub fn add(&mut self, sample: &GpuSample) {
+        self.devices.entry(sample.device).or_default().add(sample);
+    }
+
+    /// Names the GPUs the poller watches now and forgets the others (in `auto`, the poller
+    /// follows the target from device to device, and a stack sample must not wait for a
+    /// device no longer read). An empty list changes nothing: the poller has not said yet.
+    pub fn set_devices(&mut self, devices: &[(u32, String)]) {
+        if devices.is_empty() {
+            return;
+        }
+        self.devices
+            .retain(|index, _| devices.iter().any(|(i, _)| i == index));
+        for (index, name) in devices {
+            self.devices.entry(*index).or_default().name = Some(name.clone());
+        }
+    }
+
+    /// Whether any device has utilization readings: until one has, stack samples need not
+    /// wait for them.
+    pub fn has_readings(&self) -> bool {
+        self.devices.values().any(|g| !g.readings.is_empty())
+    }
+
+    /// Whether every device that reports has a reading at or after `time`.
+    pub fn reached(&self, time: u64) -> bool {
+        self.devices
+            .values()
+            .filter(|g| !g.readings.is_empty())
+            .all(|g| g.readings.back().is_some_and(|r| r.0 >= time))
+    }
+
+    /// The mean utilization at `time` of the devices with a reading covering it.
+    pub fn utilization_at(&self, time: u64) -> Option<f32> {
+        let values: Vec<f32> = self
+            .devices
+            .values()
+            .filter_map(|g| g.utilization_at(time))
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f32>() / values.len() as f32)
+    }
+
+    pub fn lines(&self) -> Vec<GpuLine> {
+        self.devices
+            .iter()
+            .map(|(&index, g)| GpuLine {
+                index,
+                name: g.name.clone(),
+                utilization: g.readings.back().map(|r| r.1),
+                history: g
+                    .history
+                    .iter()
+                    .map(|&(_, sum, n)| (sum / f64::from(n.max(1))) as f32)
+                    .collect(),
+                memory_used: g.memory_used,
+                memory_total: g.memory_total,
+                power_watts: g.power_watts,
+            })
+            .collect()
+    }
+}
