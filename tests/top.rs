@@ -367,6 +367,14 @@ fn top_fits_80x24_resizes_and_ctrl_c_quits() {
     tmux.keys("i");
     tmux.wait_for("idle threads shown", |s| s.contains("idle threads shown"));
 
+    // `r` starts the since-start counts over.
+    let screen = tmux.wait_for("100 samples", |s| sample_count(s).is_some_and(|n| n >= 100));
+    let before = sample_count(&screen).unwrap_or_default();
+    tmux.keys("r");
+    tmux.wait_for("a count started over", |s| {
+        sample_count(s).is_some_and(|n| n < before / 2)
+    });
+
     tmux.keys("C-c");
     assert_eq!(tmux.exit_code(), 0, "Ctrl-C should exit 0");
     tmux.assert_restored();
