@@ -726,3 +726,301 @@ pub fn num(v: &serde_json::Value, what: &str) -> f64 {
     v.as_f64()
         .unwrap_or_else(|| panic!("{what} should be a number, got {v}"))
 }
+
+// ---------------------------------------------------------------- long recordings
+
+impl Fixture {
+    /// The pid the fixture wrote into its ready file: the interpreter's own
+    /// pid (`python3` may be a shim that is not the process sampled).
+    pub fn ready_pid(&self) -> u32 {
+        let text = fs::read_to_string(&self.ready_path).expect("ready file");
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ready file of {} is not a pid: {text:?}", self.name))
+    }
+}
+
+/// Polls `probe` every 20 ms until it gives a value; panics with `what`
+/// after `timeout`.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for a file holding a pid (a ready file, a child's pid file).
+pub fn wait_for_pid_file(path: &Path, timeout: Duration) -> u32 {
+    wait_until(timeout, &format!("a pid in {}", path.display()), || {
+        fs::read_to_string(path).ok()?.trim().parse().ok()
+    })
+}
+
+/// summary.json of `dir` if it is there; panics if it is there but not JSON
+/// (it is written to a temporary name and renamed, so it is never half a file).
+pub fn try_read_summary(dir: &Path) -> Option<serde_json::Value> {
+    let path = dir.join("summary.json");
+    let text = fs::read_to_string(&path).ok()?;
+    Some(
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not JSON ({e}):\n{text}", path.display())),
+    )
+}
+
+/// The summary's "samples".
+pub fn summary_samples(summary: &serde_json::Value) -> u64 {
+    num(&summary["samples"], "samples") as u64
+}
+
+/// Waits for a checkpoint whose summary has more than `more_than` samples.
+pub fn wait_for_samples(dir: &Path, more_than: u64, timeout: Duration) -> serde_json::Value {
+    wait_until(
+        timeout,
+        &format!(
+            "{}/summary.json with more than {more_than} samples",
+            dir.display()
+        ),
+        || try_read_summary(dir).filter(|s| summary_samples(s) > more_than),
+    )
+}
+
+/// Waits for summary.json to be rewritten (its text differs from `previous`,
+/// which its duration alone makes sure of); gives the new text and JSON.
+pub fn wait_for_new_summary(
+    dir: &Path,
+    previous: &str,
+    timeout: Duration,
+) -> (String, serde_json::Value) {
+    let path = dir.join("summary.json");
+    let text = wait_until(timeout, "a new checkpoint of summary.json", || {
+        fs::read_to_string(&path).ok().filter(|t| t != previous)
+    });
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON ({e}):\n{text}", path.display()));
+    (text, json)
+}
+
+/// Whether a file name is one of the temporary names a writer renames from
+/// (`.NAME.PID.tmp` and the like): a reader would not mistake it for output.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') || name.ends_with(".tmp") || name.contains(".tmp.")
+}
+
+/// The temporary files left in `dir`.
+pub fn temp_files(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| is_temp_name(n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks that an output directory is whole and agrees with itself:
+/// summary.json parses, stacks.folded parses and its total is the summary's
+/// "samples" (and the threads' samples add up to it), flamegraph.svg is a
+/// complete SVG. Gives the summary and the folded stacks.
+pub fn assert_complete_outputs(dir: &Path) -> (serde_json::Value, Folded) {
+    let summary = read_summary(dir);
+    let folded = Folded::read(&dir.join("stacks.folded"));
+    assert_eq!(
+        summary_samples(&summary),
+        folded.total(),
+        "summary samples vs the sum of stacks.folded in {}:\n{}",
+        dir.display(),
+        folded.excerpt()
+    );
+    if let Some(threads) = summary["threads"].as_array() {
+        let sum: u64 = threads
+            .iter()
+            .map(|t| num(&t["samples"], "thread samples") as u64)
+            .sum();
+        assert_eq!(
+            sum,
+            folded.total(),
+            "the threads' samples in summary.json should add up to the total"
+        );
+    }
+    let svg_path = dir.join("flamegraph.svg");
+    let svg = fs::read_to_string(&svg_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", svg_path.display()));
+    assert!(
+        svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{} is not a complete SVG ({} bytes, ends {:?})",
+        svg_path.display(),
+        svg.len(),
+        &svg[svg.len().saturating_sub(80)..]
+    );
+    (summary, folded)
+}
+
+/// Per-stack counts of a folded file (stack text without the count).
+pub fn stack_counts(folded: &Folded) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for s in &folded.stacks {
+        let key = s.raw.rsplit_once(' ').map(|(k, _)| k).unwrap_or(&s.raw);
+        *counts.entry(key.to_string()).or_insert(0) += s.count;
+    }
+    counts
+}
+
+/// The pid of a `process PID COMMAND` root (the `thread` field of a stack
+/// when processes are roots).
+pub fn process_root_pid(root: &str) -> Option<u32> {
+    root.strip_prefix("process ")?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The state letter of a process (R, S, T, ...), if it exists.
+pub fn state_of(pid: u32) -> Option<char> {
+    proc_state(Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// Resident set size of a process in KiB (VmRSS).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Kills a process by pid (SIGKILL) if it is there, ignoring errors: for
+/// grandchildren a test started indirectly.
+pub fn kill_quietly(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Polls `probe` every 20 ms while `running` runs, for at most `timeout`.
+/// Gives the run back with the value, or with None past the timeout. Panics
+/// with stackscope's output if it ends first.
+pub fn poll_while_running<T>(
+    mut running: Running,
+    timeout: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+) -> (Running, Option<T>) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return (running, Some(value));
+        }
+        if let Ok(Some(_)) = running.child.try_wait() {
+            let run = finish_bounded(running, Duration::from_secs(5));
+            panic!(
+                "stackscope ended while waiting for {what}\n{}",
+                run.describe()
+            );
+        }
+        if Instant::now() > deadline {
+            return (running, None);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `probe` every 20 ms while `running` runs. Panics with stackscope's
+/// output if it ends first, or (after stopping it) past `timeout`. Gives the
+/// run back with the value.
+pub fn wait_while_running<T>(
+    running: Running,
+    timeout: Duration,
+    what: &str,
+    probe: impl FnMut() -> Option<T>,
+) -> (Running, T) {
+    match poll_while_running(running, timeout, what, probe) {
+        (running, Some(value)) => (running, value),
+        (running, None) => {
+            let run = stop_bounded(running);
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                run.describe()
+            );
+        }
+    }
+}
+
+/// Ends a run that went wrong: SIGINT (so that `record` can end its
+/// command), then SIGKILL after 5 s; never blocks for long.
+pub fn stop_bounded(running: Running) -> Run {
+    running.signal("INT");
+    finish_bounded(running, Duration::from_secs(5))
+}
+
+/// Like `Running::finish`, but kills the run past `timeout` instead of
+/// panicking, and does not wait for ever for its output: a process it left
+/// behind (a recorded command) may hold its stdout and stderr open.
+pub fn finish_bounded(mut running: Running, timeout: Duration) -> Run {
+    let status = match wait_with_deadline(&mut running.child, timeout) {
+        Some(status) => status,
+        None => running.child.wait().expect("wait"),
+    };
+    let elapsed = running.start.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(running.out.is_finished() && running.err.is_finished()) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let held = "(not read: still held open by a process left behind)".to_string();
+    let stdout = if running.out.is_finished() {
+        running.out.join().unwrap_or_default()
+    } else {
+        held.clone()
+    };
+    let stderr = if running.err.is_finished() {
+        running.err.join().unwrap_or_default()
+    } else {
+        held
+    };
+    Run {
+        status,
+        stdout,
+        stderr,
+        elapsed,
+    }
+}
+
+/// Kills, on drop, the process whose pid a file holds (a recorded command,
+/// a fixture's child), if it is still there and its command line contains
+/// `marker` (so that a reused pid is left alone).
+pub struct KillOnDrop {
+    pub pid_file: PathBuf,
+    pub marker: String,
+}
+
+impl KillOnDrop {
+    pub fn new(pid_file: &Path, marker: &str) -> KillOnDrop {
+        KillOnDrop {
+            pid_file: pid_file.to_owned(),
+            marker: marker.to_string(),
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let Some(pid) = fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        else {
+            return;
+        };
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&self.marker) {
+            kill_quietly(pid);
+        }
+    }
+}
