@@ -1,80 +1,278 @@
 //! The command `record` starts, and ends again whatever happens.
+//!
+//! stackscope does not start the command itself but through a small launcher, a second copy of
+//! itself (`stackscope __launch`), which starts the command, waits for it and writes its exit
+//! status to a file. The reason: stopping a thread with ptrace and waiting for the stop uses
+//! `waitpid`, and when stackscope is both the command's parent and its tracer, a command that
+//! exits during a stop has its exit status collected by that `waitpid` and lost to `record`. As a
+//! grandchild, the command's status goes to the launcher, which nothing else waits on.
 
-use std::process::{Child, ExitStatus};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
-/// The process `record` started. Dropping it without `end` kills it: a recording that fails
-/// must not leave its command running.
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandExit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl CommandExit {
+    pub fn code(self) -> Option<i32> {
+        match self {
+            CommandExit::Code(code) => Some(code),
+            CommandExit::Signal(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for CommandExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CommandExit::Code(code) => write!(f, "exit status {code}"),
+            CommandExit::Signal(signal) => write!(f, "signal {signal}"),
+        }
+    }
+}
+
+/// How long the launcher may take to start the command.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The process `record` started. Dropping it without `end` ends it: a recording that fails must
+/// not leave its command running.
 pub struct LaunchedChild {
-    child: Child,
-    status: Option<ExitStatus>,
+    launcher: Child,
+    status_file: PathBuf,
+    pid: u32,
+    exit: Option<CommandExit>,
     pub was_killed: bool,
 }
 
 impl LaunchedChild {
     pub fn spawn(command: &[String]) -> anyhow::Result<LaunchedChild> {
-        let (program, args) = command
-            .split_first()
-            .context("record needs a command after --")?;
-        let child = std::process::Command::new(program)
-            .args(args)
+        let program = command.first().context("record needs a command after --")?;
+        let exe = std::env::current_exe().context("cannot find the stackscope executable")?;
+        let status_file = std::env::temp_dir().join(format!(
+            "stackscope-launch-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ u128::from(rand_bits())
+        ));
+        let launcher = std::process::Command::new(exe)
+            .arg("__launch")
+            .arg(&status_file)
+            .arg("--")
+            .args(command)
             .spawn()
-            .with_context(|| format!("cannot start {program}"))?;
-        Ok(LaunchedChild {
-            child,
-            status: None,
+            .context("cannot start the launcher")?;
+        let mut child = LaunchedChild {
+            launcher,
+            status_file,
+            pid: 0,
+            exit: None,
             was_killed: false,
-        })
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let status = read_status(&child.status_file);
+            if let Some(error) = status.error {
+                bail!("cannot start {program}: {error}");
+            }
+            if let Some(pid) = status.pid {
+                child.pid = pid;
+                return Ok(child);
+            }
+            if let Ok(Some(_)) = child.launcher.try_wait() {
+                bail!("cannot start {program}: the launcher ended");
+            }
+            if Instant::now() >= deadline {
+                bail!("cannot start {program}: it did not start within {START_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid
     }
 
-    /// Waits up to `grace` for a command that is exiting by itself to be reaped; asks it to end
-    /// only if it has not by then.
-    pub fn wait_for_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + grace;
-        while self.status.is_none() && Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.status = Some(status);
-            } else {
-                std::thread::sleep(Duration::from_millis(10));
+    /// The exit, if the command has ended.
+    fn poll(&mut self) -> Option<CommandExit> {
+        if self.exit.is_none() {
+            self.exit = read_status(&self.status_file).exit;
+        }
+        self.exit
+    }
+
+    fn wait_until(&mut self, deadline: Instant) -> Option<CommandExit> {
+        loop {
+            if let Some(exit) = self.poll() {
+                return Some(exit);
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits up to `grace` for a command that is exiting by itself; asks it to end only if it
+    /// has not by then.
+    pub fn wait_for_exit(&mut self, grace: Duration) -> Option<CommandExit> {
+        if let Some(exit) = self.wait_until(Instant::now() + grace) {
+            return Some(exit);
         }
         self.end()
     }
 
     /// Waits for the command to end, asking it to (SIGINT, then SIGKILL) if it has not.
-    pub fn end(&mut self) -> Option<ExitStatus> {
-        if self.status.is_some() {
-            return self.status;
-        }
-        if let Ok(Some(status)) = self.child.try_wait() {
-            self.status = Some(status);
-            return self.status;
-        }
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.status = Some(status);
-                return self.status;
+    pub fn end(&mut self) -> Option<CommandExit> {
+        // Before the command started there is no pid to signal (and pid 0 would mean our own
+        // process group).
+        if self.pid != 0 && self.poll().is_none() {
+            let pid = Pid::from_raw(self.pid as i32);
+            let _ = kill(pid, Signal::SIGINT);
+            if self
+                .wait_until(Instant::now() + Duration::from_secs(3))
+                .is_none()
+            {
+                self.was_killed = true;
+                let _ = kill(pid, Signal::SIGKILL);
+                self.wait_until(Instant::now() + Duration::from_secs(3));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        self.was_killed = true;
-        let _ = self.child.kill();
-        self.status = self.child.wait().ok();
-        self.status
+        if self.exit.is_none() {
+            let _ = self.launcher.kill();
+        }
+        let _ = self.launcher.wait();
+        self.exit
     }
 }
 
 impl Drop for LaunchedChild {
     fn drop(&mut self) {
         self.end();
+        let _ = std::fs::remove_file(&self.status_file);
+    }
+}
+
+/// What the launcher has written so far.
+#[derive(Default)]
+struct LaunchStatus {
+    pid: Option<u32>,
+    exit: Option<CommandExit>,
+    error: Option<String>,
+}
+
+fn read_status(path: &Path) -> LaunchStatus {
+    let mut status = LaunchStatus::default();
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return status;
+    };
+    for line in text.lines() {
+        match line.split_once(' ') {
+            Some(("pid", pid)) => status.pid = pid.parse().ok(),
+            Some(("exit", code)) => status.exit = code.parse().ok().map(CommandExit::Code),
+            Some(("signal", signal)) => status.exit = signal.parse().ok().map(CommandExit::Signal),
+            Some(("error", error)) => status.error = Some(error.to_owned()),
+            _ => {}
+        }
+    }
+    status
+}
+
+fn write_status(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// A few bits that differ between two launches in the same process and nanosecond.
+fn rand_bits() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    COUNTER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `stackscope __launch STATUS_FILE -- COMMAND...`: the launcher's side.
+pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    // Ctrl-C reaches the command through the terminal's process group; the launcher's job is
+    // to outlive it and tell its status, so it ignores the signals that end the recording.
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: installing SIG_IGN runs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn) };
+    }
+    let Some((program, args)) = command.split_first() else {
+        let _ = write_status(status_file, "error no command\n");
+        return ExitCode::FAILURE;
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    // The command gets the default dispositions back, not the launcher's ignored ones.
+    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            for signal in [Signal::SIGINT, Signal::SIGTERM] {
+                nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)
+                    .map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = write_status(status_file, &format!("error {e}\n"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let pid = child.id();
+    if write_status(status_file, &format!("pid {pid}\n")).is_err() {
+        let _ = child.kill();
+        return ExitCode::FAILURE;
+    }
+    let ended = match child.wait() {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "exit -1".to_owned(),
+        },
+        Err(_) => "exit -1".to_owned(),
+    };
+    match write_status(status_file, &format!("pid {pid}\n{ended}\n")) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_file_is_read_line_by_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("status");
+        assert!(read_status(&path).pid.is_none());
+        write_status(&path, "pid 42\n").expect("write");
+        let s = read_status(&path);
+        assert_eq!((s.pid, s.exit), (Some(42), None));
+        write_status(&path, "pid 42\nsignal 9\n").expect("write");
+        assert_eq!(read_status(&path).exit, Some(CommandExit::Signal(9)));
+        write_status(&path, "pid 42\nexit 3\n").expect("write");
+        let exit = read_status(&path).exit.expect("exit");
+        assert_eq!(exit.code(), Some(3));
+        assert_eq!(exit.to_string(), "exit status 3");
+        write_status(&path, "error No such file or directory (os error 2)\n").expect("write");
+        assert!(read_status(&path)
+            .error
+            .is_some_and(|e| e.contains("No such file")));
     }
 }

@@ -72,6 +72,16 @@ pub enum Command {
                             thread, r reset, ? help. When standard output is not a terminal, \
                             prints a plain-text table every second instead.")]
     Top(TopArgs),
+    /// Internal: starts a command for `record` and writes its exit status to a file.
+    #[command(name = "__launch", hide = true)]
+    Launch(LaunchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LaunchArgs {
+    pub status_file: PathBuf,
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

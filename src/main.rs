@@ -24,6 +24,9 @@ use crate::config::{
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Launch(args) = &cli.command {
+        return child::launcher_main(&args.status_file, &args.command);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -44,6 +47,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
         Command::Report(args) => report::run(ReportConfig::from_args(args)?),
+        Command::Launch(args) => {
+            // Handled before anything else in main; here only for completeness.
+            let _ = child::launcher_main(&args.status_file, &args.command);
+            Ok(())
+        }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
     }
 }

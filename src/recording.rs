@@ -2,7 +2,6 @@
 //! the end (duration, Ctrl-C, SIGTERM, the target's exit), and writes the output directory.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +15,7 @@ use stackscope_sampler::{
     PythonTarget, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
-use crate::child::LaunchedChild;
+use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
 use crate::gpu::{GpuHandle, GpuReport};
 use crate::recorder::Recorder;
@@ -264,7 +263,7 @@ impl MetaSource {
         report: &SamplerReport,
         gpu: GpuReport,
         target_exited: bool,
-        exit_status: Option<ExitStatus>,
+        exit_status: Option<CommandExit>,
     ) -> RecordingMeta {
         let fatal = match &report.stop {
             StopReason::Fatal(why) => Some(why.as_str()),
