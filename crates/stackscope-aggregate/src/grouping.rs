@@ -36,18 +36,17 @@ impl ThreadGroup<'_> {
     }
 }
 
-/// What makes two threads the same: the frames (not their locals) and whether they run.
-type StackKey = (bool, Vec<(String, String, u32, bool)>);
+/// What makes two threads the same: their frames (not their locals). Not whether the OS saw
+/// them running: two threads blocked at the same line are the same whatever the scheduler was
+/// doing at the instant each was read.
+type StackKey = Vec<(String, String, u32, bool)>;
 
 fn stack_key(thread: &ThreadDump) -> StackKey {
-    (
-        thread.active,
-        thread
-            .frames
-            .iter()
-            .map(|f| (f.function.clone(), f.file.clone(), f.line, f.native))
-            .collect(),
-    )
+    thread
+        .frames
+        .iter()
+        .map(|f| (f.function.clone(), f.file.clone(), f.line, f.native))
+        .collect()
 }
 
 /// Groups the threads of all `processes` by identical stacks, in order of first appearance.
@@ -73,7 +72,19 @@ pub fn group_threads(processes: &[ProcessDump]) -> Vec<ThreadGroup<'_>> {
             }
         }
     }
+    for group in &mut groups {
+        group
+            .members
+            .sort_by(|a, b| (a.pid, natural_key(&a.name)).cmp(&(b.pid, natural_key(&b.name))));
+    }
     groups
+}
+
+/// Orders `pool-2` before `pool-10`: the name without its trailing number, then the number.
+fn natural_key(name: &str) -> (String, u64) {
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let number = name[stem.len()..].parse().unwrap_or(0);
+    (stem.to_owned(), number)
 }
 
 /// A thread or process away from where its peers are.
@@ -229,8 +240,11 @@ mod tests {
     #[test]
     fn eight_identical_threads_are_one_group() {
         let mut threads: Vec<ThreadDump> = (0..8)
+            .rev()
             .map(|i| thread(&format!("pool-{i}"), 100 + i, &[("wait", 7), ("run", 3)]))
             .collect();
+        // One of them caught running at the instant it was read is still the same stack.
+        threads[3].active = true;
         threads.push(thread("MainThread", 99, &[("main", 20)]));
         let dump = [process(1, None, threads)];
         let groups = group_threads(&dump);

@@ -48,10 +48,9 @@ fn describe_straggler(s: &Straggler) -> String {
         Some(thread) => format!("Thread \"{thread}\" of process {}", s.pid),
         None => format!("Process {} ({})", s.pid, s.command_line),
     };
-    let others = s.peers - 1;
     format!(
-        "Straggler: {who} is at {} while {} of its {others} peers are at {}",
-        s.location, s.together, s.peers_location
+        "Straggler: {who} is at {}, while {} of its {} peers are at {}",
+        s.location, s.together, s.peers, s.peers_location
     )
 }
 
@@ -212,7 +211,7 @@ mod tests {
         let first = out.lines().next().expect("a line");
         assert_eq!(
             first,
-            "Straggler: Thread \"pool-7\" of process 1 is at compute (job.py:30) while 7 of its 7 peers are at get (job.py:5)"
+            "Straggler: Thread \"pool-7\" of process 1 is at compute (job.py:30), while 7 of its 8 peers are at get (job.py:5)"
         );
         assert!(out.contains(
             "7 threads: pool-0, pool-1, pool-2, pool-3, pool-4, pool-5, pool-6 (idle, waiting on a lock)\n    get (job.py:5)\n"

@@ -11,8 +11,11 @@ use crate::tree::descendants;
 
 /// Reads every thread of `pid` once. The process is stopped only for the read.
 pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, AttachError> {
+    // What each thread is doing is read before anything stops the process: attaching may stop
+    // it briefly, and a thread woken from its wait reads as running for a while after.
+    let states = procfs::thread_states(pid);
     let mut target = PythonTarget::attach(pid, options)?;
-    dump_target(&mut target)
+    dump_with_states(&mut target, &states)
 }
 
 /// Reads `pid` and every Python process below it. Processes that are not Python (a shell, a
@@ -46,8 +49,15 @@ fn parent_map(root: u32) -> HashMap<u32, u32> {
 
 /// Reads an attached target once, with each thread's state taken just before the stop.
 pub fn dump_target(target: &mut PythonTarget) -> Result<ProcessDump, AttachError> {
+    let states = procfs::thread_states(target.pid());
+    dump_with_states(target, &states)
+}
+
+fn dump_with_states(
+    target: &mut PythonTarget,
+    states: &HashMap<u64, ThreadState>,
+) -> Result<ProcessDump, AttachError> {
     let pid = target.pid();
-    let states = procfs::thread_states(pid);
     // A read can race with the interpreter freeing a frame; a few tries get a clean one.
     let mut attempts = 0;
     let stacks = loop {
@@ -67,7 +77,7 @@ pub fn dump_target(target: &mut PythonTarget) -> Result<ProcessDump, AttachError
     };
     let threads = stacks
         .into_iter()
-        .map(|stack| thread_dump(stack, &states))
+        .map(|stack| thread_dump(stack, states))
         .collect();
     Ok(ProcessDump {
         pid,
