@@ -98,15 +98,8 @@ pub struct TopArgs {
     /// Also sample every Python process below it.
     #[arg(long)]
     pub subprocesses: bool,
-    /// GPUs to poll: auto (those the target uses, else all), off, or a list of indices like 0,1.
-    #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
-    pub gpu: String,
-    /// The NVML library to load instead of libnvidia-ml.so.1.
-    #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
-    pub nvml_lib: Option<PathBuf>,
-    /// A stack sample counts as "GPU idle" below this utilization, in percent.
-    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
-    pub idle_below: f32,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
 }
 
 #[derive(Debug, Args)]
@@ -145,15 +138,8 @@ pub struct WatchArgs {
     /// Also watch every Python process below it.
     #[arg(long)]
     pub subprocesses: bool,
-    /// GPUs to poll: auto, off, or a list of indices.
-    #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
-    pub gpu: String,
-    /// The NVML library to load instead of libnvidia-ml.so.1.
-    #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
-    pub nvml_lib: Option<PathBuf>,
-    /// The GPU counts as idle below this utilization, in percent.
-    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
-    pub idle_below: f32,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
 }
 
 #[derive(Debug, Args)]
@@ -203,13 +189,20 @@ pub struct RecordingArgs {
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub flush_interval: f64,
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// Where GPU data comes from, for every command that polls the GPUs.
+#[derive(Debug, Args)]
+pub struct GpuArgs {
     /// GPUs to poll: auto (those the target uses, else all), off, or a list of indices like 0,1.
     #[arg(long, value_name = "auto|off|LIST", default_value = "auto")]
     pub gpu: String,
     /// The NVML library to load instead of libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
-    /// A stack sample counts as "GPU idle" below this utilization, in percent.
+    /// The GPU counts as idle below this utilization, in percent.
     #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
     pub idle_below: f32,
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
-use crate::cli::{AttachArgs, DumpArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs};
+use crate::cli::{
+    AttachArgs, DumpArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+};
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -35,6 +37,18 @@ pub enum Target {
 pub struct GpuSettings {
     pub selection: GpuSelection,
     pub nvml_lib: Option<PathBuf>,
+    /// Below this utilization, in percent, the GPU counts as idle.
+    pub idle_below: f32,
+}
+
+impl GpuSettings {
+    fn from_args(args: GpuArgs) -> anyhow::Result<GpuSettings> {
+        Ok(GpuSettings {
+            selection: parse_gpu(&args.gpu)?,
+            nvml_lib: args.nvml_lib,
+            idle_below: args.idle_below,
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -47,7 +61,6 @@ pub struct RecordingConfig {
     pub include_idle: bool,
     pub blocking: bool,
     pub gpu: GpuSettings,
-    pub idle_below: f32,
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
@@ -70,11 +83,7 @@ impl RecordingConfig {
             rate_hz: args.rate,
             include_idle: args.idle,
             blocking: !args.nonblocking,
-            gpu: GpuSettings {
-                selection: parse_gpu(&args.gpu)?,
-                nvml_lib: args.nvml_lib,
-            },
-            idle_below: args.idle_below,
+            gpu: GpuSettings::from_args(args.gpu)?,
             subprocesses: args.subprocesses,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
@@ -122,7 +131,6 @@ pub struct WatchConfig {
     pub rate_hz: f64,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
-    pub idle_below: f32,
 }
 
 impl WatchConfig {
@@ -135,11 +143,7 @@ impl WatchConfig {
                 .unwrap_or_else(|| PathBuf::from(format!("stackscope-{}-watch", args.pid))),
             rate_hz: args.rate,
             subprocesses: args.subprocesses,
-            gpu: GpuSettings {
-                selection: parse_gpu(&args.gpu)?,
-                nvml_lib: args.nvml_lib,
-            },
-            idle_below: args.idle_below,
+            gpu: GpuSettings::from_args(args.gpu)?,
         })
     }
 }
@@ -180,7 +184,6 @@ pub struct TopConfig {
     pub include_idle: bool,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
-    pub idle_below: f32,
 }
 
 impl TopConfig {
@@ -190,11 +193,7 @@ impl TopConfig {
             rate_hz: args.rate,
             include_idle: args.idle,
             subprocesses: args.subprocesses,
-            gpu: GpuSettings {
-                selection: parse_gpu(&args.gpu)?,
-                nvml_lib: args.nvml_lib,
-            },
-            idle_below: args.idle_below,
+            gpu: GpuSettings::from_args(args.gpu)?,
         })
     }
 }

@@ -107,7 +107,7 @@ fn record(
     );
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
-        idle_below: config.idle_below,
+        idle_below: config.gpu.idle_below,
         gpu_enabled: gpu.is_enabled(),
         process_root: config.subprocesses,
     };

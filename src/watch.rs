@@ -61,7 +61,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             );
             break;
         };
-        let gpu_idle = gpu_readings.idle(config.idle_below);
+        let gpu_idle = gpu_readings.idle(config.gpu.idle_below);
         match detector.observe(now, signature, gpu_idle) {
             Some(HangEvent::Hung { unchanged_secs }) => {
                 let path = write_hang_report(&config, unchanged_secs, gpu_idle, &gpu_readings)?;

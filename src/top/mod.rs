@@ -97,7 +97,7 @@ impl Session {
             sender.clone(),
             producers_stop.clone(),
         );
-        let model = TopModel::new(config.idle_below, gpu.is_enabled());
+        let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
         let sampler = Sampler::spawn(
             target,
             SamplerConfig {
