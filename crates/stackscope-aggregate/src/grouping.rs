@@ -73,9 +73,7 @@ pub fn group_threads(processes: &[ProcessDump]) -> Vec<ThreadGroup<'_>> {
         }
     }
     for group in &mut groups {
-        group
-            .members
-            .sort_by(|a, b| (a.pid, natural_key(&a.name)).cmp(&(b.pid, natural_key(&b.name))));
+        group.members.sort_by_key(|a| (a.pid, natural_key(&a.name)));
     }
     groups
 }
