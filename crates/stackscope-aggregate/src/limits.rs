@@ -46,7 +46,7 @@ impl Default for Limits {
         Limits {
             max_stacks: 200_000,
             max_frames: 100_000,
-            max_thread_roots: 10_000,
+            max_thread_roots: 1_000,
             max_threads: 10_000,
             max_processes: 10_000,
             max_gpu_points: 20_000,

@@ -133,7 +133,7 @@ fn churning_threads_and_ever_new_stacks_stay_under_the_default_caps() {
     for expected in [
         "distinct stacks capped at 200000",
         "distinct frames capped at 100000",
-        "distinct thread names capped at 10000",
+        "distinct thread names capped at 1000",
         "threads tracked capped at 10000",
         "GPU timeline in memory capped at 20000 points per device",
     ] {
