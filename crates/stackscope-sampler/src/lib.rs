@@ -9,6 +9,8 @@
 
 mod dump;
 mod error;
+mod fast;
+mod names;
 pub mod procfs;
 mod sampler;
 mod target;

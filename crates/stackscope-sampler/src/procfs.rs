@@ -146,7 +146,8 @@ mod tests {
         let me = std::process::id();
         assert!(is_alive(me));
         assert!(!is_stopped(me));
-        assert_eq!(state(me), Some('R'));
+        // The harness's main thread waits for the test threads: sleeping, not stopped.
+        assert!(matches!(state(me), Some('R' | 'S')));
         assert!(command_line(me).is_ok_and(|c| !c.is_empty()));
     }
 

@@ -10,6 +10,8 @@ use stackscope_event::{Frame, ThreadInfo, ThreadState};
 use stackscope_native::{merge, NativeUnwinder};
 
 use crate::error::{classify_sample_error, AttachError, SampleFailure};
+use crate::fast::{FastReader, Strategy};
+use crate::names::ThreadNames;
 use crate::procfs;
 
 /// The Python versions whose interpreter layouts stackscope reads.
@@ -72,7 +74,13 @@ pub struct PythonTarget {
     blocking: bool,
     /// Set with `native`: the process's modules, unwind tables and symbols, cached.
     native: Option<NativeUnwinder>,
+    names: ThreadNames,
     strings: StringCache,
+    /// Our own reader, for the versions it knows (without locals or native frames, which
+    /// py-spy reads); py-spy's reader otherwise.
+    fast: Option<FastReader>,
+    /// Consecutive samples the fast reader failed; past a limit py-spy takes over.
+    fast_failures: u32,
 }
 
 impl PythonTarget {
@@ -98,8 +106,13 @@ impl PythonTarget {
             collect_thread_names: true,
             ..Config::default()
         };
-        let spy = open_interpreter(pid, &config)?;
+        let mut spy = open_interpreter(pid, &config)?;
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
+        let fast = if options.locals || options.native {
+            None
+        } else {
+            open_fast_reader(pid, &mut spy, options.blocking)
+        };
         let version = spy.version.to_string();
         let command_line = procfs::command_line(pid).unwrap_or_default();
         let native = if options.native {
@@ -119,7 +132,10 @@ impl PythonTarget {
             keep_raw: options.locals,
             blocking: options.blocking,
             native,
+            names: ThreadNames::default(),
             strings: StringCache::default(),
+            fast,
+            fast_failures: 0,
         })
     }
 
@@ -180,6 +196,16 @@ impl PythonTarget {
         }
     }
 
+    /// Which stack reader reads this target: `"stackscope"` (our own, for the CPython
+    /// versions it has layouts for) or `"py-spy"`. For diagnostics and benchmarks.
+    pub fn reader(&self) -> &'static str {
+        if self.fast.is_some() && self.native.is_none() {
+            "stackscope"
+        } else {
+            "py-spy"
+        }
+    }
+
     /// Whether the process has exec'd another program since we attached.
     pub fn has_execed(&self) -> bool {
         let now = procfs::exe(self.pid).ok();
@@ -189,8 +215,21 @@ impl PythonTarget {
     /// Reads every Python thread's stack once. With blocking on, the process is stopped for
     /// the read and resumed before this returns, whatever happened.
     pub fn read_stacks(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        let mut stacks = self.read_stacks_uncached_names()?;
+        for ident in self.names.check(&mut stacks) {
+            // py-spy looks a name up again once its ident is no longer in the cache.
+            self.spy.python_thread_names.remove(&ident);
+            self.spy.python_thread_ids.remove(&ident);
+        }
+        Ok(stacks)
+    }
+
+    fn read_stacks_uncached_names(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
         if self.native.is_some() {
             return self.read_stacks_with_native();
+        }
+        if let Some(stacks) = self.read_stacks_fast() {
+            return stacks;
         }
         let traces = self
             .spy
@@ -205,6 +244,46 @@ impl PythonTarget {
                 self.thread_stack(trace, frames, active)
             })
             .collect())
+    }
+
+    /// Reads with our own reader when there is one. None: py-spy's reader is to read this
+    /// sample (there is no fast reader, or it has just been given up on).
+    fn read_stacks_fast(&mut self) -> Option<Result<Vec<ThreadStack>, SampleFailure>> {
+        let fast = self.fast.as_mut()?;
+        match fast.read(self.blocking) {
+            Ok(threads) => {
+                self.fast_failures = 0;
+                Some(Ok(threads
+                    .into_iter()
+                    .map(|t| {
+                        let active = t.active && !waits_in_python(&t.frames);
+                        ThreadStack {
+                            thread: ThreadInfo {
+                                os_thread_id: Some(t.os_thread_id),
+                                python_thread_id: t.thread_id,
+                                name: t.name,
+                                active,
+                                owns_gil: t.owns_gil,
+                            },
+                            frames: t.frames,
+                            raw: None,
+                        }
+                    })
+                    .collect()))
+            }
+            Err(e) => {
+                let failure = classify_sample_error(self.pid, &e);
+                if matches!(failure, SampleFailure::Transient { .. }) {
+                    self.fast_failures += 1;
+                    // A layout that does not match this build of the interpreter fails
+                    // every sample; transient failures come and go.
+                    if self.fast_failures >= FAST_FAILURE_LIMIT {
+                        self.fast = None;
+                    }
+                }
+                Some(Err(failure))
+            }
+        }
     }
 
     /// Stops the process once for both reads: the Python frames, then each thread's native
@@ -274,6 +353,23 @@ impl PythonTarget {
 /// looks, so a thread parked in `join()` for an hour would show as busy in a few percent of
 /// samples. The frame says what it is doing whatever the scheduler says.
 fn waits_in_python(frames: &[Frame]) -> bool {
+    // With native frames, the innermost one says it directly: a thread inside a blocking
+    // system call's wrapper is waiting.
+    if let Some(native) = frames.first().filter(|f| f.native) {
+        const WAITS: [&str; 8] = [
+            "futex",
+            "sem_wait",
+            "pthread_cond",
+            "epoll_wait",
+            "__select",
+            "__poll",
+            "nanosleep",
+            "take_gil",
+        ];
+        if WAITS.iter().any(|w| native.function.contains(w)) {
+            return true;
+        }
+    }
     let Some(innermost) = frames.iter().find(|f| !f.native) else {
         return false;
     };
@@ -287,6 +383,40 @@ fn waits_in_python(frames: &[Frame]) -> bool {
         "subprocess.py" => matches!(function, "_try_wait" | "wait" | "communicate"),
         _ => false,
     }
+}
+
+/// Consecutive failed samples after which the fast reader is given up for py-spy's.
+const FAST_FAILURE_LIMIT: u32 = 50;
+
+/// Our own reader for this interpreter, if its version has one and a first read agrees with
+/// py-spy's on which threads there are (a build whose layout differs from the tables, say a
+/// debug build, fails that and keeps py-spy's reader). `STACKSCOPE_READER` overrides the
+/// choice for benchmarks: `py-spy`, `stop` (stop the whole process for each read) or
+/// `gil` (stop only the GIL's holders, the default).
+fn open_fast_reader(pid: u32, spy: &mut PythonSpy, blocking: bool) -> Option<FastReader> {
+    let strategy = match std::env::var("STACKSCOPE_READER").as_deref() {
+        Ok("py-spy") => return None,
+        Ok("stop") => Strategy::StopProcess,
+        Ok("gil") => Strategy::StopGilHolders,
+        _ => Strategy::DEFAULT,
+    };
+    let mut fast = FastReader::new(pid, spy, strategy).ok()??;
+    for _ in 0..3 {
+        let Ok(ours) = fast.read(blocking) else {
+            continue;
+        };
+        let Ok(theirs) = spy.get_stack_traces() else {
+            continue;
+        };
+        let mut a: Vec<u64> = ours.iter().map(|t| t.thread_id).collect();
+        let mut b: Vec<u64> = theirs.iter().map(|t| t.thread_id).collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        if a == b {
+            return Some(fast);
+        }
+    }
+    None
 }
 
 /// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)

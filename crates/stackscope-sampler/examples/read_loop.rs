@@ -1,0 +1,54 @@
+//! Reads a process at a fixed rate with `PythonTarget`, for measuring the reader alone:
+//! `cargo run --release --example read_loop -- PID RATE SECONDS`.
+use std::time::{Duration, Instant};
+
+use stackscope_sampler::{PythonTarget, SampleTimer, TargetOptions};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let pid: u32 = args.get(1).and_then(|a| a.parse().ok()).expect("PID");
+    let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
+    let secs: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
+    let mut target = PythonTarget::attach(pid, &TargetOptions::default()).expect("attach");
+    eprintln!("reader: {}", target.reader());
+    let cpu0 = thread_cpu();
+    let mut timer = SampleTimer::new(rate);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let (mut ok, mut err, mut busy) = (0u64, 0u64, Duration::ZERO);
+    while timer.wait(Some(deadline)).is_some() {
+        let t = Instant::now();
+        match target.read_stacks() {
+            Ok(stacks) => {
+                ok += 1;
+                if std::env::var_os("PRINT_STACKS").is_some() {
+                    for s in &stacks {
+                        let f: Vec<String> = s
+                            .frames
+                            .iter()
+                            .map(|f| format!("{}:{}", f.function, f.line))
+                            .collect();
+                        eprintln!("{:?} {}", s.thread.name, f.join(" < "));
+                    }
+                }
+            }
+            Err(_) => err += 1,
+        }
+        busy += t.elapsed();
+    }
+    let cpu = thread_cpu() - cpu0;
+    eprintln!(
+        "{ok} reads, {err} errors, {:.1} us wall and {:.1} us CPU per read",
+        busy.as_secs_f64() * 1e6 / (ok + err).max(1) as f64,
+        cpu * 1e6 / (ok + err).max(1) as f64
+    );
+}
+
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}

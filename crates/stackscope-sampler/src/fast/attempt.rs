@@ -1,0 +1,437 @@
+//! One try at reading a set of threads: the snapshot, the walks, the code objects, and for
+//! each thread its frames, or why it must be read again.
+//!
+//! One system call copies every thread's frames, framed by two reads of the GIL ([`gil`]):
+//! the threads that cannot have run in between have their stacks as copied. A thread that may
+//! have run (the GIL's holder) is kept too if it was read with a check and passes it: its
+//! current frame the same before and after the copy, every frame the walk used the same in a
+//! second copy (code, caller, and instruction but for the innermost frame's, which moves as
+//! it runs), and the walk reaching its first frame. Otherwise it is handed back as
+//! [`Outcome::Ran`], to be read again (with a check), and at last stopped.
+
+use stackscope_event::Frame;
+
+use super::addrmap::AddrMap;
+use super::code::{CodeCache, CodeId};
+use super::gil::{GilWords, Ran};
+use super::holder::{self, Later};
+use super::layout::{common, usize_at, GilHolder, Layout};
+use super::remote::{Batch, Remote, Slot};
+use super::snapshot::{self, Checked, TsWords};
+use super::stack::{Extra, Need, RawFrame, Walk};
+
+/// A thread as the reader knows it between samples.
+#[derive(Debug, Clone)]
+pub(crate) struct Known {
+    pub tstate: usize,
+    /// Its thread state as last read: where to find its frames next time.
+    pub ts: TsWords,
+    /// Ranges outside its current chunk that its last walk needed.
+    pub extra: Vec<Extra>,
+    /// The code objects of its last stack: their identity is read with the next snapshot.
+    pub codes: Vec<usize>,
+}
+
+/// How a thread's try ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Done(Vec<ReadFrame>),
+    /// It may have run while it was copied: these frames may be torn.
+    Ran(Vec<ReadFrame>),
+    /// Read stopped, but caught in the middle of a call or return (its stack does not reach
+    /// its first frame): better read after letting it run a moment.
+    Midway(Vec<ReadFrame>),
+    /// Where its frames are had changed since the last sample: read again.
+    Again,
+    /// The thread state is gone: the thread list changed.
+    Gone,
+    /// Something no read of a still thread explains.
+    Broken(String),
+}
+
+/// A frame with its names, and the full file name py-spy's idle heuristic looks at.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadFrame {
+    pub frame: Frame,
+    pub full_file: std::sync::Arc<str>,
+}
+
+pub(crate) struct Attempt {
+    /// `interp->threads.head`, when the list was read.
+    pub head: Option<usize>,
+    /// Each thread's state as read (for the list check), in the order asked.
+    pub states: Vec<Option<TsWords>>,
+    /// The thread state py-spy would call the GIL's holder, when the globals were read.
+    pub gil_holder: Option<usize>,
+    /// The GIL's last holder at the end of the read: likely the holder next time too.
+    pub last_holder: Option<usize>,
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Where the process-wide words are.
+pub(crate) struct Globals {
+    pub head_ptr: usize,
+    /// The `_gil_runtime_state`.
+    pub gil: usize,
+    /// 3.11's `tstate_current` (0 for 3.12, whose holder comes from the GIL itself).
+    pub tstate_current: usize,
+}
+
+/// Counters kept across attempts.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WalkStats {
+    /// Reads after the snapshot, for frames outside the copies.
+    pub rounds: u64,
+}
+
+/// What an attempt reads and how.
+pub(crate) struct Request<'a> {
+    pub layout: &'a Layout,
+    pub globals: &'a Globals,
+    /// Read the thread list head and the GIL holder too.
+    pub with_list: bool,
+    /// The threads asked for cannot run (we stopped them): no GIL bracketing needed.
+    pub stopped: bool,
+    /// Which threads to read with a check: those likely to hold the GIL during the read.
+    pub check: Check<'a>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check<'a> {
+    /// These thread states.
+    Threads(&'a [usize]),
+    All,
+}
+
+/// Reads the threads `threads[i]` for each i in `which`.
+pub(crate) fn attempt(
+    remote: &mut Remote,
+    codes: &mut CodeCache,
+    threads: &mut [Known],
+    which: &[usize],
+    req: &Request<'_>,
+    stats: &mut WalkStats,
+) -> std::io::Result<Attempt> {
+    let layout = req.layout;
+    let bracket = !req.stopped;
+    let mut batch = Batch::default();
+    // First the GIL, then everything else, then the GIL again: the kernel copies the ranges
+    // in order.
+    let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
+    let list_slots = req.with_list.then(|| {
+        let head = batch.add(req.globals.head_ptr, 8);
+        let holder = match layout.gil_holder {
+            GilHolder::TstateCurrent => Some(batch.add(req.globals.tstate_current, 8)),
+            GilHolder::LastHolderWhileLocked => Some(batch.add(req.globals.gil, common::GIL_LEN)),
+        };
+        (head, holder)
+    });
+    // Gaps between the copies of checked threads: random, not repeatable.
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
+    let plans: Vec<_> = which
+        .iter()
+        .map(|&i| {
+            let k = &threads[i];
+            let with_check = !req.stopped
+                && match req.check {
+                    Check::All => true,
+                    Check::Threads(t) => t.contains(&k.tstate),
+                };
+            let check = with_check.then_some(&mut seed);
+            snapshot::plan(&mut batch, layout, k.tstate, k.ts, &k.extra, check)
+        })
+        .collect();
+    // The code objects the threads ran last time, most likely still on their stacks: their
+    // identity comes with the snapshot, so a steady sample needs no second call.
+    let (id_start, id_end) = layout.code_identity_range();
+    let mut code_slots: AddrMap<Slot> = AddrMap::default();
+    for &i in which {
+        for &code in &threads[i].codes {
+            code_slots
+                .entry(code)
+                .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
+        }
+    }
+    let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
+    batch.run(remote)?;
+
+    let gil_words = |batch: &Batch, slot: Option<Slot>| {
+        slot.and_then(|s| batch.get(s)).and_then(GilWords::parse)
+    };
+    let before = gil_words(&batch, gil_before);
+    let after = gil_words(&batch, gil_after);
+    let ran = if bracket {
+        Ran::between(before, after)
+    } else {
+        Ran::Only(Vec::new())
+    };
+    let head = list_slots.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
+    let gil_holder = list_slots
+        .and_then(|(_, g)| g)
+        .and_then(|g| batch.get(g))
+        .and_then(|b| match layout.gil_holder {
+            GilHolder::TstateCurrent => usize_at(b, 0),
+            GilHolder::LastHolderWhileLocked => {
+                GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
+            }
+        });
+    let mut ids: AddrMap<Option<CodeId>> = code_slots
+        .iter()
+        .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
+        .collect();
+
+    let mut states = Vec::with_capacity(which.len());
+    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(which.len());
+    let mut walks: Vec<Walking> = Vec::new();
+    for (pos, (&i, planned)) in which.iter().zip(&plans).enumerate() {
+        match snapshot::check(&batch, layout, planned) {
+            Checked::Walkable {
+                ts,
+                current_frame,
+                chunk,
+                extra,
+                later,
+            } => {
+                states.push(Some(ts));
+                threads[i].ts = ts;
+                let mut walk = Walk::new(current_frame, chunk);
+                for (region, is_chunk) in extra {
+                    walk.add_region(region, is_chunk);
+                }
+                walks.push(Walking { pos, walk, later });
+                outcomes.push(None);
+            }
+            Checked::Again(fresh) => {
+                states.push(Some(fresh));
+                threads[i].ts = fresh;
+                outcomes.push(Some(Outcome::Again));
+            }
+            Checked::Unreadable => {
+                states.push(None);
+                outcomes.push(Some(Outcome::Gone));
+            }
+        }
+    }
+    drop(batch);
+
+    // Walk every thread as far as the copies go, then read what the walks still need,
+    // all threads together, until every walk is complete.
+    let mut read_late = vec![false; which.len()];
+    let mut pending: Vec<usize> = (0..walks.len()).collect();
+    let mut rounds = 0;
+    while !pending.is_empty() {
+        let mut needs: Vec<(usize, Need)> = Vec::new();
+        for &w in &pending {
+            let Walking { pos, walk, .. } = &mut walks[w];
+            match walk.advance(layout) {
+                Ok(None) => {}
+                Ok(Some(need)) if rounds < MAX_ROUNDS => needs.push((w, need)),
+                Ok(Some(_)) => outcomes[*pos] = Some(broken("too many frames outside")),
+                Err(e) => outcomes[*pos] = Some(broken(&format!("{e:?}"))),
+            }
+        }
+        if needs.is_empty() {
+            break;
+        }
+        rounds += 1;
+        stats.rounds += 1;
+        let mut batch = Batch::default();
+        let slots: Vec<(Slot, Option<Slot>)> = needs
+            .iter()
+            .map(|(_, need)| {
+                let frame = batch.add(need.frame, layout.fr_header_len);
+                let chunk = need.chunk.map(|c| batch.add(c, common::MIN_CHUNK_BYTES));
+                (frame, chunk)
+            })
+            .collect();
+        batch.run(remote)?;
+        pending.clear();
+        for ((w, need), (frame, chunk)) in needs.into_iter().zip(slots) {
+            let Walking { pos, walk, .. } = &mut walks[w];
+            read_late[*pos] = true;
+            walk.supply(
+                need,
+                batch.get(frame).map(<[u8]>::to_vec),
+                chunk.and_then(|c| batch.get(c)).map(<[u8]>::to_vec),
+            );
+            if walk.can_continue(need, layout) {
+                pending.push(w);
+            } else {
+                outcomes[*pos] = Some(broken("cannot read a frame"));
+            }
+        }
+    }
+
+    // One more call if needed: the identity of code objects not read with the snapshot, and
+    // the GIL once more when frames were read after the snapshot, since those reads are
+    // only good for threads that did not run until then either.
+    let mut batch = Batch::default();
+    let mut late_codes: AddrMap<Slot> = AddrMap::default();
+    for Walking { pos, walk, .. } in &walks {
+        if outcomes[*pos].is_some() {
+            continue;
+        }
+        for f in &walk.frames {
+            if !ids.contains_key(&f.code) {
+                late_codes
+                    .entry(f.code)
+                    .or_insert_with(|| batch.add(f.code + id_start, id_end - id_start));
+            }
+        }
+    }
+    let any_late = read_late.iter().any(|&l| l);
+    let gil_late = (bracket && any_late).then(|| batch.add(req.globals.gil, common::GIL_LEN));
+    if !batch.is_empty() {
+        batch.run(remote)?;
+    }
+    let ran_late = if bracket && any_late {
+        Ran::between(before, gil_words(&batch, gil_late))
+    } else {
+        Ran::Only(Vec::new())
+    };
+    for (&addr, &slot) in &late_codes {
+        ids.insert(addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b)));
+    }
+    drop(batch);
+    let mut missing = Vec::new();
+    for (&addr, id) in &ids {
+        if let Some(id) = id {
+            if codes.get(addr, id).is_none() {
+                missing.push((addr, *id));
+            }
+        }
+    }
+    codes.load(remote, layout, &missing)?;
+
+    for w in &walks {
+        let (pos, walk) = (&w.pos, &w.walk);
+        if outcomes[*pos].is_some() {
+            continue;
+        }
+        let known = &mut threads[which[*pos]];
+        let checked_ok =
+            passes_check(layout, w) && instructions_in_code(layout, &ids, &walk.frames);
+        let may_have_run = (ran.may_have_run(known.tstate) && !checked_ok)
+            || (read_late[*pos] && ran_late.may_have_run(known.tstate));
+        let outcome = match frames(layout, codes, &ids, &walk.frames) {
+            Ok(frames) if may_have_run => Outcome::Ran(frames),
+            Ok(frames) if req.stopped && !walk.ends_at_first_frame() => Outcome::Midway(frames),
+            Ok(frames) => Outcome::Done(frames),
+            // A thread that ran can read as anything: read it again, stopped.
+            Err(_) if may_have_run => Outcome::Ran(Vec::new()),
+            Err(why) => Outcome::Broken(why),
+        };
+        if matches!(
+            outcome,
+            Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
+        ) {
+            known.extra = walk.outside_ranges();
+            known.codes.clear();
+            for f in &walk.frames {
+                if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
+                    known.codes.push(f.code);
+                }
+            }
+        }
+        outcomes[*pos] = Some(outcome);
+    }
+    // A walk that failed in a thread that may have run followed torn links: read it again.
+    for (pos, &i) in which.iter().enumerate() {
+        if let Some(Outcome::Broken(_)) = outcomes[pos] {
+            if ran.may_have_run(threads[i].tstate) {
+                outcomes[pos] = Some(Outcome::Ran(Vec::new()));
+            }
+        }
+    }
+    Ok(Attempt {
+        head,
+        states,
+        gil_holder,
+        last_holder: after.map(|g| g.last_holder),
+        outcomes: outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Outcome::Again))
+            .collect(),
+    })
+}
+
+/// At most this many code objects per thread are checked ahead, with the snapshot.
+const MAX_CODES_AHEAD: usize = 128;
+
+/// Walks may need at most this many reads after the snapshot (one per generator frame or
+/// older chunk on the way down, for every thread at once).
+const MAX_ROUNDS: usize = 256;
+
+/// A thread's walk in progress.
+struct Walking {
+    /// Its position in the threads asked for.
+    pos: usize,
+    walk: Walk,
+    /// The later readings, for a thread read with a check.
+    later: Option<Later>,
+}
+
+/// Whether a thread read with a check passes it ([`holder`]).
+fn passes_check(layout: &Layout, w: &Walking) -> bool {
+    let Some(later) = &w.later else {
+        return false;
+    };
+    later.agrees && w.walk.ends_at_first_frame() && holder::same_frames(layout, &w.walk, later)
+}
+
+/// Whether every frame's instruction lies in its own code object's bytecode (or one unit
+/// before it: not started yet). A frame caught while being set up, its code already the new
+/// one and its instruction still the old occupant's, fails this.
+fn instructions_in_code(
+    layout: &Layout,
+    ids: &AddrMap<Option<CodeId>>,
+    frames: &[RawFrame],
+) -> bool {
+    frames.iter().all(|f| {
+        let Some(Some(id)) = ids.get(&f.code) else {
+            return false;
+        };
+        let start = f.code + layout.co_code_adaptive;
+        let end = start.saturating_add(2 * id.units() as usize);
+        f.prev_instr + 2 >= start && f.prev_instr < end
+    })
+}
+
+fn broken(why: &str) -> Outcome {
+    Outcome::Broken(why.to_owned())
+}
+
+/// Names and lines for a walk's frames.
+fn frames(
+    layout: &Layout,
+    codes: &mut CodeCache,
+    ids: &AddrMap<Option<CodeId>>,
+    raw: &[RawFrame],
+) -> Result<Vec<ReadFrame>, String> {
+    let mut out = Vec::with_capacity(raw.len());
+    for f in raw {
+        let Some(Some(id)) = ids.get(&f.code) else {
+            return Err("Failed to copy PyCodeObject".to_owned());
+        };
+        // Byte offset of the instruction from the bytecode's start, as py-spy computes it.
+        let lasti = (f.prev_instr.wrapping_sub(f.code) as isize as i32)
+            .wrapping_sub(layout.co_code_adaptive as i32);
+        let Some(info) = codes.get(f.code, id) else {
+            // Its strings could not be read: py-spy leaves such a frame out.
+            continue;
+        };
+        let Some(names) = &info.names else { continue };
+        out.push(ReadFrame {
+            frame: Frame {
+                function: names.function.clone(),
+                file: names.file.clone(),
+                line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
+                native: false,
+            },
+            full_file: names.full_file.clone(),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,102 @@
+//! The file name shown for a frame: py-spy's "short filename", so that both readers name files
+//! the same way.
+//!
+//! A path is cut just above its outermost package (the highest directory still holding an
+//! `__init__.py`): `/venv/lib/site-packages/torch/nn/modules/linear.py` becomes
+//! `torch/nn/modules/linear.py`, and a plain script keeps only its name. That asks the file
+//! system, so each path is worked out once.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub(crate) struct FileNames {
+    pid: u32,
+    /// The target runs in another mount namespace (a container): its paths are looked up
+    /// under /proc/PID/root.
+    dockerized: bool,
+    short: HashMap<String, Arc<str>>,
+}
+
+impl FileNames {
+    const MAX_ENTRIES: usize = 50_000;
+
+    pub(crate) fn new(pid: u32, dockerized: bool) -> FileNames {
+        FileNames {
+            pid,
+            dockerized,
+            short: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn short(&mut self, filename: &str) -> Arc<str> {
+        if let Some(short) = self.short.get(filename) {
+            return short.clone();
+        }
+        if self.short.len() >= Self::MAX_ENTRIES {
+            self.short.clear();
+        }
+        let short: Arc<str> =
+            Arc::from(shorten(filename, self.dockerized.then_some(self.pid)).unwrap_or(filename));
+        self.short.insert(filename.to_owned(), short.clone());
+        short
+    }
+}
+
+/// py-spy's rule, step for step (including its answer for paths that are not absolute).
+fn shorten(filename: &str, container_pid: Option<u32>) -> Option<&str> {
+    let in_container;
+    let looked_up = match container_pid {
+        Some(pid) => {
+            in_container = format!("/proc/{pid}/root{filename}");
+            if Path::new(&in_container).exists() {
+                in_container.as_str()
+            } else {
+                filename
+            }
+        }
+        None => filename,
+    };
+    let mut path = Path::new(looked_up);
+    while let Some(parent) = path.parent() {
+        path = parent;
+        if !parent.join("__init__.py").exists() {
+            break;
+        }
+    }
+    // Cut the same number of leading bytes from the name as the target reports it.
+    let prefix = path.as_os_str().len();
+    let prefix = prefix.checked_sub(looked_up.len() - filename.len())?;
+    let rest = filename.get(prefix..)?;
+    Some(rest.strip_prefix('/').unwrap_or(rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_keeps_its_name_and_a_package_its_path() {
+        let dir = std::env::temp_dir().join(format!("stackscope-short-{}", std::process::id()));
+        let pkg = dir.join("pkg").join("sub");
+        std::fs::create_dir_all(&pkg).expect("mkdir");
+        std::fs::write(dir.join("pkg").join("__init__.py"), "").expect("init");
+        std::fs::write(pkg.join("__init__.py"), "").expect("init");
+        let mut names = FileNames::new(1, false);
+        let module = pkg.join("mod.py");
+        assert_eq!(&*names.short(&module.to_string_lossy()), "pkg/sub/mod.py");
+        let script = dir.join("train.py");
+        assert_eq!(&*names.short(&script.to_string_lossy()), "train.py");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pseudo_files_are_kept() {
+        let mut names = FileNames::new(1, false);
+        assert_eq!(
+            &*names.short("<frozen importlib._bootstrap>"),
+            "<frozen importlib._bootstrap>"
+        );
+        assert_eq!(&*names.short("<string>"), "<string>");
+    }
+}

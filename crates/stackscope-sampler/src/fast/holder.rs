@@ -1,0 +1,242 @@
+//! Reading a thread that may be running Python while we read it (the GIL's holder) without
+//! stopping it, and telling whether the copy is a stack it had.
+//!
+//! The thread's current-frame pointer and its frames are copied [`COPIES`] times in the same
+//! system call, with reads of random length in between. A walk counts only if
+//!
+//! - it starts from a frame that stayed on the stack through all the copies: at each later
+//!   reading of the pointer, that frame is the current one or the caller of the current one
+//!   (a call was made since); or, when the first frame read as current had returned by the
+//!   second reading, its caller, if that stays too;
+//! - every frame it went through reads the same in every copy: code, caller, and instruction
+//!   (but for the innermost frame's, which moves as it runs);
+//! - it reaches the thread's first frame.
+//!
+//! A running thread passes this most of the time (its frames below the innermost do not
+//! change while it runs above them). The random gaps matter: a thread looping over the same
+//! calls passes through the same short-lived memory states (a caller already at its next call
+//! while the callee's slot still holds the previous callee) at a fixed period, and copies a
+//! fixed distance apart could all catch the same one. A thread that fails is read again, and
+//! stopped if it keeps failing.
+
+use super::layout::{usize_at, Layout};
+use super::remote::{Batch, Slot};
+use super::stack::{Extra, Region, Walk};
+
+/// Copies of a checked thread's frames, the first included. Each copy a torn read must get
+/// past divides its odds by about the share of a loop iteration such a state lasts (a tenth,
+/// say); with four, the adversarial fixture of tests/reader_consistency.rs (a thread calling
+/// two one-line functions in turn, as fast as Python goes) showed none in 100,000 reads.
+pub(crate) const COPIES: usize = 4;
+/// The random gap between copies is a read of up to this many bytes.
+const MAX_GAP: u64 = 2048;
+
+/// Where one later copy went: the current-frame pointer, the chunk, the extra ranges.
+type CopySlots = (Slot, Option<Slot>, Vec<(Extra, Slot)>);
+
+/// Where the later copies of a checked thread went in the batch.
+pub(crate) struct Planned {
+    copies: Vec<CopySlots>,
+}
+
+/// What a thread's reads look like: the current-frame pointer, the chunk, the extra ranges.
+pub(crate) struct Reads<'a> {
+    pub pointer: usize,
+    pub chunk: usize,
+    pub chunk_len: usize,
+    pub extra: &'a [Extra],
+    pub max_extra: usize,
+}
+
+/// Adds the later copies after the first, each after a gap of random length.
+pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Planned {
+    let mut copies = Vec::with_capacity(COPIES - 1);
+    for _ in 1..COPIES {
+        let gap = (next(seed) % MAX_GAP) & !7;
+        if reads.chunk != 0 && gap > 0 {
+            // Harmless bytes to read: the chunk's own start.
+            let _ = batch.add(reads.chunk, gap.min(reads.chunk_len as u64) as usize);
+        }
+        let current = batch.add(reads.pointer, 8);
+        let chunk = (reads.chunk_len > 0).then(|| batch.add(reads.chunk, reads.chunk_len));
+        let extra = reads
+            .extra
+            .iter()
+            .take(reads.max_extra)
+            .map(|&e| (e, batch.add(e.addr, e.len)))
+            .collect();
+        copies.push((current, chunk, extra));
+    }
+    Planned { copies }
+}
+
+/// The later readings of a checked thread.
+#[derive(Debug)]
+pub(crate) struct Later {
+    /// Whether the walk's start stayed on the stack through every reading.
+    pub agrees: bool,
+    /// Each later copy's ranges.
+    pub copies: Vec<Vec<Region>>,
+}
+
+fn caller_in<'r>(
+    layout: &Layout,
+    regions: impl IntoIterator<Item = &'r Region>,
+    frame: usize,
+) -> Option<usize> {
+    regions
+        .into_iter()
+        .find_map(|r| r.get(frame, layout.fr_header_len))
+        .and_then(|h| usize_at(h, layout.fr_previous))
+}
+
+/// Reads back the later copies and picks where the walk starts: `current` (the pointer read
+/// with the first copy, `first` its ranges) or, if it returned, its caller. Answers the start
+/// and the readings.
+pub(crate) fn collect(
+    batch: &Batch,
+    layout: &Layout,
+    planned: &Planned,
+    chunk: usize,
+    current: usize,
+    first: &[&Region],
+) -> (usize, Later) {
+    let mut pointers = Vec::with_capacity(planned.copies.len());
+    let mut copies = Vec::with_capacity(planned.copies.len());
+    for (pointer, chunk_slot, extra) in &planned.copies {
+        pointers.push(batch.get(*pointer).and_then(|b| usize_at(b, 0)));
+        let mut regions: Vec<Region> = extra
+            .iter()
+            .filter_map(|&(e, slot)| {
+                Some(Region {
+                    addr: e.addr,
+                    bytes: batch.get(slot)?.to_vec(),
+                })
+            })
+            .collect();
+        if let Some(bytes) = chunk_slot.and_then(|s| batch.get(s)) {
+            regions.push(Region {
+                addr: chunk,
+                bytes: bytes.to_vec(),
+            });
+        }
+        copies.push(regions);
+    }
+    // A frame stays if at every later reading it is the current frame or its caller.
+    let stays = |start: usize| {
+        pointers.iter().zip(&copies).all(|(p, regions)| match p {
+            Some(p) => *p == start || caller_in(layout, regions, *p) == Some(start),
+            None => false,
+        })
+    };
+    let returned_to = caller_in(layout, first.iter().copied(), current);
+    let (start, agrees) = if stays(current) {
+        (current, true)
+    } else if returned_to.is_some_and(|c| c != 0 && stays(c)) {
+        (returned_to.unwrap_or(current), true)
+    } else {
+        (current, false)
+    };
+    (start, Later { agrees, copies })
+}
+
+/// Whether every frame of the walk reads the same in every later copy.
+pub(crate) fn same_frames(layout: &Layout, walk: &Walk, later: &Later) -> bool {
+    walk.frames.iter().enumerate().all(|(depth, f)| {
+        let Some(first) = walk.header(f.addr, layout) else {
+            return false;
+        };
+        later.copies.iter().all(|regions| {
+            let Some(again) = regions
+                .iter()
+                .find_map(|r| r.get(f.addr, layout.fr_header_len))
+            else {
+                return false;
+            };
+            let same =
+                |offset: usize| first.get(offset..offset + 8) == again.get(offset..offset + 8);
+            same(layout.fr_code)
+                && same(layout.fr_previous)
+                && (depth == 0 || same(layout.fr_prev_instr))
+                && first.get(layout.fr_owner) == again.get(layout.fr_owner)
+        })
+    })
+}
+
+/// xorshift64: cheap, and random enough to break a phase lock.
+fn next(seed: &mut u64) -> u64 {
+    let mut x = *seed | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *seed = x;
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fast::layout::PY311;
+
+    fn frame_at(mem: &mut [u8], at: usize, code: u64, previous: u64) {
+        let l = &PY311;
+        mem[at + l.fr_code..at + l.fr_code + 8].copy_from_slice(&code.to_le_bytes());
+        mem[at + l.fr_previous..at + l.fr_previous + 8].copy_from_slice(&previous.to_le_bytes());
+    }
+
+    fn later(pointers: &[usize], mem: &[u8], base: usize) -> (Planned, Batch) {
+        // Not read from a process: the slots are filled from our own memory below.
+        let mut batch = Batch::default();
+        let mut copies = Vec::new();
+        let cells: Vec<Box<u64>> = pointers.iter().map(|&p| Box::new(p as u64)).collect();
+        for cell in &cells {
+            let p = batch.add(&**cell as *const u64 as usize, 8);
+            let c = batch.add(mem.as_ptr() as usize, mem.len());
+            copies.push((p, Some(c), Vec::new()));
+        }
+        let mut remote = crate::fast::remote::Remote::new(std::process::id());
+        batch.run(&mut remote).expect("run");
+        drop(cells);
+        let _ = base;
+        (Planned { copies }, batch)
+    }
+
+    #[test]
+    fn a_call_made_meanwhile_keeps_the_caller_as_start() {
+        let mut mem = vec![0u8; 512];
+        let base = mem.as_ptr() as usize;
+        let (caller, callee) = (base + 32, base + 160);
+        frame_at(&mut mem, 32, 0xc000, 0);
+        frame_at(&mut mem, 160, 0xd000, caller as u64);
+        let region = Region {
+            addr: base,
+            bytes: mem.clone(),
+        };
+        let first = vec![&region];
+        let (planned, batch) = later(&[callee, caller], &mem, base);
+        let (start, later) = collect(&batch, &PY311, &planned, base, caller, &first);
+        assert_eq!(start, caller);
+        assert!(later.agrees);
+        // The callee was current first and had returned by the second reading: its caller.
+        let (planned, batch) = later_from(&[caller, caller], &mem);
+        let (start, later) = collect(&batch, &PY311, &planned, base, callee, &first);
+        assert_eq!(start, caller);
+        assert!(later.agrees);
+        // Something else entirely: no agreement.
+        let (planned, batch) = later_from(&[base + 400, caller], &mem);
+        let (_, later) = collect(&batch, &PY311, &planned, base, callee, &first);
+        assert!(!later.agrees);
+    }
+
+    fn later_from(pointers: &[usize], mem: &[u8]) -> (Planned, Batch) {
+        later(pointers, mem, mem.as_ptr() as usize)
+    }
+
+    #[test]
+    fn gaps_vary() {
+        let mut seed = 42;
+        let gaps: std::collections::HashSet<u64> =
+            (0..100).map(|_| (next(&mut seed) % MAX_GAP) & !7).collect();
+        assert!(gaps.len() > 50);
+    }
+}

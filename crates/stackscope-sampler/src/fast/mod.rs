@@ -1,0 +1,546 @@
+//! stackscope's own stack reader for CPython 3.11 and 3.12.
+//!
+//! py-spy, in its default mode, stops every thread for each sample and copies each frame,
+//! code object, name, file name and line table with its own system call: about eight reads a
+//! frame, nothing kept. This reader
+//!
+//! - keeps what never changes about a code object (names, file, decoded line table) by
+//!   address, checked each sample against a few identity fields read with the frames
+//!   ([`code`]);
+//! - copies each thread's frames with its whole data-stack chunk, all threads in one
+//!   `process_vm_readv`, and walks the frame links inside the copy ([`snapshot`], [`stack`]);
+//! - does not stop the process: the GIL, read before and after the copy, says which threads
+//!   can have run during it ([`gil`]); every other thread's copy is a stack it had. The one
+//!   that may have run (the holder) is copied four times with random gaps and kept when the
+//!   copies agree ([`holder`]); one that keeps failing that is stopped alone, read and
+//!   resumed ([`Strategy`]).
+//!
+//! So a sample of a steady process costs one read of its memory and one `pread` of each
+//! thread's `/proc` stat file; a thread is stopped in a fraction of a percent of samples.
+//! Versions without a layout table here are read by py-spy.
+
+mod activity;
+mod addrmap;
+mod attempt;
+mod code;
+mod filenames;
+mod gil;
+mod holder;
+mod layout;
+mod linetable;
+mod names;
+mod pystr;
+mod remote;
+mod snapshot;
+mod stack;
+mod stats;
+mod threads;
+
+use anyhow::Context;
+use py_spy::PythonSpy;
+use stackscope_event::Frame;
+
+use activity::Activity;
+use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, ReadFrame, Request, WalkStats};
+use code::CodeCache;
+use filenames::FileNames;
+use gil::GilWords;
+use layout::{common, GilHolder, Layout};
+use names::ThreadNames;
+use remote::Remote;
+pub(crate) use stats::ReaderStats;
+
+/// How the reader keeps stacks consistent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// Stop the whole process around each sample's reads (py-spy's way, with fewer reads).
+    StopProcess,
+    /// Stop nothing up front: threads that did not hold the GIL during the read are taken as
+    /// read, the holder when its copies agree; a holder whose copies keep disagreeing is
+    /// stopped alone for a last read. Without blocking, nothing is ever stopped and such a
+    /// holder's read is kept, torn or not.
+    StopGilHolders,
+}
+
+impl Strategy {
+    /// The default, chosen by measurement (docs/performance.md): a ptrace stop of one thread
+    /// costs that thread about 0.1 ms here, so stopping every thread for every sample slows a
+    /// 1000 Hz target by a fifth, where this stops a thread in well under 1% of samples and
+    /// reads the same stacks.
+    pub(crate) const DEFAULT: Strategy = Strategy::StopGilHolders;
+}
+
+/// One thread, as read.
+#[derive(Debug)]
+pub(crate) struct ThreadRead {
+    pub thread_id: u64,
+    pub os_thread_id: u64,
+    pub name: Option<String>,
+    pub owns_gil: bool,
+    /// Running, by the OS and py-spy's own idle heuristic.
+    pub active: bool,
+    pub frames: Vec<Frame>,
+}
+
+/// Reads of a thread that moved since its last sample, or held the GIL and failed the check,
+/// before it is stopped.
+const TRIES: usize = 3;
+/// Stops of a thread caught in the middle of a call, before its stack is taken as it is.
+const STOPS: usize = 3;
+
+pub(crate) struct FastReader {
+    pid: u32,
+    layout: &'static Layout,
+    globals: Globals,
+    modules_ptr: usize,
+    remote: Remote,
+    process: remoteprocess::Process,
+    threads: Vec<Known>,
+    codes: CodeCache,
+    names: ThreadNames,
+    activity: Activity,
+    strategy: Strategy,
+    /// The GIL's last holder at the end of the last read: the thread read with a check.
+    expected_holder: usize,
+    /// The threads to read with a check this sample.
+    likely_holders: Vec<usize>,
+    walk_stats: WalkStats,
+    stats: ReaderStats,
+}
+
+/// Each thread's frames, in list order, and the GIL holder's thread state.
+struct Read {
+    frames: Vec<Vec<ReadFrame>>,
+    gil_holder: usize,
+}
+
+impl FastReader {
+    /// A reader for the interpreter py-spy found, if its version has a layout table here.
+    pub(crate) fn new(
+        pid: u32,
+        spy: &PythonSpy,
+        strategy: Strategy,
+    ) -> anyhow::Result<Option<FastReader>> {
+        let Some(layout) = Layout::for_version(spy.version.major, spy.version.minor) else {
+            return Ok(None);
+        };
+        let found = spy.addresses.threadstate_address;
+        let globals = Globals {
+            head_ptr: spy.addresses.interpreter_address + layout.interp_threads_head,
+            gil: found.wrapping_add_signed(layout.gil_offset),
+            tstate_current: match layout.gil_holder {
+                GilHolder::TstateCurrent => found,
+                GilHolder::LastHolderWhileLocked => 0,
+            },
+        };
+        let mut remote = Remote::new(pid);
+        // Everything consistent rests on the GIL: make sure the table finds it.
+        let gil = remote
+            .read(globals.gil, common::GIL_LEN)
+            .ok()
+            .and_then(|b| GilWords::parse(&b));
+        if found == 0 || !gil.is_some_and(|g| g.plausible()) {
+            anyhow::bail!("no GIL where the layout table puts it");
+        }
+        let mut reader = FastReader {
+            pid,
+            layout,
+            globals,
+            modules_ptr: spy.addresses.imports_modules_address,
+            remote,
+            process: remoteprocess::Process::new(pid as remoteprocess::Pid)
+                .context("cannot open the process")?,
+            threads: Vec::new(),
+            codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
+            names: ThreadNames::new(),
+            activity: Activity::default(),
+            strategy,
+            expected_holder: gil.map_or(0, |g| g.last_holder),
+            likely_holders: Vec::new(),
+            walk_stats: WalkStats::default(),
+            stats: ReaderStats::default(),
+        };
+        reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
+        Ok(Some(reader))
+    }
+
+    /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
+    /// threads, or the process); without it nothing is stopped.
+    pub(crate) fn read(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+        let started = std::time::Instant::now();
+        let out = self.read_inner(blocking);
+        self.stats.read_ns += started.elapsed().as_nanos() as u64;
+        out
+    }
+
+    fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+        self.stats.samples += 1;
+        // The OS's view first: once we stop a thread, it reads as stopped.
+        let states: Vec<(u64, Option<u8>)> = self
+            .threads
+            .iter()
+            .map(|k| k.ts.native_thread_id)
+            .map(|tid| (tid, self.activity.state(tid)))
+            .collect();
+        let stop = if blocking && self.strategy == Strategy::StopProcess {
+            self.stats.process_stops += 1;
+            Some(self.process.lock().context("Failed to suspend process")?)
+        } else {
+            None
+        };
+        // Read with a check: the thread that held the GIL last time, and those running now
+        // (a thread waiting for the GIL sleeps).
+        let mut likely: Vec<usize> = vec![self.expected_holder];
+        for (k, (_, state)) in self.threads.iter().zip(&states) {
+            if *state == Some(b'R') {
+                likely.push(k.tstate);
+            }
+        }
+        self.likely_holders = likely;
+        let result = self.read_threads(blocking, stop.is_some(), &states);
+        drop(stop);
+        let read = result.inspect_err(|_| self.stats.errors += 1)?;
+
+        let live: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        self.activity.retain(&live);
+        let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
+        let names = self
+            .names
+            .names(&mut self.remote, self.layout, self.modules_ptr, &idents);
+        // py-spy compares thread ids with the holder's.
+        let gil_thread = self
+            .threads
+            .iter()
+            .find(|k| k.tstate == read.gil_holder && read.gil_holder != 0)
+            .map_or(0, |k| k.ts.thread_id);
+        let mut out = Vec::with_capacity(self.threads.len());
+        for ((known, frames), name) in self.threads.iter().zip(read.frames).zip(names) {
+            let ts = known.ts;
+            let state = match states.iter().find(|(tid, _)| *tid == ts.native_thread_id) {
+                Some((_, state)) => *state,
+                // A thread new this sample: read now unless we stopped the process.
+                None if self.strategy == Strategy::StopGilHolders => {
+                    self.activity.state(ts.native_thread_id)
+                }
+                None => None,
+            };
+            let os_running = state.map(|s| s == b'R');
+            let active = os_running.unwrap_or(true) && !pyspy_idle_heuristic(&frames);
+            out.push(ThreadRead {
+                thread_id: ts.thread_id,
+                os_thread_id: ts.native_thread_id,
+                name,
+                owns_gil: ts.thread_id == gil_thread,
+                active,
+                frames: frames.into_iter().map(|f| f.frame).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `states`: each thread's scheduler state before the read.
+    fn read_threads(
+        &mut self,
+        blocking: bool,
+        process_stopped: bool,
+        states: &[(u64, Option<u8>)],
+    ) -> anyhow::Result<Read> {
+        let mut rebuilds = 0;
+        'list: loop {
+            if rebuilds > 0 {
+                if rebuilds > 3 {
+                    anyhow::bail!("Failed to read PyThreadState list: it keeps changing");
+                }
+                self.stats.list_rebuilds += 1;
+                self.threads = threads::rebuild(
+                    &mut self.remote,
+                    self.layout,
+                    &self.globals,
+                    &self.threads,
+                    None,
+                )?;
+            }
+            rebuilds += 1;
+            let all: Vec<usize> = (0..self.threads.len()).collect();
+            let first = self.attempt(&all, true, process_stopped)?;
+            if let Some(holder) = first.last_holder {
+                self.expected_holder = holder;
+            }
+            let stale_list = !threads::matches(&self.threads, &first);
+            let gil_holder = first.gil_holder.unwrap_or(0);
+            let mut results: Vec<Option<Vec<ReadFrame>>> = vec![None; all.len()];
+            let mut settled = settle(&all, first, &mut results)?;
+            if stale_list || settled.gone {
+                continue 'list;
+            }
+            // Threads that moved, or may have run without passing the check: read again (with
+            // the check) a couple of times before stopping them.
+            let mut ran = std::mem::take(&mut settled.ran);
+            for _ in 1..TRIES {
+                if settled.again.is_empty() && ran.is_empty() {
+                    break;
+                }
+                let mut which = std::mem::take(&mut settled.again);
+                which.extend(ran.iter().map(|(i, _)| *i));
+                self.stats.rereads += which.len() as u64;
+                let next = self.attempt(&which, false, process_stopped)?;
+                let mut again = settle(&which, next, &mut results)?;
+                // A thread read as "ran" again keeps its latest frames.
+                ran.retain(|(i, _)| !which.contains(i));
+                ran.append(&mut again.ran);
+                settled.again = again.again;
+                settled.gone |= again.gone;
+                settled.midway.append(&mut again.midway);
+            }
+            if settled.gone {
+                continue 'list;
+            }
+            // With the whole process stopped, a thread caught mid-call reads as py-spy would
+            // read it.
+            for (i, frames) in std::mem::take(&mut settled.midway) {
+                results[i] = Some(frames);
+            }
+            // A thread that was stopped (by a debugger, a test) before and after the read
+            // cannot have run in between, GIL or not.
+            ran.retain(|(i, frames)| {
+                let tid = self.threads[*i].ts.native_thread_id;
+                let before = states.iter().find(|(t, _)| *t == tid).and_then(|(_, s)| *s);
+                let still =
+                    activity::is_stopped(before) && activity::is_stopped(self.activity.state(tid));
+                if still {
+                    results[*i] = Some(frames.clone());
+                }
+                !still
+            });
+            let again = std::mem::take(&mut settled.again);
+            if process_stopped && !again.is_empty() {
+                anyhow::bail!("Failed to read the frames of a stopped process");
+            }
+            if !blocking {
+                if !again.is_empty() {
+                    self.stats.torn += 1;
+                    anyhow::bail!("Failed to read a consistent stack: a thread kept moving");
+                }
+                // Not ours to stop: keep what was read, torn or not.
+                self.stats.unverified += ran.len() as u64;
+                for (i, frames) in ran {
+                    results[i] = Some(frames);
+                }
+            } else if !again.is_empty() || !ran.is_empty() {
+                let mut to_stop = again;
+                to_stop.extend(ran.iter().map(|(i, _)| *i));
+                for i in self.stop_and_read(&to_stop, &mut results)? {
+                    // Could not be stopped: gone (the list changed), or not ours to stop
+                    // (another tracer holds it): then its first read is all there is.
+                    match ran.iter().find(|(r, _)| *r == i) {
+                        Some((_, frames))
+                            if procfs_thread_alive(
+                                self.pid,
+                                self.threads[i].ts.native_thread_id,
+                            ) =>
+                        {
+                            self.stats.unverified += 1;
+                            results[i] = Some(frames.clone());
+                        }
+                        _ => continue 'list,
+                    }
+                }
+            }
+            let frames = results
+                .into_iter()
+                .map(|r| r.ok_or_else(|| anyhow::anyhow!("Failed to read a thread's frames")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            return Ok(Read { frames, gil_holder });
+        }
+    }
+
+    /// Stops the threads that may have run during the read, one by one (not the whole
+    /// process), reads them and resumes them when the locks drop, whatever happens. Answers
+    /// the threads it could not stop.
+    fn stop_and_read(
+        &mut self,
+        which: &[usize],
+        results: &mut [Option<Vec<ReadFrame>>],
+    ) -> anyhow::Result<Vec<usize>> {
+        let started = std::time::Instant::now();
+        let mut left = which.to_vec();
+        let mut midway = Vec::new();
+        let mut unstoppable = Vec::new();
+        // A thread caught in the middle of a call is let go and stopped again: a few
+        // instructions later its stack is usually whole.
+        for _ in 0..STOPS {
+            let mut locks = Vec::with_capacity(left.len());
+            let mut stopped = Vec::with_capacity(left.len());
+            for &i in &left {
+                match stop_thread(self.threads[i].ts.native_thread_id) {
+                    Some(lock) => {
+                        locks.push(lock);
+                        stopped.push(i);
+                    }
+                    None => unstoppable.push(i),
+                }
+            }
+            self.stats.thread_stops += stopped.len() as u64;
+            // Stopped, a thread reads at the latest on the second try (the first may use a
+            // stale guess of where its frames are).
+            let mut again = stopped;
+            midway.clear();
+            for _ in 0..2 {
+                if again.is_empty() {
+                    break;
+                }
+                let next = self.attempt(&again, false, true)?;
+                let settled = settle(&again, next, results)?;
+                again = settled.again;
+                midway.extend(settled.midway);
+            }
+            drop(locks);
+            if !again.is_empty() {
+                self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
+                anyhow::bail!("Failed to read a stopped thread's frames");
+            }
+            left = midway.iter().map(|(i, _)| *i).collect();
+            if left.is_empty() {
+                break;
+            }
+            self.stats.midway += left.len() as u64;
+            std::thread::yield_now();
+        }
+        // Still not whole after a few stops: a stack that really starts elsewhere, or an
+        // interpreter that keeps the current frame in a register for long stretches (3.12 in
+        // a tight generator loop): py-spy reads such stacks the same way.
+        for (i, frames) in midway {
+            results[i] = Some(frames);
+        }
+        self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
+        Ok(unstoppable)
+    }
+
+    fn attempt(
+        &mut self,
+        which: &[usize],
+        with_list: bool,
+        stopped: bool,
+    ) -> std::io::Result<Attempt> {
+        self.stats.attempts += 1;
+        let req = Request {
+            layout: self.layout,
+            globals: &self.globals,
+            with_list,
+            stopped,
+            // The first read of a sample checks the thread expected to hold the GIL; a
+            // second read is only of threads that may have run: all of them.
+            check: if with_list {
+                Check::Threads(&self.likely_holders)
+            } else {
+                Check::All
+            },
+        };
+        attempt(
+            &mut self.remote,
+            &mut self.codes,
+            &mut self.threads,
+            which,
+            &req,
+            &mut self.walk_stats,
+        )
+    }
+
+    /// The counters so far, with the reads they took.
+    pub(crate) fn stats(&self) -> ReaderStats {
+        let mut s = self.stats.clone();
+        s.syscalls = self.remote.syscalls;
+        s.bytes = self.remote.bytes;
+        s.stat_reads = self.activity.reads;
+        s.late_rounds = self.walk_stats.rounds;
+        s.code_hits = self.codes.hits;
+        s.code_misses = self.codes.misses;
+        s.code_replaced = self.codes.replaced;
+        s.codes_cached = self.codes.len() as u64;
+        s.name_lookups = self.names.lookups;
+        s
+    }
+}
+
+impl Drop for FastReader {
+    fn drop(&mut self) {
+        if std::env::var_os("STACKSCOPE_READER_STATS").is_some() {
+            eprintln!(
+                "stackscope: reader for pid {} (Python 3.{} layout, {:?}): {}",
+                self.pid,
+                self.layout.minor,
+                self.strategy,
+                self.stats()
+            );
+        }
+    }
+}
+
+/// Stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT); it runs again when the lock drops.
+/// None when it cannot be: it has exited, or another tracer holds it.
+fn stop_thread(tid: u64) -> Option<remoteprocess::ThreadLock> {
+    let tid = remoteprocess::Tid::try_from(tid).ok()?;
+    remoteprocess::Thread::new(tid).ok()?.lock().ok()
+}
+
+/// Whether thread `tid` of `pid` still exists and has not exited.
+fn procfs_thread_alive(pid: u32, tid: u64) -> bool {
+    crate::procfs::state(pid).is_some()
+        && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_owned())
+            })
+            .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+/// An attempt's outcomes, filed.
+#[derive(Default)]
+struct Settled {
+    /// To read again.
+    again: Vec<usize>,
+    /// Read, but they may have run meanwhile.
+    ran: Vec<(usize, Vec<ReadFrame>)>,
+    /// Read stopped in the middle of a call or return.
+    midway: Vec<(usize, Vec<ReadFrame>)>,
+    /// A thread state could not be read: the list changed under us.
+    gone: bool,
+}
+
+/// Files an attempt's outcomes: frames into `results`, the rest into [`Settled`].
+fn settle(
+    which: &[usize],
+    attempt: Attempt,
+    results: &mut [Option<Vec<ReadFrame>>],
+) -> anyhow::Result<Settled> {
+    let mut settled = Settled::default();
+    for (&i, outcome) in which.iter().zip(attempt.outcomes) {
+        match outcome {
+            Outcome::Done(frames) => results[i] = Some(frames),
+            Outcome::Ran(frames) => settled.ran.push((i, frames)),
+            Outcome::Midway(frames) => settled.midway.push((i, frames)),
+            Outcome::Again => settled.again.push(i),
+            Outcome::Gone => settled.gone = true,
+            Outcome::Broken(why) => anyhow::bail!("Failed to copy a thread's frames: {why}"),
+        }
+    }
+    Ok(settled)
+}
+
+/// py-spy's fallback idle test, applied to threads the OS says run: a few well-known waits
+/// at the top of the stack.
+fn pyspy_idle_heuristic(frames: &[ReadFrame]) -> bool {
+    let Some(top) = frames.first() else {
+        return false;
+    };
+    let name = &*top.frame.function;
+    let file = &*top.full_file;
+    (name == "wait" && file.ends_with("threading.py"))
+        || (name == "select" && file.ends_with("selectors.py"))
+        || (name == "poll"
+            && (file.ends_with("asyncore.py")
+                || file.contains("zmq")
+                || file.contains("gevent")
+                || file.contains("tornado")))
+}

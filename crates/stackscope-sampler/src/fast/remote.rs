@@ -1,0 +1,233 @@
+//! Reading the target's memory in batches: many ranges, one `process_vm_readv`.
+//!
+//! Each system call into another process's memory costs about as much as copying a few
+//! kilobytes, so the reader gathers every range it needs at one step (all threads' states,
+//! all frames, all code headers) and reads them together. A range that is not mapped (a
+//! pointer read from a torn frame) fails alone: the kernel stops at the first range it cannot
+//! read, and the batch carries on from the one after it.
+
+use std::io;
+
+/// At most this many ranges in one call (`IOV_MAX` on Linux).
+const MAX_IOVECS: usize = 1024;
+
+/// A batch refuses single ranges this large: a garbage length read from a torn object must
+/// not make us allocate gigabytes.
+pub(crate) const MAX_RANGE: usize = 4 << 20;
+
+/// Where a range's bytes went in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot(usize);
+
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    addr: usize,
+    len: usize,
+    offset: usize,
+    ok: bool,
+}
+
+/// Ranges to read at once, and, after [`Batch::run`], their bytes.
+#[derive(Default)]
+pub(crate) struct Batch {
+    ranges: Vec<Range>,
+    buf: Vec<u8>,
+}
+
+/// The process we read, and how many system calls reading it took.
+pub(crate) struct Remote {
+    pid: libc::pid_t,
+    pub syscalls: u64,
+    pub bytes: u64,
+}
+
+impl Remote {
+    pub(crate) fn new(pid: u32) -> Remote {
+        Remote {
+            pid: pid as libc::pid_t,
+            syscalls: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Reads one range at once, outside any batch.
+    pub(crate) fn read(&mut self, addr: usize, len: usize) -> io::Result<Vec<u8>> {
+        let mut batch = Batch::default();
+        let slot = batch.add(addr, len);
+        batch.run(self)?;
+        batch
+            .get(slot)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+    }
+}
+
+impl Batch {
+    pub(crate) fn clear(&mut self) {
+        self.ranges.clear();
+        self.buf.clear();
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Adds a range. A null address or an absurd length is recorded as failed, never read.
+    pub(crate) fn add(&mut self, addr: usize, len: usize) -> Slot {
+        let offset = self.buf.len();
+        let sane = addr != 0 && len <= MAX_RANGE && addr.checked_add(len).is_some();
+        let len = if sane { len } else { 0 };
+        self.buf.resize(offset + len, 0);
+        self.ranges.push(Range {
+            addr,
+            len,
+            offset,
+            ok: false,
+        });
+        if !sane {
+            // Marked so that run() skips it; get() then answers None.
+            if let Some(r) = self.ranges.last_mut() {
+                r.addr = 0;
+            }
+        }
+        Slot(self.ranges.len() - 1)
+    }
+
+    /// The bytes of a range that was read in full.
+    pub(crate) fn get(&self, slot: Slot) -> Option<&[u8]> {
+        let r = self.ranges.get(slot.0)?;
+        if !r.ok {
+            return None;
+        }
+        self.buf.get(r.offset..r.offset + r.len)
+    }
+
+    /// Reads every range. Ranges that cannot be read are left failed; the error is only for
+    /// the process itself (gone, or no longer ours to read).
+    pub(crate) fn run(&mut self, remote: &mut Remote) -> io::Result<()> {
+        let mut next = 0;
+        while next < self.ranges.len() {
+            // Skip the ranges marked unreadable when added.
+            if self.ranges[next].addr == 0 {
+                next += 1;
+                continue;
+            }
+            let end = (next..self.ranges.len())
+                .take(MAX_IOVECS)
+                .take_while(|&i| self.ranges[i].addr != 0)
+                .last()
+                .map_or(next, |i| i + 1);
+            let done = self.readv(remote, next, end)?;
+            // The kernel reads whole ranges in order: the first `done` succeeded, the one
+            // after (if any, within this call) is the one it could not read.
+            for r in &mut self.ranges[next..next + done] {
+                r.ok = true;
+            }
+            next += done;
+            if next < end {
+                next += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// One system call for ranges `start..end`; answers how many were read in full.
+    fn readv(&mut self, remote: &mut Remote, start: usize, end: usize) -> io::Result<usize> {
+        let ranges = &self.ranges[start..end];
+        let total: usize = ranges.iter().map(|r| r.len).sum();
+        let first = ranges.first().map_or(0, |r| r.offset);
+        let remote_iov: Vec<libc::iovec> = ranges
+            .iter()
+            .map(|r| libc::iovec {
+                iov_base: r.addr as *mut libc::c_void,
+                iov_len: r.len,
+            })
+            .collect();
+        let local = libc::iovec {
+            iov_base: self.buf[first..].as_mut_ptr().cast(),
+            iov_len: total,
+        };
+        remote.syscalls += 1;
+        // SAFETY: the local iovec covers `total` bytes of our own buffer, which holds every
+        // range of this call back to back; the remote iovecs are only read by the kernel.
+        let n = unsafe {
+            libc::process_vm_readv(
+                remote.pid,
+                &local,
+                1,
+                remote_iov.as_ptr(),
+                remote_iov.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                // The first range is not mapped: nothing of this call was read.
+                Some(libc::EFAULT) => Ok(0),
+                _ => Err(err),
+            };
+        }
+        let mut read = n as usize;
+        remote.bytes += read as u64;
+        let mut done = 0;
+        for r in ranges {
+            if read < r.len {
+                break;
+            }
+            read -= r.len;
+            done += 1;
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_our_own_memory_in_one_call_and_isolates_a_bad_range() {
+        let a = [1u8, 2, 3, 4];
+        let b = [9u8; 100];
+        let mut remote = Remote::new(std::process::id());
+        let mut batch = Batch::default();
+        let sa = batch.add(a.as_ptr() as usize, a.len());
+        // Page zero is never mapped.
+        let bad = batch.add(8, 16);
+        let sb = batch.add(b.as_ptr() as usize, b.len());
+        let null = batch.add(0, 8);
+        batch.run(&mut remote).expect("our own process");
+        assert_eq!(batch.get(sa), Some(&a[..]));
+        assert_eq!(batch.get(bad), None);
+        assert_eq!(batch.get(sb), Some(&b[..]));
+        assert_eq!(batch.get(null), None);
+        assert_eq!(remote.syscalls, 2, "one call, one more after the bad range");
+    }
+
+    #[test]
+    fn absurd_lengths_are_not_allocated() {
+        let mut batch = Batch::default();
+        let s = batch.add(0x1000, usize::MAX / 2);
+        let mut remote = Remote::new(std::process::id());
+        batch.run(&mut remote).expect("run");
+        assert_eq!(batch.get(s), None);
+        assert_eq!(remote.syscalls, 0);
+    }
+
+    #[test]
+    fn more_ranges_than_one_call_takes() {
+        let data: Vec<u64> = (0..3000).collect();
+        let mut batch = Batch::default();
+        let slots: Vec<Slot> = data
+            .iter()
+            .map(|v| batch.add(v as *const u64 as usize, 8))
+            .collect();
+        let mut remote = Remote::new(std::process::id());
+        batch.run(&mut remote).expect("run");
+        for (v, s) in data.iter().zip(slots) {
+            assert_eq!(batch.get(s), Some(&v.to_le_bytes()[..]));
+        }
+        assert_eq!(remote.syscalls, 3);
+    }
+}

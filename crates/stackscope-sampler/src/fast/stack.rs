@@ -1,0 +1,347 @@
+//! Walking one thread's frames through memory already copied.
+//!
+//! In 3.11 and 3.12 a thread's frames live in its data stack: chunks of at least 16 KiB,
+//! frames pushed one after another, each linked to its caller by `previous`. The reader
+//! copies the used part of the current chunk in one go and walks the links inside the copy.
+//! A link that leaves the copy (a generator's frame, which lives in the generator object; a
+//! frame in an older chunk; 3.12's entry shims on the C stack) is read on its own, and the
+//! older chunk, whose address the current chunk's header gives, is copied whole when the walk
+//! first reaches below it.
+
+use super::layout::{common, usize_at, Layout};
+
+/// A copied range of the target's memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Region {
+    pub addr: usize,
+    pub bytes: Vec<u8>,
+}
+
+impl Region {
+    pub(crate) fn get(&self, addr: usize, len: usize) -> Option<&[u8]> {
+        let start = addr.checked_sub(self.addr)?;
+        self.bytes.get(start..start.checked_add(len)?)
+    }
+
+    /// For a region copied from a chunk's start: the chunk before it.
+    fn previous_chunk(&self) -> Option<usize> {
+        usize_at(&self.bytes, common::CHUNK_PREVIOUS).filter(|&p| p != 0)
+    }
+}
+
+/// A range to copy ahead, as the last walk of a thread used it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extra {
+    pub addr: usize,
+    pub len: usize,
+    /// A data-stack chunk (from its start), rather than one frame.
+    pub chunk: bool,
+}
+
+/// A region, whether it is a chunk, and whether the walk found a frame in it.
+#[derive(Debug)]
+struct Copied {
+    region: Region,
+    chunk: bool,
+    used: bool,
+}
+
+/// A frame as read: its code object and the instruction it is at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawFrame {
+    pub addr: usize,
+    pub code: usize,
+    pub prev_instr: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WalkError {
+    /// More frames than py-spy follows: a loop in torn links, or real runaway recursion.
+    TooDeep,
+    /// A link or code pointer no live frame can hold.
+    Garbage(usize),
+}
+
+/// What the walk needs read next: a frame header, and maybe a whole older chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub frame: usize,
+    pub chunk: Option<usize>,
+}
+
+/// py-spy gives up on a thread with more frames than this.
+const MAX_FRAMES: usize = 4096;
+
+/// Where a thread's first frame sits: `data[1]` of its first chunk (CPython leaves `data[0]`
+/// of that chunk unused so that the chunk is never freed).
+const FIRST_FRAME_OFFSET: usize = common::CHUNK_HEADER + 8;
+
+pub(crate) struct Walk {
+    pub frames: Vec<RawFrame>,
+    /// Frame headers read so far, shims included.
+    visited: usize,
+    next: usize,
+    regions: Vec<Copied>,
+    /// The older chunk below the ones copied, not yet copied itself.
+    older_chunk: Option<usize>,
+}
+
+impl Walk {
+    /// A walk from `current_frame` (0: the thread runs no Python) over `chunk`, a copy that
+    /// starts at the current chunk's start (empty at address 0 when there is none).
+    pub(crate) fn new(current_frame: usize, chunk: Region) -> Walk {
+        let older_chunk = chunk.previous_chunk();
+        Walk {
+            frames: Vec::new(),
+            visited: 0,
+            next: current_frame,
+            regions: vec![Copied {
+                chunk: chunk.addr != 0,
+                region: chunk,
+                used: true,
+            }],
+            older_chunk,
+        }
+    }
+
+    /// Follows the links through what is copied. Answers what to read when it needs more,
+    /// None once the walk is complete.
+    pub(crate) fn advance(&mut self, layout: &Layout) -> Result<Option<Need>, WalkError> {
+        while self.next != 0 {
+            let addr = self.next;
+            if addr & 7 != 0 {
+                return Err(WalkError::Garbage(addr));
+            }
+            let Some(copied) = self
+                .regions
+                .iter_mut()
+                .find(|r| r.region.get(addr, layout.fr_header_len).is_some())
+            else {
+                // Frames sit above their chunk's start; anything else (a generator's frame)
+                // costs at most one needless copy of the older chunk, needed further down.
+                let chunk = self.older_chunk.filter(|&c| c < addr);
+                return Ok(Some(Need { frame: addr, chunk }));
+            };
+            copied.used = true;
+            let Some(header) = copied.region.get(addr, layout.fr_header_len) else {
+                return Err(WalkError::Garbage(addr));
+            };
+            self.visited += 1;
+            if self.visited > MAX_FRAMES {
+                return Err(WalkError::TooDeep);
+            }
+            let field = |offset| usize_at(header, offset).ok_or(WalkError::Garbage(addr));
+            let code = field(layout.fr_code)?;
+            let previous = field(layout.fr_previous)?;
+            let prev_instr = field(layout.fr_prev_instr)?;
+            let owner = header.get(layout.fr_owner).copied();
+            if previous & 7 != 0 {
+                return Err(WalkError::Garbage(previous));
+            }
+            self.next = previous;
+            if layout.owner_cstack.is_some() && owner == layout.owner_cstack {
+                // An entry shim: no code of its own.
+                continue;
+            }
+            if code == 0 || code & 7 != 0 {
+                return Err(WalkError::Garbage(code));
+            }
+            self.frames.push(RawFrame {
+                addr,
+                code,
+                prev_instr,
+            });
+        }
+        Ok(None)
+    }
+
+    /// Hands over what was read for a [`Need`]: the frame's header and, if asked for, the
+    /// older chunk's first [`common::MIN_CHUNK_BYTES`] (which holds all of a chunk but one
+    /// made for a single huge frame; frames past it are read one by one).
+    pub(crate) fn supply(&mut self, need: Need, frame: Option<Vec<u8>>, chunk: Option<Vec<u8>>) {
+        if let (Some(addr), Some(bytes)) = (need.chunk, chunk) {
+            self.add_region(Region { addr, bytes }, true);
+        }
+        if let Some(bytes) = frame {
+            self.add_region(
+                Region {
+                    addr: need.frame,
+                    bytes,
+                },
+                false,
+            );
+        }
+    }
+
+    /// Adds a copy made before the walk needed it (a range the last sample's walk used).
+    pub(crate) fn add_region(&mut self, region: Region, chunk: bool) {
+        if chunk && Some(region.addr) == self.older_chunk {
+            self.older_chunk = region.previous_chunk();
+        }
+        self.regions.push(Copied {
+            region,
+            chunk,
+            used: false,
+        });
+    }
+
+    /// Whether the frame at `need.frame` is now readable (else the walk cannot go on).
+    pub(crate) fn can_continue(&self, need: Need, layout: &Layout) -> bool {
+        self.header(need.frame, layout).is_some()
+    }
+
+    /// A frame's header as copied.
+    pub(crate) fn header(&self, frame: usize, layout: &Layout) -> Option<&[u8]> {
+        self.regions
+            .iter()
+            .find_map(|r| r.region.get(frame, layout.fr_header_len))
+    }
+
+    /// Whether the walk ended at the thread's first frame, where every complete stack ends:
+    /// the first frame slot of the chunk that has no older one. A thread stopped in the middle
+    /// of a call or a return can have its current-frame pointer already moved while the new
+    /// frame's link is not yet written (the compiler may order those stores either way), and
+    /// then the walk ends early. Threads whose stack starts elsewhere (a generator driven by C
+    /// code with no Python frame under it) fail this too.
+    pub(crate) fn ends_at_first_frame(&self) -> bool {
+        let Some(last) = self.frames.last() else {
+            return true;
+        };
+        self.regions
+            .iter()
+            .filter(|r| r.chunk && r.region.previous_chunk().is_none())
+            .any(|r| r.region.addr + FIRST_FRAME_OFFSET == last.addr)
+    }
+
+    /// The ranges outside the current chunk that held frames of this walk: worth copying
+    /// with the next snapshot of the thread.
+    pub(crate) fn outside_ranges(&self) -> Vec<Extra> {
+        self.regions
+            .iter()
+            .skip(1)
+            .filter(|r| r.used)
+            .map(|r| Extra {
+                addr: r.region.addr,
+                len: r.region.bytes.len(),
+                chunk: r.chunk,
+            })
+            .take(super::snapshot::MAX_EXTRA)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fast::layout::{PY311, PY312};
+
+    /// Writes a 3.11-style frame at `at` (an offset in `mem`, whose address is `base`).
+    fn frame(mem: &mut [u8], base: usize, at: usize, code: usize, previous: usize, instr: usize) {
+        let l = &PY311;
+        mem[at + l.fr_code..at + l.fr_code + 8].copy_from_slice(&(code as u64).to_le_bytes());
+        mem[at + l.fr_previous..at + l.fr_previous + 8]
+            .copy_from_slice(&(previous as u64).to_le_bytes());
+        mem[at + l.fr_prev_instr..at + l.fr_prev_instr + 8]
+            .copy_from_slice(&(instr as u64).to_le_bytes());
+        let _ = base;
+    }
+
+    #[test]
+    fn walks_a_chunk_then_asks_for_a_generator_frame_and_an_older_chunk() {
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 1024];
+        // Chunk header: the older chunk at 0x8_0000.
+        mem[0..8].copy_from_slice(&0x8_0000u64.to_le_bytes());
+        // Frames at +32 (bottom of this chunk), +200 (its callee), +400 (the innermost),
+        // whose caller is a generator frame elsewhere, whose caller is in the older chunk.
+        frame(&mut mem, base, 400, 0xc000, 0x50_0000, 1);
+        let walk_start = base + 400;
+        let mut walk = Walk::new(
+            walk_start,
+            Region {
+                addr: base,
+                bytes: mem.clone(),
+            },
+        );
+        let need = walk
+            .advance(&PY311)
+            .expect("walk")
+            .expect("needs the generator frame");
+        // The older chunk comes along: the walk will go down there next.
+        assert_eq!(
+            need,
+            Need {
+                frame: 0x50_0000,
+                chunk: Some(0x8_0000)
+            }
+        );
+        let mut gen = vec![0u8; 72];
+        frame(&mut gen, 0x50_0000, 0, 0xd000, 0x8_0000 + 24, 2);
+        let mut older = vec![0u8; 200];
+        frame(&mut older, 0x8_0000, 24, 0xe000, 0, 3);
+        walk.supply(need, Some(gen), Some(older));
+        assert!(walk.can_continue(need, &PY311));
+        assert_eq!(walk.advance(&PY311), Ok(None));
+        let outside: Vec<(usize, bool)> = walk
+            .outside_ranges()
+            .iter()
+            .map(|e| (e.addr, e.chunk))
+            .collect();
+        assert_eq!(outside, [(0x8_0000, true), (0x50_0000, false)]);
+        let codes: Vec<usize> = walk.frames.iter().map(|f| f.code).collect();
+        assert_eq!(codes, [0xc000, 0xd000, 0xe000]);
+    }
+
+    #[test]
+    fn a_loop_in_torn_links_ends_as_too_deep() {
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 256];
+        frame(&mut mem, base, 32, 0xc000, base + 32, 1);
+        let mut walk = Walk::new(
+            base + 32,
+            Region {
+                addr: base,
+                bytes: mem,
+            },
+        );
+        assert_eq!(walk.advance(&PY311), Err(WalkError::TooDeep));
+    }
+
+    #[test]
+    fn misaligned_links_are_garbage() {
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 256];
+        frame(&mut mem, base, 32, 0xc000, base + 3, 1);
+        let mut walk = Walk::new(
+            base + 32,
+            Region {
+                addr: base,
+                bytes: mem,
+            },
+        );
+        assert!(matches!(walk.advance(&PY311), Err(WalkError::Garbage(_))));
+    }
+
+    #[test]
+    fn entry_shims_are_skipped_in_3_12() {
+        let l = &PY312;
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 256];
+        let put = |mem: &mut Vec<u8>, at: usize, code: u64, prev: u64, owner: u8| {
+            mem[at + l.fr_code..at + l.fr_code + 8].copy_from_slice(&code.to_le_bytes());
+            mem[at + l.fr_previous..at + l.fr_previous + 8].copy_from_slice(&prev.to_le_bytes());
+            mem[at + l.fr_owner] = owner;
+        };
+        put(&mut mem, 128, 0xc000, (base + 32) as u64, 0);
+        put(&mut mem, 32, 0xd000, 0, 3);
+        let mut walk = Walk::new(
+            base + 128,
+            Region {
+                addr: base,
+                bytes: mem,
+            },
+        );
+        assert_eq!(walk.advance(l), Ok(None));
+        assert_eq!(walk.frames.len(), 1);
+    }
+}

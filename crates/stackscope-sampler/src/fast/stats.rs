@@ -1,0 +1,74 @@
+//! What the fast reader did, counted: for benchmarks and for telling why a target was slow to
+//! read (`STACKSCOPE_READER_STATS=1` prints it when a reader is dropped).
+
+use std::fmt;
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ReaderStats {
+    pub samples: u64,
+    /// Tries (a sample is one try, plus one per re-read of moving threads).
+    pub attempts: u64,
+    /// Threads read again because they moved during a read.
+    pub rereads: u64,
+    /// Threads stopped alone, for a second read: they held the GIL during the first, or
+    /// their frames kept moving.
+    pub thread_stops: u64,
+    /// Threads that may have run during their read, kept as read (no blocking).
+    pub unverified: u64,
+    /// Stopped threads caught in the middle of a call, stopped again.
+    pub midway: u64,
+    /// Samples taken with the whole process stopped.
+    pub process_stops: u64,
+    /// Samples failed because a thread kept moving and stopping was not allowed.
+    pub torn: u64,
+    pub errors: u64,
+    pub list_rebuilds: u64,
+    pub syscalls: u64,
+    pub bytes: u64,
+    pub stat_reads: u64,
+    /// Reads after the snapshot for frames outside the copies.
+    pub late_rounds: u64,
+    pub code_hits: u64,
+    pub code_misses: u64,
+    pub code_replaced: u64,
+    pub codes_cached: u64,
+    pub name_lookups: u64,
+    /// Time spent in reads, and in the part of it with a thread stopped alone.
+    pub read_ns: u64,
+    pub thread_stop_ns: u64,
+}
+
+impl fmt::Display for ReaderStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per = |n: u64| n as f64 / self.samples.max(1) as f64;
+        write!(
+            f,
+            "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
+             {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
+             {} process stops, {} torn, \
+             {} errors, \
+             {} list rebuilds, {} late rounds, code cache {} hits / {} misses / {} replaced \
+             ({} cached), {} name lookups, {:.1} us per sample ({:.1} us stopping threads)",
+            self.samples,
+            per(self.syscalls),
+            per(self.stat_reads),
+            per(self.bytes),
+            self.rereads,
+            self.thread_stops,
+            self.midway,
+            self.unverified,
+            self.process_stops,
+            self.torn,
+            self.errors,
+            self.list_rebuilds,
+            self.late_rounds,
+            self.code_hits,
+            self.code_misses,
+            self.code_replaced,
+            self.codes_cached,
+            self.name_lookups,
+            per(self.read_ns) / 1e3,
+            per(self.thread_stop_ns) / 1e3
+        )
+    }
+}

@@ -1,0 +1,82 @@
+//! Thread names that stay true when the interpreter reuses thread idents.
+//!
+//! Python hands a finished thread's ident (`threading.get_ident()`) to the next thread it
+//! starts, and py-spy caches names by that ident, so a target that starts short threads all the
+//! time would have each new thread reported under an old thread's name. The OS thread id is not
+//! reused that quickly: an ident seen with a new OS thread id is a new thread, whose name must
+//! be looked up again.
+
+use std::collections::HashMap;
+
+use crate::target::ThreadStack;
+
+/// Idents kept at most: a thread-churning target must not grow this without bound.
+const MAX_TRACKED: usize = 65_536;
+
+#[derive(Default)]
+pub struct ThreadNames {
+    /// The OS thread each Python ident belonged to when last seen.
+    owner: HashMap<u64, u64>,
+}
+
+impl ThreadNames {
+    /// Clears the name of every thread whose ident now belongs to another OS thread than
+    /// before (the cached name was its predecessor's), and returns those idents so the
+    /// caller can drop them from its name cache.
+    pub fn check(&mut self, stacks: &mut [ThreadStack]) -> Vec<u64> {
+        let mut reused = Vec::new();
+        if self.owner.len() > MAX_TRACKED {
+            self.owner.clear();
+        }
+        for stack in stacks {
+            let Some(os_thread) = stack.thread.os_thread_id else {
+                continue;
+            };
+            let ident = stack.thread.python_thread_id;
+            match self.owner.insert(ident, os_thread) {
+                Some(previous) if previous != os_thread => {
+                    stack.thread.name = None;
+                    reused.push(ident);
+                }
+                _ => {}
+            }
+        }
+        reused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::ThreadInfo;
+
+    fn stack(ident: u64, os: u64, name: &str) -> ThreadStack {
+        ThreadStack {
+            thread: ThreadInfo {
+                os_thread_id: Some(os),
+                python_thread_id: ident,
+                name: Some(name.to_owned()),
+                active: true,
+                owns_gil: false,
+            },
+            frames: Vec::new(),
+            raw: None,
+        }
+    }
+
+    #[test]
+    fn a_reused_ident_loses_its_predecessors_name() {
+        let mut names = ThreadNames::default();
+        let mut first = [stack(0x7f00, 101, "churn-1")];
+        assert!(names.check(&mut first).is_empty());
+        assert_eq!(first[0].thread.name.as_deref(), Some("churn-1"));
+        // Same ident, another OS thread: the cached name "churn-1" is stale.
+        let mut second = [stack(0x7f00, 102, "churn-1")];
+        assert_eq!(names.check(&mut second), vec![0x7f00]);
+        assert_eq!(second[0].thread.name, None);
+        // Seen again with the same OS thread: its (freshly looked up) name stands.
+        let mut third = [stack(0x7f00, 102, "churn-2")];
+        assert!(names.check(&mut third).is_empty());
+        assert_eq!(third[0].thread.name.as_deref(), Some("churn-2"));
+    }
+}
