@@ -141,8 +141,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         python_thread_id: stack.thread.python_thread_id,
         // The state read before the process was touched wins over the reader's own view: a
         // thread the OS had parked in a wait is idle, however it looked once woken by a stop.
-        active: stack.thread.active
-            && matches!(state, ThreadState::Running | ThreadState::Unknown),
+        active: stack.thread.active && matches!(state, ThreadState::Running | ThreadState::Unknown),
         owns_gil: stack.thread.owns_gil,
         state,
         frames,

@@ -220,6 +220,9 @@ impl PythonTarget {
             // py-spy looks a name up again once its ident is no longer in the cache.
             self.spy.python_thread_names.remove(&ident);
             self.spy.python_thread_ids.remove(&ident);
+            if let Some(fast) = self.fast.as_mut() {
+                fast.forget_thread_name(ident);
+            }
         }
         Ok(stacks)
     }

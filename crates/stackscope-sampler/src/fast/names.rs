@@ -31,6 +31,12 @@ impl ThreadNames {
         }
     }
 
+    /// Drops the cached name of a thread ident that now belongs to another thread, so that its
+    /// next sample looks the name up again.
+    pub(crate) fn forget(&mut self, ident: u64) {
+        self.names.remove(&ident);
+    }
+
     /// The names of `idents`, looking them up (once) if any is unknown or due a retry.
     pub(crate) fn names(
         &mut self,
