@@ -446,12 +446,12 @@ impl FastReader {
         )
     }
 
-    /// The counters so far, with the reads they took.
     /// See [`ThreadNames::forget`].
     pub(crate) fn forget_thread_name(&mut self, ident: u64) {
         self.names.forget(ident);
     }
 
+    /// The counters so far, with the reads they took.
     pub(crate) fn stats(&self) -> ReaderStats {
         let mut s = self.stats.clone();
         s.syscalls = self.remote.syscalls;
