@@ -5,68 +5,12 @@
 //! frame that is not the innermost, while they call and return as fast as Python can: a torn
 //! read (frames from two different instants) shows as a shape or a line no real stack has.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stackscope_sampler::{procfs, PythonTarget, SampleFailure, TargetOptions, ThreadStack};
 
-struct Fixture {
-    child: Child,
-    pid: u32,
-    _stdout: BufReader<std::process::ChildStdout>,
-}
-
-impl Fixture {
-    fn start(python: &str, code: &str) -> Fixture {
-        let mut child = Command::new(python)
-            .arg("-c")
-            .arg(code)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("fixture says it is ready");
-        let pid = line
-            .trim()
-            .strip_prefix("ready ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        Fixture {
-            child,
-            pid,
-            _stdout: stdout,
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn pythons() -> Vec<String> {
-    let mut out = vec!["python3".to_owned()];
-    if let Some(home) = std::env::var_os("HOME") {
-        let versions = std::path::Path::new(&home).join(".pyenv/versions");
-        if let Ok(dir) = std::fs::read_dir(versions) {
-            let mut found: Vec<String> = dir
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("3.12"))
-                .map(|e| e.path().join("bin/python3").to_string_lossy().into_owned())
-                .filter(|p| std::path::Path::new(p).exists())
-                .collect();
-            found.sort();
-            out.extend(found.into_iter().take(1));
-        }
-    }
-    out
-}
+mod common;
+use common::{pythons, Fixture};
 
 const SHAPES: &str = r#"
 import os, threading, time

@@ -6,73 +6,14 @@
 //! threads are caught at different instructions. Run against every interpreter the fast
 //! reader has a layout for that is installed here (3.11 always; 3.12 when pyenv has one).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use py_spy::config::{Config, LineNo, LockingStrategy};
 use py_spy::PythonSpy;
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
-/// A fixture process, killed on Drop. It prints `ready PID` when every thread is in place.
-struct Fixture {
-    child: Child,
-    pid: u32,
-    _stdout: BufReader<std::process::ChildStdout>,
-}
-
-impl Fixture {
-    fn start(python: &str, code: &str) -> Fixture {
-        let mut child = Command::new(python)
-            .arg("-c")
-            .arg(code)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("fixture says it is ready");
-        // The pid from the interpreter itself: `python3` may be a launcher script.
-        let pid = line
-            .trim()
-            .strip_prefix("ready ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        Fixture {
-            child,
-            pid,
-            _stdout: stdout,
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The interpreters to test: 3.11 (`python3` here) and any 3.12 pyenv has.
-fn pythons() -> Vec<String> {
-    let mut out = vec!["python3".to_owned()];
-    if let Some(home) = std::env::var_os("HOME") {
-        let versions = std::path::Path::new(&home).join(".pyenv/versions");
-        if let Ok(dir) = std::fs::read_dir(versions) {
-            let mut found: Vec<String> = dir
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("3.12"))
-                .map(|e| e.path().join("bin/python3").to_string_lossy().into_owned())
-                .filter(|p| std::path::Path::new(p).exists())
-                .collect();
-            found.sort();
-            out.extend(found.into_iter().take(1));
-        }
-    }
-    out
-}
+mod common;
+use common::{pythons, Fixture};
 
 type Thread = (
     u64,
