@@ -139,9 +139,15 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
         python_thread_id: stack.thread.python_thread_id,
-        // The state read before the process was touched wins over the reader's own view: a
-        // thread the OS had parked in a wait is idle, however it looked once woken by a stop.
-        active: stack.thread.active && matches!(state, ThreadState::Running | ThreadState::Unknown),
+        // The one idle rule (crate::idle), on the state read before the process was touched:
+        // a thread the OS had parked in a wait is idle, however it looked once woken by a
+        // stop, unless it holds the GIL.
+        active: match state {
+            ThreadState::Unknown => stack.thread.active,
+            ThreadState::Running => true,
+            ThreadState::Stopped => false,
+            _ => stack.thread.owns_gil,
+        },
         owns_gil: stack.thread.owns_gil,
         state,
         frames,

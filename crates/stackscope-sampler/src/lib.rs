@@ -10,6 +10,7 @@
 mod dump;
 mod error;
 mod fast;
+mod idle;
 mod names;
 pub mod procfs;
 mod sampler;

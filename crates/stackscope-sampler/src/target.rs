@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use py_spy::config::{LineNo, LockingStrategy};
 use py_spy::{Config, PythonSpy, StackTrace};
-use stackscope_event::{Frame, ThreadInfo, ThreadState};
+use stackscope_event::{Frame, ThreadInfo};
 use stackscope_native::{merge, NativeUnwinder};
 
 use crate::error::{classify_sample_error, AttachError, SampleFailure};
-use crate::fast::{FastReader, Strategy};
+use crate::fast::{FastReader, OsTids, Strategy};
+use crate::idle;
 use crate::names::ThreadNames;
 use crate::procfs;
 
@@ -81,6 +82,8 @@ pub struct PythonTarget {
     fast: Option<FastReader>,
     /// Consecutive samples the fast reader failed; past a limit py-spy takes over.
     fast_failures: u32,
+    /// OS thread ids for py-spy's reads of 3.10 and older, made when first needed.
+    os_tids: Option<OsTids>,
 }
 
 impl PythonTarget {
@@ -136,6 +139,7 @@ impl PythonTarget {
             strings: StringCache::default(),
             fast,
             fast_failures: 0,
+            os_tids: None,
         })
     }
 
@@ -234,19 +238,39 @@ impl PythonTarget {
         if let Some(stacks) = self.read_stacks_fast() {
             return stacks;
         }
-        let traces = self
+        // Each thread's state before py-spy stops the process (once stopped, all read `t`).
+        let states = idle::states(self.pid);
+        let mut traces = self
             .spy
             .get_stack_traces()
             .map_err(|e| classify_sample_error(self.pid, &e))?;
+        self.fill_os_thread_ids(&mut traces);
         Ok(traces
             .into_iter()
             .map(|trace| {
                 let frames: Vec<Frame> =
                     trace.frames.iter().map(|f| self.strings.frame(f)).collect();
-                let active = trace.active && !waits_in_python(&frames);
+                let state = trace.os_thread_id.and_then(|tid| states.get(&tid).copied());
+                let active = idle::is_active(state, trace.owns_gil);
                 self.thread_stack(trace, frames, active)
             })
             .collect())
+    }
+
+    /// py-spy (built without its `unwind` feature) leaves the OS thread id of a 3.10-or-older
+    /// thread unknown: find it from the thread's `pthread_t` ([`OsTids`]).
+    fn fill_os_thread_ids(&mut self, traces: &mut [StackTrace]) {
+        if traces.iter().all(|t| t.os_thread_id.is_some()) {
+            return;
+        }
+        let pid = self.pid;
+        let tids = self.os_tids.get_or_insert_with(|| OsTids::new(pid));
+        let pthreads: Vec<u64> = traces.iter().map(|t| t.thread_id).collect();
+        for (trace, tid) in traces.iter_mut().zip(tids.tids(&pthreads)) {
+            if trace.os_thread_id.is_none() {
+                trace.os_thread_id = tid;
+            }
+        }
     }
 
     /// Reads with our own reader when there is one. None: py-spy's reader is to read this
@@ -259,7 +283,7 @@ impl PythonTarget {
                 Some(Ok(threads
                     .into_iter()
                     .map(|t| {
-                        let active = t.active && !waits_in_python(&t.frames);
+                        let active = t.active;
                         ThreadStack {
                             thread: ThreadInfo {
                                 os_thread_id: Some(t.os_thread_id),
@@ -294,17 +318,18 @@ impl PythonTarget {
     /// read from /proc before the stop, since during it every thread reads as stopped.
     fn read_stacks_with_native(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
         let pid = self.pid;
-        let states = procfs::thread_states(pid);
+        let states = idle::states(pid);
         let stop = self.spy.process.lock().map_err(|e| {
             classify_sample_error(
                 pid,
                 &anyhow::Error::new(e).context("cannot stop the process"),
             )
         })?;
-        let traces = self
+        let mut traces = self
             .spy
             .get_stack_traces()
             .map_err(|e| classify_sample_error(pid, &e))?;
+        self.fill_os_thread_ids(&mut traces);
         let mut stacks = Vec::with_capacity(traces.len());
         for trace in traces {
             let unwound = match (self.native.as_mut(), trace.os_thread_id) {
@@ -322,11 +347,8 @@ impl PythonTarget {
                 // A thread whose native stack cannot be walked still has its Python frames.
                 None => trace.frames.iter().map(|f| self.strings.frame(f)).collect(),
             };
-            let running = trace
-                .os_thread_id
-                .and_then(|tid| states.get(&tid))
-                .is_some_and(|s| *s == ThreadState::Running);
-            let active = running && !waits_in_python(&frames);
+            let state = trace.os_thread_id.and_then(|tid| states.get(&tid).copied());
+            let active = idle::is_active(state, trace.owns_gil);
             stacks.push(self.thread_stack(trace, frames, active));
         }
         drop(stop);
@@ -346,45 +368,6 @@ impl PythonTarget {
             frames,
             raw: self.keep_raw.then_some(trace),
         }
-    }
-}
-
-/// Whether the innermost frame is one of the standard library's blocking waits.
-///
-/// The OS state alone misjudges these: stopping the process for a read wakes a thread out of
-/// its lock wait, and it may still be re-acquiring the GIL to wait again when the next sample
-/// looks, so a thread parked in `join()` for an hour would show as busy in a few percent of
-/// samples. The frame says what it is doing whatever the scheduler says.
-fn waits_in_python(frames: &[Frame]) -> bool {
-    // With native frames, the innermost one says it directly: a thread inside a blocking
-    // system call's wrapper is waiting.
-    if let Some(native) = frames.first().filter(|f| f.native) {
-        const WAITS: [&str; 8] = [
-            "futex",
-            "sem_wait",
-            "pthread_cond",
-            "epoll_wait",
-            "__select",
-            "__poll",
-            "nanosleep",
-            "take_gil",
-        ];
-        if WAITS.iter().any(|w| native.function.contains(w)) {
-            return true;
-        }
-    }
-    let Some(innermost) = frames.iter().find(|f| !f.native) else {
-        return false;
-    };
-    let function = innermost.function.rsplit('.').next().unwrap_or("");
-    let file = innermost.file.rsplit('/').next().unwrap_or("");
-    match file {
-        "threading.py" => matches!(function, "wait" | "_wait_for_tstate_lock" | "join"),
-        "selectors.py" => matches!(function, "select"),
-        "queue.py" => matches!(function, "get" | "put"),
-        "connection.py" => matches!(function, "_recv_bytes" | "_recv" | "_poll" | "wait"),
-        "subprocess.py" => matches!(function, "_try_wait" | "wait" | "communicate"),
-        _ => false,
     }
 }
 
@@ -497,23 +480,6 @@ mod tests {
         assert!(err.to_string().contains("Python 2.7"), "{err}");
         assert!(err.to_string().contains("does not support"), "{err}");
         assert!(check_supported_version(1, 3, 15).is_err());
-    }
-
-    #[test]
-    fn standard_library_waits_are_idle_whatever_the_scheduler_says() {
-        let wait = |function: &str, file: &str| vec![Frame::python(function, file, 1)];
-        assert!(waits_in_python(&wait(
-            "Thread._wait_for_tstate_lock",
-            "/usr/lib/python3.11/threading.py"
-        )));
-        assert!(waits_in_python(&wait("Condition.wait", "threading.py")));
-        assert!(waits_in_python(&wait(
-            "BaseSelector.select",
-            "selectors.py"
-        )));
-        assert!(!waits_in_python(&wait("wait", "my_training.py")));
-        assert!(!waits_in_python(&wait("Thread.run", "threading.py")));
-        assert!(!waits_in_python(&[]));
     }
 
     #[test]

@@ -49,11 +49,10 @@ pub(crate) enum Outcome {
     Broken(String),
 }
 
-/// A frame with its names, and the full file name py-spy's idle heuristic looks at.
+/// A frame with its names.
 #[derive(Debug, Clone)]
 pub(crate) struct ReadFrame {
     pub frame: Frame,
-    pub full_file: std::sync::Arc<str>,
 }
 
 pub(crate) struct Attempt {
@@ -430,7 +429,6 @@ fn frames(
                 line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
                 native: false,
             },
-            full_file: names.full_file.clone(),
         });
     }
     Ok(out)

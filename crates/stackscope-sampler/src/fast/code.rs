@@ -77,15 +77,12 @@ pub(crate) struct CodeNames {
     pub function: Arc<str>,
     /// As shown: py-spy's short file name.
     pub file: Arc<str>,
-    /// As the interpreter has it, for py-spy's idle heuristic.
-    pub full_file: Arc<str>,
 }
 
 pub(crate) struct CodeCache {
     codes: AddrMap<CodeInfo>,
     functions: HashMap<String, Arc<str>>,
     files: FileNames,
-    full_files: HashMap<String, Arc<str>>,
     pub hits: u64,
     pub misses: u64,
     /// Cached entries found to hold another object now.
@@ -103,7 +100,6 @@ impl CodeCache {
             codes: AddrMap::default(),
             functions: HashMap::new(),
             files,
-            full_files: HashMap::new(),
             hits: 0,
             misses: 0,
             replaced: 0,
@@ -173,7 +169,6 @@ impl CodeCache {
             let names = (!filename.is_empty() && filename != "<shim>").then(|| CodeNames {
                 function: self.function(function),
                 file: self.files.short(filename),
-                full_file: self.full_file(filename),
             });
             let lines = match table {
                 TableRead::Bytes(bytes) => LineTable::decode(id.first_line(), &bytes),
@@ -196,10 +191,6 @@ impl CodeCache {
 
     fn function(&mut self, name: &str) -> Arc<str> {
         intern(&mut self.functions, name, Self::MAX_NAMES)
-    }
-
-    fn full_file(&mut self, name: &str) -> Arc<str> {
-        intern(&mut self.full_files, name, Self::MAX_NAMES)
     }
 }
 

@@ -29,6 +29,7 @@ mod holder;
 mod layout;
 mod linetable;
 mod names;
+mod ostid;
 mod pystr;
 mod remote;
 mod snapshot;
@@ -48,6 +49,7 @@ use gil::GilWords;
 use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 use remote::Remote;
+pub(crate) use ostid::OsTids;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -77,7 +79,7 @@ pub(crate) struct ThreadRead {
     pub os_thread_id: u64,
     pub name: Option<String>,
     pub owns_gil: bool,
-    /// Running, by the OS and py-spy's own idle heuristic.
+    /// Busy, by the one idle rule ([`crate::idle`]).
     pub active: bool,
     pub frames: Vec<Frame>,
 }
@@ -224,14 +226,13 @@ impl FastReader {
                 }
                 None => None,
             };
-            let os_running = state.map(|s| s == b'R');
-            let active = os_running.unwrap_or(true) && !pyspy_idle_heuristic(&frames);
+            let owns_gil = ts.thread_id == gil_thread;
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
                 os_thread_id: ts.native_thread_id,
                 name,
-                owns_gil: ts.thread_id == gil_thread,
-                active,
+                owns_gil,
+                active: crate::idle::is_active(state, owns_gil),
                 frames: frames.into_iter().map(|f| f.frame).collect(),
             });
         }
@@ -531,21 +532,4 @@ fn settle(
         }
     }
     Ok(settled)
-}
-
-/// py-spy's fallback idle test, applied to threads the OS says run: a few well-known waits
-/// at the top of the stack.
-fn pyspy_idle_heuristic(frames: &[ReadFrame]) -> bool {
-    let Some(top) = frames.first() else {
-        return false;
-    };
-    let name = &*top.frame.function;
-    let file = &*top.full_file;
-    (name == "wait" && file.ends_with("threading.py"))
-        || (name == "select" && file.ends_with("selectors.py"))
-        || (name == "poll"
-            && (file.ends_with("asyncore.py")
-                || file.contains("zmq")
-                || file.contains("gevent")
-                || file.contains("tornado")))
 }
