@@ -24,11 +24,19 @@ pub(crate) enum ManagedDict {
     Split,
     /// 3.12: one tagged word three before the object: values (low bit set) or a dict.
     Tagged,
+    /// 3.13: the dict pointer three words before the object; without a dict, the values
+    /// inline after the object (at `tp_basicsize`), behind a header of [`Layout::dict_values_header`].
+    Inline,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub minor: u64,
+    /// Where the table came from: typed here, or the interpreter's `_Py_DebugOffsets`.
+    pub source: &'static str,
+    /// 3.13+: the thread state holds `current_frame` itself (at [`Layout::cframe_current_frame`]);
+    /// before, a `_PyCFrame` it points to at [`Layout::ts_cframe`] does.
+    pub current_frame_in_tstate: bool,
 
     // PyInterpreterState
     pub interp_threads_head: usize,
@@ -80,6 +88,9 @@ pub(crate) struct Layout {
     // dict, type, module: for thread names
     pub managed_dict: ManagedDict,
     pub ht_cached_keys: usize,
+    /// Bytes before the value pointers of a split dict's values (3.13: capacity, size,
+    /// embedded, valid).
+    pub dict_values_header: usize,
 }
 
 /// Fields at the same place in every version read here.
@@ -126,6 +137,8 @@ pub(crate) mod common {
 
 pub(crate) static PY311: Layout = Layout {
     minor: 11,
+    source: "typed",
+    current_frame_in_tstate: false,
     interp_threads_head: 16,
     ts_next: 8,
     ts_cframe: 56,
@@ -154,10 +167,13 @@ pub(crate) static PY311: Layout = Layout {
     gil_offset: -216,
     managed_dict: ManagedDict::Split,
     ht_cached_keys: 872,
+    dict_values_header: 0,
 };
 
 pub(crate) static PY312: Layout = Layout {
     minor: 12,
+    source: "typed",
+    current_frame_in_tstate: false,
     interp_threads_head: 72,
     ts_next: 8,
     ts_cframe: 56,
@@ -186,10 +202,12 @@ pub(crate) static PY312: Layout = Layout {
     gil_offset: 0,
     managed_dict: ManagedDict::Tagged,
     ht_cached_keys: 880,
+    dict_values_header: 0,
 };
 
 impl Layout {
-    /// The table for a CPython version, if the fast reader reads it.
+    /// The typed table for a CPython version (3.11, 3.12); 3.13 and later come from the
+    /// interpreter's own debug offsets ([`super::debug_offsets`]).
     pub(crate) fn for_version(major: u64, minor: u64) -> Option<&'static Layout> {
         match (major, minor) {
             (3, 11) => Some(&PY311),

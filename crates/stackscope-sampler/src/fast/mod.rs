@@ -23,6 +23,7 @@ mod activity;
 mod addrmap;
 mod attempt;
 mod code;
+mod debug_offsets;
 mod filenames;
 mod gil;
 mod holder;
@@ -123,8 +124,28 @@ impl FastReader {
         spy: &PythonSpy,
         strategy: Strategy,
     ) -> anyhow::Result<Option<FastReader>> {
-        let Some(layout) = Layout::for_version(spy.version.major, spy.version.minor) else {
-            return Ok(None);
+        let (major, minor) = (spy.version.major, spy.version.minor);
+        let layout = match Layout::for_version(major, minor) {
+            Some(layout) => layout,
+            None if major == 3 && minor >= 13 => {
+                let mut remote = Remote::new(pid);
+                match debug_offsets::layout(
+                    &mut remote,
+                    minor,
+                    spy.addresses.interpreter_address,
+                ) {
+                    Ok(layout) => layout,
+                    Err(refusal) => {
+                        notice_once(&format!(
+                            "stackscope: Python {major}.{minor}: {}; its stacks are read by \
+                             py-spy's reader",
+                            refusal.0
+                        ));
+                        return Ok(None);
+                    }
+                }
+            }
+            None => return Ok(None),
         };
         let found = spy.addresses.threadstate_address;
         let globals = Globals {
@@ -472,13 +493,24 @@ impl Drop for FastReader {
     fn drop(&mut self) {
         if std::env::var_os("STACKSCOPE_READER_STATS").is_some() {
             eprintln!(
-                "stackscope: reader for pid {} (Python 3.{} layout, {:?}): {}",
+                "stackscope: reader for pid {} (Python 3.{} layout from {}, {:?}): {}",
                 self.pid,
                 self.layout.minor,
+                self.layout.source,
                 self.strategy,
                 self.stats()
             );
         }
+    }
+}
+
+/// Prints a notice once per process of ours, however many targets meet the same case.
+fn notice_once(message: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|m| m == message) {
+        eprintln!("{message}");
+        said.push(message.to_owned());
     }
 }
 

@@ -15,6 +15,10 @@ use super::remote::{Batch, Remote, Slot};
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Bounds on what a lookup believes, against dicts read mid-change.
 const MAX_ENTRIES: usize = 1 << 16;
+/// 3.13: a type whose instances keep their attribute values inline, after the object.
+const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
+/// PyTypeObject: `tp_basicsize`.
+const TP_BASICSIZE: usize = 32;
 
 pub(crate) struct ThreadNames {
     names: HashMap<u64, Option<String>>,
@@ -72,12 +76,12 @@ fn lookup(
     modules_dict_ptr: usize,
 ) -> Option<HashMap<u64, String>> {
     let modules = usize_at(&remote.read(modules_dict_ptr, 8).ok()?, 0)?;
-    let entries = dict_entries(remote, modules)?;
+    let entries = dict_entries(remote, layout, modules)?;
     let threading = find_key(remote, layout, &entries, "threading")?;
     let module_dict = usize_at(&remote.read(threading + common::MODULE_DICT, 8).ok()?, 0)?;
-    let globals = dict_entries(remote, module_dict)?;
+    let globals = dict_entries(remote, layout, module_dict)?;
     let active = find_key(remote, layout, &globals, "_active")?;
-    let threads = dict_entries_with_hash(remote, active)?;
+    let threads = dict_entries_with_hash(remote, layout, active)?;
     let mut out = HashMap::new();
     // Each Thread object's attributes, then its `_name`.
     let mut attrs = Vec::with_capacity(threads.len());
@@ -163,7 +167,7 @@ fn object_attributes(
             return None;
         }
         let dict = usize_at(&remote.read(obj.checked_add_signed(offset)?, 8).ok()?, 0)?;
-        return dict_entries(remote, dict);
+        return dict_entries(remote, layout, dict);
     }
     // The managed dict: either a real dict, or values laid out by the type's shared keys.
     let before = remote.read(obj.checked_sub(32)?, 32).ok()?;
@@ -177,11 +181,26 @@ fn object_attributes(
                 (0, tagged)
             }
         }
+        ManagedDict::Inline => match usize_at(&before, 8)? {
+            0 if flags & TPFLAGS_INLINE_VALUES != 0 => {
+                let basicsize = usize_at(&ty, TP_BASICSIZE)?;
+                let values = obj.checked_add(basicsize)?;
+                // The `valid` byte of the values' header: 0 once a dict took them over.
+                let header = remote.read(values, layout.dict_values_header).ok()?;
+                if header.get(3).copied().unwrap_or(0) == 0 {
+                    return None;
+                }
+                (values, 0)
+            }
+            dict => (0, dict),
+        },
     };
     if values != 0 {
         let keys = usize_at(&ty, layout.ht_cached_keys)?;
         let entries = keys_entries(remote, keys)?;
-        let vals = remote.read(values, entries.len() * 8).ok()?;
+        let vals = remote
+            .read(values + layout.dict_values_header, entries.len() * 8)
+            .ok()?;
         Some(
             entries
                 .iter()
@@ -191,16 +210,16 @@ fn object_attributes(
                 .collect(),
         )
     } else if dict != 0 {
-        dict_entries(remote, dict)
+        dict_entries(remote, layout, dict)
     } else {
         None
     }
 }
 
 /// (key, value) of every live entry of a dict.
-fn dict_entries(remote: &mut Remote, dict: usize) -> Option<Vec<(usize, usize)>> {
+fn dict_entries(remote: &mut Remote, layout: &Layout, dict: usize) -> Option<Vec<(usize, usize)>> {
     Some(
-        dict_entries_with_hash(remote, dict)?
+        dict_entries_with_hash(remote, layout, dict)?
             .into_iter()
             .map(|(_, k, v)| (k, v))
             .collect(),
@@ -209,7 +228,11 @@ fn dict_entries(remote: &mut Remote, dict: usize) -> Option<Vec<(usize, usize)>>
 
 /// (hash, key, value) of every live entry of a dict; the hash is 0 for str-keyed tables,
 /// which do not store it.
-fn dict_entries_with_hash(remote: &mut Remote, dict: usize) -> Option<Vec<(u64, usize, usize)>> {
+fn dict_entries_with_hash(
+    remote: &mut Remote,
+    layout: &Layout,
+    dict: usize,
+) -> Option<Vec<(u64, usize, usize)>> {
     let d = remote.read(dict, common::DICT_VALUES + 8).ok()?;
     let keys = usize_at(&d, common::DICT_KEYS)?;
     let values = usize_at(&d, common::DICT_VALUES)?;
@@ -223,7 +246,9 @@ fn dict_entries_with_hash(remote: &mut Remote, dict: usize) -> Option<Vec<(u64, 
         );
     }
     // A split table: the values live apart, in key order.
-    let vals = remote.read(values, entries.len() * 8).ok()?;
+    let vals = remote
+        .read(values + layout.dict_values_header, entries.len() * 8)
+        .ok()?;
     Some(
         entries
             .iter()

@@ -39,10 +39,17 @@ pub(crate) struct TsWords {
 }
 
 impl TsWords {
-    pub(crate) fn parse(layout: &Layout, bytes: &[u8]) -> Option<TsWords> {
+    /// From the first [`Layout::ts_read_len`] bytes of the thread state at `tstate`.
+    pub(crate) fn parse(layout: &Layout, tstate: usize, bytes: &[u8]) -> Option<TsWords> {
         Some(TsWords {
             next: usize_at(bytes, layout.ts_next)?,
-            cframe: usize_at(bytes, layout.ts_cframe)?,
+            // 3.13+: no cframe; the current-frame pointer is read in the thread state itself
+            // (nonzero once the thread runs Python: its datastack exists).
+            cframe: if layout.current_frame_in_tstate {
+                tstate
+            } else {
+                usize_at(bytes, layout.ts_cframe)?
+            },
             thread_id: word(bytes, layout.ts_thread_id)?,
             native_thread_id: word(bytes, layout.ts_native_thread_id)?,
             chunk: usize_at(bytes, layout.ts_datastack_chunk)?,
@@ -71,6 +78,7 @@ pub(crate) struct Planned {
     /// The later copies, for a thread read with a check.
     later: Option<holder::Planned>,
     tstate: Slot,
+    tstate_addr: usize,
 }
 
 /// Adds a thread's reads to `batch`, using `guess` (its thread state as last read) for the
@@ -106,6 +114,7 @@ pub(crate) fn plan(
         Some(seed) if has_frames => Some(holder::plan(batch, &reads, seed)),
         _ => None,
     };
+    let tstate_addr = tstate;
     let tstate = batch.add(tstate, layout.ts_read_len);
     Planned {
         guess,
@@ -114,6 +123,7 @@ pub(crate) fn plan(
         extra,
         later,
         tstate,
+        tstate_addr,
     }
 }
 
@@ -139,7 +149,7 @@ pub(crate) enum Checked {
 pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checked {
     let Some(ts) = batch
         .get(planned.tstate)
-        .and_then(|b| TsWords::parse(layout, b))
+        .and_then(|b| TsWords::parse(layout, planned.tstate_addr, b))
     else {
         return Checked::Unreadable;
     };
@@ -264,7 +274,7 @@ mod tests {
         }
 
         fn words(&self) -> TsWords {
-            TsWords::parse(&PY311, &self.ts).expect("words")
+            TsWords::parse(&PY311, self.ts.as_ptr() as usize, &self.ts).expect("words")
         }
     }
 

@@ -50,7 +50,7 @@ pub(crate) fn rebuild(
         let bytes = remote
             .read(addr, layout.ts_read_len)
             .context("Failed to copy PyThreadState")?;
-        let ts = TsWords::parse(layout, &bytes).context("Failed to copy PyThreadState")?;
+        let ts = TsWords::parse(layout, addr, &bytes).context("Failed to copy PyThreadState")?;
         let (extra, codes) = old
             .iter()
             .find(|k| k.tstate == addr)

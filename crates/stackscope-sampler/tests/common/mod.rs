@@ -44,21 +44,53 @@ impl Drop for Fixture {
     }
 }
 
-/// The interpreters to test: 3.11 (`python3` here) and any 3.12 pyenv has.
-pub fn pythons() -> Vec<String> {
-    let mut out = vec!["python3".to_owned()];
-    if let Some(home) = std::env::var_os("HOME") {
-        let versions = std::path::Path::new(&home).join(".pyenv/versions");
-        if let Ok(dir) = std::fs::read_dir(versions) {
-            let mut found: Vec<String> = dir
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("3.12"))
-                .map(|e| e.path().join("bin/python3").to_string_lossy().into_owned())
-                .filter(|p| std::path::Path::new(p).exists())
-                .collect();
-            found.sort();
-            out.extend(found.into_iter().take(1));
+/// The minor versions the reader tests run on, wherever pyenv has them.
+pub const VERSIONS: [&str; 5] = ["3.10", "3.11", "3.12", "3.13", "3.14"];
+
+/// pyenv's root: `$PYENV_ROOT`, else what `pyenv root` says, else `~/.pyenv`.
+fn pyenv_root() -> Option<std::path::PathBuf> {
+    if let Some(root) = std::env::var_os("PYENV_ROOT") {
+        return Some(root.into());
+    }
+    if let Ok(out) = Command::new("pyenv").arg("root").output() {
+        let root = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if out.status.success() && !root.is_empty() {
+            return Some(root.into());
         }
     }
+    std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pyenv"))
+}
+
+/// The interpreters to test: `python3`, then the newest patch release of each of
+/// [`VERSIONS`] that pyenv has. Says which run and, in one line each, which are missing.
+pub fn pythons() -> Vec<String> {
+    let mut out = vec!["python3".to_owned()];
+    let mut installed: Vec<String> = pyenv_root()
+        .and_then(|r| std::fs::read_dir(r.join("versions")).ok())
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    installed.sort_by_key(|v| {
+        v.split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0))
+            .collect::<Vec<_>>()
+    });
+    let root = pyenv_root().unwrap_or_default();
+    for minor in VERSIONS {
+        let found = installed
+            .iter()
+            .rev()
+            .filter(|v| v.strip_prefix(minor).is_some_and(|r| r.starts_with('.')))
+            .map(|v| root.join("versions").join(v).join("bin/python3"))
+            .find(|p| p.exists());
+        match found {
+            Some(p) => out.push(p.to_string_lossy().into_owned()),
+            None => eprintln!("skipped: Python {minor} is not installed under pyenv"),
+        }
+    }
+    eprintln!("interpreters: {}", out.join(", "));
     out
 }
