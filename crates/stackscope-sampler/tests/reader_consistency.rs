@@ -86,14 +86,14 @@ fn shape_error(stack: &ThreadStack) -> Option<String> {
         .name
         .as_deref()
         .filter(|n| ["steady", "churn", "gen"].contains(n))?;
+    // Outermost first from here on; names without their qualifying part (3.10 has none).
     let frames: Vec<(&str, u32)> = stack
         .frames
         .iter()
         .rev()
-        .map(|f| (&*f.function, f.line))
+        .map(|f| (f.function.rsplit('.').next().unwrap_or(&f.function), f.line))
         .collect();
-    // Outermost first from here on.
-    let bootstrap = ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run"];
+    let bootstrap = ["_bootstrap", "_bootstrap_inner", "run"];
     if frames.len() < 4 || frames[..3].iter().map(|f| f.0).ne(bootstrap) {
         return Some(format!("not under the thread bootstrap: {frames:?}"));
     }
@@ -155,8 +155,8 @@ fn shape_error(stack: &ThreadStack) -> Option<String> {
             let names: Vec<&str> = rest.iter().map(|f| f.0).collect();
             let ok = match names.as_slice() {
                 ["generator"] => true,
-                ["generator", "generator.<locals>.g"] => rest[0].1 == line_of("GEN_LOOP"),
-                ["generator", "generator.<locals>.g", "leaf_a"] => {
+                ["generator", "g"] => rest[0].1 == line_of("GEN_LOOP"),
+                ["generator", "g", "leaf_a"] => {
                     rest[0].1 == line_of("GEN_LOOP") && rest[1].1 == line_of("GEN_LEAF")
                 }
                 _ => false,

@@ -15,7 +15,7 @@ use super::addrmap::AddrMap;
 use super::code::{CodeCache, CodeId};
 use super::gil::{GilWords, Ran};
 use super::holder::{self, Later};
-use super::layout::{common, usize_at, GilHolder, Layout};
+use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
@@ -30,6 +30,18 @@ pub(crate) struct Known {
     pub extra: Vec<Extra>,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
+}
+
+impl Known {
+    /// Takes a fresh reading of the thread state, keeping the OS thread id found for it
+    /// where the interpreter does not record one (3.10).
+    pub(crate) fn refresh(&mut self, ts: TsWords) {
+        let old = self.ts;
+        self.ts = ts;
+        if ts.native_thread_id == 0 && ts.thread_id == old.thread_id {
+            self.ts.native_thread_id = old.native_thread_id;
+        }
+    }
 }
 
 /// How a thread's try ended.
@@ -194,7 +206,7 @@ pub(crate) fn attempt(
                 later,
             } => {
                 states.push(Some(ts));
-                threads[i].ts = ts;
+                threads[i].refresh(ts);
                 let mut walk = Walk::new(current_frame, chunk);
                 for (region, is_chunk) in extra {
                     walk.add_region(region, is_chunk);
@@ -204,7 +216,7 @@ pub(crate) fn attempt(
             }
             Checked::Again(fresh) => {
                 states.push(Some(fresh));
-                threads[i].ts = fresh;
+                threads[i].refresh(fresh);
                 outcomes.push(Some(Outcome::Again));
             }
             Checked::Unreadable => {
@@ -226,7 +238,7 @@ pub(crate) fn attempt(
             let Walking { pos, walk, .. } = &mut walks[w];
             match walk.advance(layout) {
                 Ok(None) => {}
-                Ok(Some(need)) if rounds < MAX_ROUNDS => needs.push((w, need)),
+                Ok(Some(need)) if rounds < max_rounds(layout) => needs.push((w, need)),
                 Ok(Some(_)) => outcomes[*pos] = Some(broken("too many frames outside")),
                 Err(e) => outcomes[*pos] = Some(broken(&format!("{e:?}"))),
             }
@@ -316,7 +328,7 @@ pub(crate) fn attempt(
             || (read_late[*pos] && ran_late.may_have_run(known.tstate));
         let outcome = match frames(layout, codes, &ids, &walk.frames) {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
-            Ok(frames) if req.stopped && !walk.ends_at_first_frame() => Outcome::Midway(frames),
+            Ok(frames) if req.stopped && !walk.ends_at_first_frame(layout) => Outcome::Midway(frames),
             Ok(frames) => Outcome::Done(frames),
             // A thread that ran can read as anything: read it again, stopped.
             Err(_) if may_have_run => Outcome::Ran(Vec::new()),
@@ -326,7 +338,7 @@ pub(crate) fn attempt(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
         ) {
-            known.extra = walk.outside_ranges();
+            known.extra = walk.outside_ranges(layout);
             known.codes.clear();
             for f in &walk.frames {
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
@@ -363,6 +375,15 @@ const MAX_CODES_AHEAD: usize = 128;
 /// older chunk on the way down, for every thread at once).
 const MAX_ROUNDS: usize = 256;
 
+/// 3.10 reads each frame not copied ahead in a round of its own: as many as py-spy's depth
+/// limit (once per new stack; later samples copy the frames ahead).
+fn max_rounds(layout: &Layout) -> usize {
+    match layout.frames {
+        FrameDesign::Chunks => MAX_ROUNDS,
+        FrameDesign::Objects => 4096,
+    }
+}
+
 /// A thread's walk in progress.
 struct Walking {
     /// Its position in the threads asked for.
@@ -377,7 +398,7 @@ fn passes_check(layout: &Layout, w: &Walking) -> bool {
     let Some(later) = &w.later else {
         return false;
     };
-    later.agrees && w.walk.ends_at_first_frame() && holder::same_frames(layout, &w.walk, later)
+    later.agrees && w.walk.ends_at_first_frame(layout) && holder::same_frames(layout, &w.walk, later)
 }
 
 /// Whether every frame's instruction lies in its own code object's bytecode (or one unit
@@ -392,6 +413,12 @@ fn instructions_in_code(
         let Some(Some(id)) = ids.get(&f.code) else {
             return false;
         };
+        if layout.frames == FrameDesign::Objects {
+            // 3.10: `f_lasti` is an index, -1 before the first instruction; the bytecode
+            // is a separate object whose size we do not read.
+            let lasti = f.prev_instr as isize;
+            return (-1..1 << 26).contains(&lasti);
+        }
         let start = f.code + layout.co_code_adaptive;
         let end = start.saturating_add(2 * id.units() as usize);
         f.prev_instr + 2 >= start && f.prev_instr < end
@@ -414,9 +441,13 @@ fn frames(
         let Some(Some(id)) = ids.get(&f.code) else {
             return Err("Failed to copy PyCodeObject".to_owned());
         };
-        // Byte offset of the instruction from the bytecode's start, as py-spy computes it.
-        let lasti = (f.prev_instr.wrapping_sub(f.code) as isize as i32)
-            .wrapping_sub(layout.co_code_adaptive as i32);
+        // Byte offset of the instruction from the bytecode's start, as py-spy computes it
+        // (3.10: twice `f_lasti`, an index of two-byte code units).
+        let lasti = match layout.frames {
+            FrameDesign::Chunks => (f.prev_instr.wrapping_sub(f.code) as isize as i32)
+                .wrapping_sub(layout.co_code_adaptive as i32),
+            FrameDesign::Objects => (f.prev_instr as isize as i32).wrapping_mul(2),
+        };
         let Some(info) = codes.get(f.code, id) else {
             // Its strings could not be read: py-spy leaves such a frame out.
             continue;

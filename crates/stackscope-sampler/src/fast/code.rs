@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::addrmap::AddrMap;
 use super::filenames::FileNames;
-use super::layout::{common, i32_at, usize_at, word, Layout};
+use super::layout::{common, i32_at, usize_at, word, FrameDesign, Layout};
 use super::linetable::{LineTable, MAX_TABLE};
 use super::pystr::{self, DataAt, StrShape};
 use super::remote::{Batch, Remote, Slot};
@@ -171,7 +171,10 @@ impl CodeCache {
                 file: self.files.short(filename),
             });
             let lines = match table {
-                TableRead::Bytes(bytes) => LineTable::decode(id.first_line(), &bytes),
+                TableRead::Bytes(bytes) => match layout.frames {
+                    FrameDesign::Chunks => LineTable::decode(id.first_line(), &bytes),
+                    FrameDesign::Objects => LineTable::decode_310(id.first_line(), &bytes),
+                },
                 TableRead::Refused => LineTable::refused(),
                 // py-spy reports line 0 when it cannot copy the table; a read that failed
                 // now may work next time, so nothing is cached.

@@ -21,7 +21,7 @@
 
 use std::sync::Mutex;
 
-use super::layout::{common, GilHolder, Layout, ManagedDict};
+use super::layout::{common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict};
 use super::remote::Remote;
 
 const COOKIE: &[u8; 8] = b"xdebugpy";
@@ -146,6 +146,9 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
     let fr_header_len = f(32)?;
     let layout = Layout {
         minor,
+        frames: FrameDesign::Chunks,
+        has_native_thread_id: true,
+        dict_keys: DictKeys::Compact,
         source: "_Py_DebugOffsets",
         current_frame_in_tstate: true,
         interp_threads_head: f(9)?,

@@ -29,9 +29,36 @@ pub(crate) enum ManagedDict {
     Inline,
 }
 
+/// Where a thread's frames live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrameDesign {
+    /// 3.11+: `_PyInterpreterFrame`s pushed in the thread's data-stack chunks, linked by
+    /// `previous`; the instruction is a pointer into the code object's bytecode.
+    Chunks,
+    /// 3.10: `PyFrameObject`s, each a heap object, linked by `f_back`; the instruction is
+    /// `f_lasti`, an `int` index of code units.
+    Objects,
+}
+
+/// How a dict's keys object is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DictKeys {
+    /// 3.11+: log2 sizes in bytes, then the index table, then (key, value) entries for
+    /// str-keyed tables or (hash, key, value) ones.
+    Compact,
+    /// 3.10: `dk_size` and `dk_nentries` words (a 40-byte header), an index table of
+    /// `dk_size` entries of 1 to 8 bytes, then (hash, key, value) entries.
+    Sized,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub minor: u64,
+    pub frames: FrameDesign,
+    /// Whether the thread state records the OS thread id (3.11+); before, it is found from
+    /// the `pthread_t` ([`super::ostid`]).
+    pub has_native_thread_id: bool,
+    pub dict_keys: DictKeys,
     /// Where the table came from: typed here, or the interpreter's `_Py_DebugOffsets`.
     pub source: &'static str,
     /// 3.13+: the thread state holds `current_frame` itself (at [`Layout::cframe_current_frame`]);
@@ -135,8 +162,55 @@ pub(crate) mod common {
     pub const GIL_LEN: usize = 32;
 }
 
+/// 3.10: frames are heap objects (Include/cpython/frameobject.h), no qualified names, no
+/// native thread id; the GIL and `tstate_current` sit in `_PyRuntime` as in 3.11.
+pub(crate) static PY310: Layout = Layout {
+    minor: 10,
+    frames: FrameDesign::Objects,
+    has_native_thread_id: false,
+    dict_keys: DictKeys::Sized,
+    source: "typed",
+    current_frame_in_tstate: true,
+    interp_threads_head: 8,
+    ts_next: 8,
+    ts_cframe: 0,
+    ts_thread_id: 176,
+    ts_native_thread_id: 0,
+    ts_datastack_chunk: 0,
+    ts_datastack_top: 0,
+    ts_datastack_limit: 0,
+    ts_read_len: 184,
+    // `tstate->frame`.
+    cframe_current_frame: 24,
+    fr_code: 32,
+    fr_previous: 24,
+    // `f_lasti` (an int; `f_lineno` follows it).
+    fr_prev_instr: 96,
+    // `f_state`.
+    fr_owner: 108,
+    fr_header_len: 112,
+    owner_cstack: None,
+    co_firstlineno: 40,
+    co_filename: 104,
+    co_name: 112,
+    // No `co_qualname` before 3.11: py-spy shows the name.
+    co_qualname: 112,
+    co_linetable: 120,
+    co_code_adaptive: 0,
+    unicode_ascii_header: 48,
+    unicode_compact_header: 72,
+    gil_holder: GilHolder::TstateCurrent,
+    gil_offset: -216,
+    managed_dict: ManagedDict::Split,
+    ht_cached_keys: 0,
+    dict_values_header: 0,
+};
+
 pub(crate) static PY311: Layout = Layout {
     minor: 11,
+    frames: FrameDesign::Chunks,
+    has_native_thread_id: true,
+    dict_keys: DictKeys::Compact,
     source: "typed",
     current_frame_in_tstate: false,
     interp_threads_head: 16,
@@ -172,6 +246,9 @@ pub(crate) static PY311: Layout = Layout {
 
 pub(crate) static PY312: Layout = Layout {
     minor: 12,
+    frames: FrameDesign::Chunks,
+    has_native_thread_id: true,
+    dict_keys: DictKeys::Compact,
     source: "typed",
     current_frame_in_tstate: false,
     interp_threads_head: 72,
@@ -210,6 +287,7 @@ impl Layout {
     /// interpreter's own debug offsets ([`super::debug_offsets`]).
     pub(crate) fn for_version(major: u64, minor: u64) -> Option<&'static Layout> {
         match (major, minor) {
+            (3, 10) => Some(&PY310),
             (3, 11) => Some(&PY311),
             (3, 12) => Some(&PY312),
             _ => None,
@@ -252,13 +330,14 @@ mod tests {
     fn only_the_versions_with_a_table_are_read() {
         assert_eq!(Layout::for_version(3, 11).map(|l| l.minor), Some(11));
         assert_eq!(Layout::for_version(3, 12).map(|l| l.minor), Some(12));
-        assert!(Layout::for_version(3, 10).is_none());
+        assert_eq!(Layout::for_version(3, 10).map(|l| l.minor), Some(10));
+        assert!(Layout::for_version(3, 9).is_none());
         assert!(Layout::for_version(3, 13).is_none());
     }
 
     #[test]
     fn frame_fields_fit_in_the_header_read() {
-        for l in [&PY311, &PY312] {
+        for l in [&PY310, &PY311, &PY312] {
             for field in [l.fr_code, l.fr_previous, l.fr_prev_instr] {
                 assert!(field + 8 <= l.fr_header_len);
             }

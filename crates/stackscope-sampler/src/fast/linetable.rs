@@ -1,4 +1,5 @@
-//! Line numbers from a 3.11+ code object's location table (`co_linetable`, PEP 626/657).
+//! Line numbers from a code object's location table: 3.11+'s `co_linetable` (PEP 626/657),
+//! and 3.10's simpler one ([`LineTable::decode_310`]).
 //!
 //! The table is a sequence of entries, each covering 1 to 8 code units and giving the line
 //! as a delta from the previous entry's (with columns we skip). Decoding it once per code
@@ -65,6 +66,29 @@ impl LineTable {
                 }
             };
             line = line.wrapping_add(delta);
+            entries.push((address, line));
+        }
+        LineTable {
+            first_line,
+            entries,
+            refused: false,
+        }
+    }
+
+    /// A 3.10 table (Objects/lnotab_notes.txt of 3.10): pairs of a bytecode delta (unsigned)
+    /// and a line delta (signed, -128: no line). Decoded as py-spy walks it, quirk included:
+    /// a pair with no line adds no bytecode either.
+    pub(crate) fn decode_310(first_line: i32, table: &[u8]) -> LineTable {
+        let mut entries = Vec::new();
+        let mut line = first_line;
+        let mut address: i32 = 0;
+        for pair in table.chunks_exact(2) {
+            let line_delta = pair[1] as i8;
+            if line_delta == -128 {
+                continue;
+            }
+            line = line.wrapping_add(i32::from(line_delta));
+            address = address.wrapping_add(i32::from(pair[0]));
             entries.push((address, line));
         }
         LineTable {
@@ -189,6 +213,39 @@ mod tests {
                 "lasti {lasti}"
             );
         }
+    }
+
+    /// py-spy's 3.10 walk, recomputed for each lookup.
+    fn walk_310(first_line: i32, table: &[u8], lasti: i32) -> i32 {
+        let (mut line, mut address, mut i) = (first_line, 0, 0);
+        while i + 1 < table.len() {
+            let (delta, line_delta) = (table[i], table[i + 1] as i8);
+            i += 2;
+            if line_delta == -128 {
+                continue;
+            }
+            line += i32::from(line_delta);
+            address += i32::from(delta);
+            if address > lasti {
+                break;
+            }
+        }
+        line
+    }
+
+    #[test]
+    fn tables_of_3_10_match_py_spys_walk() {
+        // Deltas: +1 line over 6 bytes, no line for 4, -2 over 10, +3 over 0, +1 over 8.
+        let table = [6u8, 1, 4, 0x80, 10, 0xfe, 0, 3, 8, 1, 7];
+        let decoded = LineTable::decode_310(20, &table);
+        for lasti in -2..40 {
+            assert_eq!(
+                decoded.line(lasti),
+                walk_310(20, &table, lasti),
+                "lasti {lasti}"
+            );
+        }
+        assert_eq!(LineTable::decode_310(5, &[]).line(0), 5);
     }
 
     #[test]

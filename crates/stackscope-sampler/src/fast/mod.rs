@@ -109,6 +109,8 @@ pub(crate) struct FastReader {
     likely_holders: Vec<usize>,
     walk_stats: WalkStats,
     stats: ReaderStats,
+    /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
+    os_tids: Option<OsTids>,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -182,9 +184,28 @@ impl FastReader {
             likely_holders: Vec::new(),
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
+            os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
+        reader.fill_os_thread_ids();
         Ok(Some(reader))
+    }
+
+    /// Finds the OS thread id of threads that have none yet (3.10: from their `pthread_t`).
+    fn fill_os_thread_ids(&mut self) {
+        let Some(os_tids) = self.os_tids.as_mut() else {
+            return;
+        };
+        let missing: Vec<usize> = (0..self.threads.len())
+            .filter(|&i| self.threads[i].ts.native_thread_id == 0)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let pthreads: Vec<u64> = missing.iter().map(|&i| self.threads[i].ts.thread_id).collect();
+        for (i, tid) in missing.into_iter().zip(os_tids.tids(&pthreads)) {
+            self.threads[i].ts.native_thread_id = tid.unwrap_or(0);
+        }
     }
 
     /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
@@ -198,6 +219,7 @@ impl FastReader {
 
     fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
         self.stats.samples += 1;
+        self.fill_os_thread_ids();
         // The OS's view first: once we stop a thread, it reads as stopped.
         let states: Vec<(u64, Option<u8>)> = self
             .threads
@@ -281,6 +303,7 @@ impl FastReader {
                     &self.threads,
                     None,
                 )?;
+                self.fill_os_thread_ids();
             }
             rebuilds += 1;
             let all: Vec<usize> = (0..self.threads.len()).collect();

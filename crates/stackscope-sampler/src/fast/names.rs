@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::code::read_strings;
-use super::layout::{common, usize_at, Layout, ManagedDict};
+use super::layout::{common, usize_at, DictKeys, Layout, ManagedDict};
 use super::remote::{Batch, Remote, Slot};
 
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -197,7 +197,7 @@ fn object_attributes(
     };
     if values != 0 {
         let keys = usize_at(&ty, layout.ht_cached_keys)?;
-        let entries = keys_entries(remote, keys)?;
+        let entries = keys_entries(remote, layout, keys)?;
         let vals = remote
             .read(values + layout.dict_values_header, entries.len() * 8)
             .ok()?;
@@ -236,7 +236,7 @@ fn dict_entries_with_hash(
     let d = remote.read(dict, common::DICT_VALUES + 8).ok()?;
     let keys = usize_at(&d, common::DICT_KEYS)?;
     let values = usize_at(&d, common::DICT_VALUES)?;
-    let entries = keys_entries(remote, keys)?;
+    let entries = keys_entries(remote, layout, keys)?;
     if values == 0 {
         return Some(
             entries
@@ -259,8 +259,38 @@ fn dict_entries_with_hash(
     )
 }
 
+/// 3.10's keys object: `dk_size` and `dk_nentries`, the index table after a 40-byte header.
+const DK310_SIZE: usize = 8;
+const DK310_NENTRIES: usize = 32;
+const DK310_HEADER: usize = 40;
+
 /// The entries of a keys object: header, then the entry table in one read.
-fn keys_entries(remote: &mut Remote, keys: usize) -> Option<Vec<(u64, usize, usize)>> {
+fn keys_entries(
+    remote: &mut Remote,
+    layout: &Layout,
+    keys: usize,
+) -> Option<Vec<(u64, usize, usize)>> {
+    if layout.dict_keys == DictKeys::Sized {
+        let header = remote.read(keys, DK310_HEADER).ok()?;
+        let size = usize_at(&header, DK310_SIZE)?;
+        let n = usize_at(&header, DK310_NENTRIES)?;
+        if n > MAX_ENTRIES || size > MAX_ENTRIES * 2 {
+            return None;
+        }
+        let width = match size {
+            0..=0xff => 1,
+            0x100..=0xffff => 2,
+            _ => 4,
+        };
+        let start = keys + DK310_HEADER + size * width;
+        let table = remote.read(start, n * 24).ok()?;
+        return Some(
+            table
+                .chunks_exact(24)
+                .filter_map(|e| Some((usize_at(e, 0)? as u64, usize_at(e, 8)?, usize_at(e, 16)?)))
+                .collect(),
+        );
+    }
     let header = remote.read(keys, common::DK_HEADER).ok()?;
     let log2_index_bytes = u32::from(*header.get(common::DK_LOG2_INDEX_BYTES)?);
     let kind = *header.get(common::DK_KIND)?;

@@ -12,7 +12,7 @@
 //! is copied several times, to be checked ([`holder`]).
 
 use super::holder::{self, Later, Reads};
-use super::layout::{usize_at, word, Layout};
+use super::layout::{usize_at, word, FrameDesign, Layout};
 use super::remote::{Batch, Slot};
 use super::stack::{Extra, Region};
 
@@ -25,6 +25,16 @@ const MAX_COPY: usize = 1 << 20;
 /// At most this many extra ranges (frames and older chunks outside the current chunk,
 /// remembered from the last sample) are read with a thread.
 pub(crate) const MAX_EXTRA: usize = 64;
+/// 3.10, where every frame is its own object and so its own range: py-spy's depth limit.
+pub(crate) const MAX_EXTRA_OBJECTS: usize = 4096;
+
+/// The bound on extra ranges for a layout.
+pub(crate) fn max_extra(layout: &Layout) -> usize {
+    match layout.frames {
+        FrameDesign::Chunks => MAX_EXTRA,
+        FrameDesign::Objects => MAX_EXTRA_OBJECTS,
+    }
+}
 
 /// The words of a thread state the reader uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,20 +51,27 @@ pub(crate) struct TsWords {
 impl TsWords {
     /// From the first [`Layout::ts_read_len`] bytes of the thread state at `tstate`.
     pub(crate) fn parse(layout: &Layout, tstate: usize, bytes: &[u8]) -> Option<TsWords> {
+        let chunked = layout.frames == FrameDesign::Chunks;
+        let at = |offset: usize| if chunked { usize_at(bytes, offset) } else { Some(0) };
         Some(TsWords {
             next: usize_at(bytes, layout.ts_next)?,
-            // 3.13+: no cframe; the current-frame pointer is read in the thread state itself
-            // (nonzero once the thread runs Python: its datastack exists).
+            // 3.10 and 3.13+: no cframe; the current-frame pointer is read in the thread
+            // state itself.
             cframe: if layout.current_frame_in_tstate {
                 tstate
             } else {
                 usize_at(bytes, layout.ts_cframe)?
             },
             thread_id: word(bytes, layout.ts_thread_id)?,
-            native_thread_id: word(bytes, layout.ts_native_thread_id)?,
-            chunk: usize_at(bytes, layout.ts_datastack_chunk)?,
-            top: usize_at(bytes, layout.ts_datastack_top)?,
-            limit: usize_at(bytes, layout.ts_datastack_limit)?,
+            // Filled in by the reader where the interpreter does not record it.
+            native_thread_id: if layout.has_native_thread_id {
+                word(bytes, layout.ts_native_thread_id)?
+            } else {
+                0
+            },
+            chunk: at(layout.ts_datastack_chunk)?,
+            top: at(layout.ts_datastack_top)?,
+            limit: at(layout.ts_datastack_limit)?,
         })
     }
 
@@ -99,7 +116,7 @@ pub(crate) fn plan(
         chunk: guess.chunk,
         chunk_len: guess.copy_len(),
         extra: if has_frames { extra } else { &[] },
-        max_extra: MAX_EXTRA,
+        max_extra: max_extra(layout),
     };
     let current = has_frames.then(|| batch.add(reads.pointer, 8));
     let chunk =
@@ -107,7 +124,7 @@ pub(crate) fn plan(
     let extra = reads
         .extra
         .iter()
-        .take(MAX_EXTRA)
+        .take(max_extra(layout))
         .map(|&e| (e, batch.add(e.addr, e.len)))
         .collect();
     let later = match check {

@@ -8,7 +8,7 @@
 //! older chunk, whose address the current chunk's header gives, is copied whole when the walk
 //! first reaches below it.
 
-use super::layout::{common, usize_at, Layout};
+use super::layout::{common, i32_at, usize_at, FrameDesign, Layout};
 
 /// A copied range of the target's memory.
 #[derive(Debug, Clone)]
@@ -133,7 +133,13 @@ impl Walk {
             let field = |offset| usize_at(header, offset).ok_or(WalkError::Garbage(addr));
             let code = field(layout.fr_code)?;
             let previous = field(layout.fr_previous)?;
-            let prev_instr = field(layout.fr_prev_instr)?;
+            let prev_instr = match layout.frames {
+                FrameDesign::Chunks => field(layout.fr_prev_instr)?,
+                // `f_lasti`, kept with its sign (-1: not started).
+                FrameDesign::Objects => i32_at(header, layout.fr_prev_instr)
+                    .ok_or(WalkError::Garbage(addr))? as isize
+                    as usize,
+            };
             let owner = header.get(layout.fr_owner).copied();
             if previous & 7 != 0 {
                 return Err(WalkError::Garbage(previous));
@@ -202,12 +208,17 @@ impl Walk {
     }
 
     /// Whether the walk ended at the thread's first frame, where every complete stack ends:
-    /// the first frame slot of the chunk that has no older one. A thread stopped in the middle
+    /// the first frame slot of the chunk that has no older one (3.11+). A thread stopped in the middle
     /// of a call or a return can have its current-frame pointer already moved while the new
     /// frame's link is not yet written (the compiler may order those stores either way), and
     /// then the walk ends early. Threads whose stack starts elsewhere (a generator driven by C
     /// code with no Python frame under it) fail this too.
-    pub(crate) fn ends_at_first_frame(&self) -> bool {
+    pub(crate) fn ends_at_first_frame(&self, layout: &Layout) -> bool {
+        // 3.10: a frame object links its caller when it is made, before it becomes the
+        // thread's current frame: every walk that ends, ends at the first frame.
+        if layout.frames == FrameDesign::Objects {
+            return true;
+        }
         let Some(last) = self.frames.last() else {
             return true;
         };
@@ -219,7 +230,7 @@ impl Walk {
 
     /// The ranges outside the current chunk that held frames of this walk: worth copying
     /// with the next snapshot of the thread.
-    pub(crate) fn outside_ranges(&self) -> Vec<Extra> {
+    pub(crate) fn outside_ranges(&self, layout: &Layout) -> Vec<Extra> {
         self.regions
             .iter()
             .skip(1)
@@ -229,7 +240,7 @@ impl Walk {
                 len: r.region.bytes.len(),
                 chunk: r.chunk,
             })
-            .take(super::snapshot::MAX_EXTRA)
+            .take(super::snapshot::max_extra(layout))
             .collect()
     }
 }
@@ -287,7 +298,7 @@ mod tests {
         assert!(walk.can_continue(need, &PY311));
         assert_eq!(walk.advance(&PY311), Ok(None));
         let outside: Vec<(usize, bool)> = walk
-            .outside_ranges()
+            .outside_ranges(&PY311)
             .iter()
             .map(|e| (e.addr, e.chunk))
             .collect();

@@ -50,12 +50,17 @@ pub(crate) fn rebuild(
         let bytes = remote
             .read(addr, layout.ts_read_len)
             .context("Failed to copy PyThreadState")?;
-        let ts = TsWords::parse(layout, addr, &bytes).context("Failed to copy PyThreadState")?;
-        let (extra, codes) = old
-            .iter()
-            .find(|k| k.tstate == addr)
-            .map(|k| (k.extra.clone(), k.codes.clone()))
-            .unwrap_or_default();
+        let mut ts =
+            TsWords::parse(layout, addr, &bytes).context("Failed to copy PyThreadState")?;
+        let (extra, codes) = match old.iter().find(|k| k.tstate == addr) {
+            Some(k) => {
+                if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
+                    ts.native_thread_id = k.ts.native_thread_id;
+                }
+                (k.extra.clone(), k.codes.clone())
+            }
+            None => Default::default(),
+        };
         fresh.push(Known {
             tstate: addr,
             ts,
