@@ -64,6 +64,11 @@ fn pyenv_root() -> Option<std::path::PathBuf> {
 /// The interpreters to test: `python3`, then the newest patch release of each of
 /// [`VERSIONS`] that pyenv has. Says which run and, in one line each, which are missing.
 pub fn pythons() -> Vec<String> {
+    pythons_of(&VERSIONS)
+}
+
+/// `python3`, then the newest patch release of each of `versions` that pyenv has.
+pub fn pythons_of(versions: &[&str]) -> Vec<String> {
     let mut out = vec!["python3".to_owned()];
     let mut installed: Vec<String> = pyenv_root()
         .and_then(|r| std::fs::read_dir(r.join("versions")).ok())
@@ -79,7 +84,7 @@ pub fn pythons() -> Vec<String> {
             .collect::<Vec<_>>()
     });
     let root = pyenv_root().unwrap_or_default();
-    for minor in VERSIONS {
+    for &minor in versions {
         let found = installed
             .iter()
             .rev()
