@@ -92,6 +92,7 @@ fn record(
         pid: target.pid(),
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
+        reader: target.reader().to_owned(),
         started_at: chrono::Local::now().to_rfc3339(),
         started: Instant::now(),
         rate_hz: config.rate_hz,
@@ -212,6 +213,8 @@ struct MetaSource {
     pid: u32,
     command_line: String,
     python_version: String,
+    /// The reader the target was attached with, until the sampler has read.
+    reader: String,
     started_at: String,
     started: Instant,
     rate_hz: f64,
@@ -223,6 +226,7 @@ impl MetaSource {
             pid: self.pid,
             command_line: self.command_line.clone(),
             python_version: self.python_version.clone(),
+            reader: self.reader.clone(),
             started_at: self.started_at.clone(),
             duration_secs: self.started.elapsed().as_secs_f64(),
             rate_hz: self.rate_hz,
@@ -243,7 +247,13 @@ impl MetaSource {
         let ticks = stats.ticks.load(Ordering::Relaxed);
         let skipped = stats.skipped_ticks.load(Ordering::Relaxed);
         let stopped = stats.stopped_ticks.load(Ordering::Relaxed);
+        let reader = stats.reader();
         RecordingMeta {
+            reader: if reader.is_empty() {
+                self.reader.clone()
+            } else {
+                reader
+            },
             ticks,
             dropped: stats.dropped.load(Ordering::Relaxed) + gpu.dropped,
             late_ticks: stats.late_ticks.load(Ordering::Relaxed),
@@ -282,6 +292,11 @@ impl MetaSource {
         }
         notices.extend(gpu.notices);
         RecordingMeta {
+            reader: if report.reader.is_empty() {
+                self.reader.clone()
+            } else {
+                report.reader.clone()
+            },
             ticks: report.ticks,
             dropped: report.dropped + gpu.dropped,
             late_ticks: report.late_ticks,

@@ -8,6 +8,9 @@ pub struct RecordingMeta {
     pub pid: u32,
     pub command_line: String,
     pub python_version: String,
+    /// Which stack reader read the samples: `stackscope` (our own), `py-spy`, or both, most
+    /// reads first (`stackscope, py-spy`).
+    pub reader: String,
     /// Wall-clock start, RFC 3339.
     pub started_at: String,
     pub duration_secs: f64,

@@ -24,6 +24,9 @@ pub struct Summary {
     pub pid: u32,
     pub command_line: String,
     pub python_version: String,
+    /// Which stack reader read the samples ([`RecordingMeta::reader`]).
+    #[serde(default)]
+    pub reader: String,
     pub started_at: String,
     pub duration_secs: f64,
     pub rate_hz: f64,
@@ -120,6 +123,7 @@ impl Aggregator {
             pid: meta.pid,
             command_line: meta.command_line.clone(),
             python_version: meta.python_version.clone(),
+            reader: meta.reader.clone(),
             started_at: meta.started_at.clone(),
             duration_secs: meta.duration_secs,
             rate_hz: meta.rate_hz,

@@ -144,6 +144,7 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
         pid: header.pid,
         command_line: header.command_line.clone(),
         python_version: header.python_version.clone(),
+        reader: old.string("reader").unwrap_or_default(),
         started_at: shifted(&header.started_at, cov.from),
         duration_secs: (cov.to - cov.from).max(0.0),
         rate_hz: header.rate_hz,

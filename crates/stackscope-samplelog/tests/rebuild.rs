@@ -52,6 +52,7 @@ fn recording_meta() -> RecordingMeta {
         pid: 4242,
         command_line: "python train.py --epochs 90".into(),
         python_version: "3.11.8".into(),
+        reader: "stackscope".into(),
         started_at: "2024-05-01T10:00:00+00:00".into(),
         duration_secs: SECS as f64 + 0.5,
         rate_hz: 100.0,

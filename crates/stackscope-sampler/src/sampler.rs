@@ -48,6 +48,31 @@ pub struct SamplerStats {
     pub stopped_now: AtomicBool,
     /// Processes followed right now (1 without `--subprocesses`).
     pub processes: AtomicU64,
+    /// Successful reads by stackscope's own stack reader.
+    pub own_reader_reads: AtomicU64,
+    /// Successful reads by py-spy's (the fallback).
+    pub pyspy_reader_reads: AtomicU64,
+}
+
+impl SamplerStats {
+    /// Which reader read the samples: `stackscope`, `py-spy`, or both, most reads first.
+    pub fn reader(&self) -> String {
+        reader_name(
+            self.own_reader_reads.load(Ordering::Relaxed),
+            self.pyspy_reader_reads.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// `stackscope`, `py-spy`, or both (most reads first); empty before any read.
+pub fn reader_name(own: u64, pyspy: u64) -> String {
+    match (own, pyspy) {
+        (0, 0) => String::new(),
+        (_, 0) => "stackscope".to_owned(),
+        (0, _) => "py-spy".to_owned(),
+        (a, b) if a >= b => "stackscope, py-spy".to_owned(),
+        _ => "py-spy, stackscope".to_owned(),
+    }
 }
 
 impl SamplerStats {
@@ -82,6 +107,8 @@ pub struct SamplerReport {
     pub dropped: u64,
     pub errors: u64,
     pub stopped_ticks: u64,
+    /// Which reader read the samples ([`SamplerStats::reader`]).
+    pub reader: String,
 }
 
 /// A running sampling thread.
@@ -133,6 +160,7 @@ impl Sampler {
             dropped: s.dropped.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
             stopped_ticks: s.stopped_ticks.load(Ordering::Relaxed),
+            reader: s.reader(),
         }
     }
 }
@@ -215,8 +243,15 @@ fn sample_one(
     if procfs::is_stopped(pid) {
         return Outcome::Stopped;
     }
+    let own = target.reader() == "stackscope";
     match target.read_stacks() {
         Ok(stacks) => {
+            let reads = if own {
+                &stats.own_reader_reads
+            } else {
+                &stats.pyspy_reader_reads
+            };
+            reads.fetch_add(1, Ordering::Relaxed);
             for stack in stacks {
                 let event = Event::Stack(StackSample {
                     time,

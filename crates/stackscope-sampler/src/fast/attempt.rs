@@ -328,7 +328,9 @@ pub(crate) fn attempt(
             || (read_late[*pos] && ran_late.may_have_run(known.tstate));
         let outcome = match frames(layout, codes, &ids, &walk.frames) {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
-            Ok(frames) if req.stopped && !walk.ends_at_first_frame(layout) => Outcome::Midway(frames),
+            Ok(frames) if req.stopped && !walk.ends_at_first_frame(layout) => {
+                Outcome::Midway(frames)
+            }
             Ok(frames) => Outcome::Done(frames),
             // A thread that ran can read as anything: read it again, stopped.
             Err(_) if may_have_run => Outcome::Ran(Vec::new()),
@@ -398,7 +400,9 @@ fn passes_check(layout: &Layout, w: &Walking) -> bool {
     let Some(later) = &w.later else {
         return false;
     };
-    later.agrees && w.walk.ends_at_first_frame(layout) && holder::same_frames(layout, &w.walk, later)
+    later.agrees
+        && w.walk.ends_at_first_frame(layout)
+        && holder::same_frames(layout, &w.walk, later)
 }
 
 /// Whether every frame's instruction lies in its own code object's bytecode (or one unit

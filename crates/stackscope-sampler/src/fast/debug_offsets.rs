@@ -159,7 +159,13 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
         ts_datastack_chunk: datastack_chunk,
         ts_datastack_top: datastack_chunk + 8,
         ts_datastack_limit: datastack_chunk + 16,
-        ts_read_len: ts.iter().max().copied().unwrap_or(0).max(datastack_chunk + 16) + 8,
+        ts_read_len: ts
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or(0)
+            .max(datastack_chunk + 16)
+            + 8,
         cframe_current_frame: f(23)?,
         fr_code: f(30)?,
         fr_previous: f(29)?,
@@ -233,7 +239,14 @@ mod tests {
             set(&mut words, i, v);
         }
         // code_object: filename, name, qualname, linetable, firstlineno, co_code_adaptive.
-        for (i, v) in [(35, 112), (36, 120), (37, 128), (38, 136), (39, 68), (43, 200)] {
+        for (i, v) in [
+            (35, 112),
+            (36, 120),
+            (37, 128),
+            (38, 136),
+            (39, 68),
+            (43, 200),
+        ] {
             set(&mut words, i, v);
         }
         for (i, v) in [(45, 8), (49, 168), (57, 32), (58, 40), (65, 16), (66, 32)] {

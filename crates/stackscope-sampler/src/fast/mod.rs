@@ -49,8 +49,8 @@ use filenames::FileNames;
 use gil::GilWords;
 use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
-use remote::Remote;
 pub(crate) use ostid::OsTids;
+use remote::Remote;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -131,11 +131,7 @@ impl FastReader {
             Some(layout) => layout,
             None if major == 3 && minor >= 13 => {
                 let mut remote = Remote::new(pid);
-                match debug_offsets::layout(
-                    &mut remote,
-                    minor,
-                    spy.addresses.interpreter_address,
-                ) {
+                match debug_offsets::layout(&mut remote, minor, spy.addresses.interpreter_address) {
                     Ok(layout) => layout,
                     Err(refusal) => {
                         notice_once(&format!(
@@ -202,7 +198,10 @@ impl FastReader {
         if missing.is_empty() {
             return;
         }
-        let pthreads: Vec<u64> = missing.iter().map(|&i| self.threads[i].ts.thread_id).collect();
+        let pthreads: Vec<u64> = missing
+            .iter()
+            .map(|&i| self.threads[i].ts.thread_id)
+            .collect();
         for (i, tid) in missing.into_iter().zip(os_tids.tids(&pthreads)) {
             self.threads[i].ts.native_thread_id = tid.unwrap_or(0);
         }

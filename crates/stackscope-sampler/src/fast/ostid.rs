@@ -120,10 +120,7 @@ mod tests {
         let me = unsafe { libc::pthread_self() } as u64;
         let my_tid = nix::unistd::gettid().as_raw() as u64;
         let mut tids = OsTids::new(std::process::id());
-        assert_eq!(
-            tids.tids(&[me, other]),
-            vec![Some(my_tid), Some(other_tid)]
-        );
+        assert_eq!(tids.tids(&[me, other]), vec![Some(my_tid), Some(other_tid)]);
         assert_eq!(tids.tids(&[0x10]), vec![None]);
         stop_tx.send(()).ok();
         handle.join().expect("join");

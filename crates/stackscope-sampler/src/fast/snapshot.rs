@@ -52,7 +52,13 @@ impl TsWords {
     /// From the first [`Layout::ts_read_len`] bytes of the thread state at `tstate`.
     pub(crate) fn parse(layout: &Layout, tstate: usize, bytes: &[u8]) -> Option<TsWords> {
         let chunked = layout.frames == FrameDesign::Chunks;
-        let at = |offset: usize| if chunked { usize_at(bytes, offset) } else { Some(0) };
+        let at = |offset: usize| {
+            if chunked {
+                usize_at(bytes, offset)
+            } else {
+                Some(0)
+            }
+        };
         Some(TsWords {
             next: usize_at(bytes, layout.ts_next)?,
             // 3.10 and 3.13+: no cframe; the current-frame pointer is read in the thread

@@ -137,8 +137,8 @@ impl Walk {
                 FrameDesign::Chunks => field(layout.fr_prev_instr)?,
                 // `f_lasti`, kept with its sign (-1: not started).
                 FrameDesign::Objects => i32_at(header, layout.fr_prev_instr)
-                    .ok_or(WalkError::Garbage(addr))? as isize
-                    as usize,
+                    .ok_or(WalkError::Garbage(addr))?
+                    as isize as usize,
             };
             let owner = header.get(layout.fr_owner).copied();
             if previous & 7 != 0 {
