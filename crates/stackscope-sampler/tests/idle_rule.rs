@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{pythons_of, Fixture, VERSIONS};
+use common::{pythons, pythons_of, Fixture, VERSIONS};
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
 const FIXTURE: &str = include_str!("../../../fixtures/idle_threads.py");
@@ -37,7 +37,7 @@ fn waiting_threads_are_idle_and_working_ones_busy_on_every_version() {
 /// py-spy's reader (which `--locals` uses on every version) under the same rule.
 #[test]
 fn the_same_rule_holds_for_py_spys_reader() {
-    for python in pythons_of(&VERSIONS) {
+    for python in pythons() {
         let options = TargetOptions {
             locals: true,
             ..TargetOptions::default()

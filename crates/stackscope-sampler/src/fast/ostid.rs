@@ -63,7 +63,7 @@ impl OsTids {
 
     /// The offset at which every thread's struct holds a distinct id of this process.
     fn calibrate(&mut self, pthreads: &[u64], tasks: &HashSet<u64>) -> Option<usize> {
-        if pthreads.is_empty() || pthreads.iter().any(|&p| p == 0) {
+        if pthreads.is_empty() || pthreads.contains(&0) {
             return None;
         }
         let mut batch = Batch::default();
