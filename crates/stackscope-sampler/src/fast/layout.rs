@@ -1,11 +1,14 @@
 //! Where the fields the fast reader needs sit in each CPython version it reads.
 //!
-//! One table per minor version; everything version-specific in the reader comes from here, so
-//! supporting another version with the same design (frames in data-stack chunks, reached
-//! through `tstate->cframe->current_frame`) means adding a table. The numbers are the x86_64
-//! offsets of CPython's own structs (Include/internal/pycore_frame.h, cpython/code.h,
-//! cpython/pystate.h, pycore_interp.h, pycore_dict.h), the same layouts py-spy's generated
-//! bindings describe.
+//! One table per minor version; everything version-specific in the reader comes from here.
+//! 3.11 and 3.12 keep frames in data-stack chunks, reached through
+//! `tstate->cframe->current_frame`; 3.13 keeps the same design with `current_frame` in the
+//! thread state, and its table is built from the interpreter's `_Py_DebugOffsets`
+//! (`super::debug_offsets`); 3.10 has frame objects linked by `f_back` ([`FrameDesign`]).
+//! The typed numbers are the x86_64 offsets of CPython's own structs
+//! (Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h, pycore_interp.h,
+//! pycore_dict.h; for 3.10, cpython/frameobject.h), the same layouts py-spy's generated
+//! bindings describe, checked with `offsetof` against the installed headers.
 
 /// Which thread py-spy reports as holding the GIL, for `owns_gil`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

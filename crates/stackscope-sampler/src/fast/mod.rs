@@ -1,4 +1,4 @@
-//! stackscope's own stack reader for CPython 3.11 and 3.12.
+//! stackscope's own stack reader for CPython 3.10 to 3.13.
 //!
 //! py-spy, in its default mode, stops every thread for each sample and copies each frame,
 //! code object, name, file name and line table with its own system call: about eight reads a
@@ -7,7 +7,8 @@
 //! - keeps what never changes about a code object (names, file, decoded line table) by
 //!   address, checked each sample against a few identity fields read with the frames
 //!   ([`code`]);
-//! - copies each thread's frames with its whole data-stack chunk, all threads in one
+//! - copies each thread's frames with its whole data-stack chunk (3.11+; 3.10's frames are
+//!   heap objects, copied ahead by the addresses its last stack had), all threads in one
 //!   `process_vm_readv`, and walks the frame links inside the copy ([`snapshot`], [`stack`]);
 //! - does not stop the process: the GIL, read before and after the copy, says which threads
 //!   can have run during it ([`gil`]); every other thread's copy is a stack it had. The one
@@ -17,7 +18,12 @@
 //!
 //! So a sample of a steady process costs one read of its memory and one `pread` of each
 //! thread's `/proc` stat file; a thread is stopped in a fraction of a percent of samples.
-//! Versions without a layout table here are read by py-spy.
+//!
+//! Where the layouts come from ([`layout`]): tables typed here for 3.10, 3.11 and 3.12; for
+//! 3.13 and later the interpreter's own `_Py_DebugOffsets` ([`debug_offsets`]), with py-spy's
+//! reader and one notice for a version whose design this reader does not know. 3.9 and older
+//! are read by py-spy. Whether a thread is idle is decided the same way for every version
+//! and both readers ([`crate::idle`]).
 
 mod activity;
 mod addrmap;
