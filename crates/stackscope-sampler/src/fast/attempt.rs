@@ -340,7 +340,23 @@ pub(crate) fn attempt(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
         ) {
-            known.extra = walk.outside_ranges(layout);
+            let mut extra = walk.outside_ranges(layout);
+            if layout.frames == FrameDesign::Objects {
+                // 3.10: a frame that came and went (a leaf call's, made again at the same
+                // address from its code object's spare frame) is likely there next time:
+                // keep a few of the last ranges this walk did not use.
+                let keep = (extra.len() + RECENT_FRAMES).min(snapshot::max_extra(layout));
+                for e in &known.extra {
+                    if extra.len() >= keep {
+                        break;
+                    }
+                    if !extra.contains(e) {
+                        extra.push(*e);
+                    }
+                }
+                extra = super::stack::coalesce(extra);
+            }
+            known.extra = extra;
             known.codes.clear();
             for f in &walk.frames {
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
@@ -369,6 +385,9 @@ pub(crate) fn attempt(
             .collect(),
     })
 }
+
+/// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.
+const RECENT_FRAMES: usize = 8;
 
 /// At most this many code objects per thread are checked ahead, with the snapshot.
 const MAX_CODES_AHEAD: usize = 128;

@@ -245,6 +245,32 @@ impl Walk {
     }
 }
 
+/// The longest range [`coalesce`] makes.
+const MAX_COALESCED: usize = 64 * 1024;
+const PAGE: usize = 4096;
+
+/// Merges frame ranges that overlap or sit on the same or neighbouring pages into one range
+/// each (3.10's frame objects, mostly a few hundred bytes apart): one iovec instead of one
+/// per frame, which is most of the kernel's cost of a read. Only ranges whose pages all hold
+/// a frame are made, so a merged range is mapped wherever its parts were.
+pub(crate) fn coalesce(mut ranges: Vec<Extra>) -> Vec<Extra> {
+    ranges.sort_by_key(|e| e.addr);
+    let mut out: Vec<Extra> = Vec::with_capacity(ranges.len());
+    for e in ranges {
+        if let Some(last) = out.last_mut() {
+            let last_end = last.addr + last.len;
+            let near = e.addr / PAGE <= (last_end.saturating_sub(1)) / PAGE + 1;
+            let end = last_end.max(e.addr + e.len);
+            if !last.chunk && !e.chunk && near && end - last.addr <= MAX_COALESCED {
+                last.len = end - last.addr;
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +331,35 @@ mod tests {
         assert_eq!(outside, [(0x8_0000, true), (0x50_0000, false)]);
         let codes: Vec<usize> = walk.frames.iter().map(|f| f.code).collect();
         assert_eq!(codes, [0xc000, 0xd000, 0xe000]);
+    }
+
+    #[test]
+    fn near_frames_are_read_as_one_range_and_far_ones_apart() {
+        let frame = |addr: usize| Extra {
+            addr,
+            len: 112,
+            chunk: false,
+        };
+        let merged = coalesce(vec![
+            frame(0x10_0400),
+            frame(0x10_0000),
+            frame(0x10_1f80),
+            frame(0x10_0420),
+            frame(0x50_0000),
+        ]);
+        assert_eq!(
+            merged,
+            [
+                Extra {
+                    addr: 0x10_0000,
+                    len: 0x1f80 + 112,
+                    chunk: false
+                },
+                frame(0x50_0000)
+            ]
+        );
+        // A page between two frames that holds none of them is not read.
+        assert_eq!(coalesce(vec![frame(0x10_0000), frame(0x10_2000)]).len(), 2);
     }
 
     #[test]
