@@ -286,7 +286,8 @@ impl PythonTarget {
                         let active = t.active;
                         ThreadStack {
                             thread: ThreadInfo {
-                                os_thread_id: Some(t.os_thread_id),
+                                // 0: a 3.10 thread whose OS id could not be found.
+                                os_thread_id: (t.os_thread_id != 0).then_some(t.os_thread_id),
                                 python_thread_id: t.thread_id,
                                 name: t.name,
                                 active,
@@ -387,7 +388,8 @@ fn open_fast_reader(pid: u32, spy: &mut PythonSpy, blocking: bool) -> Option<Fas
         _ => Strategy::DEFAULT,
     };
     let mut fast = FastReader::new(pid, spy, strategy).ok()??;
-    for _ in 0..3 {
+    // Threads that come and go can make two reads disagree: a few more tries.
+    for _ in 0..6 {
         let Ok(ours) = fast.read(blocking) else {
             continue;
         };

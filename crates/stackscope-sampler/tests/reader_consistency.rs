@@ -261,6 +261,14 @@ while True:
     time.sleep(1)
 "#;
 
+fn minor_of(python: &str) -> String {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .expect("python runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[test]
 fn threads_that_come_and_go_are_followed() {
     for python in pythons() {
@@ -269,6 +277,7 @@ fn threads_that_come_and_go_are_followed() {
             PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
         let deadline = Instant::now() + Duration::from_secs(3);
         let (mut reads, mut failed, mut short_named) = (0, 0, 0);
+        let (mut stacks_seen, mut no_os_id) = (0, 0);
         while Instant::now() < deadline {
             reads += 1;
             match target.read_stacks() {
@@ -282,16 +291,27 @@ fn threads_that_come_and_go_are_followed() {
                                 .is_some_and(|n| n.starts_with("short-"))
                         })
                         .count();
-                    for s in &stacks {
-                        assert!(s.thread.os_thread_id.is_some());
-                    }
+                    // 3.10 records no OS id: it is read from the thread's `struct pthread`,
+                    // where the kernel sets it as the thread starts and clears it as it
+                    // ends; a short-lived thread caught at either end may have none.
+                    stacks_seen += stacks.len();
+                    no_os_id += stacks
+                        .iter()
+                        .filter(|s| s.thread.os_thread_id.is_none())
+                        .count();
                 }
                 Err(SampleFailure::Transient { .. }) => failed += 1,
                 Err(e) => panic!("{python}: {e}"),
             }
         }
         eprintln!(
-            "{python}: {reads} reads, {failed} failed, {short_named} short-lived threads named"
+            "{python}: {reads} reads, {failed} failed, {short_named} short-lived threads \
+             named, {no_os_id} of {stacks_seen} stacks without an OS thread id"
+        );
+        let most = if minor_of(&python) == "3.10" { 2 } else { 0 };
+        assert!(
+            no_os_id * 100 <= stacks_seen * most,
+            "{python}: {no_os_id} of {stacks_seen} stacks have no OS thread id"
         );
         assert!(reads > 100, "{python}");
         // A read may fail when a thread exits in the middle of it; most must not.

@@ -193,23 +193,17 @@ impl FastReader {
         Ok(Some(reader))
     }
 
-    /// Finds the OS thread id of threads that have none yet (3.10: from their `pthread_t`).
+    /// Finds (again) the OS thread id of each thread, where the interpreter does not record
+    /// it (3.10: from its `pthread_t`): one system call.
     fn fill_os_thread_ids(&mut self) {
         let Some(os_tids) = self.os_tids.as_mut() else {
             return;
         };
-        let missing: Vec<usize> = (0..self.threads.len())
-            .filter(|&i| self.threads[i].ts.native_thread_id == 0)
-            .collect();
-        if missing.is_empty() {
-            return;
-        }
-        let pthreads: Vec<u64> = missing
-            .iter()
-            .map(|&i| self.threads[i].ts.thread_id)
-            .collect();
-        for (i, tid) in missing.into_iter().zip(os_tids.tids(&pthreads)) {
-            self.threads[i].ts.native_thread_id = tid.unwrap_or(0);
+        let pthreads: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
+        let mut tids: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        os_tids.refresh(&pthreads, &mut tids);
+        for (k, tid) in self.threads.iter_mut().zip(tids) {
+            k.ts.native_thread_id = tid;
         }
     }
 
@@ -250,6 +244,10 @@ impl FastReader {
         let result = self.read_threads(blocking, stop.is_some(), &states);
         drop(stop);
         let read = result.inspect_err(|_| self.stats.errors += 1)?;
+        if self.threads.iter().any(|k| k.ts.native_thread_id == 0) {
+            // Threads new to the list (or to their thread state) during this read.
+            self.fill_os_thread_ids();
+        }
 
         let live: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
         self.activity.retain(&live);

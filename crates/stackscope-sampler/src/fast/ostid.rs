@@ -36,29 +36,58 @@ impl OsTids {
 
     /// The OS thread id of each `pthread_t` (None where it cannot be told).
     pub(crate) fn tids(&mut self, pthreads: &[u64]) -> Vec<Option<u64>> {
-        let tasks = tasks(self.pid);
+        let mut known = vec![0; pthreads.len()];
+        self.refresh(pthreads, &mut known);
+        known.into_iter().map(|t| (t != 0).then_some(t)).collect()
+    }
+
+    /// Brings `known` (the OS id last found for each `pthread_t`, 0 for none) up to date:
+    /// the id fields are read again, all in one system call, since glibc hands a new thread
+    /// the `struct pthread` (and so the `pthread_t`) of one that has exited. An id that
+    /// changed is believed once `/proc` lists it (listed again once, for a thread just
+    /// started); 0 where none is found. A thread that has exited keeps its last id.
+    pub(crate) fn refresh(&mut self, pthreads: &[u64], known: &mut [u64]) {
+        let mut tasks: Option<HashSet<u64>> = None;
         if self.offset.is_none() {
-            self.offset = self.calibrate(pthreads, &tasks);
+            let listed = tasks.get_or_insert_with(|| tasks_of(self.pid));
+            self.offset = self.calibrate(pthreads, listed);
         }
         let Some(offset) = self.offset else {
-            return vec![None; pthreads.len()];
+            known.iter_mut().for_each(|k| *k = 0);
+            return;
         };
         let mut batch = Batch::default();
         let slots: Vec<Slot> = pthreads
             .iter()
             .map(|&p| batch.add((p as usize).wrapping_add(offset), 4))
             .collect();
-        if batch.run(&mut self.remote).is_err() {
-            return vec![None; pthreads.len()];
-        }
-        slots
+        let ran = batch.run(&mut self.remote).is_ok();
+        let read: Vec<u64> = slots
             .iter()
             .map(|&s| {
-                let b = batch.get(s)?;
-                let tid = u64::from(u32::from_le_bytes(b.try_into().ok()?));
-                tasks.contains(&tid).then_some(tid)
+                batch
+                    .get(s)
+                    .filter(|_| ran)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, |b| u64::from(u32::from_le_bytes(b)))
             })
-            .collect()
+            .collect();
+        for (k, &tid) in known.iter_mut().zip(&read) {
+            // 0: the kernel cleared the field as the thread exited (its thread state can
+            // outlive it for a moment); it keeps the id it had, as 3.11's `native_thread_id`.
+            if tid == *k || (tid == 0 && *k != 0) {
+                continue;
+            }
+            let mut listed = tasks
+                .get_or_insert_with(|| tasks_of(self.pid))
+                .contains(&tid);
+            if !listed && tid != 0 {
+                let fresh = tasks_of(self.pid);
+                listed = fresh.contains(&tid);
+                tasks = Some(fresh);
+            }
+            *k = if listed { tid } else { 0 };
+        }
     }
 
     /// The offset at which every thread's struct holds a distinct id of this process.
@@ -76,14 +105,17 @@ impl OsTids {
             .iter()
             .map(|&s| batch.get(s))
             .collect::<Option<Vec<_>>>()?;
+        // Every struct holds a distinct listed id there, or 0 (a thread that has just
+        // exited: the kernel clears the field), and most hold an id.
         let fits = |offset: usize| {
             let mut seen = HashSet::new();
-            structs.iter().all(|s| {
+            let all = structs.iter().all(|s| {
                 s.get(offset..offset + 4)
                     .and_then(|b| b.try_into().ok())
                     .map(|b| u64::from(u32::from_le_bytes(b)))
-                    .is_some_and(|tid| tasks.contains(&tid) && seen.insert(tid))
-            })
+                    .is_some_and(|tid| tid == 0 || (tasks.contains(&tid) && seen.insert(tid)))
+            });
+            all && seen.len() * 2 >= structs.len().max(1) && !seen.is_empty()
         };
         if fits(GLIBC_TID) {
             return Some(GLIBC_TID);
@@ -93,7 +125,7 @@ impl OsTids {
 }
 
 /// The thread ids `/proc/PID/task` lists.
-fn tasks(pid: u32) -> HashSet<u64> {
+fn tasks_of(pid: u32) -> HashSet<u64> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|dir| {
             dir.flatten()

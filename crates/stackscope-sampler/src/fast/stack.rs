@@ -247,19 +247,21 @@ impl Walk {
 
 /// The longest range [`coalesce`] makes.
 const MAX_COALESCED: usize = 64 * 1024;
-const PAGE: usize = 4096;
+/// Ranges at most this far apart are merged: less than a page, so every page of a merged
+/// range holds one of its parts.
+const MAX_GAP: usize = 1024;
 
-/// Merges frame ranges that overlap or sit on the same or neighbouring pages into one range
-/// each (3.10's frame objects, mostly a few hundred bytes apart): one iovec instead of one
-/// per frame, which is most of the kernel's cost of a read. Only ranges whose pages all hold
-/// a frame are made, so a merged range is mapped wherever its parts were.
+/// Merges frame ranges that overlap or lie within [`MAX_GAP`] of each other into one range
+/// (3.10's frame objects, mostly a few hundred bytes apart): one iovec instead of one per
+/// frame, which is most of the kernel's cost of a read, without copying much more. Every
+/// page of a merged range holds one of its parts, so it is mapped wherever they were.
 pub(crate) fn coalesce(mut ranges: Vec<Extra>) -> Vec<Extra> {
     ranges.sort_by_key(|e| e.addr);
     let mut out: Vec<Extra> = Vec::with_capacity(ranges.len());
     for e in ranges {
         if let Some(last) = out.last_mut() {
             let last_end = last.addr + last.len;
-            let near = e.addr / PAGE <= (last_end.saturating_sub(1)) / PAGE + 1;
+            let near = e.addr <= last_end + MAX_GAP;
             let end = last_end.max(e.addr + e.len);
             if !last.chunk && !e.chunk && near && end - last.addr <= MAX_COALESCED {
                 last.len = end - last.addr;
@@ -343,7 +345,7 @@ mod tests {
         let merged = coalesce(vec![
             frame(0x10_0400),
             frame(0x10_0000),
-            frame(0x10_1f80),
+            frame(0x10_0800),
             frame(0x10_0420),
             frame(0x50_0000),
         ]);
@@ -352,13 +354,13 @@ mod tests {
             [
                 Extra {
                     addr: 0x10_0000,
-                    len: 0x1f80 + 112,
+                    len: 0x800 + 112,
                     chunk: false
                 },
                 frame(0x50_0000)
             ]
         );
-        // A page between two frames that holds none of them is not read.
+        // Frames further apart are read apart.
         assert_eq!(coalesce(vec![frame(0x10_0000), frame(0x10_2000)]).len(), 2);
     }
 
