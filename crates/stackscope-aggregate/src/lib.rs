@@ -25,6 +25,7 @@ mod summary;
 mod tagging;
 mod threads;
 mod timeline;
+mod trace;
 mod verdict;
 
 pub use aggregator::{AggregateConfig, Aggregator, StackView};
@@ -39,6 +40,7 @@ pub use processes::ROOT_COMMAND_CHARS;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use trace::{GpuState, Run, SampleTrace, TraceThread};
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ mod reader;
 mod rebuild;
 mod record;
 mod replay;
+mod trace;
 mod varint;
 mod window;
 mod writer;
@@ -67,6 +68,7 @@ pub use header::LogHeader;
 pub use intern::{InternLimits, TableSizes};
 pub use reader::{LogEnd, SampleLogReader};
 pub use rebuild::{rebuild, RebuildOptions, RebuildOutcome, GPU_COVER_SECS, READ_PAST_END_SECS};
+pub use trace::{read_trace, TraceOutcome};
 pub use window::{report_dir, Window};
 pub use writer::{SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN};
 
