@@ -168,8 +168,7 @@ impl SampleTrace {
                 self.gpu.push(sample);
             }
             Event::Process(process) => {
-                if process.kind == ProcessEventKind::Attached || !process.command_line.is_empty()
-                {
+                if process.kind == ProcessEventKind::Attached || !process.command_line.is_empty() {
                     let command = self.commands.entry(process.pid).or_default();
                     if command.is_empty() || process.kind == ProcessEventKind::Attached {
                         *command = process.command_line;
@@ -411,11 +410,14 @@ mod tests {
         trace.finish();
         let thread = &trace.threads()[0];
         assert_eq!(thread.display_id(), "101");
-        let runs: Vec<(u64, GpuState)> =
-            thread.runs.iter().map(|r| (r.samples, r.gpu)).collect();
+        let runs: Vec<(u64, GpuState)> = thread.runs.iter().map(|r| (r.samples, r.gpu)).collect();
         assert_eq!(
             runs,
-            vec![(3, GpuState::Busy), (1, GpuState::Idle), (1, GpuState::Idle)]
+            vec![
+                (3, GpuState::Busy),
+                (1, GpuState::Idle),
+                (1, GpuState::Idle)
+            ]
         );
         assert_eq!(trace.samples(), 5, "the idle thread's sample is left out");
         assert_eq!(trace.stacks().len(), 2);

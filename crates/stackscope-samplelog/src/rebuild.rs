@@ -130,7 +130,9 @@ pub(crate) fn read_window<S: Sink>(
         config.include_idle = include_idle;
     }
     let mut sink = new(config, &header);
-    let fed = feed_window(&mut reader, &header, window, &mut |event| sink.handle(event))?;
+    let fed = feed_window(&mut reader, &header, window, &mut |event| {
+        sink.handle(event)
+    })?;
     let (last_secs, used, stopped_early) = (fed.last_secs, fed.used, fed.stopped_early);
     sink.finish();
 

@@ -5,21 +5,23 @@
 //!
 //! Times are microseconds since the recording's start (the zero of `--from`/`--to`), on the
 //! one clock the samples and GPU readings share. A sample stands for one sampling period; a
-//! frame's slice lasts while consecutive samples of its thread keep it (and every frame above
-//! it) on the stack, and ends where the thread was not sampled for more than a period (it
+//! function's slice lasts while consecutive samples of its thread keep it (and every function
+//! above it) on the stack, whichever line of it runs (`args.line` is the line it began at), and ends where the thread was not sampled for more than a period (it
 //! slept, or was left out as idle). Each slice's `args.samples` counts its samples, so the
-//! outermost slices of a thread add up to the thread's samples in `stacks.folded`.
+//! outermost slices of a thread add up to the thread's samples in `stacks.folded` (but for
+//! samples with no frame at all, a thread caught at its very start or end, which no slice
+//! can show).
 //!
 //! A GPU reading at time T describes the interval since the device's previous reading, so its
 //! counter value is placed at that previous reading's time: a dip then lies under the slices
 //! of the code that ran while the GPU idled, not one reading late.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 
 use serde_json::{json, Map, Value};
 use stackscope_aggregate::{SampleTrace, TraceThread};
-use stackscope_event::Timestamp;
+use stackscope_event::{GpuSample, Timestamp};
 
 use super::ExportInfo;
 use crate::ReportError;
@@ -71,8 +73,9 @@ pub fn write_perfetto<W: Write>(
     }
 
     let period_ns = (info.period_secs() * 1e9) as u64;
+    let functions = function_of_frames(trace);
     for thread in trace.threads() {
-        for slice in slices(trace, thread, period_ns) {
+        for slice in slices(trace, &functions, thread, period_ns) {
             let frame = &trace.frames()[slice.frame as usize];
             let mut args = Map::new();
             args.insert("file".into(), json!(&*frame.file));
@@ -91,10 +94,15 @@ pub fn write_perfetto<W: Write>(
         }
     }
 
+    // Readings arrive a little out of order (the driver's ring beside the poll's own); in time
+    // order, as gpu-timeline.csv lists them.
+    let mut readings: Vec<&GpuSample> = trace.gpu_readings().iter().collect();
+    readings.sort_by_key(|r| r.time);
     let mut previous: BTreeMap<u32, Timestamp> = BTreeMap::new();
-    for reading in trace.gpu_readings() {
-        let at = previous.insert(reading.device, reading.time);
-        let at = at.filter(|&t| t <= reading.time).unwrap_or(reading.time);
+    for reading in readings {
+        let at = previous
+            .insert(reading.device, reading.time)
+            .unwrap_or(reading.time);
         let mut args = Map::new();
         if let Some(u) = reading.utilization {
             args.insert("utilization".into(), json!(u));
@@ -147,9 +155,29 @@ pub(crate) struct Slice {
     pub samples: u64,
 }
 
+/// For each frame, the function it runs (name, file, native): slices follow functions, not
+/// lines, so that a loop stepping through the lines of one function is one slice.
+pub(crate) fn function_of_frames(trace: &SampleTrace) -> Vec<u32> {
+    let mut ids: HashMap<(&str, &str, bool), u32> = HashMap::new();
+    trace
+        .frames()
+        .iter()
+        .map(|f| {
+            let next = ids.len() as u32;
+            *ids.entry((&*f.function, &*f.file, f.native))
+                .or_insert(next)
+        })
+        .collect()
+}
+
 /// A thread's slices, sorted by start and, at one start, outermost first (the order in which
-/// trace viewers nest slices that start together).
-pub(crate) fn slices(trace: &SampleTrace, thread: &TraceThread, period_ns: u64) -> Vec<Slice> {
+/// trace viewers nest slices that start together). A slice's frame is the one it began with.
+pub(crate) fn slices(
+    trace: &SampleTrace,
+    functions: &[u32],
+    thread: &TraceThread,
+    period_ns: u64,
+) -> Vec<Slice> {
     let mut out = Vec::new();
     let mut open: Vec<Slice> = Vec::new();
     let mut finish: Option<Timestamp> = None;
@@ -170,7 +198,7 @@ pub(crate) fn slices(trace: &SampleTrace, thread: &TraceThread, period_ns: u64) 
                 let shared = open
                     .iter()
                     .zip(stack.iter())
-                    .take_while(|(o, &f)| o.frame == f)
+                    .take_while(|(o, &f)| functions[o.frame as usize] == functions[f as usize])
                     .count();
                 close(&mut open, shared, run.start, &mut out);
                 shared

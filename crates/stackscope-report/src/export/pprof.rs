@@ -6,7 +6,9 @@
 //! `thread_id`, `pid` and `gpu_state` (`idle`, `busy`, `unknown`), so that `-tagfocus
 //! gpu_state=idle` gives the GPU-idle profile. Each distinct frame (function, file, line) is a
 //! location; each function (name, file, and whether it is native) a function, so native frames
-//! (`--native`) are functions of their own.
+//! (`--native`) are functions of their own. A sample with no frame (a thread caught at its
+//! very start or end) is written with no location, as the format allows; Go's pprof leaves
+//! such samples out of its views.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -72,7 +74,7 @@ pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
                 functions.push(Function {
                     id,
                     name,
-                    system_name: name,
+                    system_name: 0,
                     filename: strings.id(&frame.file),
                     // The sample log keeps the line being run, not the line a function starts
                     // at; 0 is the format's "unknown".
