@@ -129,6 +129,46 @@ fn pprof_has_labels_locations_and_the_period() {
 }
 
 #[test]
+fn native_frames_are_functions_of_their_own() {
+    let config = AggregateConfig {
+        gpu_enabled: false,
+        ..AggregateConfig::default()
+    };
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    let native = Frame {
+        native: true,
+        ..Frame::python("step", "libtorch.so", 0)
+    };
+    trace.handle(Event::Stack(StackSample {
+        time: Timestamp(MS),
+        pid: 7,
+        thread: ThreadInfo {
+            os_thread_id: Some(70),
+            python_thread_id: 1,
+            name: None,
+            active: true,
+            owns_gil: true,
+        },
+        frames: vec![native, Frame::python("step", "libtorch.so", 0)],
+    }));
+    trace.finish();
+    let meta = meta();
+    let profile = build_profile(&trace, &info(&meta));
+    assert_eq!(profile.function.len(), 2, "a native and a Python function");
+    assert_eq!(profile.sample[0].location_id.len(), 2);
+    let thread = profile.sample[0]
+        .label
+        .iter()
+        .find(|l| profile.string_table[l.key as usize] == "thread")
+        .map(|l| profile.string_table[l.str as usize].as_str());
+    assert_eq!(
+        thread,
+        Some("thread 70"),
+        "named as the flamegraphs name it"
+    );
+}
+
+#[test]
 fn speedscope_names_threads_as_py_spy_does() {
     let meta = meta();
     for (process_root, expected) in [
