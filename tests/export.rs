@@ -367,8 +367,27 @@ fn training_loop_exports_match_the_recording_and_put_the_gpu_under_the_code() {
         .args(["--seconds", "6", "--step-ms", "1000", "--gpu-file"])
         .arg(&phase_file)
         .env("STACKSCOPE_FAKE_NVML", &script);
-    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    let mut running = spawn_stackscope(cmd);
+    // `--format` writes the exports at every checkpoint too, not only at the end.
+    let mut seen_while_running = false;
+    let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+    while std::time::Instant::now() < deadline {
+        if matches!(running.child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        if out.out.join("trace.json").is_file() && out.out.join("profile.pb.gz").is_file() {
+            seen_while_running = matches!(running.child.try_wait(), Ok(None));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = running.finish(RUN_TIMEOUT);
     run.assert_success();
+    assert!(
+        seen_while_running,
+        "no checkpoint export while recording\n{}",
+        run.describe()
+    );
     let dir = &out.out;
     let folded = out.folded();
     assert!(folded.total() > 150, "too few samples\n{}", run.describe());

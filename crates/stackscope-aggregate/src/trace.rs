@@ -63,6 +63,9 @@ pub struct Run {
     /// Index into [`SampleTrace::names`]: the thread's name at these samples.
     pub name: u32,
     pub gpu: GpuState,
+    /// The thread was seen idle (a sample left out) since the previous run: the two are not
+    /// one stretch of work, whatever their stacks.
+    pub resumed: bool,
 }
 
 /// One thread of one process and its runs, in time order.
@@ -75,6 +78,8 @@ pub struct TraceThread {
     /// The name shown for the thread at its latest sample.
     pub name: String,
     pub runs: Vec<Run>,
+    /// Times of samples left out as idle, not yet placed between runs.
+    idle: VecDeque<Timestamp>,
 }
 
 impl TraceThread {
@@ -90,6 +95,9 @@ impl TraceThread {
         self.runs.iter().map(|r| r.samples).sum()
     }
 }
+
+/// Idle sample times kept per thread until the next run is placed; past this the oldest go.
+const MAX_IDLE_TIMES: usize = 10_000;
 
 /// A sample waiting for the GPU readings that cover it; the tagger releases samples in the
 /// order it was given them, so this queue pairs with its releases by position.
@@ -183,6 +191,14 @@ impl SampleTrace {
     fn handle_stack(&mut self, sample: StackSample) {
         if !(sample.thread.active || self.config.include_idle) {
             self.tagger.observe(sample.time);
+            let key = (sample.pid, sample.thread.python_thread_id);
+            if let Some(&id) = self.thread_ids.get(&key) {
+                let idle = &mut self.threads[id as usize].idle;
+                if idle.len() >= MAX_IDLE_TIMES {
+                    idle.pop_front();
+                }
+                idle.push_back(sample.time);
+            }
             return;
         }
         let display = sample.thread.display_name();
@@ -198,6 +214,7 @@ impl SampleTrace {
                     os_thread_id: None,
                     name: String::new(),
                     runs: Vec::new(),
+                    idle: VecDeque::new(),
                 });
                 self.thread_ids.insert(key, id);
                 id
@@ -275,9 +292,19 @@ impl SampleTrace {
     }
 
     fn push_run(&mut self, p: Pending, gpu: GpuState) {
-        let runs = &mut self.threads[p.thread as usize].runs;
+        let thread = &mut self.threads[p.thread as usize];
+        let last_end = thread.runs.last().map(|r| r.end);
+        let mut resumed = false;
+        while let Some(&idle) = thread.idle.front() {
+            if idle >= p.time {
+                break;
+            }
+            resumed |= last_end.is_some_and(|end| idle > end);
+            thread.idle.pop_front();
+        }
+        let runs = &mut thread.runs;
         if let Some(last) = runs.last_mut() {
-            if last.stack == p.stack && last.name == p.name && last.gpu == gpu {
+            if !resumed && last.stack == p.stack && last.name == p.name && last.gpu == gpu {
                 last.end = last.end.max(p.time);
                 last.samples += 1;
                 return;
@@ -290,6 +317,7 @@ impl SampleTrace {
             stack: p.stack,
             name: p.name,
             gpu,
+            resumed,
         });
     }
 

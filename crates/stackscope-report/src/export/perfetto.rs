@@ -4,13 +4,13 @@
 //! utilization, memory and power, in the target's process so that it sits under its threads.
 //!
 //! Times are microseconds since the recording's start (the zero of `--from`/`--to`), on the
-//! one clock the samples and GPU readings share. A sample stands for one sampling period; a
+//! one clock the samples and GPU readings share. A sample stands for one sampling period. A
 //! function's slice lasts while consecutive samples of its thread keep it (and every function
-//! above it) on the stack, whichever line of it runs (`args.line` is the line it began at), and ends where the thread was not sampled for more than a period (it
-//! slept, or was left out as idle). Each slice's `args.samples` counts its samples, so the
-//! outermost slices of a thread add up to the thread's samples in `stacks.folded` (but for
-//! samples with no frame at all, a thread caught at its very start or end, which no slice
-//! can show).
+//! above it) on the stack, whichever line of it runs (`args.line` is the line it began at); it
+//! ends where the thread was seen idle (a sample left out, without `--idle`) or was not sampled
+//! for ten periods. Each slice's `args.samples` counts its samples, so the outermost slices of a
+//! thread add up to the thread's samples in `stacks.folded` (but for samples with no frame at
+//! all, a thread caught at its very start or end, which no slice can show).
 //!
 //! A GPU reading at time T describes the interval since the device's previous reading, so its
 //! counter value is placed at that previous reading's time: a dip then lies under the slices
@@ -29,6 +29,9 @@ use crate::ReportError;
 /// Longest command line shown as a process's name.
 const PROCESS_NAME_CHARS: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
+/// Sampling periods without a sample after which a thread's slices end even though it was
+/// never seen idle (the sampler stalled, or the target was stopped).
+const GAP_PERIODS: u64 = 10;
 
 /// Writes the trace as Chrome trace event JSON.
 pub fn write_perfetto<W: Write>(
@@ -192,9 +195,9 @@ pub(crate) fn slices(
     for run in &thread.runs {
         let stack = &trace.stacks()[run.stack as usize];
         let keep = match finish {
-            // Sampled again within a period of the last sample's end (jitter allowed):
-            // frames shared with the last stack go on.
-            Some(end) if run.start.0 <= end.0 + period_ns => {
+            // Sampled again without being seen idle, and soon enough that the sampler only
+            // fell behind: functions shared with the last stack go on.
+            Some(end) if !run.resumed && run.start.0 <= end.0 + GAP_PERIODS * period_ns => {
                 let shared = open
                     .iter()
                     .zip(stack.iter())

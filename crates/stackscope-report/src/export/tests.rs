@@ -9,6 +9,17 @@ use super::*;
 const MS: u64 = 1_000_000;
 
 fn sample(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
+    with_activity(sample_of(time_ms, pid, tid, name, frames), true)
+}
+
+fn with_activity(mut event: Event, active: bool) -> Event {
+    if let Event::Stack(s) = &mut event {
+        s.thread.active = active;
+    }
+    event
+}
+
+fn sample_of(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
     Event::Stack(StackSample {
         time: Timestamp(time_ms * MS),
         pid,
@@ -46,7 +57,8 @@ fn info(meta: &RecordingMeta) -> ExportInfo<'_> {
     }
 }
 
-/// main -> a (10, 20 ms; a's line changes), main -> b (30 ms), a gap, main -> a (100 ms).
+/// main -> a (10, 20 ms; a's line changes), main -> b (30 ms), a gap, main -> a (200 ms),
+/// seen idle (210 ms), main -> a (220 ms).
 fn trace(process_root: bool) -> SampleTrace {
     let config = AggregateConfig {
         gpu_enabled: false,
@@ -57,7 +69,10 @@ fn trace(process_root: bool) -> SampleTrace {
     trace.handle(sample(10, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
     trace.handle(sample(20, 7, 70, "MainThread", &[("main", 1), ("a", 6)]));
     trace.handle(sample(30, 7, 70, "MainThread", &[("main", 2), ("b", 9)]));
-    trace.handle(sample(100, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    trace.handle(sample(200, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    let idle = sample(210, 7, 70, "MainThread", &[("main", 1), ("sleep", 4)]);
+    trace.handle(with_activity(idle, false));
+    trace.handle(sample(220, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
     trace.handle(sample(15, 8, 80, "worker", &[("w", 3)]));
     trace.finish();
     trace
@@ -88,9 +103,12 @@ fn slices_follow_functions_and_end_at_gaps() {
             ("main".into(), 10, 40, 0, 3),
             ("a".into(), 10, 30, 1, 2),
             ("b".into(), 30, 40, 1, 1),
-            // 60 ms without a sample: everything closed, opened again.
-            ("main".into(), 100, 110, 0, 1),
-            ("a".into(), 100, 110, 1, 1),
+            // 170 ms (17 periods) without a sample: everything closed, opened again.
+            ("main".into(), 200, 210, 0, 1),
+            ("a".into(), 200, 210, 1, 1),
+            // Seen idle in between: not one stretch of work, though the stacks are equal.
+            ("main".into(), 220, 230, 0, 1),
+            ("a".into(), 220, 230, 1, 1),
         ]
     );
 }
@@ -105,7 +123,7 @@ fn pprof_has_labels_locations_and_the_period() {
     assert_eq!(profile.period, 10_000_000);
     assert_eq!(profile.duration_nanos, 1_000_000_000);
     let total: i64 = profile.sample.iter().map(|x| x.value[0]).sum();
-    assert_eq!(total, 5);
+    assert_eq!(total, 6);
     let worker = profile
         .sample
         .iter()
@@ -191,10 +209,11 @@ fn speedscope_names_threads_as_py_spy_does() {
             .map(|p| p["name"].as_str().unwrap_or_default())
             .collect();
         assert_eq!(names, expected);
-        // MainThread: a, a(line 6), b, a: consecutive equal stacks only are merged.
+        // MainThread: a, a(line 6), b, a, a: consecutive equal stacks only are merged.
         let main = &file["profiles"][0];
         assert_eq!(main["samples"].as_array().map(Vec::len), Some(4));
-        assert_eq!(main["endValue"].as_f64(), Some(0.04));
+        assert_eq!(main["weights"][3].as_f64(), Some(0.02));
+        assert_eq!(main["endValue"].as_f64(), Some(0.05));
     }
 }
 
