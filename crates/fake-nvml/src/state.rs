@@ -5,7 +5,7 @@
 //! thread is always joined at the last shutdown, because the caller may `dlclose` the library
 //! right after it, and a thread still running unloaded code would crash the process.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +30,11 @@ pub struct FakeDevice {
     /// The global and the per-device `unsupported` lists together.
     unsupported: Vec<Call>,
     pub ring: Mutex<Ring>,
+    /// Successful `nvmlGpmSampleGet` calls so far (`gpm.lost_after_samples` counts them).
+    pub gpm_samples: AtomicU32,
+    /// The GPM patterns (SM activity, occupancy, tensor activity, DRAM bandwidth), evaluated
+    /// when metrics are asked for.
+    pub gpm_patterns: Mutex<Vec<PatternState>>,
 }
 
 struct Runtime {
@@ -159,6 +164,16 @@ impl Shared {
                     .collect(),
                 script: dev.clone(),
                 ring: Mutex::new(Ring::new(script.ring_capacity)),
+                gpm_samples: AtomicU32::new(0),
+                gpm_patterns: Mutex::new(
+                    dev.gpm
+                        .iter()
+                        .flat_map(|g| {
+                            [&g.sm_active, &g.sm_occupancy, &g.tensor_active, &g.dram_bw]
+                        })
+                        .map(|p| PatternState::new(p.clone()))
+                        .collect(),
+                ),
             })
             .collect();
         Shared {
@@ -170,10 +185,18 @@ impl Shared {
 }
 
 impl FakeDevice {
-    fn is_lost(&self, elapsed: Duration) -> bool {
-        self.script
+    pub fn is_lost(&self, elapsed: Duration) -> bool {
+        let lost_by_time = self
+            .script
             .lost_after_s
-            .is_some_and(|after| elapsed.as_secs_f64() >= after)
+            .is_some_and(|after| elapsed.as_secs_f64() >= after);
+        let lost_by_samples = self
+            .script
+            .gpm
+            .as_ref()
+            .and_then(|g| g.lost_after_samples)
+            .is_some_and(|n| self.gpm_samples.load(Ordering::SeqCst) >= n);
+        lost_by_time || lost_by_samples
     }
 
     /// The newest tick (what the "current" utilization calls report).
