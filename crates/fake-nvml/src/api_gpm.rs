@@ -9,6 +9,7 @@
 //! these symbols like a driver library older than GPM.
 
 use std::ffi::{c_char, c_uint, c_void};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::api::put;
@@ -71,25 +72,31 @@ pub unsafe extern "C" fn nvmlGpmSampleFree(sample: GpmSampleHandle) -> NvmlRetur
     ffi::SUCCESS
 }
 
-/// `nvmlGpmSampleGet`: stamps the sample with the device and the time; counts towards
-/// `gpm.lost_after_samples`.
+/// `nvmlGpmSampleGet`: stamps the sample with the device and the time. With
+/// `gpm.lost_after_samples: N`, call N + 1 finds the device lost (GPU_IS_LOST), between the
+/// two samples of an interval.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmSampleGet(
     device: NvmlDevice,
     sample: GpmSampleHandle,
 ) -> NvmlReturn {
     with_device(device, Some(Call::Gpm), |shared, dev| {
-        if dev.script.gpm.is_none() {
+        let Some(gpm) = dev.script.gpm.as_ref() else {
             return ffi::ERROR_NOT_SUPPORTED;
-        }
+        };
         if sample.is_null() {
             return ffi::ERROR_INVALID_ARGUMENT;
+        }
+        let taken = dev.gpm_samples.fetch_add(1, Ordering::SeqCst);
+        if gpm.lost_after_samples.is_some_and(|n| taken >= n) {
+            // The device fell off the bus since the previous sample: this call is the first
+            // to see it, and every later call on the device sees it too.
+            dev.gpm_lost.store(true, Ordering::SeqCst);
+            return ffi::ERROR_GPU_IS_LOST;
         }
         // SAFETY: a live handle from nvmlGpmSampleAlloc (nvml.h's contract).
         let sample = unsafe { &mut *sample.cast::<FakeGpmSample>() };
         sample.taken = Some((dev.index, shared.started.elapsed()));
-        dev.gpm_samples
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         ffi::SUCCESS
     })
 }

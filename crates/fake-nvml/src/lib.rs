@@ -49,7 +49,7 @@
 //!         "tensor_active": PATTERN,   // NVML_GPM_METRIC_ANY_TENSOR_UTIL, default 0
 //!         "dram_bw": PATTERN,         // NVML_GPM_METRIC_DRAM_BW_UTIL, default 0
 //!         "unsupported_metrics": ["sm_occupancy"], // per-metric NOT_SUPPORTED
-//!         "lost_after_samples": 1     // the device is lost after this many GPM samples
+//!         "lost_after_samples": 1     // the next GPM sample finds the device lost
 //!       }
 //!     }
 //!   ],

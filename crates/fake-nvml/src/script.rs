@@ -90,8 +90,8 @@ pub struct GpmScript {
     /// Metrics whose per-metric return code is NOT_SUPPORTED.
     #[serde(default)]
     pub unsupported_metrics: Vec<GpmMetric>,
-    /// After this many successful `nvmlGpmSampleGet` calls the device is lost: every call on
-    /// it answers GPU_IS_LOST, so the next sample (or anything else) fails.
+    /// After this many successful `nvmlGpmSampleGet` calls the device is lost: the next GPM
+    /// sample is the first call to answer GPU_IS_LOST, and every call on it after that.
     pub lost_after_samples: Option<u32>,
 }
 

@@ -30,8 +30,10 @@ pub struct FakeDevice {
     /// The global and the per-device `unsupported` lists together.
     unsupported: Vec<Call>,
     pub ring: Mutex<Ring>,
-    /// Successful `nvmlGpmSampleGet` calls so far (`gpm.lost_after_samples` counts them).
+    /// `nvmlGpmSampleGet` calls so far (`gpm.lost_after_samples` counts them).
     pub gpm_samples: AtomicU32,
+    /// Set by the GPM sample call that finds the device lost (`gpm.lost_after_samples`).
+    pub gpm_lost: AtomicBool,
     /// The GPM patterns (SM activity, occupancy, tensor activity, DRAM bandwidth), evaluated
     /// when metrics are asked for.
     pub gpm_patterns: Mutex<Vec<PatternState>>,
@@ -165,6 +167,7 @@ impl Shared {
                 script: dev.clone(),
                 ring: Mutex::new(Ring::new(script.ring_capacity)),
                 gpm_samples: AtomicU32::new(0),
+                gpm_lost: AtomicBool::new(false),
                 gpm_patterns: Mutex::new(
                     dev.gpm
                         .iter()
@@ -190,13 +193,7 @@ impl FakeDevice {
             .script
             .lost_after_s
             .is_some_and(|after| elapsed.as_secs_f64() >= after);
-        let lost_by_samples = self
-            .script
-            .gpm
-            .as_ref()
-            .and_then(|g| g.lost_after_samples)
-            .is_some_and(|n| self.gpm_samples.load(Ordering::SeqCst) >= n);
-        lost_by_time || lost_by_samples
+        lost_by_time || self.gpm_lost.load(Ordering::SeqCst)
     }
 
     /// The newest tick (what the "current" utilization calls report).
