@@ -33,6 +33,15 @@ pub struct GpuDeviceSummary {
     pub mean_memory_used_mib: Option<f64>,
     pub memory_total_mib: Option<f64>,
     pub mean_power_watts: Option<f64>,
+    /// Means of the GPM readings (Hopper and later), in percent; absent without GPM.
+    #[serde(default)]
+    pub mean_sm_active_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_sm_occupancy_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_tensor_active_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_dram_bw_pct: Option<f64>,
 }
 
 /// Running sum and count of one metric.
@@ -67,6 +76,8 @@ pub struct DeviceStats {
     /// The latest reading's total memory, by reading time (readings can arrive out of order).
     memory_total: Option<(Timestamp, u64)>,
     power: Mean,
+    /// SM activity, SM occupancy, tensor activity, DRAM bandwidth.
+    gpm: [Mean; 4],
 }
 
 impl Default for DeviceStats {
@@ -81,6 +92,7 @@ impl Default for DeviceStats {
             memory_used_mib: Mean::default(),
             memory_total: None,
             power: Mean::default(),
+            gpm: [Mean::default(); 4],
         }
     }
 }
@@ -114,6 +126,17 @@ impl DeviceStats {
         if let Some(watts) = sample.power_watts {
             self.power.add(f64::from(watts));
         }
+        let gpm = [
+            sample.sm_active,
+            sample.sm_occupancy,
+            sample.tensor_active,
+            sample.dram_bw,
+        ];
+        for (mean, value) in self.gpm.iter_mut().zip(gpm) {
+            if let Some(v) = value {
+                mean.add(f64::from(v));
+            }
+        }
     }
 
     pub fn readings(&self) -> u64 {
@@ -138,6 +161,10 @@ impl DeviceStats {
             mean_memory_used_mib: self.memory_used_mib.get(),
             memory_total_mib: self.memory_total.map(|(_, b)| b as f64 / MIB),
             mean_power_watts: self.power.get(),
+            mean_sm_active_pct: self.gpm[0].get(),
+            mean_sm_occupancy_pct: self.gpm[1].get(),
+            mean_tensor_active_pct: self.gpm[2].get(),
+            mean_dram_bw_pct: self.gpm[3].get(),
         }
     }
 
@@ -206,6 +233,27 @@ mod tests {
         assert_eq!(d.mean_memory_used_mib, Some(512.0));
         assert_eq!(d.memory_total_mib, Some(100.0 * 1024.0), "latest by time");
         assert_eq!(d.mean_power_watts, Some(100.0));
+        assert_eq!(d.mean_sm_active_pct, None, "no GPM readings");
+    }
+
+    #[test]
+    fn gpm_means_count_only_readings_that_have_them() {
+        let mut stats = DeviceStats::default();
+        for (sm, tensor) in [(Some(20.0), Some(4.0)), (None, None), (Some(40.0), None)] {
+            stats.add(
+                &GpuSample {
+                    utilization: Some(95.0),
+                    sm_active: sm,
+                    tensor_active: tensor,
+                    ..GpuSample::default()
+                },
+                30.0,
+            );
+        }
+        let d = stats.summary(0);
+        assert_eq!(d.mean_sm_active_pct, Some(30.0));
+        assert_eq!(d.mean_tensor_active_pct, Some(4.0));
+        assert_eq!((d.mean_sm_occupancy_pct, d.mean_dram_bw_pct), (None, None));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod limits;
 mod meta;
 mod oscillation;
 mod processes;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
@@ -39,7 +40,10 @@ pub use processes::ROOT_COMMAND_CHARS;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use sm_activity::SM_LOW_SHARE;
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;
