@@ -350,7 +350,11 @@ fn gpm_sm_activity_low_while_busy_names_the_code_and_fills_the_columns() {
     let csv = std::fs::read_to_string(out.out.join("gpu-timeline.csv")).expect("csv");
     let sm_cells = csv_column(&csv, "sm_active_pct");
     let readings: Vec<&String> = sm_cells.iter().filter(|c| !c.is_empty()).collect();
-    assert!(readings.len() >= 8, "{} SM activity readings", readings.len());
+    assert!(
+        readings.len() >= 8,
+        "{} SM activity readings",
+        readings.len()
+    );
     assert!(readings.iter().any(|c| *c == "0") && readings.iter().any(|c| *c == "100"));
     assert!(
         sm_cells.iter().any(String::is_empty),

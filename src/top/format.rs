@@ -315,7 +315,10 @@ mod tests {
             ..gpu
         };
         let text = gpu_text(&gpm, 80);
-        assert!(text.starts_with("GPU0 Fake H100 util  45% SM  18% "), "{text}");
+        assert!(
+            text.starts_with("GPU0 Fake H100 util  45% SM  18% "),
+            "{text}"
+        );
         assert!(text.chars().count() <= 80, "{text}");
     }
 

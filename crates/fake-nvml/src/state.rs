@@ -171,9 +171,7 @@ impl Shared {
                 gpm_patterns: Mutex::new(
                     dev.gpm
                         .iter()
-                        .flat_map(|g| {
-                            [&g.sm_active, &g.sm_occupancy, &g.tensor_active, &g.dram_bw]
-                        })
+                        .flat_map(|g| [&g.sm_active, &g.sm_occupancy, &g.tensor_active, &g.dram_bw])
                         .map(|p| PatternState::new(p.clone()))
                         .collect(),
                 ),

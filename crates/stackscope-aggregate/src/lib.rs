@@ -37,10 +37,10 @@ pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
-pub use sm_activity::SM_LOW_SHARE;
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]

@@ -94,7 +94,8 @@ mod tests {
         assert_eq!(v.class, VerdictClass::LowSmActivity);
         assert!(v.text.contains("mean SM activity 20%"), "{}", v.text);
         assert!(
-            v.text.contains("launch_tiny_kernels (train.py) 80%, step (train.py) 10%"),
+            v.text
+                .contains("launch_tiny_kernels (train.py) 80%, step (train.py) 10%"),
             "{}",
             v.text
         );

@@ -199,9 +199,12 @@ impl Aggregator {
             tagged[2] += stack.counts.gpu_unknown;
             tagged[3] += stack.counts.gpu_low_sm;
         }
-        let sm_means: Vec<f64> = devices.iter().filter_map(|d| d.mean_sm_active_pct).collect();
-        let mean_sm_active = (!sm_means.is_empty())
-            .then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64);
+        let sm_means: Vec<f64> = devices
+            .iter()
+            .filter_map(|d| d.mean_sm_active_pct)
+            .collect();
+        let mean_sm_active =
+            (!sm_means.is_empty()).then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64);
         let top_low_sm = top_functions(&self.table, |c| c.gpu_low_sm, TOP_GPU_FUNCTIONS).by_self;
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;

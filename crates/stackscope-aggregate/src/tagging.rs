@@ -200,7 +200,11 @@ impl GpuTagger {
             .pending
             .front()
             .map_or(horizon, |p| p.time.0.min(horizon));
-        for series in self.readings.values_mut().chain(self.sm_readings.values_mut()) {
+        for series in self
+            .readings
+            .values_mut()
+            .chain(self.sm_readings.values_mut())
+        {
             // Keep one reading before the bound: it is the "nearest earlier" fallback.
             let first_needed = series.partition_point(|&(t, _)| t.0 < keep_from);
             let drop = first_needed.saturating_sub(1);

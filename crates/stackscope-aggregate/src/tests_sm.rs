@@ -69,7 +69,11 @@ fn high_utilization_with_low_sm_activity_is_not_gpu_bound_and_names_the_code() {
         "{}",
         gpu.verdict.text
     );
-    assert!(!gpu.verdict.text.contains("big_matmul"), "{}", gpu.verdict.text);
+    assert!(
+        !gpu.verdict.text.contains("big_matmul"),
+        "{}",
+        gpu.verdict.text
+    );
     assert_eq!(gpu.top_low_sm_functions[0].function, "launch_kernels");
     assert!(gpu.top_low_sm_functions[0].self_share > 0.95);
     // About 8 s of 100 Hz samples, all busy by utilization.

@@ -71,6 +71,12 @@ impl<'nvml> GpmReader<'nvml> {
         }
     }
 
+    /// Forgets the held sample: the device is not polled now, and a later reading must not
+    /// span the time it was not.
+    pub fn reset(&mut self) {
+        self.previous = None;
+    }
+
     /// Takes this poll's sample and returns the metrics since the previous one (none on the
     /// first poll, after a failed sample, or where GPM is off).
     pub fn read(

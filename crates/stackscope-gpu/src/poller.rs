@@ -322,6 +322,11 @@ impl Worker {
         } else {
             Vec::new()
         };
+        for (index, reader) in gpm.iter_mut().enumerate() {
+            if !self.polled.contains(&(index as u32)) {
+                reader.reset();
+            }
+        }
         for &index in &self.polled {
             let (Some(Some(device)), Some(Some(state)), Some(gpm)) = (
                 handles.get(index as usize),

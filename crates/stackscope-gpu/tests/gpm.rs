@@ -149,8 +149,15 @@ fn a_device_lost_between_the_two_samples_is_a_notice() {
             // nothing came after it.
             assert!(out.of_device(0).iter().any(|s| s.utilization == Some(80.0)));
             assert!(out.of_device(0).iter().all(|s| s.sm_active.is_none()));
-            let dev1: Vec<f32> = out.of_device(1).iter().filter_map(|s| s.sm_active).collect();
-            assert!(dev1.len() >= 4 && dev1.iter().all(|&v| v == 65.0), "{dev1:?}");
+            let dev1: Vec<f32> = out
+                .of_device(1)
+                .iter()
+                .filter_map(|s| s.sm_active)
+                .collect();
+            assert!(
+                dev1.len() >= 4 && dev1.iter().all(|&v| v == 65.0),
+                "{dev1:?}"
+            );
         },
     );
 }
