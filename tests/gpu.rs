@@ -331,9 +331,12 @@ fn gpm_sm_activity_low_while_busy_names_the_code_and_fills_the_columns() {
     let gpu = &summary["gpu"];
     let device = &gpu["devices"][0];
     let sm = num(&device["mean_sm_active_pct"], "mean_sm_active_pct");
-    assert!((10.0..50.0).contains(&sm), "mean SM activity {sm}");
-    assert_eq!(num(&device["mean_sm_occupancy_pct"], "occupancy"), 35.0);
-    assert_eq!(num(&device["mean_tensor_active_pct"], "tensor"), 12.0);
+    // The fixture loads 60% of each step: SM activity about 40%, below half of utilization.
+    assert!((15.0..50.0).contains(&sm), "mean SM activity {sm}");
+    let occupancy = num(&device["mean_sm_occupancy_pct"], "occupancy");
+    assert!((occupancy - 35.0).abs() < 1e-6, "{occupancy}");
+    let tensor = num(&device["mean_tensor_active_pct"], "tensor");
+    assert!((tensor - 12.0).abs() < 1e-6, "{tensor}");
     assert!(device["mean_dram_bw_pct"].is_number(), "{device:#}");
     assert_eq!(num(&gpu["mean_utilization"], "mean"), 100.0);
     // Busy by utilization, yet not GPU-bound: the code behind the idle SMs is named.
@@ -355,7 +358,16 @@ fn gpm_sm_activity_low_while_busy_names_the_code_and_fills_the_columns() {
         "{} SM activity readings",
         readings.len()
     );
-    assert!(readings.iter().any(|c| *c == "0") && readings.iter().any(|c| *c == "100"));
+    // Each reading is the mean over its poll interval: low in the loading phases, high in the
+    // computing ones.
+    let values: Vec<f64> = readings
+        .iter()
+        .map(|c| c.parse().expect("a number"))
+        .collect();
+    assert!(
+        values.iter().any(|&v| v <= 10.0) && values.iter().any(|&v| v >= 60.0),
+        "{values:?}"
+    );
     assert!(
         sm_cells.iter().any(String::is_empty),
         "rows between polls leave it empty"

@@ -3,25 +3,24 @@
 //!
 //! A device without a `gpm` section in the script answers the support query with "not
 //! supported" and `nvmlGpmSampleGet` with NOT_SUPPORTED, like an Ampere card; `unsupported:
-//! ["gpm"]` makes both calls answer NOT_SUPPORTED (a MIG setup without GPM). A sample remembers
-//! its device and the time it was taken; `nvmlGpmMetricsGet` evaluates each metric's pattern at
-//! the second sample's time. `fake-nvml-minimal` is built without this module, so it lacks
+//! ["gpm"]` makes both calls answer NOT_SUPPORTED (a MIG setup without GPM). Like the real
+//! counters, the ticker sums each metric's pattern tick by tick; a sample copies the sums, and
+//! `nvmlGpmMetricsGet` gives the mean over the ticks between its two samples. `fake-nvml-minimal` is built without this module, so it lacks
 //! these symbols like a driver library older than GPM.
 
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use crate::api::put;
 use crate::ffi::{self, GpmMetricsGet, GpmSampleHandle, GpmSupport, NvmlDevice, NvmlReturn};
 use crate::script::{Call, GpmMetric};
-use crate::state::{lock, shared, with_device};
+use crate::state::{lock, shared, with_device, GpmCounters};
 
 /// What a GPM sample handle points at.
 #[derive(Debug, Default)]
 struct FakeGpmSample {
-    /// `(device index, time since init)` once `nvmlGpmSampleGet` filled it.
-    taken: Option<(u32, Duration)>,
+    /// The device and its counters once `nvmlGpmSampleGet` filled it.
+    taken: Option<(u32, GpmCounters)>,
 }
 
 /// `nvmlGpmQueryDeviceSupport`.
@@ -80,7 +79,7 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
     device: NvmlDevice,
     sample: GpmSampleHandle,
 ) -> NvmlReturn {
-    with_device(device, Some(Call::Gpm), |shared, dev| {
+    with_device(device, Some(Call::Gpm), |_, dev| {
         let Some(gpm) = dev.script.gpm.as_ref() else {
             return ffi::ERROR_NOT_SUPPORTED;
         };
@@ -96,7 +95,7 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(
         }
         // SAFETY: a live handle from nvmlGpmSampleAlloc (nvml.h's contract).
         let sample = unsafe { &mut *sample.cast::<FakeGpmSample>() };
-        sample.taken = Some((dev.index, shared.started.elapsed()));
+        sample.taken = Some((dev.index, *lock(&dev.gpm_counters)));
         ffi::SUCCESS
     })
 }
@@ -124,7 +123,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
             (*request.sample2.cast::<FakeGpmSample>()).taken,
         )
     };
-    let (Some((device, _)), Some((second_device, at))) = (first, second) else {
+    let (Some((device, earlier)), Some((second_device, later))) = (first, second) else {
         return ffi::ERROR_INVALID_ARGUMENT;
     };
     if device != second_device {
@@ -134,7 +133,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
         let Some(gpm) = dev.script.gpm.as_ref() else {
             return ffi::ERROR_NOT_SUPPORTED;
         };
-        let mut patterns = lock(&dev.gpm_patterns);
+        let means = later.mean_since(&earlier);
         for metric in request.metrics.iter_mut().take(count) {
             let (slot, name, which) = match metric.metric_id {
                 ffi::GPM_METRIC_SM_UTIL => (0, c"sm_util", GpmMetric::SmActive),
@@ -150,12 +149,8 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> NvmlR
                 metric.nvml_return = ffi::ERROR_NOT_SUPPORTED;
                 continue;
             }
-            let Some(pattern) = patterns.get_mut(slot) else {
-                metric.nvml_return = ffi::ERROR_UNKNOWN;
-                continue;
-            };
             metric.nvml_return = ffi::SUCCESS;
-            metric.value = f64::from(pattern.value_at(at));
+            metric.value = means[slot];
             // The driver owns the names; the caller only reads them.
             metric.metric_info.short_name = name.as_ptr().cast_mut();
             metric.metric_info.long_name = name.as_ptr().cast_mut();

@@ -89,9 +89,11 @@
 //!
 //! # GPM
 //!
-//! A sample remembers its device and when it was taken; `nvmlGpmMetricsGet` gives each metric
-//! its pattern's value at the second sample's time, and NOT_SUPPORTED as that metric's own
-//! return code for metrics in `unsupported_metrics` or not among the four above.
+//! The ticker evaluates each GPM pattern on every tick and adds it to the device's counters; a
+//! sample copies the counters, and `nvmlGpmMetricsGet` gives each metric its mean over the ticks
+//! between the two samples (the newest value when none came between), as the real counters'
+//! difference does, and NOT_SUPPORTED as that metric's own return code for metrics in
+//! `unsupported_metrics` or not among the four above.
 
 // These are C entry points with NVML's names; their safety contract is nvml.h's.
 #![allow(non_snake_case, clippy::missing_safety_doc)]

@@ -70,8 +70,8 @@ pub struct DeviceScript {
     pub gpm: Option<GpmScript>,
 }
 
-/// What the device's GPM metrics read, each over the interval between two samples (the fake
-/// evaluates the pattern at the second sample's time).
+/// What the device's GPM metrics read, each the mean of its pattern over the ticks between two
+/// samples.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpmScript {

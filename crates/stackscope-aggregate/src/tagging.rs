@@ -150,11 +150,15 @@ impl GpuTagger {
     }
 
     fn all_devices_reached(&self, time: Timestamp) -> bool {
+        let reached = |series: &VecDeque<(Timestamp, f32)>| {
+            series.back().is_some_and(|&(last, _)| last >= time)
+        };
+        // A device with GPM sends its SM activity on the newest reading of each poll, after
+        // the poll's older utilization readings: wait for it too, or a sample would take the
+        // previous interval's SM activity.
         !self.readings.is_empty()
-            && self
-                .readings
-                .values()
-                .all(|series| series.back().is_some_and(|&(last, _)| last >= time))
+            && self.readings.values().all(reached)
+            && self.sm_readings.values().all(reached)
     }
 
     /// The state at `time` from the mean utilization of the devices that have a value there.
@@ -288,10 +292,16 @@ mod tests {
         for (i, t) in [50u64, 250, 350].into_iter().enumerate() {
             tagger.hold(Timestamp(t * MS), i as StackId);
         }
+        tagger.add_reading(0, Timestamp(500 * MS), 95.0);
+        tagger.hold(Timestamp(450 * MS), 3);
         assert_eq!(
             collect(&mut tagger, false),
             vec![(0, GpuTag::BusyLowSm), (1, GpuTag::Busy), (2, GpuTag::Idle)]
         );
+        // Utilization has reached sample 3 but SM activity has not: it waits for the poll's
+        // GPM reading rather than take the previous interval's.
+        tagger.add_sm_reading(0, Timestamp(500 * MS), 10.0);
+        assert_eq!(collect(&mut tagger, false), vec![(3, GpuTag::BusyLowSm)]);
     }
 
     #[test]
