@@ -95,7 +95,7 @@ impl<'nvml> GpmReader<'nvml> {
                 Reading::Value(false) => {
                     metrics.switch_off(
                         Metric::GpmSupport,
-                        "the device has no GPM counters: Hopper or later, and not every MIG setup",
+                        "no GPM counters on this device: they need Hopper or later, and not every MIG setup has them",
                         notices,
                     );
                     return GpmValues::default();

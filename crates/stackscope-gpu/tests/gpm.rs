@@ -60,8 +60,8 @@ fn a_device_without_gpm_says_so_once() {
             notices,
             vec![
                 format!(
-                    "{NO_GPM} 0 (the device has no GPM counters: Hopper or later, and not every \
-                     MIG setup); continuing with utilization alone"
+                    "{NO_GPM} 0 (no GPM counters on this device: they need Hopper or later, and \
+                     not every MIG setup has them); continuing with utilization alone"
                 ),
                 format!("{NO_GPM} 1 (NOT_SUPPORTED); continuing with utilization alone"),
             ]
