@@ -44,7 +44,8 @@ impl From<GpuTag> for GpuState {
     fn from(tag: GpuTag) -> Self {
         match tag {
             GpuTag::Idle => GpuState::Idle,
-            GpuTag::Busy => GpuState::Busy,
+            // Low SM activity is still "busy" by utilization, as the GPU-busy flamegraph counts it.
+            GpuTag::Busy | GpuTag::BusyLowSm => GpuState::Busy,
             GpuTag::Unknown => GpuState::Unknown,
         }
     }
@@ -172,6 +173,9 @@ impl SampleTrace {
                 match sample.utilization {
                     Some(u) => self.tagger.add_reading(sample.device, sample.time, u),
                     None => self.tagger.observe(sample.time),
+                }
+                if let Some(sm) = sample.sm_active {
+                    self.tagger.add_sm_reading(sample.device, sample.time, sm);
                 }
                 self.gpu.push(sample);
             }

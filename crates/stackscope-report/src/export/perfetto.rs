@@ -117,6 +117,10 @@ pub fn write_perfetto<W: Write>(
         if let Some(watts) = reading.power_watts {
             args.insert("power".into(), json!(watts));
         }
+        // GPM (Hopper and later): a GPU "busy" by utilization with idle SMs shows here.
+        if let Some(sm) = reading.sm_active {
+            args.insert("sm_active".into(), json!(sm));
+        }
         if args.is_empty() {
             continue;
         }
