@@ -8,7 +8,7 @@
 //! function's slice lasts while consecutive samples of its thread keep it (and every function
 //! above it) on the stack, whichever line of it runs (`args.line` is the line it began at); it
 //! ends where the thread was seen idle (a sample left out, without `--idle`) or was not sampled
-//! for ten periods. Each slice's `args.samples` counts its samples, so the outermost slices of a
+//! for a second (and ten periods). Each slice's `args.samples` counts its samples, so the outermost slices of a
 //! thread add up to the thread's samples in `stacks.folded` (but for samples with no frame at
 //! all, a thread caught at its very start or end, which no slice can show).
 //!
@@ -29,8 +29,9 @@ use crate::ReportError;
 /// Longest command line shown as a process's name.
 const PROCESS_NAME_CHARS: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
-/// Sampling periods without a sample after which a thread's slices end even though it was
-/// never seen idle (the sampler stalled, or the target was stopped).
+/// Without a sample for this long (and at least ten periods), a thread's slices end even though
+/// it was never seen idle: the target was stopped, or the sampler stalled on a loaded machine.
+const GAP_NANOS: u64 = 1_000_000_000;
 const GAP_PERIODS: u64 = 10;
 
 /// Writes the trace as Chrome trace event JSON.
@@ -188,6 +189,7 @@ pub(crate) fn slices(
     let mut out = Vec::new();
     let mut open: Vec<Slice> = Vec::new();
     let mut finish: Option<Timestamp> = None;
+    let gap_ns = (GAP_PERIODS * period_ns).max(GAP_NANOS);
     let close = |open: &mut Vec<Slice>, keep: usize, at: Timestamp, out: &mut Vec<Slice>| {
         while open.len() > keep {
             if let Some(mut slice) = open.pop() {
@@ -201,7 +203,7 @@ pub(crate) fn slices(
         let keep = match finish {
             // Sampled again without being seen idle, and soon enough that the sampler only
             // fell behind: functions shared with the last stack go on.
-            Some(end) if !run.resumed && run.start.0 <= end.0 + GAP_PERIODS * period_ns => {
+            Some(end) if !run.resumed && run.start.0 <= end.0 + gap_ns => {
                 let shared = open
                     .iter()
                     .zip(stack.iter())

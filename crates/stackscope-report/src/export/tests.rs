@@ -57,8 +57,8 @@ fn info(meta: &RecordingMeta) -> ExportInfo<'_> {
     }
 }
 
-/// main -> a (10, 20 ms; a's line changes), main -> b (30 ms), a gap, main -> a (200 ms),
-/// seen idle (210 ms), main -> a (220 ms).
+/// main -> a (10, 20 ms; a's line changes), main -> b (30 ms), a gap, main -> a (1.2 s),
+/// seen idle (1.21 s), main -> a (1.22 s).
 fn trace(process_root: bool) -> SampleTrace {
     let config = AggregateConfig {
         gpu_enabled: false,
@@ -69,10 +69,10 @@ fn trace(process_root: bool) -> SampleTrace {
     trace.handle(sample(10, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
     trace.handle(sample(20, 7, 70, "MainThread", &[("main", 1), ("a", 6)]));
     trace.handle(sample(30, 7, 70, "MainThread", &[("main", 2), ("b", 9)]));
-    trace.handle(sample(200, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
-    let idle = sample(210, 7, 70, "MainThread", &[("main", 1), ("sleep", 4)]);
+    trace.handle(sample(1200, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    let idle = sample(1210, 7, 70, "MainThread", &[("main", 1), ("sleep", 4)]);
     trace.handle(with_activity(idle, false));
-    trace.handle(sample(220, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    trace.handle(sample(1220, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
     trace.handle(sample(15, 8, 80, "worker", &[("w", 3)]));
     trace.finish();
     trace
@@ -103,12 +103,12 @@ fn slices_follow_functions_and_end_at_gaps() {
             ("main".into(), 10, 40, 0, 3),
             ("a".into(), 10, 30, 1, 2),
             ("b".into(), 30, 40, 1, 1),
-            // 170 ms (17 periods) without a sample: everything closed, opened again.
-            ("main".into(), 200, 210, 0, 1),
-            ("a".into(), 200, 210, 1, 1),
+            // 1.16 s without a sample: everything closed, opened again.
+            ("main".into(), 1200, 1210, 0, 1),
+            ("a".into(), 1200, 1210, 1, 1),
             // Seen idle in between: not one stretch of work, though the stacks are equal.
-            ("main".into(), 220, 230, 0, 1),
-            ("a".into(), 220, 230, 1, 1),
+            ("main".into(), 1220, 1230, 0, 1),
+            ("a".into(), 1220, 1230, 1, 1),
         ]
     );
 }
