@@ -90,6 +90,8 @@ fn record(
     let start = Timestamp::now();
     let mut meta = MetaSource {
         pid: target.pid(),
+        rank: stackscope_event::RankInfo::of_process(target.pid()),
+        host: stackscope_event::host_name(),
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
         started_at: chrono::Local::now().to_rfc3339(),
@@ -210,6 +212,8 @@ const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 /// checkpoint and at the end.
 struct MetaSource {
     pid: u32,
+    rank: stackscope_event::RankInfo,
+    host: Option<String>,
     command_line: String,
     python_version: String,
     started_at: String,
@@ -221,6 +225,8 @@ impl MetaSource {
     fn base(&self) -> RecordingMeta {
         RecordingMeta {
             pid: self.pid,
+            rank: self.rank,
+            host: self.host.clone(),
             command_line: self.command_line.clone(),
             python_version: self.python_version.clone(),
             started_at: self.started_at.clone(),

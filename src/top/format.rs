@@ -9,6 +9,8 @@ use super::model::{Row, SortKey, Totals, ViewOptions};
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    pub rank: Option<u32>,
     pub command: String,
     pub python_version: String,
     /// The rate asked for.
@@ -35,8 +37,13 @@ pub struct Status {
 /// Header line 1: what is sampled.
 pub fn title_line(status: &Status) -> String {
     format!(
-        "stackscope top · pid {} · Python {} · {}",
-        status.pid, status.python_version, status.command
+        "stackscope top · {} · Python {} · {}",
+        match status.rank {
+            Some(_) => stackscope_event::process_name(status.pid, status.rank),
+            None => format!("pid {}", status.pid),
+        },
+        status.python_version,
+        status.command
     )
 }
 

@@ -81,6 +81,7 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
+            rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
             command: target.command_line().to_owned(),
             python_version: target.python_version().to_owned(),
             rate_hz: config.rate_hz,

@@ -142,6 +142,13 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
             .unwrap_or(false);
     RecordingMeta {
         pid: header.pid,
+        // The log does not keep the rank; the recording's summary does.
+        rank: old
+            .0
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        host: old.string("host"),
         command_line: header.command_line.clone(),
         python_version: header.python_version.clone(),
         started_at: shifted(&header.started_at, cov.from),
