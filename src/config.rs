@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+    AttachArgs, DumpArgs, MergeArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
 };
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
@@ -120,6 +120,53 @@ impl From<DumpArgs> for DumpConfig {
             subprocesses: args.subprocesses,
             native: args.native,
         }
+    }
+}
+
+/// What `merge` reads: all files or all directories.
+#[derive(Debug, Clone)]
+pub enum MergeInputs {
+    Dumps(Vec<PathBuf>),
+    Recordings(Vec<PathBuf>),
+}
+
+#[derive(Debug, Clone)]
+pub struct MergeConfig {
+    pub inputs: MergeInputs,
+    pub json: bool,
+    pub output: PathBuf,
+}
+
+impl MergeConfig {
+    pub fn from_args(args: MergeArgs) -> anyhow::Result<MergeConfig> {
+        if let Some(missing) = args.inputs.iter().find(|p| !p.exists()) {
+            return Err(UsageError(format!("{} does not exist", missing.display())).into());
+        }
+        let dirs = args.inputs.iter().filter(|p| p.is_dir()).count();
+        let inputs = if dirs == 0 {
+            MergeInputs::Dumps(args.inputs)
+        } else if dirs == args.inputs.len() {
+            MergeInputs::Recordings(args.inputs)
+        } else {
+            return Err(UsageError(
+                "merge takes either dump files (dump --json) or recording directories, not both"
+                    .to_owned(),
+            )
+            .into());
+        };
+        if args.output.is_some() && matches!(inputs, MergeInputs::Dumps(_)) {
+            return Err(UsageError(
+                "-o is for merged recordings; a merged dump prints to standard output".to_owned(),
+            )
+            .into());
+        }
+        Ok(MergeConfig {
+            inputs,
+            json: args.json,
+            output: args
+                .output
+                .unwrap_or_else(|| PathBuf::from("stackscope-merged")),
+        })
     }
 }
 
