@@ -124,6 +124,8 @@ pub struct TopArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +166,8 @@ pub struct WatchArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -215,6 +219,17 @@ pub struct RecordingArgs {
     pub flush_interval: f64,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Prometheus metrics, for `watch`, `attach` (and `record`) and `top`.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (hangs per process and rank, sampling health, GPU
+    /// utilization) at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Where GPU data comes from, for every command that polls the GPUs.

@@ -64,6 +64,8 @@ pub struct RecordingConfig {
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl RecordingConfig {
@@ -87,6 +89,7 @@ impl RecordingConfig {
             subprocesses: args.subprocesses,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 
@@ -178,6 +181,8 @@ pub struct WatchConfig {
     pub rate_hz: f64,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl WatchConfig {
@@ -191,6 +196,7 @@ impl WatchConfig {
             rate_hz: args.rate,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }
@@ -231,6 +237,8 @@ pub struct TopConfig {
     pub include_idle: bool,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl TopConfig {
@@ -241,6 +249,7 @@ impl TopConfig {
             include_idle: args.idle,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }

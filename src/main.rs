@@ -7,6 +7,7 @@ mod config;
 mod dump;
 mod gpu;
 mod merge;
+mod metrics;
 mod recorder;
 mod recording;
 mod report;

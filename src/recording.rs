@@ -18,6 +18,7 @@ use stackscope_sampler::{
 use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
 use crate::gpu::{GpuHandle, GpuReport};
+use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
 use crate::signals::Signals;
 
@@ -126,7 +127,19 @@ fn record(
         process_root: aggregate_config.process_root,
         expected_gpu_devices: Vec::new(),
     };
-    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir, &log_header)?;
+    let metrics = MetricsEndpoint::start(
+        config.metrics_addr.as_deref(),
+        DEFAULT_HANG_AFTER_SECS,
+        config.gpu.idle_below,
+    )?;
+    let recorder = Recorder::spawn(
+        aggregate_config,
+        start,
+        receiver,
+        &out_dir,
+        &log_header,
+        metrics.as_ref().map(|m| m.state.clone()),
+    )?;
     let sampler = Sampler::spawn(
         target,
         SamplerConfig {
@@ -148,6 +161,10 @@ fn record(
     let mut reported_stop = false;
     while !signals.stop_requested() && !sampler.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
+        if let Some(m) = &metrics {
+            let dropped = sampler.stats().dropped.load(Ordering::Relaxed);
+            crate::metrics::lock(&m.state).set_dropped(dropped);
+        }
         let stopped = sampler.stats().stopped_now.load(Ordering::Relaxed);
         if stopped != reported_stop {
             reported_stop = stopped;
