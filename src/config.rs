@@ -8,7 +8,8 @@ use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, MergeArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+    AttachArgs, DumpArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs,
+    WatchArgs,
 };
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.

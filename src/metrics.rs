@@ -116,8 +116,7 @@ impl MetricsState {
         if self.gpu_utilization.is_empty() {
             return None;
         }
-        let mean =
-            self.gpu_utilization.values().sum::<f32>() / self.gpu_utilization.len() as f32;
+        let mean = self.gpu_utilization.values().sum::<f32>() / self.gpu_utilization.len() as f32;
         Some(mean < self.idle_below)
     }
 
@@ -199,7 +198,10 @@ impl MetricsState {
             "The latest utilization of each GPU, in percent.",
         );
         for (gpu, u) in &self.gpu_utilization {
-            let _ = writeln!(out, "stackscope_gpu_utilization_percent{{gpu=\"{gpu}\"}} {u}");
+            let _ = writeln!(
+                out,
+                "stackscope_gpu_utilization_percent{{gpu=\"{gpu}\"}} {u}"
+            );
         }
         out
     }
@@ -304,9 +306,8 @@ fn serve(server: &tiny_http::Server, metrics: &SharedMetrics, stop: &AtomicBool)
         let path = request.url().split('?').next().unwrap_or("");
         let response = if path == "/metrics" {
             let body = lock(metrics).render(Timestamp::now());
-            tiny_http::Response::from_string(body).with_header(content_type(
-                "text/plain; version=0.0.4; charset=utf-8",
-            ))
+            tiny_http::Response::from_string(body)
+                .with_header(content_type("text/plain; version=0.0.4; charset=utf-8"))
         } else {
             tiny_http::Response::from_string("stackscope: metrics are at /metrics\n")
                 .with_status_code(404)
@@ -380,7 +381,10 @@ mod tests {
         }));
         m.observe_stack(1, 1, &frames(3), secs(5));
         let page = m.render(secs(5));
-        assert!(page.contains("stackscope_gpu_idle_samples_total 1\n"), "{page}");
+        assert!(
+            page.contains("stackscope_gpu_idle_samples_total 1\n"),
+            "{page}"
+        );
         assert!(page.contains("stackscope_gpu_utilization_percent{gpu=\"0\"} 5\n"));
         assert!(page.contains("stackscope_hung{pid=\"1\""));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");

@@ -139,7 +139,10 @@ impl Session {
 
     /// Folds the events waiting on the channel into the model.
     pub fn pump(&mut self) {
-        let mut metrics = self.metrics.as_ref().map(|m| crate::metrics::lock(&m.state));
+        let mut metrics = self
+            .metrics
+            .as_ref()
+            .map(|m| crate::metrics::lock(&m.state));
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
             if let Some(m) = metrics.as_mut() {
                 m.observe(&event);

@@ -192,7 +192,10 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
         })
         .collect();
     let hosts: BTreeSet<String> = processes.iter().map(|p| p.host.to_owned()).collect();
-    let ranks: BTreeSet<u32> = processes.iter().filter_map(|p| p.process.rank.rank).collect();
+    let ranks: BTreeSet<u32> = processes
+        .iter()
+        .filter_map(|p| p.process.rank.rank)
+        .collect();
     MergedDump {
         hosts: hosts.into_iter().collect(),
         processes: processes.len(),

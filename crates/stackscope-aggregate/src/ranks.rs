@@ -293,7 +293,10 @@ mod tests {
             process_ranks: HashMap::from([(11, 0), (12, 1)]),
             all: lines(&[
                 ("process 10 torchrun;MainThread;wait (run.py:3)", 5),
-                ("rank 0 (pid 11) python t.py;MainThread;all_reduce (t.py:40)", 90),
+                (
+                    "rank 0 (pid 11) python t.py;MainThread;all_reduce (t.py:40)",
+                    90,
+                ),
                 ("process 12 python t.py;MainThread;all_reduce (t.py:40)", 88),
             ]),
             gpu_idle: Some(lines(&[(
@@ -311,17 +314,27 @@ mod tests {
             rank: None,
             process_ranks: HashMap::from([(21, 2), (22, 3)]),
             all: lines(&[
-                ("rank 2 (pid 21) python t.py;MainThread;all_reduce (t.py:40)", 90),
-                ("rank 3 (pid 22) python t.py;MainThread;compute (t.py:30)", 80),
-                ("rank 3 (pid 22) python t.py;MainThread;all_reduce (t.py:41)", 10),
+                (
+                    "rank 2 (pid 21) python t.py;MainThread;all_reduce (t.py:40)",
+                    90,
+                ),
+                (
+                    "rank 3 (pid 22) python t.py;MainThread;compute (t.py:30)",
+                    80,
+                ),
+                (
+                    "rank 3 (pid 22) python t.py;MainThread;all_reduce (t.py:41)",
+                    10,
+                ),
             ]),
             gpu_idle: None,
             gpu_busy: None,
         };
         let merged = merge_recordings(&[a, b]);
-        assert!(merged
-            .all
-            .contains(&("rank 1 on node-a (pid 12);MainThread;all_reduce (t.py:40)".into(), 88)));
+        assert!(merged.all.contains(&(
+            "rank 1 on node-a (pid 12);MainThread;all_reduce (t.py:40)".into(),
+            88
+        )));
         assert!(merged
             .all
             .contains(&("process 10 on node-a;MainThread;wait (run.py:3)".into(), 5)));

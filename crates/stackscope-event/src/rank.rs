@@ -29,7 +29,12 @@ pub struct RankInfo {
 /// rather than the Python rank when a launcher runs under them.
 const RANK_VARS: &[&str] = &["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
 const LOCAL_RANK_VARS: &[&str] = &["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"];
-const WORLD_SIZE_VARS: &[&str] = &["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"];
+const WORLD_SIZE_VARS: &[&str] = &[
+    "WORLD_SIZE",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+];
 const GROUP_RANK_VARS: &[&str] = &["GROUP_RANK"];
 
 impl RankInfo {
@@ -100,7 +105,8 @@ mod tests {
 
     #[test]
     fn torchrun_variables_win_over_slurm() {
-        let env = b"PATH=/usr/bin\0SLURM_PROCID=3\0RANK=6\0LOCAL_RANK=2\0WORLD_SIZE=8\0GROUP_RANK=1\0";
+        let env =
+            b"PATH=/usr/bin\0SLURM_PROCID=3\0RANK=6\0LOCAL_RANK=2\0WORLD_SIZE=8\0GROUP_RANK=1\0";
         let r = RankInfo::from_environ(env);
         assert_eq!(
             r,

@@ -29,11 +29,7 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
             None => format!("Process {}", process.pid),
         };
         match process.parent_pid {
-            Some(parent) => writeln!(
-                w,
-                "{name} (child of {parent}): {}",
-                process.command_line
-            )?,
+            Some(parent) => writeln!(w, "{name} (child of {parent}): {}", process.command_line)?,
             None => writeln!(w, "{name}: {}", process.command_line)?,
         }
         writeln!(w, "Python v{}", process.python_version)?;
@@ -84,7 +80,11 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
             .iter()
             .map(|m| {
                 if pids.len() > 1 && m.rank.is_some() {
-                    format!("{} [{}]", m.name, stackscope_event::process_name(m.pid, m.rank))
+                    format!(
+                        "{} [{}]",
+                        m.name,
+                        stackscope_event::process_name(m.pid, m.rank)
+                    )
                 } else if pids.len() > 1 {
                     format!("{} [{}]", m.name, m.pid)
                 } else {

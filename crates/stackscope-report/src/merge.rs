@@ -46,7 +46,11 @@ pub fn write_merged_recordings(
     sources: &[PathBuf],
 ) -> Result<MergedFiles, ReportError> {
     let mut paths = Vec::new();
-    let ranks = merged.ranks.iter().filter(|r| r.place.rank.is_some()).count();
+    let ranks = merged
+        .ranks
+        .iter()
+        .filter(|r| r.place.rank.is_some())
+        .count();
     let title = format!(
         "stackscope: {} recordings merged, {} ranks",
         sources.len(),
@@ -69,9 +73,13 @@ pub fn write_merged_recordings(
     }
     for (lines, folded, svg, title) in views {
         paths.push(write_atomic(dir, folded, |w| write_folded(lines, w))?);
-        paths.push(write_atomic(dir, svg, |w| write_flamegraph(lines, &title, w))?);
+        paths.push(write_atomic(dir, svg, |w| {
+            write_flamegraph(lines, &title, w)
+        })?);
     }
-    paths.push(write_atomic(dir, RANKS_TXT, |w| write_rank_table(merged, w))?);
+    paths.push(write_atomic(dir, RANKS_TXT, |w| {
+        write_rank_table(merged, w)
+    })?);
     let summary = MergedSummary {
         merged_from: sources.to_vec(),
         samples: merged.all.iter().map(|(_, n)| n).sum(),
