@@ -146,12 +146,16 @@ fn write_group<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportErr
         ));
     }
     if !group.unranked.is_empty() {
-        let names: Vec<String> = group
-            .unranked
-            .iter()
-            .map(|p| format!("process {}", p.pid))
-            .collect();
-        who.push(listed(&names));
+        match group.unranked.as_slice() {
+            [one] => who.push(format!("process {}", one.pid)),
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .map(|p| format!("{} ({})", p.pid, p.host))
+                    .collect();
+                who.push(format!("{} processes: {}", many.len(), listed(&names)));
+            }
+        }
     }
     let threads = if group.threads > members {
         format!("{} threads of ", group.threads)
@@ -226,7 +230,7 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
     for row in &merged.ranks {
         let who = match row.place.rank {
             Some(rank) => format!("rank {rank} on {}", row.place.host),
-            None => format!("pid {} on {}", row.place.pid, row.place.host),
+            None => format!("process {} on {}", row.place.pid, row.place.host),
         };
         let idle = row
             .gpu_idle_share
