@@ -427,7 +427,7 @@ impl Prometheus {
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while http_get(port, "/-/ready").map_or(true, |(status, _)| status != 200) {
+        while http_get(port, "/-/ready").map(|(status, _)| status) != Some(200) {
             assert!(Instant::now() < deadline, "Prometheus never became ready");
             std::thread::sleep(Duration::from_millis(200));
         }
