@@ -314,6 +314,30 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
         assert_eq!(ranked, RANKS_PER_NODE as usize, "{summary}");
         dirs.push(dir);
     }
+    // `report` rebuilds a node's recording from its sample log with the same rank roots.
+    let stuck_pid = b.rank_pid(STUCK_RANK);
+    let rebuilt = out.path().join("rebuilt");
+    let report = run_with_timeout(
+        common::stackscope(&[
+            "report",
+            dirs[1].to_str().expect("utf8"),
+            "-o",
+            rebuilt.to_str().expect("utf8"),
+        ]),
+        RUN_TIMEOUT,
+    );
+    report.assert_success();
+    let rebuilt = common::Folded::read(&rebuilt.join("stacks.folded"));
+    let stuck_prefix = format!("rank {STUCK_RANK} (pid {stuck_pid}) ");
+    assert!(
+        rebuilt
+            .stacks
+            .iter()
+            .any(|s| s.thread.starts_with(&stuck_prefix) && s.has_function("stuck_rank_compute")),
+        "{}",
+        rebuilt.excerpt()
+    );
+
     let merged_dir = out.path().join("merged");
     let mut args = vec!["merge"];
     args.extend(dirs.iter().map(|d| d.to_str().expect("utf8")));
@@ -321,7 +345,6 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
     let run = run_with_timeout(common::stackscope(&args), RUN_TIMEOUT);
     run.assert_success();
 
-    let stuck_pid = b.rank_pid(STUCK_RANK);
     let folded = common::Folded::read(&merged_dir.join("stacks.folded"));
     let roots: std::collections::BTreeMap<String, u64> =
         folded.stacks.iter().fold(Default::default(), |mut m, s| {

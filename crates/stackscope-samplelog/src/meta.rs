@@ -40,6 +40,20 @@ impl OldSummary {
         self.get(key).and_then(Value::as_f64)
     }
 
+    /// The rank of each process of a `--subprocesses` recording, by pid.
+    pub fn process_ranks(&self) -> std::collections::HashMap<u32, stackscope_event::RankInfo> {
+        self.get("processes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let pid = u32::try_from(p.get("pid")?.as_u64()?).ok()?;
+                let rank: stackscope_event::RankInfo = serde_json::from_value(p.clone()).ok()?;
+                (!rank.is_empty()).then_some((pid, rank))
+            })
+            .collect()
+    }
+
     pub fn duration_secs(&self) -> Option<f64> {
         self.f64("duration_secs")
     }
