@@ -614,3 +614,61 @@ fn prometheus_scrapes_watch_and_sees_the_stuck_rank_hung() {
     drop(node);
     let _ = watch.finish(Duration::from_secs(30));
 }
+
+#[test]
+fn attach_serves_metrics_per_rank_while_it_records() {
+    let _serial = serial();
+    // One node of a job without namespaces: the launcher and two ranks, rank 1 stuck.
+    let fixture =
+        common::Fixture::start("torchrun_node.py", &["--nproc", "2", "--stuck-rank", "1"]);
+    let ready = fixture.ready_json();
+    let stuck = ready["ranks"]["1"].as_u64().expect("rank 1's pid");
+    let port = free_port();
+    let out = common::OutDir::new();
+    let launcher = fixture.pid.to_string();
+    let attach = spawn_stackscope(common::stackscope(&[
+        "attach",
+        "--pid",
+        &launcher,
+        "--subprocesses",
+        "--idle",
+        "--gpu",
+        "off",
+        "--rate",
+        "20",
+        "--duration",
+        "60",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+        "-o",
+        out.arg(),
+    ]));
+    let series = format!("stackscope_stack_unchanged_seconds{{pid=\"{stuck}\",rank=\"1\",host=\"");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let page = loop {
+        if let Some((200, page)) = http_get(port, "/metrics") {
+            let samples = page
+                .lines()
+                .find_map(|l| l.strip_prefix("stackscope_samples_total "))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            if samples > 0 && page.contains(&series) {
+                break page;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no samples of rank 1 at /metrics"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        page.contains("# TYPE stackscope_dropped_samples_total counter"),
+        "{page}"
+    );
+    // Anything but /metrics is a 404.
+    assert_eq!(http_get(port, "/").map(|(status, _)| status), Some(404));
+    attach.signal("INT");
+    let run = attach.finish(Duration::from_secs(60));
+    run.assert_success();
+}
