@@ -23,6 +23,7 @@ mod meta;
 mod oscillation;
 mod processes;
 mod ranks;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
@@ -42,6 +43,7 @@ pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
 pub use ranks::{merge_recordings, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
@@ -49,3 +51,5 @@ pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;
