@@ -512,6 +512,26 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// The fake NVML library, built beside the binary under test (on demand when a plain
+/// `cargo test --test multinode` did not build the workspace's cdylibs).
+fn fake_nvml() -> PathBuf {
+    let dir = PathBuf::from(common::bin())
+        .parent()
+        .expect("the binary has a directory")
+        .to_path_buf();
+    let lib = dir.join("libfake_nvml.so");
+    if !lib.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "fake-nvml"])
+            .current_dir(common::repo_root())
+            .status()
+            .expect("cargo build runs");
+        assert!(status.success(), "cargo build -p fake-nvml failed");
+    }
+    lib
+}
+
 fn tool_available(path: &Path) -> bool {
     path.is_file()
 }
@@ -626,23 +646,28 @@ fn attach_serves_metrics_per_rank_while_it_records() {
     let port = free_port();
     let out = common::OutDir::new();
     let launcher = fixture.pid.to_string();
-    let attach = spawn_stackscope(common::stackscope(&[
-        "attach",
-        "--pid",
-        &launcher,
-        "--subprocesses",
-        "--idle",
-        "--gpu",
-        "off",
-        "--rate",
-        "20",
-        "--duration",
-        "60",
-        "--metrics-addr",
-        &format!("127.0.0.1:{port}"),
-        "-o",
-        out.arg(),
-    ]));
+    // A GPU idling at 10% (the fake NVML): GPU utilization and GPU-idle samples are served too.
+    let mut cmd = common::stackscope(&["attach", "--nvml-lib"]);
+    cmd.arg(fake_nvml())
+        .env(
+            "STACKSCOPE_FAKE_NVML",
+            r#"{"devices":[{"utilization":10}],"sample_period_ms":20}"#,
+        )
+        .args([
+            "--pid",
+            &launcher,
+            "--subprocesses",
+            "--idle",
+            "--rate",
+            "20",
+            "--duration",
+            "60",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "-o",
+            out.arg(),
+        ]);
+    let attach = spawn_stackscope(cmd);
     let series = format!("stackscope_stack_unchanged_seconds{{pid=\"{stuck}\",rank=\"1\",host=\"");
     let deadline = Instant::now() + Duration::from_secs(60);
     let page = loop {
@@ -652,7 +677,12 @@ fn attach_serves_metrics_per_rank_while_it_records() {
                 .find_map(|l| l.strip_prefix("stackscope_samples_total "))
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0);
-            if samples > 0 && page.contains(&series) {
+            let idle_samples = page
+                .lines()
+                .find_map(|l| l.strip_prefix("stackscope_gpu_idle_samples_total "))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            if samples > 0 && idle_samples > 0 && page.contains(&series) {
                 break page;
             }
         }
@@ -664,6 +694,10 @@ fn attach_serves_metrics_per_rank_while_it_records() {
     };
     assert!(
         page.contains("# TYPE stackscope_dropped_samples_total counter"),
+        "{page}"
+    );
+    assert!(
+        page.contains("stackscope_gpu_utilization_percent{gpu=\"0\"} 10\n"),
         "{page}"
     );
     // Anything but /metrics is a 404.
