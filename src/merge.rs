@@ -163,3 +163,31 @@ fn read_folded(path: &Path) -> anyhow::Result<Option<Vec<(String, u64)>>> {
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"{"pid": 7, "command_line": "python t.py", "python_version": "3.11.7",
+        "rank": 3, "local_rank": 1, "world_size": 8, "host": "node-a", "threads": []}"#;
+
+    #[test]
+    fn one_process_a_tree_a_hang_report_and_a_list_are_all_dumps() {
+        let one: Value = serde_json::from_str(ONE).expect("json");
+        let dumps = dumps_of(one.clone()).expect("one process");
+        assert_eq!(dumps.len(), 1);
+        assert_eq!(dumps[0].rank.rank, Some(3));
+        assert_eq!(dumps[0].host.as_deref(), Some("node-a"));
+        let tree = serde_json::json!({"processes": [one.clone(), one.clone()], "stragglers": []});
+        assert_eq!(dumps_of(tree).expect("tree").len(), 2);
+        let hang = serde_json::json!({"detected_at": "x", "pid": 1, "processes": [one.clone()]});
+        assert_eq!(dumps_of(hang).expect("hang report").len(), 1);
+        assert_eq!(
+            dumps_of(Value::Array(vec![one.clone(), one]))
+                .expect("list")
+                .len(),
+            2
+        );
+        assert!(dumps_of(serde_json::json!({"hello": 1})).is_err());
+    }
+}

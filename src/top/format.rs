@@ -284,6 +284,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_ranked_target_is_named_by_its_rank() {
+        let mut status = Status {
+            pid: 5124,
+            command: "python train.py".into(),
+            python_version: "3.11.7".into(),
+            ..Status::default()
+        };
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · pid 5124 · Python 3.11.7 · python train.py"
+        );
+        status.rank = Some(6);
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · rank 6 (pid 5124) · Python 3.11.7 · python train.py"
+        );
+    }
+
+    #[test]
     fn sparkline_keeps_the_newest_values() {
         assert_eq!(sparkline(&[0.0, 50.0, 100.0], 10), "▁▅█");
         assert_eq!(sparkline(&[0.0, 50.0, 100.0], 2), "▅█");
