@@ -66,6 +66,9 @@ pub struct MergedGroup {
     pub rank_ranges: String,
     /// Member processes that have no rank (a launcher, a helper).
     pub unranked: Vec<ProcessPlace>,
+    /// The process, when all the threads are of one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessPlace>,
     /// Distinct hosts of the members.
     pub hosts: Vec<String>,
     /// Distinct thread names, sorted.
@@ -109,6 +112,8 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
         unranked: Vec<ProcessPlace>,
         hosts: BTreeSet<String>,
         names: BTreeSet<String>,
+        processes: BTreeSet<(String, u32)>,
+        first: Option<ProcessPlace>,
         straggler: bool,
         first_seen: usize,
     }
@@ -127,6 +132,8 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
                     unranked: Vec::new(),
                     hosts: BTreeSet::new(),
                     names: BTreeSet::new(),
+                    processes: BTreeSet::new(),
+                    first: None,
                     straggler: false,
                     first_seen: building.len(),
                 });
@@ -150,6 +157,12 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
                 }
             }
             g.hosts.insert(hp.host.to_owned());
+            g.processes.insert((hp.host.to_owned(), p.pid));
+            g.first.get_or_insert_with(|| ProcessPlace {
+                host: hp.host.to_owned(),
+                pid: p.pid,
+                rank: p.rank.rank,
+            });
             g.names.insert(thread.display_name());
             // Only the straggler's own stack marks a group: its helper threads wait like
             // everyone else's.
@@ -174,6 +187,7 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
                 rank_ranges: rank_ranges(&ranks),
                 ranks,
                 unranked: b.unranked,
+                process: b.first.filter(|_| b.processes.len() == 1),
                 hosts: b.hosts.into_iter().collect(),
                 thread_names: b.names.into_iter().collect(),
                 straggler: b.straggler,

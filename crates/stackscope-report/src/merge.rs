@@ -134,10 +134,24 @@ pub fn write_merged_dump_text<W: Write>(merged: &MergedDump, mut w: W) -> Result
 
 fn write_group<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportError> {
     let members = group.ranks.len() + group.unranked.len();
+    if let Some(process) = &group.process {
+        // One process: named in full, `rank 6 on node-b (pid 5124)`.
+        let threads = if group.threads > 1 {
+            format!("{} threads of ", group.threads)
+        } else {
+            String::new()
+        };
+        writeln!(
+            w,
+            "{threads}{}: {} ({})",
+            process.describe(),
+            listed(&group.thread_names),
+            status(group)
+        )?;
+        return write_frames(group, w);
+    }
     let mut who: Vec<String> = Vec::new();
-    if members == 1 && group.ranks.len() == 1 {
-        who.push(format!("rank {}", group.ranks[0]));
-    } else if !group.ranks.is_empty() {
+    if !group.ranks.is_empty() {
         who.push(format!(
             "{} rank{}: {}",
             group.ranks.len(),
@@ -173,6 +187,10 @@ fn write_group<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportErr
         listed(&group.thread_names),
         status(group)
     )?;
+    write_frames(group, w)
+}
+
+fn write_frames<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportError> {
     for frame in group.frames.iter().take(FRAMES) {
         writeln!(w, "    {}", frame.label())?;
     }
@@ -298,7 +316,11 @@ mod tests {
                 python_thread_id: 1,
                 active: function == "compute",
                 owns_gil: false,
-                state: ThreadState::WaitingOnLock,
+                state: if function == "compute" {
+                    ThreadState::Running
+                } else {
+                    ThreadState::WaitingOnLock
+                },
                 frames: vec![FrameDump {
                     function: function.into(),
                     file: "train.py".into(),
@@ -339,7 +361,10 @@ mod tests {
             text.contains("\n7 ranks: 0-5, 7 on 2 hosts: MainThread (idle, waiting on a lock)\n    wait (train.py:5)\n"),
             "{text}"
         );
-        assert!(text.contains("\nrank 6 on node-b: MainThread"), "{text}");
+        assert!(
+            text.contains("\nrank 6 on node-b (pid 5124): MainThread (active, running)\n"),
+            "{text}"
+        );
     }
 
     #[test]
