@@ -286,14 +286,19 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
     let mut dirs: Vec<PathBuf> = Vec::new();
     for node in [&a, &b] {
         let dir = out.path().join(&node.name);
-        node.run(&[
-            "attach",
+        // node-a's GPU idles at 10%, node-b's is busy at 90% (the fake NVML).
+        let utilization = if node.name == "node-a" { 10 } else { 90 };
+        let lib = fake_nvml();
+        let mut cmd = node.stackscope(&["attach", "--nvml-lib", lib.to_str().expect("utf8")]);
+        cmd.env(
+            "STACKSCOPE_FAKE_NVML",
+            format!(r#"{{"devices":[{{"utilization":{utilization}}}],"sample_period_ms":20}}"#),
+        )
+        .args([
             "--pid",
             &node.launcher(),
             "--subprocesses",
             "--idle",
-            "--gpu",
-            "off",
             "--rate",
             "20",
             "--duration",
@@ -301,6 +306,7 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
             "-o",
             dir.to_str().expect("utf8"),
         ]);
+        run_with_timeout(cmd, RUN_TIMEOUT).assert_success();
         let summary: Value =
             serde_json::from_slice(&std::fs::read(dir.join("summary.json")).expect("summary"))
                 .expect("summary parses");
@@ -384,6 +390,20 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
         row.contains("stuck_rank_compute (torchrun_node.py)"),
         "{row}"
     );
+    // GPU-idle share per rank: all of node-a's samples were taken while its GPU idled, none of
+    // node-b's.
+    for rank in 0..8u32 {
+        let host = if rank < 4 { "node-a" } else { "node-b" };
+        let line = table
+            .iter()
+            .find(|l| l.starts_with(&format!("rank {rank} on {host} ")))
+            .unwrap_or_else(|| panic!("a row for rank {rank}: {}", run.stdout));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let expected = if rank < 4 { "100%" } else { "0%" };
+        assert_eq!(fields.get(5), Some(&expected), "{line}");
+    }
+    assert!(merged_dir.join("stacks-gpu-idle.folded").is_file());
+    assert!(merged_dir.join("flamegraph-gpu-busy.svg").is_file());
     assert!(
         run.stdout.contains(&format!(
             "Most different from its peers: rank {STUCK_RANK} on node-b (pid {stuck_pid})"
