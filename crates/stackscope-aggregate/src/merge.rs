@@ -223,10 +223,12 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
 /// (dumps of jobs no launcher started), the processes that have a parent in the dump are the
 /// peers, as in one node's dump.
 fn rank_stragglers(processes: &[HostedProcess<'_>]) -> Vec<RankStraggler> {
+    let leaders = rank_leaders(processes);
     let mut peers: Vec<(&HostedProcess<'_>, &ThreadDump)> = processes
         .iter()
-        .filter(|p| p.process.rank.rank.is_some())
-        .filter_map(|p| main_thread(p.process).map(|t| (p, t)))
+        .zip(&leaders)
+        .filter(|(_, leads)| **leads)
+        .filter_map(|(p, _)| main_thread(p.process).map(|t| (p, t)))
         .collect();
     if peers.is_empty() {
         peers = processes
@@ -275,6 +277,43 @@ fn rank_stragglers(processes: &[HostedProcess<'_>]) -> Vec<RankStraggler> {
         (a.place.rank, &a.place.host, a.place.pid).cmp(&(b.place.rank, &b.place.host, b.place.pid))
     });
     out
+}
+
+/// Which processes stand for a rank when ranks are compared. A rank's own children (DataLoader
+/// workers) inherit its environment, so its rank too: only the topmost process of a rank
+/// counts. A launcher that Slurm or MPI gave a task rank (`SLURM_PROCID`) while its children
+/// carry ranks of their own (torchrun's `RANK`) is not a rank either.
+fn rank_leaders(processes: &[HostedProcess<'_>]) -> Vec<bool> {
+    let by_pid: HashMap<(&str, u32), &ProcessDump> = processes
+        .iter()
+        .map(|p| ((p.host, p.process.pid), p.process))
+        .collect();
+    let mut child_ranks: HashMap<(&str, u32), Vec<Option<u32>>> = HashMap::new();
+    for p in processes {
+        if let Some(parent) = p.process.parent_pid {
+            child_ranks
+                .entry((p.host, parent))
+                .or_default()
+                .push(p.process.rank.rank);
+        }
+    }
+    processes
+        .iter()
+        .map(|p| {
+            let Some(rank) = p.process.rank.rank else {
+                return false;
+            };
+            let parent = p
+                .process
+                .parent_pid
+                .and_then(|pp| by_pid.get(&(p.host, pp)));
+            let inherited = parent.is_some_and(|parent| parent.rank.rank == Some(rank));
+            let launcher = child_ranks
+                .get(&(p.host, p.process.pid))
+                .is_some_and(|ranks| ranks.iter().any(|r| r.is_some_and(|r| r != rank)));
+            !inherited && !launcher
+        })
+        .collect()
 }
 
 fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
@@ -387,6 +426,38 @@ mod tests {
         assert!(merged.groups[0].straggler);
         assert_eq!(merged.groups[0].rank_ranges, "517");
         assert_eq!(merged.groups[1].rank_ranges, "0-516, 518-999");
+    }
+
+    #[test]
+    fn workers_and_a_slurm_launcher_are_not_compared_as_ranks() {
+        // Under srun, torchrun has SLURM_PROCID=1; each rank has two DataLoader workers that
+        // inherited its RANK.
+        let mut dumps = vec![process(100, Some(1), "wait_children", 9)];
+        dumps[0].parent_pid = None;
+        let mut pid = 200;
+        for rank in 4..8u32 {
+            let function = if rank == 6 { "compute" } else { "all_reduce" };
+            let mut leader = process(pid, Some(rank), function, 40);
+            leader.parent_pid = Some(100);
+            dumps.push(leader);
+            for worker in 1..=2 {
+                let mut w = process(pid + worker, Some(rank), "worker_loop", 5);
+                w.parent_pid = Some(pid);
+                dumps.push(w);
+            }
+            pid += 50;
+        }
+        let hosted: Vec<HostedProcess<'_>> = dumps
+            .iter()
+            .map(|p| HostedProcess {
+                host: "node-b",
+                process: p,
+            })
+            .collect();
+        let merged = merge_dumps(&hosted);
+        assert_eq!(merged.stragglers.len(), 1, "{:?}", merged.stragglers);
+        assert_eq!(merged.stragglers[0].place.rank, Some(6));
+        assert_eq!(merged.stragglers[0].peers, 4);
     }
 
     #[test]

@@ -138,11 +138,36 @@ pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
     let (mut ranked, unranked): (Vec<RankRow>, Vec<RankRow>) =
         ranks.into_iter().partition(|r| r.place.rank.is_some());
     ranked.extend(unranked);
-    // Ranks are compared with ranks: a launcher or a helper process is nobody's peer.
-    let any_ranked = ranked.iter().filter(|r| r.place.rank.is_some()).count() >= 3;
+    // Ranks are compared with ranks: a launcher or a helper process is nobody's peer. A
+    // launcher that Slurm or MPI gave a task rank (the recorded process, whose children carry
+    // other ranks) is not a rank; a rank's DataLoader workers inherit its rank, and the oldest
+    // process of a rank on a host (the lowest pid) stands for it.
+    let launchers: Vec<(String, u32)> = inputs
+        .iter()
+        .filter(|i| i.process_ranks.values().any(|&r| Some(r) != i.rank))
+        .map(|i| (i.host.clone(), i.pid))
+        .collect();
+    let mut leaders: HashMap<(String, u32), u32> = HashMap::new();
+    for row in &ranked {
+        if let Some(rank) = row.place.rank {
+            if launchers.contains(&(row.place.host.clone(), row.place.pid)) {
+                continue;
+            }
+            let pid = leaders
+                .entry((row.place.host.clone(), rank))
+                .or_insert(row.place.pid);
+            *pid = (*pid).min(row.place.pid);
+        }
+    }
+    let is_leader = |row: &RankRow| {
+        row.place.rank.is_some_and(|rank| {
+            leaders.get(&(row.place.host.clone(), rank)) == Some(&row.place.pid)
+        })
+    };
+    let any_ranked = ranked.iter().filter(|r| is_leader(r)).count() >= 3;
     let profiles: Vec<(&RankRow, &HashMap<String, u64>)> = ranked
         .iter()
-        .filter(|row| !any_ranked || row.place.rank.is_some())
+        .filter(|row| !any_ranked || is_leader(row))
         .filter_map(|row| {
             stats
                 .get(&(row.place.rank, row.place.host.clone(), row.place.pid))
@@ -349,6 +374,39 @@ mod tests {
         let odd = merged.most_different.expect("named");
         assert_eq!(odd.place.describe(), "rank 3 on node-b (pid 22)");
         assert!(odd.distance > 0.7 && odd.next_distance < 0.5, "{odd:?}");
+    }
+
+    #[test]
+    fn workers_and_a_slurm_launcher_are_not_compared() {
+        // torchrun under srun (SLURM_PROCID=1, so "rank 1"), ranks 4-7, rank 5's DataLoader
+        // worker (inherited RANK=5) busy elsewhere than every rank.
+        let mut all = vec![(
+            "rank 1 (pid 10) torchrun;MainThread;wait (run.py:3)".to_owned(),
+            50,
+        )];
+        for (rank, pid) in [(4, 11), (5, 12), (6, 13), (7, 14)] {
+            let f = if rank == 6 { "compute" } else { "all_reduce" };
+            all.push((
+                format!("rank {rank} (pid {pid}) p;MainThread;{f} (t.py:4)"),
+                50,
+            ));
+        }
+        all.push((
+            "rank 5 (pid 30) p;MainThread;decode (w.py:2)".to_owned(),
+            50,
+        ));
+        let input = RecordingInput {
+            host: "node-b".into(),
+            pid: 10,
+            rank: Some(1),
+            process_ranks: HashMap::from([(10, 1), (11, 4), (12, 5), (13, 6), (14, 7), (30, 5)]),
+            all,
+            ..RecordingInput::default()
+        };
+        let merged = merge_recordings(&[input]);
+        let odd = merged.most_different.expect("named");
+        assert_eq!(odd.place.describe(), "rank 6 on node-b (pid 13)");
+        assert_eq!(merged.ranks.len(), 6, "every process keeps its row");
     }
 
     #[test]
