@@ -61,6 +61,10 @@ impl Node {
                 &script,
             ])
             .env("PYTHONDONTWRITEBYTECODE", "1")
+            // As under `srun`: the launcher has the batch system's task rank, which must not
+            // make it a rank of the job (its children have torchrun's RANK).
+            .env("SLURM_PROCID", node_rank.to_string())
+            .env("SLURM_NTASKS", "2")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(stderr))

@@ -65,15 +65,50 @@ impl RankInfo {
     }
 
     /// Reads `/proc/PID/environ`; a process whose environment cannot be read has no rank.
+    ///
+    /// torchrun started by `srun` or `mpirun` has the batch system's task rank (`SLURM_PROCID`)
+    /// but is no rank of the job: its children are, with torchrun's `RANK`. Such a launcher
+    /// (no `RANK` of its own, children that have one) is given no rank.
     pub fn of_process(pid: u32) -> RankInfo {
-        std::fs::read(format!("/proc/{pid}/environ"))
-            .map(|bytes| RankInfo::from_environ(&bytes))
-            .unwrap_or_default()
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            return RankInfo::default();
+        };
+        let info = RankInfo::from_environ(&environ);
+        if info.rank.is_some() && !has_var(&environ, "RANK") && children_have_rank(pid) {
+            return RankInfo::default();
+        }
+        info
     }
 
     pub fn is_empty(&self) -> bool {
         self.rank.is_none()
     }
+}
+
+fn has_var(environ: &[u8], name: &str) -> bool {
+    environ.split(|&b| b == 0).any(|entry| {
+        entry.len() > name.len() && entry.starts_with(name.as_bytes()) && entry[name.len()] == b'='
+    })
+}
+
+/// Whether a child of `pid` has torchrun's `RANK` in its environment.
+fn children_have_rank(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .any(|child| {
+            std::fs::read(format!("/proc/{child}/environ"))
+                .is_ok_and(|environ| has_var(&environ, "RANK"))
+        })
 }
 
 /// How a process is named to a reader: `rank 6 (pid 5124)` when it has a rank, else
@@ -128,6 +163,12 @@ mod tests {
         );
         let slurm = RankInfo::from_environ(b"SLURM_PROCID=12\0SLURM_LOCALID=4\0SLURM_NTASKS=32\0");
         assert_eq!((slurm.rank, slurm.local_rank), (Some(12), Some(4)));
+    }
+
+    #[test]
+    fn variables_are_matched_by_whole_name() {
+        assert!(has_var(b"A=1\0RANK=3\0", "RANK"));
+        assert!(!has_var(b"LOCAL_RANK=3\0RANKS=2\0", "RANK"));
     }
 
     #[test]
