@@ -126,6 +126,7 @@ pub struct SampleTrace {
     threads: Vec<TraceThread>,
     thread_ids: HashMap<(u32, u64), u32>,
     commands: BTreeMap<u32, String>,
+    ranks: BTreeMap<u32, u32>,
     gpu: Vec<GpuSample>,
     samples: u64,
     first: Option<Timestamp>,
@@ -149,6 +150,7 @@ impl SampleTrace {
             threads: Vec::new(),
             thread_ids: HashMap::new(),
             commands: BTreeMap::new(),
+            ranks: BTreeMap::new(),
             gpu: Vec::new(),
             samples: 0,
             first: None,
@@ -180,6 +182,9 @@ impl SampleTrace {
                 self.gpu.push(sample);
             }
             Event::Process(process) => {
+                if let Some(rank) = process.rank.rank {
+                    self.ranks.insert(process.pid, rank);
+                }
                 if process.kind == ProcessEventKind::Attached || !process.command_line.is_empty() {
                     let command = self.commands.entry(process.pid).or_default();
                     if command.is_empty() || process.kind == ProcessEventKind::Attached {
@@ -374,6 +379,11 @@ impl SampleTrace {
     /// Command lines of the processes attached, by pid.
     pub fn command_line(&self, pid: u32) -> Option<&str> {
         self.commands.get(&pid).map(String::as_str)
+    }
+
+    /// A process's rank, when a launcher started it (`--subprocesses` under torchrun, Slurm).
+    pub fn rank(&self, pid: u32) -> Option<u32> {
+        self.ranks.get(&pid).copied()
     }
 
     /// Every GPU reading taken, in the order received.

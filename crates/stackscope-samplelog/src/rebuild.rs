@@ -1,10 +1,10 @@
 //! Rebuilding a recording's aggregate from its sample log, for `stackscope report`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
-use stackscope_event::{Event, ProcessEvent, ProcessEventKind, Timestamp};
+use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
 use crate::error::RebuildError;
 use crate::header::LogHeader;
@@ -130,13 +130,15 @@ pub(crate) fn read_window<S: Sink>(
         config.include_idle = include_idle;
     }
     let mut sink = new(config, &header);
-    let fed = feed_window(&mut reader, &header, window, &mut |event| {
+    // The log does not keep ranks; the recording's summary does, by pid.
+    let old = OldSummary::read(dir);
+    let ranks = old.process_ranks();
+    let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
         sink.handle(event)
     })?;
     let (last_secs, used, stopped_early) = (fed.last_secs, fed.used, fed.stopped_early);
     sink.finish();
 
-    let old = OldSummary::read(dir);
     let recording_secs = last_secs.max(old.duration_secs().unwrap_or(0.0));
     let from_secs = window.from.unwrap_or(0.0);
     if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
@@ -196,6 +198,7 @@ pub(crate) fn feed_window(
     reader: &mut SampleLogReader,
     header: &LogHeader,
     window: Window,
+    ranks: &HashMap<u32, RankInfo>,
     sink: &mut dyn FnMut(Event),
 ) -> Result<Fed, RebuildError> {
     let mut last_secs: f64 = 0.0;
@@ -204,7 +207,15 @@ pub(crate) fn feed_window(
     let mut covered_after_end = BTreeSet::new();
     let mut stopped_early = false;
     for event in reader.by_ref() {
-        let event = event?;
+        let event = match event? {
+            Event::Process(mut process) if process.kind == ProcessEventKind::Attached => {
+                if let Some(rank) = ranks.get(&process.pid) {
+                    process.rank = *rank;
+                }
+                Event::Process(process)
+            }
+            event => event,
+        };
         let secs = event_time(&event).seconds_since(header.start);
         last_secs = last_secs.max(secs);
         let keep = if window.contains(secs) {

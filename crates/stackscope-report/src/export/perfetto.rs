@@ -58,9 +58,14 @@ pub fn write_perfetto<W: Write>(
         } else {
             trace.command_line(pid)
         };
-        let name = match command.filter(|c| !c.is_empty()) {
+        let command = match command.filter(|c| !c.is_empty()) {
             Some(c) => shorten(c, PROCESS_NAME_CHARS),
             None => "python".to_owned(),
+        };
+        // Perfetto shows the pid beside the name; a launcher's rank is what people look for.
+        let name = match trace.rank(pid) {
+            Some(rank) => format!("rank {rank}: {command}"),
+            None => command,
         };
         emit(
             &mut w,
