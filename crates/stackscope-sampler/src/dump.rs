@@ -141,15 +141,17 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
         python_thread_id: stack.thread.python_thread_id,
-        // The one idle rule (crate::idle), on the state read before the process was touched:
-        // a thread the OS had parked in a wait is idle, however it looked once woken by a
-        // stop, unless it holds the GIL.
-        active: match state {
-            ThreadState::Unknown => stack.thread.active,
-            ThreadState::Running => true,
-            ThreadState::Stopped => false,
-            _ => stack.thread.owns_gil,
-        },
+        // The one idle rule (crate::idle) on two readings of the OS state: the one taken
+        // before the process was touched, and the reader's own. A thread the OS had parked in
+        // a wait is idle however it looked once woken by a stop, and one caught between two
+        // waits (running for a moment) is idle if the second reading finds it waiting again;
+        // a thread that blocks holding the GIL is busy.
+        active: stack.thread.active
+            && match state {
+                ThreadState::Unknown | ThreadState::Running => true,
+                ThreadState::Stopped => false,
+                _ => stack.thread.owns_gil,
+            },
         owns_gil: stack.thread.owns_gil,
         state,
         frames,
