@@ -286,8 +286,7 @@ impl PythonTarget {
                         let active = t.active;
                         ThreadStack {
                             thread: ThreadInfo {
-                                // 0: a 3.10 thread whose OS id could not be found.
-                                os_thread_id: (t.os_thread_id != 0).then_some(t.os_thread_id),
+                                os_thread_id: t.os_thread_id,
                                 python_thread_id: t.thread_id,
                                 name: t.name,
                                 active,

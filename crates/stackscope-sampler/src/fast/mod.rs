@@ -83,7 +83,9 @@ impl Strategy {
 #[derive(Debug)]
 pub(crate) struct ThreadRead {
     pub thread_id: u64,
-    pub os_thread_id: u64,
+    /// As the interpreter records it (3.11+, 0 before the thread has started, as py-spy
+    /// reports it); for 3.10, as found from its `pthread_t`, None where it could not be.
+    pub os_thread_id: Option<u64>,
     pub name: Option<String>,
     pub owns_gil: bool,
     /// Busy, by the one idle rule ([`crate::idle`]).
@@ -275,7 +277,8 @@ impl FastReader {
             let owns_gil = ts.thread_id == gil_thread;
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
-                os_thread_id: ts.native_thread_id,
+                os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0)
+                    .then_some(ts.native_thread_id),
                 name,
                 owns_gil,
                 active: crate::idle::is_active(state, owns_gil),
