@@ -6,6 +6,7 @@ use crate::aggregator::Aggregator;
 use crate::device_stats::GpuDeviceSummary;
 use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
 use crate::gpu_stats::resample_mean;
+use crate::idle_path::{idle_path, IdlePath};
 use crate::limits::{OTHER_PROCESSES, OTHER_THREADS};
 use crate::meta::RecordingMeta;
 use crate::oscillation::oscillation_period;
@@ -111,6 +112,10 @@ pub struct GpuSummary {
     pub top_idle_functions: Vec<FunctionStat>,
     /// By self share of the GPU-busy samples.
     pub top_busy_functions: Vec<FunctionStat>,
+    /// The call path whose share rises most from GPU-busy to GPU-idle samples: the code the
+    /// verdict names. `None` when no path rises enough.
+    #[serde(default)]
+    pub idle_path: Option<IdlePath>,
     pub verdict: Verdict,
 }
 
@@ -192,10 +197,12 @@ impl Aggregator {
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;
         let top_busy = top_functions(&self.table, |c| c.gpu_busy, TOP_GPU_FUNCTIONS).by_self;
+        let idle_path = idle_path(&self.table);
         let verdict = verdict(VerdictInput {
             mean_utilization,
             oscillation_period_secs,
             idle_functions: &top_idle,
+            idle_path: idle_path.as_ref(),
         });
         Some(GpuSummary {
             devices,
@@ -208,6 +215,7 @@ impl Aggregator {
             samples_gpu_unknown: tagged[2] + pending,
             top_idle_functions: top_idle,
             top_busy_functions: top_busy,
+            idle_path,
             verdict,
         })
     }

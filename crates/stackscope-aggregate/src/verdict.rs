@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::functions::FunctionStat;
+use crate::idle_path::IdlePath;
 
 /// Below this mean utilization the GPU is starved.
 pub const STARVED_BELOW: f64 = 30.0;
@@ -45,6 +46,8 @@ pub struct VerdictInput<'a> {
     pub oscillation_period_secs: Option<f64>,
     /// Functions of the GPU-idle samples, by self share of those samples.
     pub idle_functions: &'a [FunctionStat],
+    /// The call path that sets GPU-idle time apart; named instead of the functions when found.
+    pub idle_path: Option<&'a IdlePath>,
 }
 
 pub fn verdict(input: VerdictInput<'_>) -> Verdict {
@@ -54,7 +57,10 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             text: "No GPU utilization was recorded, so there is no verdict.".to_owned(),
         };
     };
-    let idle_code = idle_code_sentence(input.idle_functions);
+    let idle_code = match input.idle_path {
+        Some(path) => path.sentence(),
+        None => idle_code_sentence(input.idle_functions),
+    };
     let (class, first) = if mean < STARVED_BELOW {
         (
             VerdictClass::Starved,
@@ -149,6 +155,7 @@ mod tests {
             mean_utilization: mean,
             oscillation_period_secs: period,
             idle_functions: &idle,
+            idle_path: None,
         })
     }
 
@@ -187,6 +194,7 @@ mod tests {
             mean_utilization: Some(10.0),
             oscillation_period_secs: None,
             idle_functions: &idle,
+            idle_path: None,
         });
         assert!(v.text.contains("tiny (a.py) 2%"), "{}", v.text);
         assert!(!v.text.contains("tinier"), "{}", v.text);
@@ -204,6 +212,7 @@ mod tests {
             mean_utilization: Some(99.0),
             oscillation_period_secs: None,
             idle_functions: &[],
+            idle_path: None,
         });
         assert_eq!(v.class, VerdictClass::GpuBound);
         assert!(v.text.contains("No stack samples"), "{}", v.text);
