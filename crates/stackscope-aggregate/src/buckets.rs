@@ -272,7 +272,11 @@ mod tests {
         let mut b = TimeBuckets::new(Timestamp(0));
         let n = (MAX_BUCKETS as u64) * 3;
         for i in 0..n {
-            b.count_stack(Timestamp(i * BASE_BUCKET_NANOS), (i % 3) as u32, GpuTag::Busy);
+            b.count_stack(
+                Timestamp(i * BASE_BUCKET_NANOS),
+                (i % 3) as u32,
+                GpuTag::Busy,
+            );
             b.count_thread(Timestamp(i * BASE_BUCKET_NANOS), 1, 7, "MainThread", true);
         }
         assert!(b.len() <= MAX_BUCKETS, "{} buckets", b.len());

@@ -31,8 +31,8 @@ mod verdict;
 
 pub use aggregator::{AggregateConfig, Aggregator, StackView};
 pub use buckets::{
-    Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS, MAX_ENTRIES,
-    MAX_LANES,
+    Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,
+    MAX_ENTRIES, MAX_LANES,
 };
 pub use device_stats::GpuDeviceSummary;
 pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};

@@ -11,6 +11,7 @@ mod flamegraph;
 mod folded;
 mod gpu_chart;
 mod gpu_csv;
+pub mod html;
 mod outputs;
 mod summary;
 
@@ -20,6 +21,7 @@ pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
+pub use html::write_report_html;
 pub use outputs::{file_names, write_outputs, OutputFiles};
 pub use summary::{write_summary_json, write_text_summary};
 
