@@ -4,6 +4,7 @@
 mod child;
 mod cli;
 mod config;
+mod demo;
 mod dump;
 mod gpu;
 mod recorder;
@@ -19,7 +20,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DemoConfig, DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -53,5 +54,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
+        Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
     }
 }

@@ -20,7 +20,7 @@ pub const FLAMEGRAPH_IDLE: &str = "flamegraph-gpu-idle.svg";
 pub const FOLDED_IDLE: &str = "stacks-gpu-idle.folded";
 pub const FLAMEGRAPH_BUSY: &str = "flamegraph-gpu-busy.svg";
 pub const FOLDED_BUSY: &str = "stacks-gpu-busy.folded";
-pub const REPORT_HTML: &str = "report.html";
+pub const REPORT_HTML: &str = crate::html::REPORT_FILE;
 
 /// Longest command line shown in a flamegraph title before it is cut.
 const TITLE_COMMAND_CHARS: usize = 80;

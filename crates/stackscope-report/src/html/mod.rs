@@ -19,6 +19,9 @@ pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
 
 use crate::ReportError;
 
+/// The page's file name in an output directory.
+pub const REPORT_FILE: &str = "report.html";
+
 const UPLOT_JS: &str = include_str!("../../assets/vendor/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../../assets/vendor/uPlot.min.css");
 const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection.min.js");
