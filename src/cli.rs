@@ -113,7 +113,12 @@ pub struct TopArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Output directory.
-    #[arg(long, short = 'o', value_name = "DIR", default_value = "stackscope-demo")]
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "DIR",
+        default_value = "stackscope-demo"
+    )]
     pub output: PathBuf,
     /// How long the training loop runs.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]

@@ -420,4 +420,6 @@
   buildPlot();
   render();
   document.body.setAttribute("data-ready", "1");
+  // Milliseconds from navigation to drawn: what "interactive" took.
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
 })();

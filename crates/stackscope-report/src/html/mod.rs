@@ -19,6 +19,11 @@ pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
 
 use crate::ReportError;
 
+/// The page may load nothing: no script, style, image, font or connection from outside
+/// itself, whatever a frame name or a future edit holds; the browser enforces it.
+pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+style-src 'unsafe-inline'; img-src data:; font-src data:";
+
 /// The page's file name in an output directory.
 pub const REPORT_FILE: &str = "report.html";
 
@@ -55,6 +60,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         w,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
          <title>{}</title>\n<style>\n{UPLOT_CSS}\n{FLAMEGRAPH_CSS}\n{REPORT_CSS}\n</style>\n\
          </head>\n<body>\n",
         escape(&title)
