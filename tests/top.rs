@@ -613,6 +613,11 @@ fn piped_top_with_the_fake_gpu_gives_the_data_phase_the_gpu_idle_samples() {
         loading[4] >= 70.0 && computing[4] <= 30.0,
         "the GPU-idle samples should be load_batch's:\n{last}"
     );
+    // The same words as the recording's verdict: the call path, not the shared innermost busy.
+    assert!(
+        last.contains("What sets GPU-idle time apart is load_batch → decode_images"),
+        "{last}"
+    );
 }
 
 #[test]

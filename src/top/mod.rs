@@ -5,6 +5,7 @@
 
 mod format;
 mod gpus;
+mod idle_code;
 mod model;
 mod plain;
 mod tui;
@@ -68,6 +69,7 @@ pub struct Session {
     producers_stop: Arc<AtomicBool>,
     pub model: TopModel,
     pub status: Status,
+    idle_code: idle_code::IdleCode,
     interval_started: Instant,
     all_started: Instant,
     ticks_at_interval_start: u64,
@@ -98,6 +100,7 @@ impl Session {
             producers_stop.clone(),
         );
         let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
+        let gpu_enabled = gpu.is_enabled();
         let sampler = Sampler::spawn(
             target,
             SamplerConfig {
@@ -117,6 +120,7 @@ impl Session {
             sampler: Some(sampler),
             gpu: Some(gpu),
             producers_stop,
+            idle_code: idle_code::IdleCode::new(config.gpu.idle_below, gpu_enabled),
             model,
             status,
             interval_started: now,
@@ -130,6 +134,7 @@ impl Session {
     /// Folds the events waiting on the channel into the model.
     pub fn pump(&mut self) {
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
+            self.idle_code.handle(&event);
             self.model.handle(event);
         }
     }
@@ -179,11 +184,13 @@ impl Session {
             self.model.set_devices(&devices);
         }
         self.status.dropped = dropped;
+        self.status.idle_code = self.idle_code.sentence();
     }
 
     /// Clears the since-start counts (the `r` key).
     pub fn reset(&mut self) {
         self.model.reset();
+        self.idle_code.reset();
         self.all_started = Instant::now();
         self.status.all_secs = 0.0;
     }
@@ -206,6 +213,7 @@ impl Session {
         // Both producers are done: everything they sent is on the channel now.
         self.pump();
         self.model.flush();
+        self.idle_code.finish();
         self.end_interval();
         let pid = self.status.pid;
         self.status.ended = Some(match report.stop {
