@@ -233,9 +233,15 @@ fn top_with_fake_gpu(pid: u32, name: &str, dir: &Path) -> String {
 
 /// The numbers of a row of the table: the percentage columns before the function name.
 fn row_numbers(screen: &str, function: &str) -> Option<Vec<f64>> {
+    // A row starts with its percentages; other lines (the verdict's path) may name it too.
     let line = screen.lines().find(|l| {
-        l.split_whitespace()
-            .any(|w| w == function || w.trim_end_matches('…') == function)
+        let is_row = l
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w == "-" || w.parse::<f64>().is_ok());
+        is_row
+            && l.split_whitespace()
+                .any(|w| w == function || w.trim_end_matches('…') == function)
     })?;
     Some(
         line.split_whitespace()
