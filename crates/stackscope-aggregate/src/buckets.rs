@@ -19,8 +19,10 @@ use crate::intern::{GpuTag, StackId};
 pub const BASE_BUCKET_NANOS: u64 = 125_000_000;
 /// Past this many buckets the width doubles.
 pub const MAX_BUCKETS: usize = 2048;
-/// Past this many (bucket, stack) and (bucket, thread) entries the width doubles.
-pub const MAX_ENTRIES: usize = 400_000;
+/// Past this many (bucket, stack) and (bucket, thread) entries the width doubles: some MiB in
+/// memory and in the page. Above the stack table's cap plus the lanes, so that one bucket
+/// always fits.
+pub const MAX_ENTRIES: usize = 250_000;
 /// Threads with their own lane; later ones share one `[other threads]` lane.
 pub const MAX_LANES: usize = 256;
 
@@ -199,6 +201,9 @@ impl TimeBuckets {
     /// Merges neighbouring buckets pairwise and doubles the width; false when the width cannot
     /// grow any more.
     fn coarsen(&mut self) -> bool {
+        if self.buckets.len() <= 1 {
+            return false;
+        }
         let Some(width) = self.width_nanos.checked_mul(2) else {
             return false;
         };
@@ -289,6 +294,19 @@ mod tests {
             .sum();
         assert_eq!(total, n);
         assert_eq!(b.lanes()[0].active, n);
+    }
+
+    #[test]
+    fn too_many_entries_merge_too_until_one_bucket_holds_them() {
+        let mut b = TimeBuckets::new(Timestamp(0));
+        // A new stack in every bucket: merging neighbours does not shrink the entries, so
+        // the width doubles until they fit or one bucket is left.
+        let n = MAX_ENTRIES as u64 + 10;
+        for i in 0..n {
+            b.count_stack(Timestamp(i * BASE_BUCKET_NANOS / 64), i as u32, GpuTag::Idle);
+        }
+        assert!(b.len() <= 2, "{} buckets", b.len());
+        assert!(b.entries() as u64 == n, "{} entries", b.entries());
     }
 
     #[test]
