@@ -27,8 +27,9 @@ const PATH_RISE: f64 = 0.8;
 const FUNCTION_RISE: f64 = 0.5;
 /// The longest path named.
 const MAX_PATH: usize = 6;
-/// Fewer GPU-idle samples than this say nothing.
-const MIN_IDLE_SAMPLES: u64 = 5;
+/// Fewer GPU-idle (or GPU-busy) samples than this say nothing: without both sides there is
+/// nothing to tell apart, and the verdict names the GPU-idle functions instead.
+const MIN_SIDE_SAMPLES: u64 = 5;
 
 /// One function of the path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,7 +154,7 @@ pub fn idle_path_by(
             parent = Some(id);
         }
     }
-    if idle_total < MIN_IDLE_SAMPLES {
+    if idle_total < MIN_SIDE_SAMPLES || busy_total < MIN_SIDE_SAMPLES {
         return None;
     }
     let share = |x: u64, total: u64| {
@@ -315,13 +316,10 @@ mod tests {
     }
 
     #[test]
-    fn all_idle_names_the_code_below_the_shared_root() {
+    fn no_path_without_busy_samples_to_contrast() {
         let mut table = StackTable::default();
-        // No busy samples at all: every path rises by its idle share; the path is the one
-        // that carries most of it, from the top.
         add(&mut table, &["main", "wait_for_data"], 80, 0);
         add(&mut table, &["main", "log"], 20, 0);
-        let path = idle_path(&table).expect("a path");
-        assert_eq!(names(&path), vec!["main", "wait_for_data"]);
+        assert_eq!(idle_path(&table), None);
     }
 }
