@@ -303,7 +303,11 @@ mod tests {
         // the width doubles until they fit or one bucket is left.
         let n = MAX_ENTRIES as u64 + 10;
         for i in 0..n {
-            b.count_stack(Timestamp(i * BASE_BUCKET_NANOS / 64), i as u32, GpuTag::Idle);
+            b.count_stack(
+                Timestamp(i * BASE_BUCKET_NANOS / 64),
+                i as u32,
+                GpuTag::Idle,
+            );
         }
         assert!(b.len() <= 2, "{} buckets", b.len());
         assert!(b.entries() as u64 == n, "{} entries", b.entries());

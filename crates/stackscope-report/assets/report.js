@@ -175,9 +175,13 @@
       buttons[i].className = buttons[i].getAttribute("data-view") === state.view ? "on" : "";
     }
     var legend = document.getElementById("legend");
-    legend.innerHTML = state.view === "diff"
-      ? "<span class=\"swatch idle\"></span>more of the GPU-idle samples <span class=\"swatch busy\"></span>more of the GPU-busy samples (width: both together)"
-      : "";
+    if (!D.gpus.length && state.view !== "all") {
+      legend.textContent = "No GPU data in this recording: every sample's GPU state is unknown, so this view is empty.";
+    } else {
+      legend.innerHTML = state.view === "diff"
+        ? "<span class=\"swatch idle\"></span>more of the GPU-idle samples <span class=\"swatch busy\"></span>more of the GPU-busy samples (width: both together)"
+        : "";
+    }
     writeHash();
     if (plot) plot.redraw(false);
     drawLanes();
@@ -335,8 +339,14 @@
   marked.id = "marked";
   var toggle = document.createElement("button");
   toggle.id = "more-lanes";
+  var laneKey = document.createElement("div");
+  laneKey.className = "lane-key";
+  laneKey.innerHTML = "threads, busiest first: <span class=\"swatch busy-lane\"></span>running " +
+    "<span class=\"swatch idle-lane\"></span>idle (sleeping or blocked) " +
+    "<span class=\"swatch unsampled-lane\"></span>not sampled";
   lanesEl.appendChild(marked);
   lanesEl.appendChild(canvas);
+  lanesEl.appendChild(laneKey);
   lanesEl.appendChild(toggle);
   var laneOrder = D.lanes.map(function (l, i) { return i; }).sort(function (a, b) {
     return (D.lanes[b].active - D.lanes[a].active) || (D.lanes[b].idle - D.lanes[a].idle) || a - b;
@@ -414,9 +424,6 @@
   window.addEventListener("hashchange", function () { parseHash(); render(); });
 
   parseHash();
-  if (!D.gpus.length && (state.view === "idle" || state.view === "busy" || state.view === "diff")) {
-    // No GPU data: every sample is "unknown"; the views say so by being empty.
-  }
   buildPlot();
   render();
   document.body.setAttribute("data-ready", "1");
