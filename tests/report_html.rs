@@ -268,7 +268,8 @@ fn a_day_long_recording_gives_a_report_within_the_bound() {
     // 24 hours of a training loop over 4 threads and 40 functions. The page's size depends on
     // the buckets and the distinct stacks in each, not on the rate: one sample a second per
     // thread keeps this test quick in a debug build while covering the whole day.
-    // STACKSCOPE_DAY_HZ=100 (with --release) measures the full rate instead.
+    // STACKSCOPE_DAY_HZ=100 (with --release) measures the full rate instead;
+    // STACKSCOPE_KEEP_REPORT=FILE keeps a copy of the page.
     const SEC: u64 = 1_000_000_000;
     let day = 24 * 3600 * SEC;
     let hz: u64 = std::env::var("STACKSCOPE_DAY_HZ")
@@ -343,6 +344,10 @@ fn a_day_long_recording_gives_a_report_within_the_bound() {
     let bytes = fs::metadata(&page).expect("report.html").len();
     println!("report.html of a day: {bytes} bytes");
     assert!(bytes <= MAX_REPORT_BYTES, "{bytes} bytes");
+    if let Some(keep) = std::env::var_os("STACKSCOPE_KEEP_REPORT") {
+        // For measuring the page by hand (README's figures).
+        fs::copy(&page, keep).expect("copy report.html");
+    }
     let html = fs::read_to_string(&page).expect("report.html");
     assert_self_contained(&html);
     // The buckets were coarsened to a width that covers the day in a bounded number.

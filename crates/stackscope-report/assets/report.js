@@ -211,6 +211,19 @@
     var data;
     var colors = ["#2a9d3a", "#1f6fd1", "#d1501f", "#8a2be2", "#c79a00", "#008b8b"];
     if (D.gpus.length) {
+      // A reading describes the time before it, back to the previous one. The first one's
+      // start is unknown: it reaches back to the start when that is within a few spacings
+      // (the older readings of a long recording are merged into coarser and coarser points),
+      // else one spacing (a device that appeared late).
+      D.gpus.forEach(function (g) {
+        if (g.t.length < 2) return;
+        var spacing = g.t[1] - g.t[0];
+        var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
+        if (back < g.t[0]) {
+          g.t.unshift(back);
+          [g.utilization, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
+        }
+      });
       // One x for all devices: merge the times, fill gaps with null.
       var times = {};
       D.gpus.forEach(function (g) { g.t.forEach(function (t) { times[t] = 1; }); });
