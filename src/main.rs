@@ -7,6 +7,8 @@ mod config;
 mod demo;
 mod dump;
 mod gpu;
+mod merge;
+mod metrics;
 mod recorder;
 mod recording;
 mod report;
@@ -20,7 +22,8 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DemoConfig, DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DemoConfig, DumpConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError,
+    WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -55,5 +58,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
         Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
+        Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
     }
 }

@@ -119,7 +119,8 @@ impl TimeBuckets {
         });
         match tag {
             GpuTag::Idle => counts.gpu_idle = counts.gpu_idle.saturating_add(1),
-            GpuTag::Busy => counts.gpu_busy = counts.gpu_busy.saturating_add(1),
+            // Low SM activity is busy by utilization: the page splits idle from busy.
+            GpuTag::Busy | GpuTag::BusyLowSm => counts.gpu_busy = counts.gpu_busy.saturating_add(1),
             GpuTag::Unknown => counts.gpu_unknown = counts.gpu_unknown.saturating_add(1),
         }
         self.bound();

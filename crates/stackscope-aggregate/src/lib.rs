@@ -20,9 +20,12 @@ mod hang;
 mod idle_path;
 mod intern;
 mod limits;
+mod merge;
 mod meta;
 mod oscillation;
 mod processes;
+mod ranks;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
@@ -44,9 +47,14 @@ pub use intern::{
     StackTable,
 };
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+pub use merge::{
+    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use ranks::{merge_recordings, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
@@ -54,3 +62,5 @@ pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;

@@ -23,13 +23,14 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
         if i > 0 {
             writeln!(w)?;
         }
+        // `Process 5124` or `Process rank 6 (pid 5124)`.
+        let name = match process.rank.rank {
+            Some(_) => format!("Process {}", process.display_name()),
+            None => format!("Process {}", process.pid),
+        };
         match process.parent_pid {
-            Some(parent) => writeln!(
-                w,
-                "Process {} (child of {parent}): {}",
-                process.pid, process.command_line
-            )?,
-            None => writeln!(w, "Process {}: {}", process.pid, process.command_line)?,
+            Some(parent) => writeln!(w, "{name} (child of {parent}): {}", process.command_line)?,
+            None => writeln!(w, "{name}: {}", process.command_line)?,
         }
         writeln!(w, "Python v{}", process.python_version)?;
         let here = groups
@@ -45,7 +46,15 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
 
 fn describe_straggler(s: &Straggler) -> String {
     let who = match &s.thread {
-        Some(thread) => format!("Thread \"{thread}\" of process {}", s.pid),
+        Some(thread) => format!(
+            "Thread \"{thread}\" of {}",
+            stackscope_event::process_name(s.pid, s.rank)
+        ),
+        None if s.rank.is_some() => format!(
+            "Process {} ({})",
+            stackscope_event::process_name(s.pid, s.rank),
+            s.command_line
+        ),
         None => format!("Process {} ({})", s.pid, s.command_line),
     };
     format!(
@@ -70,7 +79,13 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
             .members
             .iter()
             .map(|m| {
-                if pids.len() > 1 {
+                if pids.len() > 1 && m.rank.is_some() {
+                    format!(
+                        "{} [{}]",
+                        m.name,
+                        stackscope_event::process_name(m.pid, m.rank)
+                    )
+                } else if pids.len() > 1 {
                     format!("{} [{}]", m.name, m.pid)
                 } else {
                     m.name.clone()
@@ -184,6 +199,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 job.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![t],
         }];
         assert_eq!(
@@ -205,6 +222,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 pool.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads,
         }];
         let out = text(&dump);
@@ -226,6 +245,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 a.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![thread("MainThread", 1, "main", 3)],
         }];
         let mut out = Vec::new();
