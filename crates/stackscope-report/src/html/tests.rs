@@ -45,6 +45,8 @@ fn gpu(time_ms: u64, utilization: f32) -> Event {
 fn meta() -> RecordingMeta {
     RecordingMeta {
         pid: 42,
+        rank: Default::default(),
+        host: None,
         command_line: "python3 train.py".to_owned(),
         python_version: "3.11.7".to_owned(),
         started_at: String::new(),
