@@ -88,6 +88,21 @@ impl IdlePath {
     }
 }
 
+impl IdlePath {
+    /// The low-SM verdict's sentence, for a path found by contrasting the GPU-busy samples
+    /// taken with low SM activity (the "idle" side) with the other GPU-busy ones.
+    pub fn low_sm_sentence(&self) -> String {
+        format!(
+            "What sets low-SM time apart is {} ({}): in {:.0}% of the samples taken while SM \
+             activity was low and {:.0}% of the other GPU-busy ones.",
+            self.label(),
+            self.files().join(", "),
+            self.idle_share * 100.0,
+            self.busy_share * 100.0
+        )
+    }
+}
+
 #[derive(Debug, Default)]
 struct Node {
     function: FunctionId,

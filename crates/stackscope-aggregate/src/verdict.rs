@@ -52,6 +52,8 @@ pub struct VerdictInput<'a> {
     pub idle_functions: &'a [FunctionStat],
     /// The call path that sets GPU-idle time apart; named instead of the functions when found.
     pub idle_path: Option<&'a IdlePath>,
+    /// The call path that sets the low-SM samples apart from the other GPU-busy ones.
+    pub low_sm_path: Option<&'a IdlePath>,
     /// Mean GPM SM activity (percent) where the GPU has GPM; `None` elsewhere.
     pub mean_sm_active: Option<f64>,
     /// Functions of the samples taken while the GPU was busy with low SM activity.
@@ -67,7 +69,12 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     };
     // Utilization high but SM activity low is its own class, and keeps a GPU whose SMs idle
     // from reading GPU-bound.
-    if let Some(low_sm) = low_sm_verdict(mean, input.mean_sm_active, input.low_sm_functions) {
+    if let Some(low_sm) = low_sm_verdict(
+        mean,
+        input.mean_sm_active,
+        input.low_sm_functions,
+        input.low_sm_path,
+    ) {
         return low_sm;
     }
     let idle_code = match input.idle_path {
@@ -169,6 +176,7 @@ mod tests {
             oscillation_period_secs: period,
             idle_functions: &idle,
             idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         })
@@ -210,6 +218,7 @@ mod tests {
             oscillation_period_secs: None,
             idle_functions: &idle,
             idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         });
@@ -226,6 +235,7 @@ mod tests {
                 oscillation_period_secs: None,
                 idle_functions: &[],
                 idle_path: None,
+                low_sm_path: None,
                 mean_sm_active: sm,
                 low_sm_functions: &busy,
             })
@@ -250,6 +260,7 @@ mod tests {
             oscillation_period_secs: None,
             idle_functions: &[],
             idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         });
