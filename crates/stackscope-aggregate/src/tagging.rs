@@ -123,7 +123,6 @@ impl GpuTagger {
     }
 
     /// Tags every held sample whose readings have all arrived, or that waited too long.
-    #[cfg(test)]
     pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
         self.release_timed(|_, stack, tag| out(stack, tag));
     }
@@ -148,7 +147,6 @@ impl GpuTagger {
     }
 
     /// Tags everything still held with what is known: the end of the recording.
-    #[cfg(test)]
     pub fn flush(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
         self.flush_timed(|_, stack, tag| out(stack, tag));
     }
