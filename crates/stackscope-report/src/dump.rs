@@ -23,13 +23,17 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
         if i > 0 {
             writeln!(w)?;
         }
+        let pid = match process.ns_pid {
+            Some(own) => format!("{} ({own} in its namespace)", process.pid),
+            None => process.pid.to_string(),
+        };
         match process.parent_pid {
             Some(parent) => writeln!(
                 w,
-                "Process {} (child of {parent}): {}",
-                process.pid, process.command_line
+                "Process {pid} (child of {parent}): {}",
+                process.command_line
             )?,
-            None => writeln!(w, "Process {}: {}", process.pid, process.command_line)?,
+            None => writeln!(w, "Process {pid}: {}", process.command_line)?,
         }
         writeln!(w, "Python v{}", process.python_version)?;
         let here = groups
@@ -58,9 +62,10 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
     let thread = group.representative;
     let status = status(thread);
     if let [only] = group.members.as_slice() {
-        let id = match only.os_thread_id {
-            Some(tid) => tid.to_string(),
-            None => format!("{:#x}", thread.python_thread_id),
+        let id = match (only.os_thread_id, thread.ns_thread_id) {
+            (Some(tid), Some(own)) => format!("{tid} ({own} in its namespace)"),
+            (Some(tid), None) => tid.to_string(),
+            (None, _) => format!("{:#x}", thread.python_thread_id),
         };
         let name = thread.name.as_deref().unwrap_or("");
         writeln!(w, "Thread {id} \"{name}\" ({status})")?;
@@ -150,6 +155,7 @@ mod tests {
         ThreadDump {
             name: Some(name.to_owned()),
             os_thread_id: Some(tid),
+            ns_thread_id: None,
             python_thread_id: tid,
             active: false,
             owns_gil: false,
@@ -182,6 +188,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 42,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 job.py".into(),
             python_version: "3.11.7".into(),
             threads: vec![t],
@@ -203,6 +210,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 pool.py".into(),
             python_version: "3.11.7".into(),
             threads,
@@ -224,6 +232,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 a.py".into(),
             python_version: "3.11.7".into(),
             threads: vec![thread("MainThread", 1, "main", 3)],

@@ -11,6 +11,7 @@ mod dump;
 mod error;
 mod fast;
 mod names;
+pub mod namespace;
 pub mod procfs;
 mod sampler;
 mod target;
