@@ -12,6 +12,7 @@ mod error;
 mod fast;
 mod names;
 pub mod namespace;
+mod permission;
 pub mod procfs;
 mod sampler;
 mod target;

@@ -174,9 +174,11 @@ impl PythonTarget {
                     }
                     Err(_) => {}
                 },
-                Err(e @ (AttachError::NoSuchProcess(_) | AttachError::PermissionDenied { .. })) => {
-                    return Err(e)
-                }
+                Err(
+                    e @ (AttachError::NoSuchProcess(_)
+                    | AttachError::PermissionDenied { .. }
+                    | AttachError::SeccompBlocked { .. }),
+                ) => return Err(e),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }

@@ -1,0 +1,639 @@
+//! Jobs in containers: a Python job in a PID and mount namespace of its own (made with
+//! `unshare`), whose interpreter lives at a path that exists only inside that namespace, profiled
+//! from the host by its host pid and from inside with `nsenter` by the pid it sees itself.
+//!
+//! Needs root and util-linux's `unshare`/`nsenter`; each test says "skipping" in one line where
+//! they are missing (or the kernel refuses new namespaces).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why namespaced tests cannot run here, if they cannot.
+fn unavailable() -> Option<&'static str> {
+    static WHY: OnceLock<Option<&'static str>> = OnceLock::new();
+    *WHY.get_or_init(|| {
+        let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let uid = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("");
+        if uid != "0" {
+            return Some("not root");
+        }
+        let works = Command::new("unshare")
+            .args(["--pid", "--fork", "--mount", "--mount-proc", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let nsenter = Command::new("nsenter")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !works || !nsenter {
+            return Some("unshare --pid --mount or nsenter is not available");
+        }
+        None
+    })
+}
+
+macro_rules! require_namespaces {
+    () => {
+        if let Some(why) = unavailable() {
+            eprintln!("skipping: needs root and PID/mount namespaces ({why})");
+            return;
+        }
+    };
+}
+
+/// The interpreter `python3` runs: its installation prefix and the executable's path in it.
+fn python_install() -> (PathBuf, PathBuf) {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; print(sys.base_prefix); print(os.path.realpath(sys.executable))",
+        ])
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    let prefix = PathBuf::from(lines.next().expect("prefix"));
+    let exe = PathBuf::from(lines.next().expect("executable"));
+    let relative = exe
+        .strip_prefix(&prefix)
+        .expect("python3's executable lies under its prefix")
+        .to_path_buf();
+    (prefix, relative)
+}
+
+/// `fixtures/container_job.py` in a new PID and mount namespace. Its Python installation is
+/// bind-mounted onto a tmpfs mounted only inside, so the interpreter's path (and its
+/// libpython's) exists there and nowhere on the host. Killed with its namespace on drop.
+struct Job {
+    unshare: Child,
+    dir: tempfile::TempDir,
+    /// The path of the interpreter inside the namespace.
+    inside_python: PathBuf,
+    /// The ready file's JSON: every id in it is the namespace's.
+    info: serde_json::Value,
+    /// The job's pid on the host.
+    host_pid: u32,
+}
+
+impl Job {
+    fn start(args: &[&str]) -> Job {
+        let dir = tempfile::Builder::new()
+            .prefix("stackscope-container-")
+            .tempdir()
+            .expect("temp dir");
+        let mnt = dir.path().join("only-inside");
+        fs::create_dir(&mnt).expect("mount point");
+        let ready = dir.path().join("ready");
+        let (prefix, exe) = python_install();
+        let inside_python = mnt.join("py").join(&exe);
+        let script = r#"mount -t tmpfs none "$1" && mkdir "$1/py" && mount --bind "$2" "$1/py" && shift 2 && exec "$@""#;
+        let stderr = fs::File::create(dir.path().join("stderr")).expect("stderr file");
+        let unshare = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
+            .args(["sh", "-c", script, "sh"])
+            .arg(&mnt)
+            .arg(&prefix)
+            .arg(&inside_python)
+            .arg(fixture_path("container_job.py"))
+            .arg(&ready)
+            .args(args)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("unshare starts");
+        let mut job = Job {
+            unshare,
+            dir,
+            inside_python,
+            info: serde_json::Value::Null,
+            host_pid: 0,
+        };
+        let text = wait_until(READY_TIMEOUT, "the namespaced job's ready file", || {
+            if let Ok(Some(status)) = job.unshare.try_wait() {
+                panic!(
+                    "the namespaced job exited ({status}): {}",
+                    fs::read_to_string(job.dir.path().join("stderr")).unwrap_or_default()
+                );
+            }
+            fs::read_to_string(&ready)
+                .ok()
+                .filter(|t| !t.trim().is_empty())
+        });
+        job.info = serde_json::from_str(&text).expect("ready JSON");
+        job.host_pid = job.host_pid_of(job.ns_pid());
+        job
+    }
+
+    /// The job's pid in its own namespace (1: it is the namespace's init).
+    fn ns_pid(&self) -> u32 {
+        self.info["pid"].as_u64().expect("pid") as u32
+    }
+
+    /// A thread's id in the namespace, from the ready file.
+    fn ns_tid(&self, name: &str) -> u64 {
+        self.info["threads"][name]["native_id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no thread {name} in {}", self.info))
+    }
+
+    /// The host pid of the process below `unshare` that has pid `ns_pid` in the namespace.
+    fn host_pid_of(&self, ns_pid: u32) -> u32 {
+        wait_until(Duration::from_secs(5), "the job's host pid", || {
+            let mut queue = vec![self.unshare.id()];
+            while let Some(pid) = queue.pop() {
+                let nspid = nspid(&format!("/proc/{pid}/status"));
+                if nspid.len() > 1 && nspid.last() == Some(&u64::from(ns_pid)) {
+                    return Some(pid);
+                }
+                queue.extend(children(pid));
+            }
+            None
+        })
+    }
+
+    /// The host's id of a thread the job knows as `ns_tid`.
+    fn host_tid(&self, ns_tid: u64) -> u64 {
+        let tasks = fs::read_dir(format!("/proc/{}/task", self.host_pid)).expect("task dir");
+        tasks
+            .flatten()
+            .find_map(|t| {
+                let ids = nspid(&t.path().join("status").to_string_lossy());
+                (ids.last() == Some(&ns_tid)).then(|| ids[0])
+            })
+            .unwrap_or_else(|| panic!("no thread {ns_tid} in the job"))
+    }
+
+    /// `stackscope ARGS` run inside the job's PID and mount namespace, as a sidecar would.
+    fn nsenter(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.args([
+            "--target",
+            &self.host_pid.to_string(),
+            "--pid",
+            "--mount",
+            "--",
+        ])
+        .arg(bin())
+        .args(args);
+        cmd
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // The namespace's init dies with unshare (--kill-child), and every process of the
+        // namespace with it.
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+/// The ids of `NSpid:` in a status file, outermost first.
+fn nspid(status_path: &str) -> Vec<u64> {
+    fs::read_to_string(status_path)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("NSpid:"))
+        .map(|l| {
+            l["NSpid:".len()..]
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+fn thread_named<'a>(dump: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    dump["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no thread {name} in the dump: {dump:#}"))
+}
+
+#[test]
+fn attach_and_dump_from_the_host_by_host_pid() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    assert!(
+        !job.inside_python.exists(),
+        "the interpreter's path must exist only inside the namespace"
+    );
+    let host = job.host_pid;
+    assert_ne!(u64::from(host), u64::from(job.ns_pid()));
+    let spinner_ns = job.ns_tid("spinner");
+    let spinner_host = job.host_tid(spinner_ns);
+    assert_ne!(spinner_ns, spinner_host);
+
+    let out = OutDir::new();
+    let rate = 50.0;
+    let run = run_stackscope(
+        &[
+            "attach",
+            "--pid",
+            &host.to_string(),
+            "--duration",
+            "3",
+            "--rate",
+            "50",
+            "--gpu",
+            "off",
+            "-o",
+            out.arg(),
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let folded = out.folded();
+    let summary = out.summary();
+    let excerpt = folded.excerpt();
+    assert_eq!(
+        summary["python_version"]
+            .as_str()
+            .map(|v| v.starts_with('3')),
+        Some(true)
+    );
+    // The spinner holds the GIL and runs all the time: one sample a tick, as beside us.
+    let spinner = folded.thread_function_total("spinner", "spin") as f64;
+    let ticks = num(&summary["ticks"], "ticks");
+    let seconds = num(&summary["duration_secs"], "duration_secs");
+    assert!(
+        spinner >= 0.9 * ticks && spinner <= ticks,
+        "spinner: {spinner} samples in spin() of {ticks} ticks:\n{excerpt}"
+    );
+    assert!(
+        ticks >= 0.5 * rate * seconds,
+        "{ticks} ticks in {seconds:.1} s at {rate} Hz"
+    );
+    // The main thread waits in join(): idle, so not sampled without --idle.
+    assert!(
+        !folded.threads().contains_key("MainThread"),
+        "the idle main thread was sampled:\n{excerpt}"
+    );
+    let threads = summary["threads"].as_array().expect("threads");
+    let listed = threads
+        .iter()
+        .find(|t| t["name"] == "spinner")
+        .expect("spinner in the summary");
+    assert_eq!(listed["os_thread_id"].as_u64(), Some(spinner_host));
+
+    // dump: host ids, the namespace's beside them, the spinner busy.
+    let run = run_stackscope(&["dump", "--pid", &host.to_string()], RUN_TIMEOUT);
+    run.assert_success();
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("\"spinner\""))
+        .unwrap_or_else(|| panic!("no spinner in the dump:\n{}", run.stdout));
+    assert!(
+        line.starts_with(&format!(
+            "Thread {spinner_host} ({spinner_ns} in its namespace) \"spinner\" (active"
+        )),
+        "{line}"
+    );
+    assert!(
+        run.stdout.starts_with(&format!(
+            "Process {host} ({} in its namespace):",
+            job.ns_pid()
+        )),
+        "{}",
+        run.stdout
+    );
+    let run = run_stackscope(&["dump", "--json", "--pid", &host.to_string()], RUN_TIMEOUT);
+    run.assert_success();
+    let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
+    assert_eq!(dump["pid"].as_u64(), Some(u64::from(host)));
+    assert_eq!(dump["ns_pid"].as_u64(), Some(u64::from(job.ns_pid())));
+    let spinner = thread_named(&dump, "spinner");
+    assert_eq!(spinner["os_thread_id"].as_u64(), Some(spinner_host));
+    assert_eq!(spinner["ns_thread_id"].as_u64(), Some(spinner_ns));
+    assert_eq!(spinner["active"], true, "{spinner:#}");
+    assert_eq!(spinner["frames"][0]["function"], "spin", "{spinner:#}");
+    let main = thread_named(&dump, "MainThread");
+    assert_eq!(main["active"], false, "{main:#}");
+    assert_running_and_progressing(host);
+}
+
+#[test]
+fn a_sidecar_in_the_namespace_uses_the_pid_the_job_sees() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    let pid = job.ns_pid().to_string();
+    let spinner_ns = job.ns_tid("spinner");
+
+    let run = run_with_timeout(job.nsenter(&["dump", "--json", "--pid", &pid]), RUN_TIMEOUT);
+    run.assert_success();
+    let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
+    assert_eq!(dump["pid"].as_u64(), Some(u64::from(job.ns_pid())));
+    assert!(dump["ns_pid"].is_null(), "no translation inside: {dump:#}");
+    let spinner = thread_named(&dump, "spinner");
+    assert_eq!(spinner["os_thread_id"].as_u64(), Some(spinner_ns));
+    assert!(spinner["ns_thread_id"].is_null());
+    assert_eq!(spinner["active"], true, "{spinner:#}");
+    assert_eq!(thread_named(&dump, "MainThread")["active"], false);
+
+    let out = OutDir::new();
+    let run = run_with_timeout(
+        job.nsenter(&[
+            "attach",
+            "--pid",
+            &pid,
+            "--duration",
+            "2",
+            "--rate",
+            "50",
+            "--gpu",
+            "off",
+            "-o",
+            out.arg(),
+        ]),
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let folded = out.folded();
+    let summary = out.summary();
+    let spinner = folded.thread_function_total("spinner", "spin") as f64;
+    let ticks = num(&summary["ticks"], "ticks");
+    assert!(
+        spinner >= 0.9 * ticks,
+        "spinner: {spinner} of {ticks} ticks:\n{}",
+        folded.excerpt()
+    );
+    assert!(!folded.threads().contains_key("MainThread"));
+    assert_running_and_progressing(job.host_pid);
+}
+
+#[test]
+fn subprocesses_are_followed_inside_a_namespace() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&["--children", "2"]);
+    let kids: Vec<u32> = job.info["children"]
+        .as_array()
+        .expect("children")
+        .iter()
+        .map(|p| job.host_pid_of(p.as_u64().expect("pid") as u32))
+        .collect();
+    assert_eq!(kids.len(), 2);
+    let out = OutDir::new();
+    let run = run_stackscope(
+        &[
+            "attach",
+            "--pid",
+            &job.host_pid.to_string(),
+            "--subprocesses",
+            "--duration",
+            "3",
+            "--rate",
+            "20",
+            "--gpu",
+            "off",
+            "-o",
+            out.arg(),
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let summary = out.summary();
+    let processes = summary["processes"].as_array().expect("processes");
+    for kid in &kids {
+        let entry = processes
+            .iter()
+            .find(|p| p["pid"].as_u64() == Some(u64::from(*kid)))
+            .unwrap_or_else(|| panic!("child {kid} not followed: {processes:#?}"));
+        assert!(num(&entry["samples"], "samples") >= 5.0, "{entry}");
+    }
+    let folded = out.folded();
+    for kid in &kids {
+        let in_child: u64 = folded
+            .stacks
+            .iter()
+            .filter(|s| s.thread.contains(&format!("process {kid} ")))
+            .filter(|s| s.has_function("child_spin"))
+            .map(|s| s.count)
+            .sum();
+        assert!(
+            in_child >= 5,
+            "child {kid}: {in_child}\n{}",
+            folded.excerpt()
+        );
+    }
+}
+
+#[test]
+fn native_frames_of_a_namespaced_process() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    let run = run_stackscope(
+        &[
+            "dump",
+            "--native",
+            "--json",
+            "--pid",
+            &job.host_pid.to_string(),
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
+    let spinner = thread_named(&dump, "spinner");
+    let frames = spinner["frames"].as_array().expect("frames");
+    let native: Vec<&str> = frames
+        .iter()
+        .filter(|f| f["native"] == true)
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    // The interpreter's own functions: symbolized from a file only the namespace has.
+    assert!(
+        native
+            .iter()
+            .any(|f| f.contains("PyEval") || f.contains("Py_RunMain")),
+        "no interpreter frames: {native:?}"
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["function"] == "spin" && f["native"] != true),
+        "{frames:#?}"
+    );
+    assert_eq!(
+        spinner["ns_thread_id"].as_u64(),
+        Some(job.ns_tid("spinner"))
+    );
+    assert_running_and_progressing(job.host_pid);
+}
+
+/// The fake driver library, built beside the binary under test.
+fn fake_nvml() -> PathBuf {
+    let dir = Path::new(bin()).parent().expect("binary dir").to_path_buf();
+    let lib = dir.join("libfake_nvml.so");
+    if !lib.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "fake-nvml"])
+            .current_dir(repo_root())
+            .status()
+            .expect("cargo build runs");
+        assert!(status.success(), "cargo build -p fake-nvml failed");
+    }
+    lib
+}
+
+fn polled_devices(summary: &serde_json::Value) -> Vec<String> {
+    summary["gpu"]["devices"]
+        .as_array()
+        .expect("gpu devices")
+        .iter()
+        .filter_map(|d| d["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn gpus_are_matched_by_host_pid_and_inside_without_host_pids_all_are_polled() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    let lib = fake_nvml();
+    // NVML lists processes by their host pids: the job on the second device only.
+    let script = format!(
+        r#"{{"devices":[{{"name":"Other","utilization":5}},{{"name":"Job's","utilization":80,"processes":[{}]}}],"sample_period_ms":20}}"#,
+        job.host_pid
+    );
+
+    let out = OutDir::new();
+    let mut cmd = stackscope(&[
+        "attach",
+        "--pid",
+        &job.host_pid.to_string(),
+        "--duration",
+        "2",
+        "--gpu",
+        "auto",
+        "-o",
+        out.arg(),
+        "--nvml-lib",
+    ]);
+    cmd.arg(&lib).env("STACKSCOPE_FAKE_NVML", &script);
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_success();
+    let summary = out.summary();
+    assert_eq!(polled_devices(&summary), ["Job's"], "{}", run.describe());
+    let mean = num(&summary["gpu"]["mean_utilization"], "mean");
+    assert!((mean - 80.0).abs() < 1.0, "{mean}");
+
+    // From inside, the job is pid 1 and no host pid is to be seen: said once, all polled.
+    let out = OutDir::new();
+    let lib_arg = lib.to_string_lossy().into_owned();
+    let pid = job.ns_pid().to_string();
+    let mut cmd = job.nsenter(&[
+        "attach",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--gpu",
+        "auto",
+        "-o",
+        out.arg(),
+        "--nvml-lib",
+        &lib_arg,
+    ]);
+    cmd.env("STACKSCOPE_FAKE_NVML", &script);
+    let started = Instant::now();
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_success();
+    assert!(started.elapsed() < RUN_TIMEOUT);
+    let summary = out.summary();
+    assert_eq!(
+        polled_devices(&summary),
+        ["Other", "Job's"],
+        "{}",
+        run.describe()
+    );
+    let notices: Vec<&str> = summary["notices"]
+        .as_array()
+        .expect("notices")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .filter(|n| n.contains("PID namespace"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{:#}", summary["notices"]);
+    assert!(
+        notices[0].contains("polling all visible devices"),
+        "{notices:?}"
+    );
+}
+
+#[test]
+fn without_sys_ptrace_the_error_names_the_container_fixes() {
+    require_namespaces!();
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !setpriv {
+        eprintln!("skipping: needs setpriv (util-linux) to drop CAP_SYS_PTRACE");
+        return;
+    }
+    let job = Job::start(&[]);
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--bounding-set",
+        "-sys_ptrace",
+        "--inh-caps",
+        "-sys_ptrace",
+        "--",
+    ])
+    .arg(bin())
+    .args(["dump", "--pid", &job.host_pid.to_string()]);
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_error(1);
+    for fix in [
+        "--cap-add SYS_PTRACE",
+        "capabilities.add: [SYS_PTRACE]",
+        "shareProcessNamespace: true",
+        "kubectl debug --profile=general --target=CONTAINER",
+    ] {
+        assert!(run.stderr.contains(fix), "no {fix:?} in: {}", run.stderr);
+    }
+    assert!(!run.stderr.contains("seccomp"), "{}", run.stderr);
+    assert_not_stopped(job.host_pid);
+}
