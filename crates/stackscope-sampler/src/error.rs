@@ -24,9 +24,9 @@ pub enum AttachError {
         fixes: &'static str,
     },
     #[error(
-        "reading the memory of process {pid} is blocked by a seccomp profile (ptrace access is \
-         granted, but process_vm_readv answers EPERM; /proc/self/status says Seccomp: 2)\n\
-         {fixes}"
+        "reading process {pid} is blocked by a seccomp profile: access to it is granted (its \
+         /proc files read), but ptrace or process_vm_readv answers EPERM, and stackscope runs \
+         under a seccomp filter (Seccomp: 2 in /proc/self/status)\n{fixes}"
     )]
     SeccompBlocked { pid: u32, fixes: &'static str },
     #[error("process {pid} ({exe}) is not a Python process: no Python interpreter found in it")]
