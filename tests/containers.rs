@@ -535,6 +535,20 @@ fn polled_devices(summary: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// The non-empty values of the timeline's `process_utilization_pct` column.
+fn process_shares(out: &OutDir) -> Vec<f64> {
+    let csv = fs::read_to_string(out.out.join("gpu-timeline.csv")).expect("gpu-timeline.csv");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "process_utilization_pct")
+        .expect("process_utilization_pct column");
+    lines
+        .filter_map(|l| l.split(',').nth(column)?.parse().ok())
+        .collect()
+}
+
 #[test]
 fn gpus_are_matched_by_host_pid_and_inside_without_host_pids_all_are_polled() {
     require_namespaces!();
@@ -567,6 +581,12 @@ fn gpus_are_matched_by_host_pid_and_inside_without_host_pids_all_are_polled() {
     assert_eq!(polled_devices(&summary), ["Job's"], "{}", run.describe());
     let mean = num(&summary["gpu"]["mean_utilization"], "mean");
     assert!((mean - 80.0).abs() < 1.0, "{mean}");
+    // The job's own share of the device, from NVML's per-process accounting by host pid.
+    let shares = process_shares(&out);
+    assert!(
+        !shares.is_empty() && shares.iter().all(|s| (s - 80.0).abs() < 1.0),
+        "{shares:?}"
+    );
 
     // From inside, the job is pid 1 and no host pid is to be seen: said once, all polled.
     let out = OutDir::new();
