@@ -99,16 +99,53 @@ impl Job {
             .expect("temp dir");
         let mnt = dir.path().join("only-inside");
         fs::create_dir(&mnt).expect("mount point");
-        let ready = dir.path().join("ready");
         let (prefix, exe) = python_install();
         let inside_python = mnt.join("py").join(&exe);
-        let script = r#"mount -t tmpfs none "$1" && mkdir "$1/py" && mount --bind "$2" "$1/py" && shift 2 && exec "$@""#;
+        let setup = r#"mount -t tmpfs none "$1" && mkdir "$1/py" && mount --bind "$2" "$1/py""#;
+        Job::launch(dir, setup, [mnt, prefix], inside_python, None, args)
+    }
+
+    /// The job run by another Python, bind-mounted inside the namespace over the path of the
+    /// host's own `python3`: the same path is a different file on each side.
+    fn start_impostor(other: &OtherPython, args: &[&str]) -> Job {
+        let dir = tempfile::Builder::new()
+            .prefix("stackscope-container-")
+            .tempdir()
+            .expect("temp dir");
+        let (prefix, exe) = python_install();
+        let host_python = prefix.join(exe);
+        let setup = r#"mount --bind "$1" "$2""#;
+        Job::launch(
+            dir,
+            setup,
+            [other.exe.clone(), host_python.clone()],
+            host_python,
+            Some(&other.prefix),
+            args,
+        )
+    }
+
+    /// Runs `setup` (with `setup_args` as $1, $2) in a new PID and mount namespace, then
+    /// the fixture under `python`.
+    fn launch(
+        dir: tempfile::TempDir,
+        setup: &str,
+        setup_args: [PathBuf; 2],
+        inside_python: PathBuf,
+        python_home: Option<&Path>,
+        args: &[&str],
+    ) -> Job {
+        let ready = dir.path().join("ready");
+        let script = format!("{setup} && shift 2 && exec \"$@\"");
         let stderr = fs::File::create(dir.path().join("stderr")).expect("stderr file");
-        let unshare = Command::new("unshare")
+        let mut cmd = Command::new("unshare");
+        if let Some(home) = python_home {
+            cmd.env("PYTHONHOME", home);
+        }
+        let unshare = cmd
             .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
-            .args(["sh", "-c", script, "sh"])
-            .arg(&mnt)
-            .arg(&prefix)
+            .args(["sh", "-c", &script, "sh"])
+            .args(&setup_args)
             .arg(&inside_python)
             .arg(fixture_path("container_job.py"))
             .arg(&ready)
@@ -204,6 +241,44 @@ impl Drop for Job {
         let _ = self.unshare.kill();
         let _ = self.unshare.wait();
     }
+}
+
+/// An installed Python of another minor version than `python3`'s.
+struct OtherPython {
+    prefix: PathBuf,
+    exe: PathBuf,
+    version: String,
+}
+
+/// Another CPython under `pyenv root`, if there is one.
+fn other_python() -> Option<OtherPython> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .ok()?;
+    let ours = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let root = Command::new("pyenv").arg("root").output().ok()?;
+    let versions = PathBuf::from(String::from_utf8_lossy(&root.stdout).trim()).join("versions");
+    let mut dirs: Vec<PathBuf> = fs::read_dir(versions)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs.into_iter().find_map(|prefix| {
+        let name = prefix.file_name()?.to_str()?.to_owned();
+        let mut parts = name.split('.');
+        let (major, minor) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
+        let version = format!("{major}.{minor}");
+        let exe = prefix.join("bin").join(format!("python{version}"));
+        (major == "3" && (8..=13).contains(&minor) && version != ours && exe.is_file()).then_some(
+            OtherPython {
+                prefix,
+                exe,
+                version,
+            },
+        )
+    })
 }
 
 /// The ids of `NSpid:` in a status file, outermost first.
@@ -347,6 +422,32 @@ fn attach_and_dump_from_the_host_by_host_pid() {
     let main = thread_named(&dump, "MainThread");
     assert_eq!(main["active"], false, "{main:#}");
     assert_running_and_progressing(host);
+}
+
+#[test]
+fn a_path_that_is_another_python_inside_is_read_as_the_inside_one() {
+    require_namespaces!();
+    let Some(other) = other_python() else {
+        eprintln!("skipping: needs a second CPython version (pyenv) to bind-mount over python3");
+        return;
+    };
+    let _serial = serial();
+    let job = Job::start_impostor(&other, &[]);
+    let pid = job.host_pid.to_string();
+    let run = run_stackscope(&["dump", "--json", "--pid", &pid], RUN_TIMEOUT);
+    run.assert_success();
+    let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
+    let version = dump["python_version"].as_str().expect("version");
+    assert!(
+        version.starts_with(&format!("{}.", other.version)),
+        "the host's file at {} is another Python; read {version}",
+        job.inside_python.display()
+    );
+    let spinner = thread_named(&dump, "spinner");
+    assert_eq!(spinner["active"], true, "{spinner:#}");
+    assert_eq!(spinner["frames"][0]["function"], "spin", "{spinner:#}");
+    assert_eq!(thread_named(&dump, "MainThread")["active"], false);
+    assert_running_and_progressing(job.host_pid);
 }
 
 #[test]
