@@ -21,6 +21,7 @@ mod limits;
 mod meta;
 mod oscillation;
 mod processes;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
@@ -36,6 +37,7 @@ pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
@@ -43,3 +45,5 @@ pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;
