@@ -651,7 +651,7 @@ fn process_shares(out: &OutDir) -> Vec<f64> {
 }
 
 #[test]
-fn gpus_are_matched_by_host_pid_and_inside_without_host_pids_all_are_polled() {
+fn gpu_auto_matches_the_job_by_host_pid_and_inside_by_the_pids_it_sees() {
     require_namespaces!();
     let _serial = serial();
     let job = Job::start(&[]);
@@ -730,6 +730,36 @@ fn gpus_are_matched_by_host_pid_and_inside_without_host_pids_all_are_polled() {
         notices[0].contains("polling all visible devices"),
         "{notices:?}"
     );
+    // No share is made up for a target NVML cannot be asked about.
+    assert!(process_shares(&out).is_empty());
+
+    // A driver that lists the caller's own pids (580 does): inside, the job is found as pid 1.
+    let script = r#"{"devices":[{"name":"Other","utilization":5},{"name":"Job's","utilization":80,"processes":[1]}],"sample_period_ms":20}"#;
+    let out = OutDir::new();
+    let mut cmd = job.nsenter(&[
+        "attach",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--gpu",
+        "auto",
+        "-o",
+        out.arg(),
+        "--nvml-lib",
+        &lib_arg,
+    ]);
+    cmd.env("STACKSCOPE_FAKE_NVML", script);
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_success();
+    let summary = out.summary();
+    assert_eq!(polled_devices(&summary), ["Job's"], "{}", run.describe());
+    assert!(
+        !summary["notices"].to_string().contains("PID namespace"),
+        "{:#}",
+        summary["notices"]
+    );
+    assert!(!process_shares(&out).is_empty());
 }
 
 #[test]

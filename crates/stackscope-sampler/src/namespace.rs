@@ -57,14 +57,17 @@ pub fn proc_speaks_host_pids() -> Option<bool> {
     Some(link.to_string_lossy() == INITIAL_PID_NS)
 }
 
-/// Why the target's pids cannot be matched to NVML's, when they cannot: stackscope runs in a
-/// PID namespace of its own (a container, a sidecar) and sees no host pids to translate to.
+/// What to say when, with stackscope in a PID namespace of its own (a container, a sidecar), the
+/// target shows up on no GPU: recent drivers list processes under the pids of the caller's
+/// namespace (driver 580 does: `nvidia-smi` inside a PID namespace lists its job as pid 1), but
+/// a driver that lists host pids names none that stackscope can see. `None` where our `/proc`
+/// speaks the host's pids, as NVML does.
 pub fn nvml_pid_note() -> Option<String> {
     match proc_speaks_host_pids() {
         Some(false) => Some(
-            "stackscope runs in a PID namespace of its own (a container or a sidecar) and sees \
-             no host pids, while NVML lists processes by their host pids: the target cannot be \
-             matched to its GPUs"
+            "stackscope runs in a PID namespace of its own (a container or a sidecar) and NVML \
+             lists the target under none of the pids it sees (a driver that lists host pids \
+             names none visible here), so the target cannot be matched to its GPUs"
                 .to_owned(),
         ),
         _ => None,
