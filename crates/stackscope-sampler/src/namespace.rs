@@ -49,6 +49,20 @@ pub fn own_pid(pid: u32) -> Option<u32> {
     (ids.len() > 1 && own != pid).then_some(own)
 }
 
+/// The ids of the threads of `pid` as the process itself knows them (what its own memory holds,
+/// `struct pthread`'s `tid` included): the last of each thread's `NSpid:`, which is the id
+/// `/proc/PID/task` lists where the process is not in a namespace below ours.
+pub fn own_thread_ids(pid: u32) -> Vec<u64> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+        .filter_map(|tid| nspid(pid, Some(tid))?.last().copied())
+        .collect()
+}
+
 /// Whether the `/proc` we read speaks the host's pids (those NVML reports): its namespace is
 /// the initial one. `None` when that cannot be told (`/proc/1` is not ours to inspect).
 pub fn proc_speaks_host_pids() -> Option<bool> {
@@ -198,5 +212,6 @@ mod tests {
         assert_eq!(map.ours(tid), Some(tid));
         assert_eq!(map.own(tid), None);
         assert_eq!(own_pid(me), None);
+        assert!(own_thread_ids(me).contains(&tid));
     }
 }
