@@ -883,3 +883,74 @@ fn a_seccomp_profile_blocking_ptrace_is_told_apart_from_a_missing_capability() {
     assert!(!run.stderr.contains("kubectl debug"), "{}", run.stderr);
     assert_not_stopped(fixture.pid);
 }
+
+#[test]
+fn record_follows_a_child_that_runs_in_a_namespace() {
+    require_namespaces!();
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ready = dir.path().join("ready");
+    let launcher = format!(
+        "import subprocess; subprocess.run(['unshare', '--pid', '--fork', '--kill-child', \
+         '--mount-proc', 'python3', {:?}, {:?}])",
+        fixture_path("container_job.py").display().to_string(),
+        ready.display().to_string()
+    );
+    let out = OutDir::new();
+    let mut cmd = stackscope(&[
+        "record",
+        "--subprocesses",
+        "--duration",
+        "4",
+        "--rate",
+        "50",
+        "--gpu",
+        "off",
+        "-o",
+        out.arg(),
+        "--",
+        "python3",
+        "-c",
+    ]);
+    cmd.arg(&launcher);
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_success();
+    let info: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&ready).expect("the job started")).expect("JSON");
+    let spinner_ns = info["threads"]["spinner"]["native_id"]
+        .as_u64()
+        .expect("spinner id");
+    let summary = out.summary();
+    let job = summary["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| {
+            p["command_line"]
+                .as_str()
+                .is_some_and(|c| c.contains("container_job.py"))
+        })
+        .unwrap_or_else(|| panic!("the namespaced child was not followed: {summary:#}"));
+    let job_pid = job["pid"].as_u64().expect("pid");
+    assert_ne!(job_pid, info["pid"].as_u64().expect("ns pid"), "host pid");
+    let spinner = summary["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["name"] == "spinner" && t["pid"].as_u64() == Some(job_pid))
+        .unwrap_or_else(|| panic!("no spinner of {job_pid}: {summary:#}"));
+    assert!(num(&spinner["samples"], "samples") >= 30.0, "{spinner}");
+    let host_tid = spinner["os_thread_id"].as_u64().expect("os_thread_id");
+    assert_ne!(host_tid, spinner_ns, "the spinner is named by its host id");
+    let main = summary["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["name"] == "MainThread" && t["pid"].as_u64() == Some(job_pid))
+        .unwrap_or_else(|| panic!("no MainThread of {job_pid}: {summary:#}"));
+    assert_eq!(
+        num(&main["samples"], "samples"),
+        0.0,
+        "the job's main thread waits in join(): idle, not sampled"
+    );
+}
