@@ -954,3 +954,36 @@ fn record_follows_a_child_that_runs_in_a_namespace() {
         "the job's main thread waits in join(): idle, not sampled"
     );
 }
+
+#[test]
+fn top_from_the_host_shows_the_spinning_function() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    let pid = job.host_pid.to_string();
+    // Piped, top prints a plain table every second; it watches for a fixed stretch here, as
+    // `attach --duration` would, then stops on SIGINT with the final totals.
+    let running = spawn_stackscope(stackscope(&["top", "--pid", &pid, "--gpu", "off"]));
+    std::thread::sleep(Duration::from_secs(3));
+    running.signal("INT");
+    let run = running.finish(RUN_TIMEOUT);
+    run.assert_success();
+    let totals = run
+        .stdout
+        .rsplit("final totals")
+        .next()
+        .expect("final totals");
+    assert!(totals.contains(&format!("pid {pid}")), "{}", run.stdout);
+    let row = totals
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("spin"))
+        .unwrap_or_else(|| panic!("no row for spin:\n{totals}"));
+    // own% all: the spinner is the only busy thread, and it is always in spin().
+    let own_all: f64 = row
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{row}"));
+    assert!(own_all >= 80.0, "{row}");
+    assert_running_and_progressing(job.host_pid);
+}
