@@ -6,6 +6,8 @@ mod cli;
 mod config;
 mod dump;
 mod gpu;
+mod merge;
+mod metrics;
 mod recorder;
 mod recording;
 mod report;
@@ -19,7 +21,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DumpConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -53,5 +55,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
+        Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
     }
 }

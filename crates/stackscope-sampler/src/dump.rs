@@ -85,6 +85,8 @@ fn dump_with_states(
         parent_pid: None,
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
+        rank: stackscope_event::RankInfo::of_process(pid),
+        host: stackscope_event::host_name(),
         threads,
     })
 }
