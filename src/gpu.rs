@@ -41,6 +41,9 @@ impl GpuHandle {
         let config = GpuConfig {
             selection: settings.selection.clone(),
             nvml_lib: settings.nvml_lib.clone(),
+            // The pids we hold are those of our /proc: the host's, unless stackscope itself
+            // runs in a container.
+            unmatched_pids: stackscope_sampler::namespace::nvml_pid_note(),
             ..GpuConfig::default()
         };
         let target_pids = Arc::new(move || process_tree(pid));

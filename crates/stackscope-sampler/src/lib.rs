@@ -11,6 +11,8 @@ mod dump;
 mod error;
 mod fast;
 mod names;
+pub mod namespace;
+mod permission;
 pub mod procfs;
 mod sampler;
 mod target;

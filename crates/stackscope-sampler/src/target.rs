@@ -12,6 +12,7 @@ use stackscope_native::{merge, NativeUnwinder};
 use crate::error::{classify_sample_error, AttachError, SampleFailure};
 use crate::fast::{FastReader, Strategy};
 use crate::names::ThreadNames;
+use crate::namespace::TidMap;
 use crate::procfs;
 
 /// The Python versions whose interpreter layouts stackscope reads.
@@ -55,6 +56,9 @@ impl Default for TargetOptions {
 #[derive(Debug, Clone)]
 pub struct ThreadStack {
     pub thread: ThreadInfo,
+    /// The thread's id in its own PID namespace, where that differs from
+    /// `thread.os_thread_id` (ours): a process in a container.
+    pub ns_thread_id: Option<u64>,
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// py-spy's frames, kept only when locals were asked for.
@@ -81,6 +85,10 @@ pub struct PythonTarget {
     fast: Option<FastReader>,
     /// Consecutive samples the fast reader failed; past a limit py-spy takes over.
     fast_failures: u32,
+    /// The interpreter's thread ids (its namespace's) to ours, for a process in a container.
+    tids: TidMap,
+    /// The process's own pid, where it differs from `pid`.
+    ns_pid: Option<u32>,
 }
 
 impl PythonTarget {
@@ -136,6 +144,8 @@ impl PythonTarget {
             strings: StringCache::default(),
             fast,
             fast_failures: 0,
+            tids: TidMap::new(pid),
+            ns_pid: crate::namespace::own_pid(pid),
         })
     }
 
@@ -164,9 +174,11 @@ impl PythonTarget {
                     }
                     Err(_) => {}
                 },
-                Err(e @ (AttachError::NoSuchProcess(_) | AttachError::PermissionDenied { .. })) => {
-                    return Err(e)
-                }
+                Err(
+                    e @ (AttachError::NoSuchProcess(_)
+                    | AttachError::PermissionDenied { .. }
+                    | AttachError::SeccompBlocked { .. }),
+                ) => return Err(e),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }
@@ -181,6 +193,11 @@ impl PythonTarget {
     /// The interpreter's version, e.g. `3.11.7`.
     pub fn python_version(&self) -> &str {
         &self.version
+    }
+
+    /// The process's pid in its own PID namespace (a container), where it differs from ours.
+    pub fn ns_pid(&self) -> Option<u32> {
+        self.ns_pid
     }
 
     pub fn command_line(&self) -> &str {
@@ -234,16 +251,29 @@ impl PythonTarget {
         if let Some(stacks) = self.read_stacks_fast() {
             return stacks;
         }
+        // py-spy judges activity by thread ids it takes for ours: in a container they are
+        // not, so the states are read here, under our ids.
+        let states = self
+            .tids
+            .is_nested()
+            .then(|| procfs::thread_states(self.pid));
         let traces = self
             .spy
             .get_stack_traces()
             .map_err(|e| classify_sample_error(self.pid, &e))?;
         Ok(traces
             .into_iter()
-            .map(|trace| {
+            .map(|mut trace| {
                 let frames: Vec<Frame> =
                     trace.frames.iter().map(|f| self.strings.frame(f)).collect();
-                let active = trace.active && !waits_in_python(&frames);
+                trace.os_thread_id = trace.os_thread_id.and_then(|tid| self.tids.ours(tid));
+                let running = match (&states, trace.os_thread_id) {
+                    (Some(states), Some(tid)) => {
+                        states.get(&tid).is_none_or(|s| *s == ThreadState::Running)
+                    }
+                    _ => true,
+                };
+                let active = trace.active && running && !waits_in_python(&frames);
                 self.thread_stack(trace, frames, active)
             })
             .collect())
@@ -260,6 +290,7 @@ impl PythonTarget {
                     .into_iter()
                     .map(|t| {
                         let active = t.active && !waits_in_python(&t.frames);
+                        let ns_thread_id = self.tids.own(t.os_thread_id);
                         ThreadStack {
                             thread: ThreadInfo {
                                 os_thread_id: Some(t.os_thread_id),
@@ -268,6 +299,7 @@ impl PythonTarget {
                                 active,
                                 owns_gil: t.owns_gil,
                             },
+                            ns_thread_id,
                             frames: t.frames,
                             raw: None,
                         }
@@ -306,7 +338,8 @@ impl PythonTarget {
             .get_stack_traces()
             .map_err(|e| classify_sample_error(pid, &e))?;
         let mut stacks = Vec::with_capacity(traces.len());
-        for trace in traces {
+        for mut trace in traces {
+            trace.os_thread_id = trace.os_thread_id.and_then(|tid| self.tids.ours(tid));
             let unwound = match (self.native.as_mut(), trace.os_thread_id) {
                 (Some(unwinder), Some(tid)) => u32::try_from(tid)
                     .ok()
@@ -333,7 +366,7 @@ impl PythonTarget {
         Ok(stacks)
     }
 
-    fn thread_stack(&self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
+    fn thread_stack(&mut self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
         let thread = ThreadInfo {
             os_thread_id: trace.os_thread_id,
             python_thread_id: trace.thread_id,
@@ -342,6 +375,7 @@ impl PythonTarget {
             owns_gil: trace.owns_gil,
         };
         ThreadStack {
+            ns_thread_id: thread.os_thread_id.and_then(|tid| self.tids.own(tid)),
             thread,
             frames,
             raw: self.keep_raw.then_some(trace),

@@ -48,6 +48,8 @@ use gil::GilWords;
 use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 use remote::Remote;
+
+use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -106,6 +108,8 @@ pub(crate) struct FastReader {
     likely_holders: Vec<usize>,
     walk_stats: WalkStats,
     stats: ReaderStats,
+    /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
+    tids: TidMap,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -159,6 +163,7 @@ impl FastReader {
             likely_holders: Vec::new(),
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
+            tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         Ok(Some(reader))
@@ -180,7 +185,7 @@ impl FastReader {
             .threads
             .iter()
             .map(|k| k.ts.native_thread_id)
-            .map(|tid| (tid, self.activity.state(tid)))
+            .map(|tid| (tid, os_state(&mut self.tids, &mut self.activity, tid)))
             .collect();
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
@@ -201,7 +206,11 @@ impl FastReader {
         drop(stop);
         let read = result.inspect_err(|_| self.stats.errors += 1)?;
 
-        let live: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        let live: Vec<u64> = self
+            .threads
+            .iter()
+            .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
+            .collect();
         self.activity.retain(&live);
         let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
         let names = self
@@ -220,7 +229,7 @@ impl FastReader {
                 Some((_, state)) => *state,
                 // A thread new this sample: read now unless we stopped the process.
                 None if self.strategy == Strategy::StopGilHolders => {
-                    self.activity.state(ts.native_thread_id)
+                    os_state(&mut self.tids, &mut self.activity, ts.native_thread_id)
                 }
                 None => None,
             };
@@ -228,7 +237,10 @@ impl FastReader {
             let active = os_running.unwrap_or(true) && !pyspy_idle_heuristic(&frames);
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
-                os_thread_id: ts.native_thread_id,
+                os_thread_id: self
+                    .tids
+                    .ours(ts.native_thread_id)
+                    .unwrap_or(ts.native_thread_id),
                 name,
                 owns_gil: ts.thread_id == gil_thread,
                 active,
@@ -305,8 +317,8 @@ impl FastReader {
             ran.retain(|(i, frames)| {
                 let tid = self.threads[*i].ts.native_thread_id;
                 let before = states.iter().find(|(t, _)| *t == tid).and_then(|(_, s)| *s);
-                let still =
-                    activity::is_stopped(before) && activity::is_stopped(self.activity.state(tid));
+                let still = activity::is_stopped(before)
+                    && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
                 if still {
                     results[*i] = Some(frames.clone());
                 }
@@ -334,10 +346,10 @@ impl FastReader {
                     // (another tracer holds it): then its first read is all there is.
                     match ran.iter().find(|(r, _)| *r == i) {
                         Some((_, frames))
-                            if procfs_thread_alive(
-                                self.pid,
-                                self.threads[i].ts.native_thread_id,
-                            ) =>
+                            if self
+                                .tids
+                                .ours(self.threads[i].ts.native_thread_id)
+                                .is_some_and(|tid| procfs_thread_alive(self.pid, tid)) =>
                         {
                             self.stats.unverified += 1;
                             results[i] = Some(frames.clone());
@@ -372,7 +384,8 @@ impl FastReader {
             let mut locks = Vec::with_capacity(left.len());
             let mut stopped = Vec::with_capacity(left.len());
             for &i in &left {
-                match stop_thread(self.threads[i].ts.native_thread_id) {
+                let tid = self.tids.ours(self.threads[i].ts.native_thread_id);
+                match tid.and_then(stop_thread) {
                     Some(lock) => {
                         locks.push(lock);
                         stopped.push(i);
@@ -479,6 +492,13 @@ impl Drop for FastReader {
             );
         }
     }
+}
+
+/// The scheduler state of the thread the interpreter knows as `native_thread_id`, read under
+/// our id for it (they differ for a process in a container).
+fn os_state(tids: &mut TidMap, activity: &mut Activity, native_thread_id: u64) -> Option<u8> {
+    tids.ours(native_thread_id)
+        .and_then(|tid| activity.state(tid))
 }
 
 /// Stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT); it runs again when the lock drops.
