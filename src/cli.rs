@@ -82,6 +82,14 @@ pub enum Command {
                             thread, r reset, ? help. When standard output is not a terminal, \
                             prints a plain-text table every second instead.")]
     Top(TopArgs),
+    /// Run the bundled training loop under a simulated GPU and write its report: the whole
+    /// story on any machine.
+    #[command(after_help = "Example:\n  stackscope demo -o demo\n\n\
+                            Records fixtures/train_sim.py (embedded in the binary; needs python3) \
+                            for --seconds while a simulated GPU follows its phases: idle while it \
+                            loads data, busy while it computes. The GPU is labelled simulated in \
+                            every output. Open DIR/report.html in a browser.")]
+    Demo(DemoArgs),
     /// Merge dumps (`dump --json`) or recordings from many nodes into one view.
     #[command(after_help = "Examples:\n  \
                             srun --ntasks-per-node=1 sh -c 'stackscope dump --pid $(pgrep -of \
@@ -136,6 +144,21 @@ pub struct TopArgs {
     pub gpu: GpuArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output directory.
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "DIR",
+        default_value = "stackscope-demo"
+    )]
+    pub output: PathBuf,
+    /// How long the training loop runs.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub seconds: f64,
 }
 
 #[derive(Debug, Args)]

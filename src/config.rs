@@ -359,3 +359,37 @@ mod tests {
         assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
     }
 }
+
+/// `stackscope demo`: where to write and how long the loop runs.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    pub output: PathBuf,
+    pub seconds: f64,
+}
+
+impl DemoConfig {
+    pub fn from_args(args: crate::cli::DemoArgs) -> DemoConfig {
+        DemoConfig {
+            output: args.output,
+            seconds: args.seconds,
+        }
+    }
+
+    /// The recording `stackscope record -o DIR -- COMMAND` would make: parsed by the command
+    /// line's own parser, so every other option keeps exactly its default.
+    pub fn recording(&self, command: Vec<String>) -> anyhow::Result<RecordingConfig> {
+        use clap::Parser;
+        let mut argv = vec![
+            "stackscope".to_owned(),
+            "record".to_owned(),
+            "-o".to_owned(),
+            self.output.display().to_string(),
+            "--".to_owned(),
+        ];
+        argv.extend(command);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Record(args) => RecordingConfig::from_record(args),
+            _ => anyhow::bail!("the demo's recording is not a `record` command"),
+        }
+    }
+}

@@ -4,6 +4,7 @@
 mod child;
 mod cli;
 mod config;
+mod demo;
 mod dump;
 mod export;
 mod gpu;
@@ -22,8 +23,8 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError,
-    WatchConfig,
+    DemoConfig, DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig,
+    UsageError, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -58,6 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
+        Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
         Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
     }
 }

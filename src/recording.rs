@@ -29,7 +29,19 @@ const CHANNEL_CAPACITY: usize = 1 << 16;
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a recording's GPU readings come from.
+pub enum GpuSource {
+    /// NVML, as `--gpu` and `--nvml-lib` say.
+    Nvml,
+    /// `stackscope demo`'s simulated GPU, following the phases its loop writes to this file.
+    Simulated(PathBuf),
+}
+
 pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
+    run_with(config, GpuSource::Nvml)
+}
+
+pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     let options = TargetOptions {
         blocking: config.blocking,
@@ -78,11 +90,12 @@ pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
         target.python_version(),
         config.rate_hz
     );
-    record(config, target, child, signals, out_dir)
+    record(config, gpu_source, target, child, signals, out_dir)
 }
 
 fn record(
     config: RecordingConfig,
+    gpu_source: GpuSource,
     target: PythonTarget,
     mut child: Option<LaunchedChild>,
     signals: Signals,
@@ -103,12 +116,17 @@ fn record(
 
     let (sender, receiver) = bounded(CHANNEL_CAPACITY);
     let producers_stop = Arc::new(AtomicBool::new(false));
-    let gpu = GpuHandle::start(
-        &config.gpu,
-        meta.pid,
-        sender.clone(),
-        producers_stop.clone(),
-    );
+    let gpu = match gpu_source {
+        GpuSource::Nvml => GpuHandle::start(
+            &config.gpu,
+            meta.pid,
+            sender.clone(),
+            producers_stop.clone(),
+        ),
+        GpuSource::Simulated(phase_file) => {
+            GpuHandle::simulated(phase_file, sender.clone(), producers_stop.clone())
+        }
+    };
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.gpu.idle_below,

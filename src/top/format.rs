@@ -32,6 +32,8 @@ pub struct Status {
     pub target_stopped: bool,
     /// Set once sampling ended: "process PID ended", or why sampling stopped.
     pub ended: Option<String>,
+    /// The call path that sets GPU-idle samples apart, in the verdict's words.
+    pub idle_code: Option<String>,
 }
 
 /// Header line 1: what is sampled.

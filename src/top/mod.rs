@@ -5,6 +5,7 @@
 
 mod format;
 mod gpus;
+mod idle_code;
 mod model;
 mod plain;
 mod tui;
@@ -69,6 +70,7 @@ pub struct Session {
     producers_stop: Arc<AtomicBool>,
     pub model: TopModel,
     pub status: Status,
+    idle_code: idle_code::IdleCode,
     interval_started: Instant,
     all_started: Instant,
     /// `--metrics-addr`'s state and server.
@@ -102,6 +104,7 @@ impl Session {
             producers_stop.clone(),
         );
         let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
+        let gpu_enabled = gpu.is_enabled();
         let metrics = MetricsEndpoint::start(
             config.metrics_addr.as_deref(),
             DEFAULT_HANG_AFTER_SECS,
@@ -126,6 +129,7 @@ impl Session {
             sampler: Some(sampler),
             gpu: Some(gpu),
             producers_stop,
+            idle_code: idle_code::IdleCode::new(config.gpu.idle_below, gpu_enabled),
             model,
             status,
             interval_started: now,
@@ -144,6 +148,7 @@ impl Session {
             .as_ref()
             .map(|m| crate::metrics::lock(&m.state));
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
+            self.idle_code.handle(&event);
             if let Some(m) = metrics.as_mut() {
                 m.observe(&event);
             }
@@ -196,6 +201,7 @@ impl Session {
             self.model.set_devices(&devices);
         }
         self.status.dropped = dropped;
+        self.status.idle_code = self.idle_code.sentence();
         if let Some(m) = &self.metrics {
             crate::metrics::lock(&m.state).set_dropped(dropped);
         }
@@ -204,6 +210,7 @@ impl Session {
     /// Clears the since-start counts (the `r` key).
     pub fn reset(&mut self) {
         self.model.reset();
+        self.idle_code.reset();
         self.all_started = Instant::now();
         self.status.all_secs = 0.0;
     }
@@ -226,6 +233,7 @@ impl Session {
         // Both producers are done: everything they sent is on the channel now.
         self.pump();
         self.model.flush();
+        self.idle_code.finish();
         self.end_interval();
         let pid = self.status.pid;
         self.status.ended = Some(match report.stop {

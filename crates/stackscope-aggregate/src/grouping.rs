@@ -216,6 +216,7 @@ mod tests {
         ThreadDump {
             name: Some(name.to_owned()),
             os_thread_id: Some(tid),
+            ns_thread_id: None,
             python_thread_id: tid,
             active: false,
             owns_gil: false,
@@ -237,6 +238,7 @@ mod tests {
         ProcessDump {
             pid,
             parent_pid: parent,
+            ns_pid: None,
             command_line: format!("python job.py {pid}"),
             python_version: "3.11.7".to_owned(),
             rank: Default::default(),

@@ -12,6 +12,7 @@
 //! known and low.
 
 use crate::functions::FunctionStat;
+use crate::idle_path::IdlePath;
 use crate::verdict::{Verdict, VerdictClass, PREPROCESSING_BELOW};
 
 /// SM activity below this share of utilization is "low": while kernels ran, they kept fewer
@@ -30,11 +31,14 @@ pub fn is_low(utilization: f64, sm: f64) -> bool {
 /// The verdict when utilization is high (at or above [`PREPROCESSING_BELOW`]) while SM activity
 /// is low; `None` otherwise (no GPM, or SM activity that keeps up), leaving the utilization
 /// classes to decide. `low_sm_functions` are the functions of the stack samples taken while the
-/// GPU was busy with low SM activity, by self share of those samples.
+/// GPU was busy with low SM activity, by self share of those samples; `low_sm_path`, when
+/// given, the call path that sets those samples apart from the other GPU-busy ones, named
+/// instead (see `idle_path.rs`).
 pub fn low_sm_verdict(
     mean_utilization: f64,
     mean_sm_active: Option<f64>,
     low_sm_functions: &[FunctionStat],
+    low_sm_path: Option<&IdlePath>,
 ) -> Option<Verdict> {
     let sm = mean_sm_active?;
     if mean_utilization < PREPROCESSING_BELOW || !is_low(mean_utilization, sm) {
@@ -47,7 +51,10 @@ pub fn low_sm_verdict(
              part of it (mean SM activity {sm:.0}%): launch-bound, small ops, or \
              synchronisation. Fewer, larger kernels help (batching, fusion, CUDA graphs, \
              torch.compile); a bigger GPU does not. {}",
-            code_sentence(low_sm_functions)
+            match low_sm_path {
+                Some(path) => path.low_sm_sentence(),
+                None => code_sentence(low_sm_functions),
+            }
         ),
     })
 }
@@ -90,7 +97,7 @@ mod tests {
     #[test]
     fn low_only_against_high_utilization() {
         let code = [stat("launch_tiny_kernels", 0.8), stat("step", 0.1)];
-        let v = low_sm_verdict(97.0, Some(20.0), &code).expect("low SM activity");
+        let v = low_sm_verdict(97.0, Some(20.0), &code, None).expect("low SM activity");
         assert_eq!(v.class, VerdictClass::LowSmActivity);
         assert!(v.text.contains("mean SM activity 20%"), "{}", v.text);
         assert!(
@@ -101,11 +108,32 @@ mod tests {
         );
         // SM activity that keeps up with utilization, or no GPM, or a starved GPU: not this
         // class.
-        assert!(low_sm_verdict(97.0, Some(90.0), &code).is_none());
-        assert!(low_sm_verdict(97.0, None, &code).is_none());
-        assert!(low_sm_verdict(20.0, Some(2.0), &code).is_none());
+        assert!(low_sm_verdict(97.0, Some(90.0), &code, None).is_none());
+        assert!(low_sm_verdict(97.0, None, &code, None).is_none());
+        assert!(low_sm_verdict(20.0, Some(2.0), &code, None).is_none());
         assert!(is_low(60.0, 29.9) && !is_low(60.0, 30.0));
-        let v = low_sm_verdict(70.0, Some(10.0), &[]).expect("low");
+        let v = low_sm_verdict(70.0, Some(10.0), &[], None).expect("low");
         assert!(v.text.contains("No stack samples"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_low_sm_path_is_named_instead_of_the_functions() {
+        let path = crate::idle_path::IdlePath {
+            functions: vec![crate::idle_path::PathFunction {
+                function: "launch_loop".to_owned(),
+                file: "train.py".to_owned(),
+            }],
+            idle_samples: 90,
+            idle_share: 0.9,
+            busy_samples: 5,
+            busy_share: 0.05,
+        };
+        let v = low_sm_verdict(97.0, Some(20.0), &[], Some(&path)).expect("low");
+        assert!(
+            v.text
+                .contains("What sets low-SM time apart is launch_loop (train.py): in 90%"),
+            "{}",
+            v.text
+        );
     }
 }

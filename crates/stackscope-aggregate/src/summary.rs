@@ -7,6 +7,7 @@ use crate::aggregator::Aggregator;
 use crate::device_stats::GpuDeviceSummary;
 use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
 use crate::gpu_stats::resample_mean;
+use crate::idle_path::{idle_path, idle_path_by, IdlePath};
 use crate::limits::{OTHER_PROCESSES, OTHER_THREADS};
 use crate::meta::RecordingMeta;
 use crate::oscillation::oscillation_period;
@@ -124,6 +125,10 @@ pub struct GpuSummary {
     pub top_idle_functions: Vec<FunctionStat>,
     /// By self share of the GPU-busy samples.
     pub top_busy_functions: Vec<FunctionStat>,
+    /// The call path whose share rises most from GPU-busy to GPU-idle samples: the code the
+    /// verdict names. `None` when no path rises enough.
+    #[serde(default)]
+    pub idle_path: Option<IdlePath>,
     pub verdict: Verdict,
     /// Mean GPM SM activity (percent) of the devices that have GPM; absent elsewhere.
     #[serde(default)]
@@ -134,6 +139,10 @@ pub struct GpuSummary {
     /// By self share of the samples taken while SM activity was low.
     #[serde(default)]
     pub top_low_sm_functions: Vec<FunctionStat>,
+    /// The call path whose share rises most from the other GPU-busy samples to those taken
+    /// with low SM activity: the code the low-SM verdict names.
+    #[serde(default)]
+    pub low_sm_path: Option<IdlePath>,
 }
 
 impl Aggregator {
@@ -225,10 +234,16 @@ impl Aggregator {
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;
         let top_busy = top_functions(&self.table, |c| c.gpu_busy, TOP_GPU_FUNCTIONS).by_self;
+        let idle_path = idle_path(&self.table);
+        let low_sm_path = idle_path_by(&self.table, |c| {
+            (c.gpu_low_sm, c.gpu_busy.saturating_sub(c.gpu_low_sm))
+        });
         let verdict = verdict(VerdictInput {
             mean_utilization,
             oscillation_period_secs,
             idle_functions: &top_idle,
+            idle_path: idle_path.as_ref(),
+            low_sm_path: low_sm_path.as_ref(),
             mean_sm_active,
             low_sm_functions: &top_low_sm,
         });
@@ -243,10 +258,12 @@ impl Aggregator {
             samples_gpu_unknown: tagged[2] + pending,
             top_idle_functions: top_idle,
             top_busy_functions: top_busy,
+            idle_path,
             verdict,
             mean_sm_active_pct: mean_sm_active,
             samples_gpu_low_sm: tagged[3],
             top_low_sm_functions: top_low_sm,
+            low_sm_path,
         })
     }
 }

@@ -124,6 +124,11 @@ impl GpuTagger {
 
     /// Tags every held sample whose readings have all arrived, or that waited too long.
     pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        self.release_timed(|_, stack, tag| out(stack, tag));
+    }
+
+    /// As [`GpuTagger::release`], with each sample's time.
+    pub fn release_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
         while let Some(front) = self.pending.front() {
             let waited_too_long = self.newest.0.saturating_sub(front.time.0) > HOLD_LIMIT_NANOS;
             let ready = self.all_devices_reached(front.time) || waited_too_long;
@@ -136,15 +141,20 @@ impl GpuTagger {
             let time = front.time;
             let stack = front.stack;
             self.pending.pop_front();
-            out(stack, self.tag_at(time));
+            out(time, stack, self.tag_at(time));
         }
         self.trim();
     }
 
     /// Tags everything still held with what is known: the end of the recording.
     pub fn flush(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        self.flush_timed(|_, stack, tag| out(stack, tag));
+    }
+
+    /// As [`GpuTagger::flush`], with each sample's time.
+    pub fn flush_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
         while let Some(p) = self.pending.pop_front() {
-            out(p.stack, self.tag_at(p.time));
+            out(p.time, p.stack, self.tag_at(p.time));
         }
         self.trim();
     }

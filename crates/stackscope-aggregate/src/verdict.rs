@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::functions::FunctionStat;
+use crate::idle_path::IdlePath;
 use crate::sm_activity::low_sm_verdict;
 
 /// Below this mean utilization the GPU is starved.
@@ -49,6 +50,10 @@ pub struct VerdictInput<'a> {
     pub oscillation_period_secs: Option<f64>,
     /// Functions of the GPU-idle samples, by self share of those samples.
     pub idle_functions: &'a [FunctionStat],
+    /// The call path that sets GPU-idle time apart; named instead of the functions when found.
+    pub idle_path: Option<&'a IdlePath>,
+    /// The call path that sets the low-SM samples apart from the other GPU-busy ones.
+    pub low_sm_path: Option<&'a IdlePath>,
     /// Mean GPM SM activity (percent) where the GPU has GPM; `None` elsewhere.
     pub mean_sm_active: Option<f64>,
     /// Functions of the samples taken while the GPU was busy with low SM activity.
@@ -64,10 +69,18 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     };
     // Utilization high but SM activity low is its own class, and keeps a GPU whose SMs idle
     // from reading GPU-bound.
-    if let Some(low_sm) = low_sm_verdict(mean, input.mean_sm_active, input.low_sm_functions) {
+    if let Some(low_sm) = low_sm_verdict(
+        mean,
+        input.mean_sm_active,
+        input.low_sm_functions,
+        input.low_sm_path,
+    ) {
         return low_sm;
     }
-    let idle_code = idle_code_sentence(input.idle_functions);
+    let idle_code = match input.idle_path {
+        Some(path) => path.sentence(),
+        None => idle_code_sentence(input.idle_functions),
+    };
     let (class, first) = if mean < STARVED_BELOW {
         (
             VerdictClass::Starved,
@@ -162,6 +175,8 @@ mod tests {
             mean_utilization: mean,
             oscillation_period_secs: period,
             idle_functions: &idle,
+            idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         })
@@ -202,6 +217,8 @@ mod tests {
             mean_utilization: Some(10.0),
             oscillation_period_secs: None,
             idle_functions: &idle,
+            idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         });
@@ -217,6 +234,8 @@ mod tests {
                 mean_utilization: Some(97.0),
                 oscillation_period_secs: None,
                 idle_functions: &[],
+                idle_path: None,
+                low_sm_path: None,
                 mean_sm_active: sm,
                 low_sm_functions: &busy,
             })
@@ -240,6 +259,8 @@ mod tests {
             mean_utilization: Some(99.0),
             oscillation_period_secs: None,
             idle_functions: &[],
+            idle_path: None,
+            low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
         });

@@ -10,7 +10,11 @@ use crate::RankInfo;
 /// One process, every thread read at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessDump {
+    /// The pid as stackscope sees it (the host's, for a process in a container).
     pub pid: u32,
+    /// The process's pid in its own PID namespace (a container), where it differs from `pid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
     /// The parent, when the dump covers a process tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_pid: Option<u32>,
@@ -35,7 +39,12 @@ impl ProcessDump {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadDump {
     pub name: Option<String>,
+    /// The OS thread id as stackscope sees it (the host's, for a process in a container).
     pub os_thread_id: Option<u64>,
+    /// The thread's id in its own PID namespace (what the process itself, and CPython's
+    /// `threading.get_native_id()`, call it), where it differs from `os_thread_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_thread_id: Option<u64>,
     pub python_thread_id: u64,
     /// Whether it was running Python code (not sleeping or blocked).
     pub active: bool,

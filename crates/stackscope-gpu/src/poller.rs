@@ -120,6 +120,14 @@ impl GpuPoller {
             Vec::new()
         };
         drop(handles);
+        // Without the host's pids the target is found on no device: say why, once.
+        if let (GpuSelection::Auto, Some(why), true) = (
+            &config.selection,
+            &config.unmatched_pids,
+            with_target.is_empty(),
+        ) {
+            notices.push(format!("{why}; polling all visible devices"));
+        }
         let mut polled = choose(&config.selection, count, &with_target)?;
         polled.retain(|&index| states.get(index as usize).is_some_and(Option::is_some));
         if polled.is_empty() {
@@ -132,6 +140,7 @@ impl GpuPoller {
         *lock(&shared.current) = devices.clone();
         let worker = Worker {
             auto: config.selection == GpuSelection::Auto,
+            pids_match: config.unmatched_pids.is_none() || !with_target.is_empty(),
             poll_interval: config.poll_interval.max(Duration::from_millis(1)),
             remap_interval: config.remap_interval,
             clock,
@@ -257,6 +266,9 @@ fn devices_with_target(
 /// Everything the poller thread owns.
 struct Worker {
     auto: bool,
+    /// Whether NVML lists the target under the pids we know it by: false while stackscope,
+    /// in a PID namespace of its own, has found the target on no device yet.
+    pids_match: bool,
     poll_interval: Duration,
     remap_interval: Duration,
     clock: ClockOffset,
@@ -317,7 +329,7 @@ impl Worker {
             self.state(i)
                 .is_some_and(|s| s.metrics.is_on(Metric::ProcessUtilization))
         });
-        let pids = if wants_pids {
+        let pids = if wants_pids && self.pids_match {
             (self.target_pids)()
         } else {
             Vec::new()
@@ -357,6 +369,7 @@ impl Worker {
     fn remap(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) {
         let pids = (self.target_pids)();
         let found = devices_with_target(handles, &mut self.states, &pids, notices);
+        self.pids_match |= !found.is_empty();
         if found.is_empty() || found == self.polled {
             return;
         }

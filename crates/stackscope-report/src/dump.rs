@@ -23,10 +23,18 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
         if i > 0 {
             writeln!(w)?;
         }
-        // `Process 5124` or `Process rank 6 (pid 5124)`.
-        let name = match process.rank.rank {
-            Some(_) => format!("Process {}", process.display_name()),
-            None => format!("Process {}", process.pid),
+        // `Process 5124`, `Process rank 6 (pid 5124)`, and in a container
+        // `Process 5124 (1 in its namespace)`, `Process rank 6 (pid 5124, 1 in its namespace)`.
+        let name = match (process.rank.rank, process.ns_pid) {
+            (Some(rank), Some(own)) => {
+                format!(
+                    "Process rank {rank} (pid {}, {own} in its namespace)",
+                    process.pid
+                )
+            }
+            (Some(_), None) => format!("Process {}", process.display_name()),
+            (None, Some(own)) => format!("Process {} ({own} in its namespace)", process.pid),
+            (None, None) => format!("Process {}", process.pid),
         };
         match process.parent_pid {
             Some(parent) => writeln!(w, "{name} (child of {parent}): {}", process.command_line)?,
@@ -67,9 +75,10 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
     let thread = group.representative;
     let status = status(thread);
     if let [only] = group.members.as_slice() {
-        let id = match only.os_thread_id {
-            Some(tid) => tid.to_string(),
-            None => format!("{:#x}", thread.python_thread_id),
+        let id = match (only.os_thread_id, thread.ns_thread_id) {
+            (Some(tid), Some(own)) => format!("{tid} ({own} in its namespace)"),
+            (Some(tid), None) => tid.to_string(),
+            (None, _) => format!("{:#x}", thread.python_thread_id),
         };
         let name = thread.name.as_deref().unwrap_or("");
         writeln!(w, "Thread {id} \"{name}\" ({status})")?;
@@ -165,6 +174,7 @@ mod tests {
         ThreadDump {
             name: Some(name.to_owned()),
             os_thread_id: Some(tid),
+            ns_thread_id: None,
             python_thread_id: tid,
             active: false,
             owns_gil: false,
@@ -197,6 +207,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 42,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 job.py".into(),
             python_version: "3.11.7".into(),
             rank: Default::default(),
@@ -212,6 +223,36 @@ mod tests {
     }
 
     #[test]
+    fn a_process_in_a_container_shows_its_own_ids_beside_ours() {
+        let mut t = thread("spinner", 5124, "spin", 7);
+        t.ns_thread_id = Some(42);
+        let mut dump = [ProcessDump {
+            pid: 5120,
+            parent_pid: None,
+            ns_pid: Some(1),
+            command_line: "python3 job.py".into(),
+            python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
+            threads: vec![t],
+        }];
+        let out = text(&dump);
+        assert!(
+            out.starts_with("Process 5120 (1 in its namespace): python3 job.py\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Thread 5124 (42 in its namespace) \"spinner\" (idle"),
+            "{out}"
+        );
+        dump[0].rank.rank = Some(6);
+        assert!(
+            text(&dump).starts_with("Process rank 6 (pid 5120, 1 in its namespace): "),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn identical_threads_print_once_and_a_straggler_comes_first() {
         let mut threads: Vec<ThreadDump> = (0..7)
             .map(|i| thread(&format!("pool-{i}"), 100 + i, "get", 5))
@@ -220,6 +261,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 pool.py".into(),
             python_version: "3.11.7".into(),
             rank: Default::default(),
@@ -243,6 +285,7 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 a.py".into(),
             python_version: "3.11.7".into(),
             rank: Default::default(),

@@ -13,6 +13,7 @@ mod flamegraph;
 mod folded;
 mod gpu_chart;
 mod gpu_csv;
+pub mod html;
 mod merge;
 mod outputs;
 mod summary;
@@ -27,6 +28,7 @@ pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
+pub use html::write_report_html;
 pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
     MergedFiles, MergedSummary, RANKS_TXT,

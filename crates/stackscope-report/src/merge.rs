@@ -303,6 +303,7 @@ mod tests {
         ProcessDump {
             pid,
             parent_pid: Some(1),
+            ns_pid: None,
             command_line: "python train.py".into(),
             python_version: "3.11.7".into(),
             rank: RankInfo {
@@ -313,6 +314,7 @@ mod tests {
             threads: vec![ThreadDump {
                 name: Some("MainThread".into()),
                 os_thread_id: Some(u64::from(pid)),
+                ns_thread_id: None,
                 python_thread_id: 1,
                 active: function == "compute",
                 owns_gil: false,

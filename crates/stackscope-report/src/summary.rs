@@ -5,7 +5,7 @@ use std::path::Path;
 
 use stackscope_aggregate::{GpuSummary, ProcessSummary, Summary};
 
-use crate::outputs::{file_names, FLAMEGRAPH};
+use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
 use crate::ReportError;
 
 /// How many functions the printed summary lists.
@@ -44,6 +44,7 @@ pub fn write_text_summary<W: Write>(
     }
     let names = file_names(summary.gpu.is_some());
     writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
+    writeln!(w, "Report: {}", out_dir.join(REPORT_HTML).display())?;
     writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
     if let Some(gpu) = &summary.gpu {
         write_gpu(gpu, &mut w)?;

@@ -81,6 +81,7 @@ fn dump_with_states(
         .collect();
     Ok(ProcessDump {
         pid,
+        ns_pid: target.ns_pid(),
         parent_pid: None,
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
@@ -140,6 +141,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
     ThreadDump {
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
+        ns_thread_id: stack.ns_thread_id,
         python_thread_id: stack.thread.python_thread_id,
         // The one idle rule (crate::idle) on two readings of the OS state: the one taken
         // before the process was touched, and the reader's own. A thread the OS had parked in

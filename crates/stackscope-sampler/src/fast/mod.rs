@@ -57,6 +57,8 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
+
+use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -119,6 +121,8 @@ pub(crate) struct FastReader {
     stats: ReaderStats,
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
     os_tids: Option<OsTids>,
+    /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
+    tids: TidMap,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -189,6 +193,7 @@ impl FastReader {
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
+            tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         reader.fill_os_thread_ids();
@@ -226,7 +231,7 @@ impl FastReader {
             .threads
             .iter()
             .map(|k| k.ts.native_thread_id)
-            .map(|tid| (tid, self.activity.state(tid)))
+            .map(|tid| (tid, os_state(&mut self.tids, &mut self.activity, tid)))
             .collect();
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
@@ -251,7 +256,11 @@ impl FastReader {
             self.fill_os_thread_ids();
         }
 
-        let live: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        let live: Vec<u64> = self
+            .threads
+            .iter()
+            .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
+            .collect();
         self.activity.retain(&live);
         let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
         let names = self
@@ -270,15 +279,20 @@ impl FastReader {
                 Some((_, state)) => *state,
                 // A thread new this sample: read now unless we stopped the process.
                 None if self.strategy == Strategy::StopGilHolders => {
-                    self.activity.state(ts.native_thread_id)
+                    os_state(&mut self.tids, &mut self.activity, ts.native_thread_id)
                 }
                 None => None,
             };
             let owns_gil = ts.thread_id == gil_thread;
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
-                os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0)
-                    .then_some(ts.native_thread_id),
+                os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0).then(
+                    || {
+                        self.tids
+                            .ours(ts.native_thread_id)
+                            .unwrap_or(ts.native_thread_id)
+                    },
+                ),
                 name,
                 owns_gil,
                 active: crate::idle::is_active(state, owns_gil),
@@ -356,8 +370,8 @@ impl FastReader {
             ran.retain(|(i, frames)| {
                 let tid = self.threads[*i].ts.native_thread_id;
                 let before = states.iter().find(|(t, _)| *t == tid).and_then(|(_, s)| *s);
-                let still =
-                    activity::is_stopped(before) && activity::is_stopped(self.activity.state(tid));
+                let still = activity::is_stopped(before)
+                    && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
                 if still {
                     results[*i] = Some(frames.clone());
                 }
@@ -385,10 +399,10 @@ impl FastReader {
                     // (another tracer holds it): then its first read is all there is.
                     match ran.iter().find(|(r, _)| *r == i) {
                         Some((_, frames))
-                            if procfs_thread_alive(
-                                self.pid,
-                                self.threads[i].ts.native_thread_id,
-                            ) =>
+                            if self
+                                .tids
+                                .ours(self.threads[i].ts.native_thread_id)
+                                .is_some_and(|tid| procfs_thread_alive(self.pid, tid)) =>
                         {
                             self.stats.unverified += 1;
                             results[i] = Some(frames.clone());
@@ -423,7 +437,8 @@ impl FastReader {
             let mut locks = Vec::with_capacity(left.len());
             let mut stopped = Vec::with_capacity(left.len());
             for &i in &left {
-                match stop_thread(self.threads[i].ts.native_thread_id) {
+                let tid = self.tids.ours(self.threads[i].ts.native_thread_id);
+                match tid.and_then(stop_thread) {
                     Some(lock) => {
                         locks.push(lock);
                         stopped.push(i);
@@ -541,6 +556,13 @@ fn notice_once(message: &str) {
         eprintln!("{message}");
         said.push(message.to_owned());
     }
+}
+
+/// The scheduler state of the thread the interpreter knows as `native_thread_id`, read under
+/// our id for it (they differ for a process in a container).
+fn os_state(tids: &mut TidMap, activity: &mut Activity, native_thread_id: u64) -> Option<u8> {
+    tids.ours(native_thread_id)
+        .and_then(|tid| activity.state(tid))
 }
 
 /// Stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT); it runs again when the lock drops.
