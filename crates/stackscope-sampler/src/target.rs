@@ -289,7 +289,8 @@ impl PythonTarget {
         let pthreads: Vec<u64> = traces.iter().map(|t| t.thread_id).collect();
         for (trace, tid) in traces.iter_mut().zip(tids.tids(&pthreads)) {
             if trace.os_thread_id.is_none() {
-                trace.os_thread_id = tid;
+                // The process's own id: ours where they differ (a container).
+                trace.os_thread_id = tid.and_then(|t| self.tids.ours(t));
             }
         }
     }

@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 
 use super::remote::{Batch, Remote, Slot};
+use crate::namespace::TidMap;
 
 /// How much of a `struct pthread` is searched for the id field.
 const SEARCH: usize = 1024;
@@ -23,6 +24,9 @@ pub(crate) struct OsTids {
     pid: u32,
     remote: Remote,
     offset: Option<usize>,
+    /// The field holds the id in the process's own PID namespace (a container's): checked
+    /// against `/proc` under ours, and answered as the process's own, as 3.11+ records it.
+    ns: TidMap,
 }
 
 impl OsTids {
@@ -31,6 +35,7 @@ impl OsTids {
             pid,
             remote: Remote::new(pid),
             offset: None,
+            ns: TidMap::new(pid),
         }
     }
 
@@ -78,12 +83,12 @@ impl OsTids {
             if tid == *k || (tid == 0 && *k != 0) {
                 continue;
             }
-            let mut listed = tasks
-                .get_or_insert_with(|| tasks_of(self.pid))
-                .contains(&tid);
+            let ours = if tid == 0 { None } else { self.ns.ours(tid) };
+            let mut listed =
+                ours.is_some_and(|t| tasks.get_or_insert_with(|| tasks_of(self.pid)).contains(&t));
             if !listed && tid != 0 {
                 let fresh = tasks_of(self.pid);
-                listed = fresh.contains(&tid);
+                listed = self.ns.ours(tid).is_some_and(|t| fresh.contains(&t));
                 tasks = Some(fresh);
             }
             *k = if listed { tid } else { 0 };
@@ -107,13 +112,18 @@ impl OsTids {
             .collect::<Option<Vec<_>>>()?;
         // Every struct holds a distinct listed id there, or 0 (a thread that has just
         // exited: the kernel clears the field), and most hold an id.
-        let fits = |offset: usize| {
+        let ns = &mut self.ns;
+        let mut fits = |offset: usize| {
             let mut seen = HashSet::new();
             let all = structs.iter().all(|s| {
                 s.get(offset..offset + 4)
                     .and_then(|b| b.try_into().ok())
                     .map(|b| u64::from(u32::from_le_bytes(b)))
-                    .is_some_and(|tid| tid == 0 || (tasks.contains(&tid) && seen.insert(tid)))
+                    .is_some_and(|tid| {
+                        tid == 0
+                            || (ns.ours(tid).is_some_and(|t| tasks.contains(&t))
+                                && seen.insert(tid))
+                    })
             });
             all && seen.len() * 2 >= structs.len().max(1) && !seen.is_empty()
         };
