@@ -18,8 +18,15 @@ pub enum AttachError {
          CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE){scope_hint}"
     )]
     PermissionDenied { pid: u32, scope_hint: String },
-    #[error("process {pid} ({exe}) is not a Python process: no Python interpreter found in it")]
-    NotPython { pid: u32, exe: String },
+    #[error(
+        "process {pid} ({exe}) is not a Python process: no Python interpreter found in it{hint}"
+    )]
+    NotPython {
+        pid: u32,
+        exe: String,
+        /// What to do instead, when there is something (empty otherwise).
+        hint: String,
+    },
     #[error("process {pid} runs Python {version}, which stackscope does not support (supported: {supported})")]
     UnsupportedVersion {
         pid: u32,
@@ -48,13 +55,37 @@ impl AttachError {
                     .unwrap_or_else(|_| PathBuf::from("unknown executable"))
                     .display()
                     .to_string();
-                return AttachError::NotPython { pid, exe };
+                return AttachError::NotPython {
+                    pid,
+                    exe,
+                    hint: String::new(),
+                };
             }
             _ => {}
         }
         AttachError::Other {
             pid,
             message: chain_text(cause),
+        }
+    }
+
+    /// The same error, about `pid` (a process read through one of its threads is named by
+    /// its own pid).
+    pub(crate) fn for_pid(self, pid: u32) -> AttachError {
+        match self {
+            AttachError::NoSuchProcess(_) => AttachError::NoSuchProcess(pid),
+            AttachError::PermissionDenied { scope_hint, .. } => {
+                AttachError::PermissionDenied { pid, scope_hint }
+            }
+            AttachError::NotPython { exe, hint, .. } => AttachError::NotPython { pid, exe, hint },
+            AttachError::UnsupportedVersion {
+                version, supported, ..
+            } => AttachError::UnsupportedVersion {
+                pid,
+                version,
+                supported,
+            },
+            AttachError::Other { message, .. } => AttachError::Other { pid, message },
         }
     }
 

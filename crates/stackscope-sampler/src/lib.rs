@@ -10,6 +10,7 @@
 mod dump;
 mod error;
 mod fast;
+mod leader;
 mod names;
 pub mod procfs;
 mod sampler;

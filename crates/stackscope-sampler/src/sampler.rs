@@ -243,7 +243,7 @@ fn sample_one(
         }
         Err(SampleFailure::Transient { kind, message }) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
-            if target.has_execed() {
+            if target.needs_reattach() {
                 return reattach(target);
             }
             let event = Event::SampleError(SampleError {
