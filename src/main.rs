@@ -5,6 +5,7 @@ mod child;
 mod cli;
 mod config;
 mod dump;
+mod ending;
 mod gpu;
 mod recorder;
 mod recording;

@@ -19,7 +19,7 @@ use anyhow::Context;
 use crossbeam_channel::{bounded, Receiver};
 use stackscope_event::Event;
 use stackscope_sampler::{
-    PythonTarget, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions,
+    Root, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions,
 };
 
 use crate::config::TopConfig;
@@ -49,7 +49,7 @@ pub fn run(config: TopConfig) -> anyhow::Result<()> {
     };
     // Attaching can fail (no such process, not Python, permission): fail before the terminal
     // changes, so the error is one plain line.
-    let target = PythonTarget::attach(config.pid, &options)?;
+    let target = Root::attach(config.pid, &options, config.subprocesses)?;
     let session = Session::start(&config, target, options)?;
     if std::io::stdout().is_terminal() {
         tui::run(session, &signals, config.include_idle)
@@ -76,13 +76,13 @@ pub struct Session {
 impl Session {
     fn start(
         config: &TopConfig,
-        target: PythonTarget,
+        target: Root,
         options: TargetOptions,
     ) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
             command: target.command_line().to_owned(),
-            python_version: target.python_version().to_owned(),
+            python_version: target.python_version().unwrap_or("none").to_owned(),
             rate_hz: config.rate_hz,
             processes: 1,
             ..Status::default()

@@ -6,6 +6,7 @@ use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, Thread
 
 use crate::error::{AttachError, SampleFailure};
 use crate::procfs;
+use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions, ThreadStack};
 use crate::tree::descendants;
 
@@ -14,23 +15,46 @@ pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, At
     // What each thread is doing is read before anything stops the process: attaching may stop
     // it briefly, and a thread woken from its wait reads as running for a while after.
     let states = procfs::thread_states(pid);
-    let mut target = PythonTarget::attach(pid, options)?;
+    let mut target = match Root::attach(pid, options, false)? {
+        Root::Python(target) => target,
+        // Without subprocesses a root that is not Python is an error.
+        Root::Other(other) => return Err(AttachError::NoSuchProcess(other.pid)),
+    };
     dump_with_states(&mut target, &states)
 }
 
-/// Reads `pid` and every Python process below it. Processes that are not Python (a shell, a
-/// launcher) are skipped; the root must be Python.
+/// Reads `pid` and every Python process below it. A root that is not Python (a shell, a
+/// launcher) is a process without threads; descendants that are not Python are skipped.
 pub fn dump_tree(pid: u32, options: &TargetOptions) -> Result<Vec<ProcessDump>, AttachError> {
-    let mut dumps = vec![dump_process(pid, options)?];
+    let states = procfs::thread_states(pid);
+    let root = match Root::attach(pid, options, true)? {
+        Root::Python(mut target) => dump_with_states(&mut target, &states)?,
+        Root::Other(other) => ProcessDump {
+            pid,
+            parent_pid: None,
+            command_line: other.command_line,
+            python_version: String::new(),
+            threads: Vec::new(),
+        },
+    };
+    let mut dumps = vec![root];
     let parents = parent_map(pid);
     for child in descendants(pid) {
         // A child that exits or is not Python while we walk the tree is simply not in it.
-        if let Ok(mut dump) = dump_process(child, options) {
+        if let Ok(mut dump) = dump_python(child, options) {
             dump.parent_pid = parents.get(&child).copied();
             dumps.push(dump);
         }
     }
     Ok(dumps)
+}
+
+/// Reads a descendant: a plain attach (the hint that `dump_process` adds to "not Python" is
+/// for the process the user named).
+fn dump_python(pid: u32, options: &TargetOptions) -> Result<ProcessDump, AttachError> {
+    let states = procfs::thread_states(pid);
+    let mut target = PythonTarget::attach(pid, options)?;
+    dump_with_states(&mut target, &states)
 }
 
 /// Each descendant's parent, for showing the tree.
