@@ -13,8 +13,7 @@ use crossbeam_channel::{bounded, Receiver};
 use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent};
 use stackscope_event::{Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
-    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions,
-    ThreadStack,
+    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
 };
 
 use crate::config::{ensure_writable_dir, WatchConfig};

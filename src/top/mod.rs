@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use crossbeam_channel::{bounded, Receiver};
 use stackscope_event::Event;
-use stackscope_sampler::{
-    Root, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions,
-};
+use stackscope_sampler::{Root, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions};
 
 use crate::config::TopConfig;
 use crate::gpu::GpuHandle;
@@ -74,11 +72,7 @@ pub struct Session {
 }
 
 impl Session {
-    fn start(
-        config: &TopConfig,
-        target: Root,
-        options: TargetOptions,
-    ) -> anyhow::Result<Session> {
+    fn start(config: &TopConfig, target: Root, options: TargetOptions) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
             command: target.command_line().to_owned(),

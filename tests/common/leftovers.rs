@@ -41,17 +41,18 @@ pub fn processes_marked(marker: &str) -> Vec<u32> {
     };
     let mut out = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         // A zombie's environment reads empty: it runs nothing any more.
         let Ok(env) = fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if env
-            .split(|b| *b == 0)
-            .any(|var| var == needle.as_bytes())
-        {
+        if env.split(|b| *b == 0).any(|var| var == needle.as_bytes()) {
             out.push(pid);
         }
     }

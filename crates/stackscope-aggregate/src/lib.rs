@@ -16,6 +16,7 @@ mod gpu_mean;
 mod gpu_stats;
 mod grouping;
 mod hang;
+mod helpers;
 mod intern;
 mod limits;
 mod meta;
@@ -32,6 +33,7 @@ pub use device_stats::GpuDeviceSummary;
 pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{HangDetector, HangEvent};
+pub use helpers::helper_kind;
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
@@ -43,3 +45,5 @@ pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod thread_naming_tests;

@@ -82,6 +82,7 @@ fn dump_with_states(
     states: &HashMap<u64, ThreadState>,
 ) -> Result<ProcessDump, AttachError> {
     let pid = target.pid();
+    target.keep_raw_frames();
     // A read can race with the interpreter freeing a frame; a few tries get a clean one.
     let mut attempts = 0;
     let stacks = loop {
@@ -133,6 +134,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
             file: f.file.to_string(),
             line: f.line,
             native: f.native,
+            path: raw.map(|raw| raw.filename.clone()),
             locals: raw.and_then(|raw| {
                 raw.locals.as_ref().map(|vars| {
                     vars.iter()
@@ -159,6 +161,12 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
     {
         state = ThreadState::WaitingForGil;
     }
+    // An idle thread is shown waiting, never "running": the reader judged it idle by where it
+    // is (a standard library wait), which says how it waits better than an OS state caught
+    // between two system calls.
+    if !stack.thread.active && state == ThreadState::Running {
+        state = implied_wait(&frames);
+    }
     ThreadDump {
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
@@ -169,5 +177,47 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         owns_gil: stack.thread.owns_gil,
         state,
         frames,
+    }
+}
+
+/// The wait an idle thread is in, by its innermost Python frame; unknown when the frame does
+/// not say.
+fn implied_wait(frames: &[FrameDump]) -> ThreadState {
+    let Some(innermost) = frames.iter().find(|f| !f.native) else {
+        return ThreadState::Unknown;
+    };
+    let file = innermost.file.rsplit('/').next().unwrap_or("");
+    match file {
+        "selectors.py" | "connection.py" | "socket.py" | "ssl.py" => ThreadState::WaitingOnIo,
+        "threading.py" | "queue.py" | "synchronize.py" => ThreadState::WaitingOnLock,
+        _ => ThreadState::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file: &str) -> FrameDump {
+        FrameDump {
+            function: function.to_owned(),
+            file: file.to_owned(),
+            line: 1,
+            native: false,
+            locals: None,
+            path: None,
+        }
+    }
+
+    #[test]
+    fn an_idle_thread_waits_the_way_its_frame_says() {
+        let select = [
+            frame("BaseSelector.select", "selectors.py"),
+            frame("run", "a.py"),
+        ];
+        assert_eq!(implied_wait(&select), ThreadState::WaitingOnIo);
+        let lock = [frame("Condition.wait", "threading.py")];
+        assert_eq!(implied_wait(&lock), ThreadState::WaitingOnLock);
+        assert_eq!(implied_wait(&[frame("f", "a.py")]), ThreadState::Unknown);
     }
 }

@@ -3,7 +3,11 @@
 //! followed as they appear. Job launchers are rarely Python themselves.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a command started by `record --subprocesses` that is not Python may take to exec
+/// Python before it is taken as a launcher.
+const EXEC_GRACE: Duration = Duration::from_secs(1);
 
 use crate::error::AttachError;
 use crate::procfs;
@@ -55,7 +59,11 @@ impl Root {
     /// Attaches to `pid`. With `subprocesses`, a process that is not Python is accepted as a
     /// root without stacks; without, it is an error that suggests `--subprocesses` when the
     /// process has Python descendants.
-    pub fn attach(pid: u32, options: &TargetOptions, subprocesses: bool) -> Result<Root, AttachError> {
+    pub fn attach(
+        pid: u32,
+        options: &TargetOptions,
+        subprocesses: bool,
+    ) -> Result<Root, AttachError> {
         match PythonTarget::attach(pid, options) {
             Ok(target) => Ok(Root::Python(target)),
             Err(AttachError::NotPython { .. }) if subprocesses => {
@@ -76,10 +84,20 @@ impl Root {
         subprocesses: bool,
     ) -> Result<Root, AttachError> {
         if subprocesses {
-            if let Ok(maps) = procfs::maps(pid) {
-                if !maps.is_empty() && !procfs::maps_mention_python(&maps) {
-                    return Ok(Root::Other(OtherProcess::new(pid)));
+            // A wrapper that execs Python at once (a pyenv shim, `exec python3` in a short
+            // script) is given a moment to, so that the root is the Python process from the
+            // start; a launcher that stays (bash running a job script, srun) is taken as it is.
+            let deadline = Instant::now() + EXEC_GRACE.min(timeout);
+            loop {
+                match procfs::maps(pid) {
+                    Ok(maps) if !maps.is_empty() && !procfs::maps_mention_python(&maps) => {
+                        if Instant::now() >= deadline {
+                            return Ok(Root::Other(OtherProcess::new(pid)));
+                        }
+                    }
+                    _ => break,
                 }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
         PythonTarget::attach_when_ready(pid, options, timeout)

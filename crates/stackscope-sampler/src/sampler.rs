@@ -102,7 +102,8 @@ impl Sampler {
     ) -> std::io::Result<Sampler> {
         let stats = Arc::new(SamplerStats::default());
         let thread_stats = stats.clone();
-        let set = ProcessSet::from_root(root.into(), config.follow_children, config.options.clone());
+        let set =
+            ProcessSet::from_root(root.into(), config.follow_children, config.options.clone());
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
             .spawn(move || run(set, &config, &sender, &stop, &thread_stats))?;

@@ -230,6 +230,13 @@ impl PythonTarget {
                 && !procfs::thread_alive(self.pid, u64::from(self.read_pid)))
     }
 
+    /// Keeps py-spy's frames with each stack (read by py-spy's reader from now on), for a
+    /// dump: they carry each file's absolute path. A one-off read needs no speed.
+    pub fn keep_raw_frames(&mut self) {
+        self.keep_raw = true;
+        self.fast = None;
+    }
+
     /// Whether the process's leader thread has exited (it is read through another thread).
     pub fn leader_exited(&self) -> bool {
         self.read_pid != self.pid
