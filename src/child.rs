@@ -291,12 +291,9 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
     let written = write_status(status_file, &format!("pid {pid}\n{ended}\n"));
     // What the command left running is ended by stackscope (or by the watcher above); reap
     // each as it goes, and end when none is left.
-    loop {
-        match nix::sys::wait::waitpid(Pid::from_raw(-1), None) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
-        }
-    }
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) =
+        nix::sys::wait::waitpid(Pid::from_raw(-1), None)
+    {}
     match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::FAILURE,

@@ -16,7 +16,7 @@ pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, At
     // it briefly, and a thread woken from its wait reads as running for a while after.
     let states = procfs::thread_states(pid);
     let mut target = match Root::attach(pid, options, false)? {
-        Root::Python(target) => target,
+        Root::Python(target) => *target,
         // Without subprocesses a root that is not Python is an error.
         Root::Other(other) => return Err(AttachError::NoSuchProcess(other.pid)),
     };

@@ -16,7 +16,7 @@ use crate::tree::descendants;
 
 /// The root of what one command reads.
 pub enum Root {
-    Python(PythonTarget),
+    Python(Box<PythonTarget>),
     /// Not Python: a process node without stacks, above the Python processes it starts.
     Other(OtherProcess),
 }
@@ -51,7 +51,7 @@ impl OtherProcess {
 
 impl From<PythonTarget> for Root {
     fn from(target: PythonTarget) -> Root {
-        Root::Python(target)
+        Root::Python(Box::new(target))
     }
 }
 
@@ -65,7 +65,7 @@ impl Root {
         subprocesses: bool,
     ) -> Result<Root, AttachError> {
         match PythonTarget::attach(pid, options) {
-            Ok(target) => Ok(Root::Python(target)),
+            Ok(target) => Ok(Root::Python(Box::new(target))),
             Err(AttachError::NotPython { .. }) if subprocesses => {
                 Ok(Root::Other(OtherProcess::new(pid)))
             }
@@ -101,7 +101,7 @@ impl Root {
             }
         }
         PythonTarget::attach_when_ready(pid, options, timeout)
-            .map(Root::Python)
+            .map(|target| Root::Python(Box::new(target)))
             .map_err(with_descendants_hint)
     }
 

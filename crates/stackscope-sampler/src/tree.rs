@@ -37,7 +37,7 @@ pub struct ProcessSet {
 
 impl ProcessSet {
     pub fn new(root: PythonTarget, follow_children: bool, options: TargetOptions) -> ProcessSet {
-        ProcessSet::from_root(Root::Python(root), follow_children, options)
+        ProcessSet::from_root(Root::from(root), follow_children, options)
     }
 
     /// A set rooted at any process; one that is not Python is followed only for its
@@ -45,7 +45,7 @@ impl ProcessSet {
     pub fn from_root(root: Root, follow_children: bool, options: TargetOptions) -> ProcessSet {
         let pid = root.pid();
         let (targets, other_root, follow_children) = match root {
-            Root::Python(target) => (vec![target], None, follow_children),
+            Root::Python(target) => (vec![*target], None, follow_children),
             Root::Other(other) => (Vec::new(), Some(other), true),
         };
         ProcessSet {
