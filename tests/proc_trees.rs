@@ -598,3 +598,48 @@ fn dump_prints_unnamed_threads_newlines_paths_and_an_idle_event_loop_plainly() {
         .as_str()
         .is_some_and(|c| c.ends_with("two\nlines")));
 }
+
+#[test]
+fn watch_subprocesses_of_a_shell_launcher_reports_the_hang_below_it() {
+    let _serial = serial();
+    let launcher = ShellLauncher::start("0.2", "hangs_later.py", &["--work-secs", "0"]);
+    let text = wait_until(WAIT, "the fixture's ready file", || {
+        fs::read_to_string(&launcher.ready)
+            .ok()
+            .filter(|t| !t.is_empty())
+    });
+    let ready: serde_json::Value = serde_json::from_str(&text).expect("ready JSON");
+    let python = num(&ready["pid"], "pid") as u32;
+    let out = OutDir::new();
+    let running = spawn_stackscope(stackscope(&[
+        "watch",
+        "--pid",
+        &launcher.pid().to_string(),
+        "--subprocesses",
+        "--hang-after",
+        "2",
+        "--gpu",
+        "off",
+        "-o",
+        out.arg(),
+    ]));
+    let (running, report) =
+        wait_while_running(running, Duration::from_secs(60), "a hang report", || {
+            let entries = fs::read_dir(&out.out).ok()?;
+            let txt = entries
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "txt"))?;
+            txt.with_extension("json").exists().then_some(txt)
+        });
+    running.signal("INT");
+    let run = finish_bounded(running, FINISH);
+    run.assert_success();
+    let text = fs::read_to_string(&report).expect("report");
+    assert!(
+        text.contains("stuck_here") && text.contains(&format!("Process {python} (child of")),
+        "the hang is in the Python child {python}:\n{text}"
+    );
+    assert!(text.contains("Not Python"), "{text}");
+    assert_not_stopped(python);
+}
