@@ -134,14 +134,19 @@ fn trim_float(x: f64) -> String {
     }
 }
 
-/// One GPU as a line of at most `width` characters: name, utilization and its sparkline,
-/// memory, power. The sparkline takes the room the rest leaves, up to a minute.
+/// One GPU as a line of at most `width` characters: name, utilization (with SM activity where
+/// the GPU has GPM) and its sparkline, memory, power. The sparkline takes the room the rest leaves, up to a minute.
 pub fn gpu_text(gpu: &GpuLine, width: usize) -> String {
     let name = truncate_end(gpu.name.as_deref().unwrap_or("GPU"), 24);
     let head = format!("GPU{} {name} ", gpu.index);
     let util = match gpu.utilization {
         Some(u) => format!("util {u:>3.0}% "),
         None => "util   -% ".to_string(),
+    };
+    // Beside utilization: a GPU "100% utilized" by one small kernel at a time shows it here.
+    let util = match gpu.sm_active {
+        Some(sm) => format!("{util}SM {sm:>3.0}% "),
+        None => util,
     };
     let memory = match (gpu.memory_used, gpu.memory_total) {
         (Some(used), Some(total)) => format!(" mem {}/{} GiB", gib(used), gib(total)),
@@ -297,6 +302,7 @@ mod tests {
             memory_used: Some(1 << 30),
             memory_total: Some(80 << 30),
             power_watts: Some(250.0),
+            sm_active: None,
         };
         for width in [40, 80, 120] {
             let text = gpu_text(&gpu, width);
@@ -304,6 +310,16 @@ mod tests {
             assert!(text.starts_with("GPU0 Fake H100 util  45%"), "{text}");
         }
         assert!(gpu_text(&gpu, 120).ends_with("mem 1.0/80.0 GiB 250 W"));
+        let gpm = GpuLine {
+            sm_active: Some(18.0),
+            ..gpu
+        };
+        let text = gpu_text(&gpm, 80);
+        assert!(
+            text.starts_with("GPU0 Fake H100 util  45% SM  18% "),
+            "{text}"
+        );
+        assert!(text.chars().count() <= 80, "{text}");
     }
 
     #[test]

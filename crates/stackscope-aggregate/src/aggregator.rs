@@ -181,6 +181,9 @@ impl Aggregator {
         } else {
             self.tagger.observe(sample.time);
         }
+        if let Some(sm) = sample.sm_active {
+            self.tagger.add_sm_reading(sample.device, sample.time, sm);
+        }
         self.timeline.push(sample);
     }
 

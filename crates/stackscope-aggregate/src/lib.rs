@@ -22,6 +22,7 @@ mod limits;
 mod meta;
 mod oscillation;
 mod processes;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
@@ -38,6 +39,7 @@ pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
@@ -45,5 +47,7 @@ pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;
 #[cfg(test)]
 mod thread_naming_tests;

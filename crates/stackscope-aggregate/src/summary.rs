@@ -115,6 +115,15 @@ pub struct GpuSummary {
     /// By self share of the GPU-busy samples.
     pub top_busy_functions: Vec<FunctionStat>,
     pub verdict: Verdict,
+    /// Mean GPM SM activity (percent) of the devices that have GPM; absent elsewhere.
+    #[serde(default)]
+    pub mean_sm_active_pct: Option<f64>,
+    /// Of the GPU-busy samples, those taken while SM activity was low against utilization.
+    #[serde(default)]
+    pub samples_gpu_low_sm: u64,
+    /// By self share of the samples taken while SM activity was low.
+    #[serde(default)]
+    pub top_low_sm_functions: Vec<FunctionStat>,
 }
 
 impl Aggregator {
@@ -187,12 +196,20 @@ impl Aggregator {
             }
             _ => None,
         };
-        let mut tagged = [0u64; 3];
+        let mut tagged = [0u64; 4];
         for stack in self.table.stacks() {
             tagged[0] += stack.counts.gpu_idle;
             tagged[1] += stack.counts.gpu_busy;
             tagged[2] += stack.counts.gpu_unknown;
+            tagged[3] += stack.counts.gpu_low_sm;
         }
+        let sm_means: Vec<f64> = devices
+            .iter()
+            .filter_map(|d| d.mean_sm_active_pct)
+            .collect();
+        let mean_sm_active =
+            (!sm_means.is_empty()).then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64);
+        let top_low_sm = top_functions(&self.table, |c| c.gpu_low_sm, TOP_GPU_FUNCTIONS).by_self;
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;
         let top_busy = top_functions(&self.table, |c| c.gpu_busy, TOP_GPU_FUNCTIONS).by_self;
@@ -200,6 +217,8 @@ impl Aggregator {
             mean_utilization,
             oscillation_period_secs,
             idle_functions: &top_idle,
+            mean_sm_active,
+            low_sm_functions: &top_low_sm,
         });
         Some(GpuSummary {
             devices,
@@ -213,6 +232,9 @@ impl Aggregator {
             top_idle_functions: top_idle,
             top_busy_functions: top_busy,
             verdict,
+            mean_sm_active_pct: mean_sm_active,
+            samples_gpu_low_sm: tagged[3],
+            top_low_sm_functions: top_low_sm,
         })
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::functions::FunctionStat;
+use crate::sm_activity::low_sm_verdict;
 
 /// Below this mean utilization the GPU is starved.
 pub const STARVED_BELOW: f64 = 30.0;
@@ -27,6 +28,9 @@ pub enum VerdictClass {
     SmallKernels,
     /// The GPU is the bottleneck.
     GpuBound,
+    /// Kernels run most of the time but on a small part of the GPU (utilization high, GPM SM
+    /// activity low): launch-bound, small ops, or synchronisation. See `sm_activity.rs`.
+    LowSmActivity,
     /// No utilization data.
     Unknown,
 }
@@ -45,6 +49,10 @@ pub struct VerdictInput<'a> {
     pub oscillation_period_secs: Option<f64>,
     /// Functions of the GPU-idle samples, by self share of those samples.
     pub idle_functions: &'a [FunctionStat],
+    /// Mean GPM SM activity (percent) where the GPU has GPM; `None` elsewhere.
+    pub mean_sm_active: Option<f64>,
+    /// Functions of the samples taken while the GPU was busy with low SM activity.
+    pub low_sm_functions: &'a [FunctionStat],
 }
 
 pub fn verdict(input: VerdictInput<'_>) -> Verdict {
@@ -54,6 +62,11 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             text: "No GPU utilization was recorded, so there is no verdict.".to_owned(),
         };
     };
+    // Utilization high but SM activity low is its own class, and keeps a GPU whose SMs idle
+    // from reading GPU-bound.
+    if let Some(low_sm) = low_sm_verdict(mean, input.mean_sm_active, input.low_sm_functions) {
+        return low_sm;
+    }
     let idle_code = idle_code_sentence(input.idle_functions);
     let (class, first) = if mean < STARVED_BELOW {
         (
@@ -149,6 +162,8 @@ mod tests {
             mean_utilization: mean,
             oscillation_period_secs: period,
             idle_functions: &idle,
+            mean_sm_active: None,
+            low_sm_functions: &[],
         })
     }
 
@@ -187,9 +202,30 @@ mod tests {
             mean_utilization: Some(10.0),
             oscillation_period_secs: None,
             idle_functions: &idle,
+            mean_sm_active: None,
+            low_sm_functions: &[],
         });
         assert!(v.text.contains("tiny (a.py) 2%"), "{}", v.text);
         assert!(!v.text.contains("tinier"), "{}", v.text);
+    }
+
+    #[test]
+    fn high_utilization_with_low_sm_activity_is_not_gpu_bound() {
+        let busy = [stat("launch", "train.py", 0.9)];
+        let judge_sm = |sm: Option<f64>| {
+            verdict(VerdictInput {
+                mean_utilization: Some(97.0),
+                oscillation_period_secs: None,
+                idle_functions: &[],
+                mean_sm_active: sm,
+                low_sm_functions: &busy,
+            })
+        };
+        let v = judge_sm(Some(18.0));
+        assert_eq!(v.class, VerdictClass::LowSmActivity);
+        assert!(v.text.contains("launch (train.py) 90%"), "{}", v.text);
+        assert_eq!(judge_sm(Some(92.0)).class, VerdictClass::GpuBound);
+        assert_eq!(judge_sm(None).class, VerdictClass::GpuBound, "no GPM");
     }
 
     #[test]
@@ -204,6 +240,8 @@ mod tests {
             mean_utilization: Some(99.0),
             oscillation_period_secs: None,
             idle_functions: &[],
+            mean_sm_active: None,
+            low_sm_functions: &[],
         });
         assert_eq!(v.class, VerdictClass::GpuBound);
         assert!(v.text.contains("No stack samples"), "{}", v.text);

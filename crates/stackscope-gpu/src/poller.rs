@@ -17,6 +17,7 @@ use crate::clock::ClockOffset;
 use crate::config::{GpuConfig, GpuSelection};
 use crate::devices::{choose, lists_any, GpuDeviceInfo};
 use crate::error::GpuError;
+use crate::gpm::GpmReader;
 use crate::metric::Metric;
 use crate::poll::DeviceState;
 
@@ -270,6 +271,7 @@ struct Worker {
 impl Worker {
     fn run(mut self, nvml: Nvml) {
         let handles = open_handles(&nvml, self.states.len() as u32);
+        let mut gpm: Vec<GpmReader<'_>> = handles.iter().map(|_| GpmReader::new()).collect();
         let mut next_poll = Instant::now() + self.poll_interval;
         let mut next_remap = Instant::now() + self.remap_interval;
         self.wait_until(next_poll);
@@ -280,7 +282,7 @@ impl Worker {
                 self.remap(&handles, &mut notices);
                 next_remap = Instant::now() + self.remap_interval;
             }
-            let listening = self.poll_once(&handles, &mut notices);
+            let listening = self.poll_once(&handles, &mut gpm, &mut notices);
             if !notices.is_empty() {
                 lock(&self.shared.notices).extend(notices);
             }
@@ -297,13 +299,20 @@ impl Worker {
             }
             self.wait_until(next_poll);
         }
+        // GPM samples are freed through the library: before it shuts down.
+        drop(gpm);
         drop(handles);
         // Shutting down explicitly; an error here changes nothing for the recording.
         let _ = nvml.shutdown();
     }
 
     /// Polls every chosen device once and sends the readings. False when nobody listens.
-    fn poll_once(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) -> bool {
+    fn poll_once<'nvml>(
+        &mut self,
+        handles: &[Option<Device<'nvml>>],
+        gpm: &mut [GpmReader<'nvml>],
+        notices: &mut Vec<String>,
+    ) -> bool {
         let wants_pids = self.polled.iter().any(|&i| {
             self.state(i)
                 .is_some_and(|s| s.metrics.is_on(Metric::ProcessUtilization))
@@ -313,17 +322,23 @@ impl Worker {
         } else {
             Vec::new()
         };
+        for (index, reader) in gpm.iter_mut().enumerate() {
+            if !self.polled.contains(&(index as u32)) {
+                reader.reset();
+            }
+        }
         for &index in &self.polled {
-            let (Some(Some(device)), Some(Some(state))) = (
+            let (Some(Some(device)), Some(Some(state)), Some(gpm)) = (
                 handles.get(index as usize),
                 self.states.get_mut(index as usize),
+                gpm.get_mut(index as usize),
             ) else {
                 continue;
             };
             if state.metrics.is_lost() {
                 continue;
             }
-            for sample in state.poll(device, &pids, self.clock, notices) {
+            for sample in state.poll(device, gpm, &pids, self.clock, notices) {
                 match self.sender.try_send(Event::Gpu(sample)) {
                     Ok(()) => {}
                     Err(TrySendError::Full(_)) => {

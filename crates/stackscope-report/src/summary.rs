@@ -188,6 +188,12 @@ fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
             Some(mean) => format!("GPU {} ({}) {mean:.0}%", d.index, d.name),
             None => format!("GPU {} (no utilization)", d.index),
         })
+        .zip(&gpu.devices)
+        // GPM's SM activity beside utilization, where the GPU has it.
+        .map(|(text, d)| match d.mean_sm_active_pct {
+            Some(sm) => format!("{text} (SM activity {sm:.0}%)"),
+            None => text,
+        })
         .collect();
     writeln!(w, "GPU mean utilization: {}", devices.join(", "))?;
     writeln!(

@@ -48,6 +48,7 @@ fn gpu(t_ms: u64, utilization: f32) -> Event {
         sm_clock_mhz: Some(1400),
         throttle_reasons: None,
         process_utilization: None,
+        ..GpuSample::default()
     })
 }
 

@@ -133,6 +133,7 @@ impl Typical {
             sm_clock_mhz: Some(1980),
             throttle_reasons: Some(0),
             process_utilization: Some(utilization - 1.0),
+            ..GpuSample::default()
         }
     }
 
