@@ -72,6 +72,17 @@ pub enum Command {
                             thread, r reset, ? help. When standard output is not a terminal, \
                             prints a plain-text table every second instead.")]
     Top(TopArgs),
+    /// Merge dumps (`dump --json`) or recordings from many nodes into one view.
+    #[command(after_help = "Examples:\n  \
+                            srun --ntasks-per-node=1 sh -c 'stackscope dump --pid $(pgrep -of \
+                            torchrun) --subprocesses --json > dump-$(hostname).json'\n  \
+                            stackscope merge dump-*.json\n  \
+                            stackscope merge node-a/profile node-b/profile -o job-profile\n\n\
+                            Dumps: threads with the same stack print once with the ranks that \
+                            share them (7 ranks: 0-5, 7); ranks away from where the others are \
+                            come first, with their host. Recordings: one profile with a root per \
+                            rank, and a table of ranks naming the one that differs most.")]
+    Merge(MergeArgs),
     /// Internal: starts a command for `record` and writes its exit status to a file.
     #[command(name = "__launch", hide = true)]
     Launch(LaunchArgs),
@@ -82,6 +93,19 @@ pub struct LaunchArgs {
     pub status_file: PathBuf,
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// `dump --json` files, or recording directories (not both).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Where merged recordings go [default: stackscope-merged].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +124,8 @@ pub struct TopArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -140,6 +166,8 @@ pub struct WatchArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +219,17 @@ pub struct RecordingArgs {
     pub flush_interval: f64,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Prometheus metrics, for `watch`, `attach` (and `record`) and `top`.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (hangs per process and rank, sampling health, GPU
+    /// utilization) at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Where GPU data comes from, for every command that polls the GPUs.

@@ -8,7 +8,8 @@ use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+    AttachArgs, DumpArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs,
+    WatchArgs,
 };
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
@@ -64,6 +65,8 @@ pub struct RecordingConfig {
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl RecordingConfig {
@@ -87,6 +90,7 @@ impl RecordingConfig {
             subprocesses: args.subprocesses,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 
@@ -123,6 +127,53 @@ impl From<DumpArgs> for DumpConfig {
     }
 }
 
+/// What `merge` reads: all files or all directories.
+#[derive(Debug, Clone)]
+pub enum MergeInputs {
+    Dumps(Vec<PathBuf>),
+    Recordings(Vec<PathBuf>),
+}
+
+#[derive(Debug, Clone)]
+pub struct MergeConfig {
+    pub inputs: MergeInputs,
+    pub json: bool,
+    pub output: PathBuf,
+}
+
+impl MergeConfig {
+    pub fn from_args(args: MergeArgs) -> anyhow::Result<MergeConfig> {
+        if let Some(missing) = args.inputs.iter().find(|p| !p.exists()) {
+            return Err(UsageError(format!("{} does not exist", missing.display())).into());
+        }
+        let dirs = args.inputs.iter().filter(|p| p.is_dir()).count();
+        let inputs = if dirs == 0 {
+            MergeInputs::Dumps(args.inputs)
+        } else if dirs == args.inputs.len() {
+            MergeInputs::Recordings(args.inputs)
+        } else {
+            return Err(UsageError(
+                "merge takes either dump files (dump --json) or recording directories, not both"
+                    .to_owned(),
+            )
+            .into());
+        };
+        if args.output.is_some() && matches!(inputs, MergeInputs::Dumps(_)) {
+            return Err(UsageError(
+                "-o is for merged recordings; a merged dump prints to standard output".to_owned(),
+            )
+            .into());
+        }
+        Ok(MergeConfig {
+            inputs,
+            json: args.json,
+            output: args
+                .output
+                .unwrap_or_else(|| PathBuf::from("stackscope-merged")),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
     pub pid: u32,
@@ -131,6 +182,8 @@ pub struct WatchConfig {
     pub rate_hz: f64,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl WatchConfig {
@@ -144,6 +197,7 @@ impl WatchConfig {
             rate_hz: args.rate,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }
@@ -184,6 +238,8 @@ pub struct TopConfig {
     pub include_idle: bool,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl TopConfig {
@@ -194,6 +250,7 @@ impl TopConfig {
             include_idle: args.idle,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }

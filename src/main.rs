@@ -7,6 +7,8 @@ mod config;
 mod dump;
 mod ending;
 mod gpu;
+mod merge;
+mod metrics;
 mod recorder;
 mod recording;
 mod report;
@@ -20,7 +22,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DumpConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -54,5 +56,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
+        Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
     }
 }

@@ -18,6 +18,7 @@ use stackscope_sampler::{
 use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
 use crate::gpu::{GpuHandle, GpuReport};
+use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
 use crate::signals::Signals;
 
@@ -99,6 +100,8 @@ fn record(
     let start = Timestamp::now();
     let mut meta = MetaSource {
         pid: target.pid(),
+        rank: stackscope_event::RankInfo::of_process(target.pid()),
+        host: stackscope_event::host_name(),
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().unwrap_or_default().to_owned(),
         started_at: chrono::Local::now().to_rfc3339(),
@@ -134,7 +137,19 @@ fn record(
         process_root: aggregate_config.process_root,
         expected_gpu_devices: Vec::new(),
     };
-    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir, &log_header)?;
+    let metrics = MetricsEndpoint::start(
+        config.metrics_addr.as_deref(),
+        DEFAULT_HANG_AFTER_SECS,
+        config.gpu.idle_below,
+    )?;
+    let recorder = Recorder::spawn(
+        aggregate_config,
+        start,
+        receiver,
+        &out_dir,
+        &log_header,
+        metrics.as_ref().map(|m| m.state.clone()),
+    )?;
     let sampler = Sampler::spawn(
         target,
         SamplerConfig {
@@ -156,6 +171,10 @@ fn record(
     let mut reported_stop = false;
     while !signals.stop_requested() && !sampler.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
+        if let Some(m) = &metrics {
+            let dropped = sampler.stats().dropped.load(Ordering::Relaxed);
+            crate::metrics::lock(&m.state).set_dropped(dropped);
+        }
         let stopped = sampler.stats().stopped_now.load(Ordering::Relaxed);
         if stopped != reported_stop {
             reported_stop = stopped;
@@ -228,6 +247,8 @@ const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 /// checkpoint and at the end.
 struct MetaSource {
     pid: u32,
+    rank: stackscope_event::RankInfo,
+    host: Option<String>,
     command_line: String,
     python_version: String,
     started_at: String,
@@ -241,6 +262,8 @@ impl MetaSource {
     fn base(&self) -> RecordingMeta {
         RecordingMeta {
             pid: self.pid,
+            rank: self.rank,
+            host: self.host.clone(),
             command_line: self.command_line.clone(),
             python_version: self.python_version.clone(),
             started_at: self.started_at.clone(),

@@ -9,6 +9,8 @@ use super::model::{Row, SortKey, Totals, ViewOptions};
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    pub rank: Option<u32>,
     pub command: String,
     pub python_version: String,
     /// The rate asked for.
@@ -35,8 +37,13 @@ pub struct Status {
 /// Header line 1: what is sampled.
 pub fn title_line(status: &Status) -> String {
     format!(
-        "stackscope top · pid {} · Python {} · {}",
-        status.pid, status.python_version, status.command
+        "stackscope top · {} · Python {} · {}",
+        match status.rank {
+            Some(_) => stackscope_event::process_name(status.pid, status.rank),
+            None => format!("pid {}", status.pid),
+        },
+        status.python_version,
+        status.command
     )
 }
 
@@ -275,6 +282,25 @@ pub fn truncate_start(text: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ranked_target_is_named_by_its_rank() {
+        let mut status = Status {
+            pid: 5124,
+            command: "python train.py".into(),
+            python_version: "3.11.7".into(),
+            ..Status::default()
+        };
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · pid 5124 · Python 3.11.7 · python train.py"
+        );
+        status.rank = Some(6);
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · rank 6 (pid 5124) · Python 3.11.7 · python train.py"
+        );
+    }
 
     #[test]
     fn sparkline_keeps_the_newest_values() {

@@ -22,6 +22,7 @@ use stackscope_sampler::{Root, Sampler, SamplerConfig, SamplerStats, StopReason,
 
 use crate::config::TopConfig;
 use crate::gpu::GpuHandle;
+use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::signals::Signals;
 
 use format::Status;
@@ -68,6 +69,8 @@ pub struct Session {
     pub status: Status,
     interval_started: Instant,
     all_started: Instant,
+    /// `--metrics-addr`'s state and server.
+    metrics: Option<MetricsEndpoint>,
     ticks_at_interval_start: u64,
 }
 
@@ -75,6 +78,7 @@ impl Session {
     fn start(config: &TopConfig, target: Root, options: TargetOptions) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
+            rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
             command: target.command_line().to_owned(),
             python_version: target.python_version().unwrap_or("none").to_owned(),
             rate_hz: config.rate_hz,
@@ -92,6 +96,11 @@ impl Session {
             producers_stop.clone(),
         );
         let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
+        let metrics = MetricsEndpoint::start(
+            config.metrics_addr.as_deref(),
+            DEFAULT_HANG_AFTER_SECS,
+            config.gpu.idle_below,
+        )?;
         let sampler = Sampler::spawn(
             target,
             SamplerConfig {
@@ -115,6 +124,7 @@ impl Session {
             status,
             interval_started: now,
             all_started: now,
+            metrics,
             ticks_at_interval_start: 0,
         };
         session.refresh_status(0.0);
@@ -123,7 +133,14 @@ impl Session {
 
     /// Folds the events waiting on the channel into the model.
     pub fn pump(&mut self) {
+        let mut metrics = self
+            .metrics
+            .as_ref()
+            .map(|m| crate::metrics::lock(&m.state));
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
+            if let Some(m) = metrics.as_mut() {
+                m.observe(&event);
+            }
             self.model.handle(event);
         }
     }
@@ -173,6 +190,9 @@ impl Session {
             self.model.set_devices(&devices);
         }
         self.status.dropped = dropped;
+        if let Some(m) = &self.metrics {
+            crate::metrics::lock(&m.state).set_dropped(dropped);
+        }
     }
 
     /// Clears the since-start counts (the `r` key).

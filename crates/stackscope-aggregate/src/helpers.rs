@@ -87,6 +87,8 @@ mod tests {
             parent_pid: Some(1),
             command_line: command_line.to_owned(),
             python_version: "3.11.7".to_owned(),
+            rank: Default::default(),
+            host: None,
             threads: vec![ThreadDump {
                 name: Some("MainThread".to_owned()),
                 os_thread_id: Some(7),

@@ -19,9 +19,11 @@ mod hang;
 mod helpers;
 mod intern;
 mod limits;
+mod merge;
 mod meta;
 mod oscillation;
 mod processes;
+mod ranks;
 mod sm_activity;
 mod summary;
 mod tagging;
@@ -36,9 +38,13 @@ pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, Threa
 pub use hang::{HangDetector, HangEvent};
 pub use helpers::helper_kind;
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+pub use merge::{
+    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use ranks::{merge_recordings, MergedRecordings, OddRank, RankRow, RecordingInput};
 pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,

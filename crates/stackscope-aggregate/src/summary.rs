@@ -1,6 +1,7 @@
 //! The summary of a recording: the schema of `summary.json`.
 
 use serde::{Deserialize, Serialize};
+use stackscope_event::RankInfo;
 
 use crate::aggregator::Aggregator;
 use crate::device_stats::GpuDeviceSummary;
@@ -22,6 +23,12 @@ const OSCILLATION_WINDOW_NANOS: u64 = 600_000_000_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    #[serde(flatten)]
+    pub rank: RankInfo,
+    /// The machine the recording ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub command_line: String,
     pub python_version: String,
     pub started_at: String,
@@ -86,6 +93,9 @@ pub struct ThreadSummary {
 pub struct ProcessSummary {
     /// 0 for the `[other processes]` entry.
     pub pid: u32,
+    /// Its rank, when a launcher started it: `rank`, `local_rank`, `world_size`, `group_rank`.
+    #[serde(flatten)]
+    pub rank: RankInfo,
     pub command_line: String,
     /// Kept stack samples.
     pub samples: u64,
@@ -130,6 +140,8 @@ impl Aggregator {
     pub fn summary(&self, meta: &RecordingMeta) -> Summary {
         Summary {
             pid: meta.pid,
+            rank: meta.rank,
+            host: meta.host.clone(),
             command_line: meta.command_line.clone(),
             python_version: meta.python_version.clone(),
             started_at: meta.started_at.clone(),
@@ -279,6 +291,7 @@ impl Aggregator {
             .iter()
             .map(|p| ProcessSummary {
                 pid: p.pid,
+                rank: p.rank,
                 command_line: p.command_line.clone(),
                 samples: p.samples,
                 exited: p.exited.is_some(),
@@ -291,6 +304,7 @@ impl Aggregator {
         if folded.processes > 0 {
             processes.push(ProcessSummary {
                 pid: 0,
+                rank: RankInfo::default(),
                 command_line: OTHER_PROCESSES.to_owned(),
                 samples: folded.samples,
                 exited: folded.exited == folded.processes,

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
+pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
 /// One message on the channel from a producer to the aggregator.
@@ -35,6 +37,9 @@ pub struct ProcessEvent {
     /// The command line, arguments joined by spaces.
     pub command_line: String,
     pub kind: ProcessEventKind,
+    /// Its rank, when a launcher started it (read from its environment).
+    #[serde(default)]
+    pub rank: RankInfo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::RankInfo;
+
 /// One process, every thread read at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessDump {
@@ -14,7 +16,20 @@ pub struct ProcessDump {
     pub parent_pid: Option<u32>,
     pub command_line: String,
     pub python_version: String,
+    /// Its rank, when a launcher started it: `rank`, `local_rank`, `world_size`, `group_rank`.
+    #[serde(flatten)]
+    pub rank: RankInfo,
+    /// The machine it runs on, as the dumping stackscope saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub threads: Vec<ThreadDump>,
+}
+
+impl ProcessDump {
+    /// `rank 6 (pid 5124)`, or `process 5124` without a rank.
+    pub fn display_name(&self) -> String {
+        crate::process_name(self.pid, self.rank.rank)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,15 +23,16 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
         if i > 0 {
             writeln!(w)?;
         }
+        // `Process 5124` or `Process rank 6 (pid 5124)`.
+        let name = match process.rank.rank {
+            Some(_) => format!("Process {}", process.display_name()),
+            None => format!("Process {}", process.pid),
+        };
         // One line whatever the command line holds (a newline in an argument).
         let command_line = one_line(&process.command_line);
         match process.parent_pid {
-            Some(parent) => writeln!(
-                w,
-                "Process {} (child of {parent}): {command_line}",
-                process.pid
-            )?,
-            None => writeln!(w, "Process {}: {command_line}", process.pid)?,
+            Some(parent) => writeln!(w, "{name} (child of {parent}): {command_line}")?,
+            None => writeln!(w, "{name}: {command_line}")?,
         }
         if process.python_version.is_empty() && process.threads.is_empty() {
             writeln!(w, "Not Python (a launcher: its Python processes follow)")?;
@@ -63,7 +64,15 @@ fn one_line(text: &str) -> String {
 
 fn describe_straggler(s: &Straggler) -> String {
     let who = match &s.thread {
-        Some(thread) => format!("Thread \"{thread}\" of process {}", s.pid),
+        Some(thread) => format!(
+            "Thread \"{thread}\" of {}",
+            stackscope_event::process_name(s.pid, s.rank)
+        ),
+        None if s.rank.is_some() => format!(
+            "Process {} ({})",
+            stackscope_event::process_name(s.pid, s.rank),
+            one_line(&s.command_line)
+        ),
         None => format!("Process {} ({})", s.pid, one_line(&s.command_line)),
     };
     format!(
@@ -90,7 +99,13 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
             .members
             .iter()
             .map(|m| {
-                if pids.len() > 1 {
+                if pids.len() > 1 && m.rank.is_some() {
+                    format!(
+                        "{} [{}]",
+                        m.name,
+                        stackscope_event::process_name(m.pid, m.rank)
+                    )
+                } else if pids.len() > 1 {
                     format!("{} [{}]", m.name, m.pid)
                 } else {
                     m.name.clone()
@@ -205,6 +220,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 job.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![t],
         }];
         assert_eq!(
@@ -226,6 +243,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 pool.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads,
         }];
         let out = text(&dump);
@@ -247,6 +266,8 @@ mod tests {
             parent_pid: None,
             command_line: "python3 a.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![thread("MainThread", 1, "main", 3)],
         }];
         let mut out = Vec::new();

@@ -11,6 +11,7 @@ mod flamegraph;
 mod folded;
 mod gpu_chart;
 mod gpu_csv;
+mod merge;
 mod outputs;
 mod summary;
 
@@ -20,6 +21,10 @@ pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
+pub use merge::{
+    write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
+    MergedFiles, MergedSummary, RANKS_TXT,
+};
 pub use outputs::{file_names, write_outputs, OutputFiles};
 pub use summary::{write_summary_json, write_text_summary};
 

@@ -127,7 +127,7 @@ fn title_subject(meta: &RecordingMeta) -> String {
 
 /// Writes `name` in `dir` through a temporary file in the same directory, synced and then
 /// renamed over the old one: a reader, or a `kill -9` mid-write, never leaves half a file.
-fn write_atomic(
+pub(crate) fn write_atomic(
     dir: &Path,
     name: &str,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,

@@ -62,8 +62,15 @@ fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
     };
     writeln!(
         w,
-        "stackscope: {} samples of pid {}{} over {:.1} s at {} Hz",
-        s.samples, s.pid, python, s.duration_secs, s.rate_hz
+        "stackscope: {} samples of {}{} over {:.1} s at {} Hz",
+        s.samples,
+        match s.rank.rank {
+            Some(rank) => stackscope_event::process_name(s.pid, Some(rank)),
+            None => format!("pid {}", s.pid),
+        },
+        python,
+        s.duration_secs,
+        s.rate_hz
     )?;
     if s.idle_samples_skipped > 0 {
         writeln!(
@@ -172,10 +179,15 @@ fn process_text(p: &ProcessSummary) -> String {
     if p.command_line.chars().count() > TEXT_COMMAND_CHARS {
         command.push_str("...");
     }
+    // `rank 6 (pid 5124) python train.py (20)` for a process a launcher started.
+    let name = match p.rank.rank {
+        Some(rank) => stackscope_event::process_name(p.pid, Some(rank)),
+        None => format!("pid {}", p.pid),
+    };
     if command.is_empty() {
-        format!("pid {} ({}{exited})", p.pid, p.samples)
+        format!("{name} ({}{exited})", p.samples)
     } else {
-        format!("pid {} {command} ({}{exited})", p.pid, p.samples)
+        format!("{name} {command} ({}{exited})", p.samples)
     }
 }
 

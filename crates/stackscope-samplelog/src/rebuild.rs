@@ -83,8 +83,19 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
     let mut before = ProcessesBefore::default();
     let mut covered_after_end = BTreeSet::new();
     let mut stopped_early = false;
+    // The log does not keep ranks; the recording's summary does, by pid.
+    let old = OldSummary::read(dir);
+    let ranks = old.process_ranks();
     for event in reader.by_ref() {
-        let event = event?;
+        let event = match event? {
+            Event::Process(mut process) if process.kind == ProcessEventKind::Attached => {
+                if let Some(rank) = ranks.get(&process.pid) {
+                    process.rank = *rank;
+                }
+                Event::Process(process)
+            }
+            event => event,
+        };
         let secs = event_time(&event).seconds_since(header.start);
         last_secs = last_secs.max(secs);
         let keep = if window.contains(secs) {
@@ -116,7 +127,6 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
     used += before.feed(&mut aggregator);
     aggregator.finish();
 
-    let old = OldSummary::read(dir);
     let recording_secs = last_secs.max(old.duration_secs().unwrap_or(0.0));
     let from_secs = window.from.unwrap_or(0.0);
     if !stopped_early && from_secs >= recording_secs && window.from.is_some() {

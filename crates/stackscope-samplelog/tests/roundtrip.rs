@@ -66,6 +66,7 @@ fn every_kind() -> Vec<Event> {
             pid: 4242,
             command_line: "python train.py".into(),
             kind: ProcessEventKind::Attached,
+            rank: Default::default(),
         }),
         stack(
             START + MS,
@@ -170,6 +171,7 @@ fn every_kind() -> Vec<Event> {
             pid: 777,
             command_line: String::new(),
             kind: ProcessEventKind::Exited,
+            rank: Default::default(),
         }),
     ]
 }

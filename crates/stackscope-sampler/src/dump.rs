@@ -35,6 +35,8 @@ pub fn dump_tree(pid: u32, options: &TargetOptions) -> Result<Vec<ProcessDump>, 
             command_line: other.command_line,
             python_version: String::new(),
             threads: Vec::new(),
+            rank: stackscope_event::RankInfo::of_process(pid),
+            host: stackscope_event::host_name(),
         },
     };
     let mut dumps = vec![root];
@@ -109,6 +111,8 @@ fn dump_with_states(
         parent_pid: None,
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
+        rank: stackscope_event::RankInfo::of_process(pid),
+        host: stackscope_event::host_name(),
         threads,
     })
 }

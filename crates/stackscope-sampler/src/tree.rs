@@ -66,6 +66,7 @@ impl ProcessSet {
             pid: o.pid,
             command_line: o.command_line.clone(),
             kind: ProcessEventKind::Attached,
+            rank: stackscope_event::RankInfo::of_process(o.pid),
         })
     }
 
@@ -76,6 +77,7 @@ impl ProcessSet {
             pid: target.pid(),
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Attached,
+            rank: stackscope_event::RankInfo::of_process(target.pid()),
         }
     }
 
@@ -102,6 +104,7 @@ impl ProcessSet {
             pid,
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Exited,
+            rank: stackscope_event::RankInfo::default(),
         })
     }
 

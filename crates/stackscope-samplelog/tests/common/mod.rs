@@ -145,6 +145,7 @@ impl Typical {
                 pid: 4242,
                 command_line: "python train.py --epochs 90".into(),
                 kind: ProcessEventKind::Attached,
+                rank: Default::default(),
             }));
         }
         if self.tick >= self.ticks {
