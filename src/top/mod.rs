@@ -80,7 +80,10 @@ impl Session {
             pid: target.pid(),
             rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
             command: target.command_line().to_owned(),
-            python_version: target.python_version().unwrap_or("none (a launcher)").to_owned(),
+            python_version: target
+                .python_version()
+                .unwrap_or("none (a launcher)")
+                .to_owned(),
             rate_hz: config.rate_hz,
             processes: 1,
             ..Status::default()
