@@ -63,6 +63,16 @@ pub enum Command {
                             into DIR/report-FROM-TO (or -o)."
     )]
     Report(ReportArgs),
+    /// Write a recording (or a window of it) for other tools: pprof, speedscope or Perfetto.
+    #[command(
+        after_help = "Examples:\n  stackscope export profile --format pprof\n  \
+                            go tool pprof -http=:8080 profile/profile.pb.gz\n  \
+                            stackscope export profile --format perfetto --from 600 --to 660\n\n\
+                            Reads DIR/samples.log and writes DIR/profile.pb.gz, \
+                            DIR/profile.speedscope.json or DIR/trace.json (a window into \
+                            DIR/report-FROM-TO/), or -o FILE."
+    )]
+    Export(ExportArgs),
     /// A live view of where a running process spends its time, and its GPUs, like `top`.
     #[command(after_help = "Example:\n  stackscope top --pid 12345\n\n\
                             Refreshes every second: per function, its share of the samples in \
@@ -148,6 +158,25 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A recording's output directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// pprof (profile.pb.gz), speedscope (profile.speedscope.json) or perfetto (trace.json).
+    #[arg(long, value_name = "pprof|speedscope|perfetto")]
+    pub format: String,
+    /// Start of the window, seconds after the recording started [default: its start].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub from: Option<f64>,
+    /// End of the window, seconds after the recording started [default: its end].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub to: Option<f64>,
+    /// The file to write [default: DIR/NAME, or DIR/report-FROM-TO/NAME for a window].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct WatchArgs {
     /// The process to watch.
     #[arg(long, short = 'p')]
@@ -217,6 +246,10 @@ pub struct RecordingArgs {
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub flush_interval: f64,
+    /// Also write these exports, comma-separated: pprof (profile.pb.gz), speedscope
+    /// (profile.speedscope.json), perfetto (trace.json); at the end and at every checkpoint.
+    #[arg(long, value_name = "LIST")]
+    pub format: Option<String>,
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]

@@ -8,9 +8,10 @@ use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs,
-    WatchArgs,
+    AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs,
+    TopArgs, WatchArgs,
 };
+use stackscope_report::ExportFormat;
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -65,6 +66,8 @@ pub struct RecordingConfig {
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
+    /// Exports written beside the outputs (`--format`).
+    pub formats: Vec<ExportFormat>,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
 }
@@ -90,6 +93,10 @@ impl RecordingConfig {
             subprocesses: args.subprocesses,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
+            formats: match &args.format {
+                Some(list) => parse_formats(list)?,
+                None => Vec::new(),
+            },
             metrics_addr: args.metrics.metrics_addr,
         })
     }
@@ -228,6 +235,58 @@ impl ReportConfig {
             idle_below: args.idle_below,
         })
     }
+}
+
+/// Settings of `export`.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub dir: PathBuf,
+    pub format: ExportFormat,
+    pub from_secs: Option<f64>,
+    pub to_secs: Option<f64>,
+    pub output: Option<PathBuf>,
+}
+
+impl ExportConfig {
+    pub fn from_args(args: ExportArgs) -> anyhow::Result<ExportConfig> {
+        if let (Some(from), Some(to)) = (args.from, args.to) {
+            if to <= from {
+                return Err(
+                    UsageError(format!("--to {to} must be later than --from {from}")).into(),
+                );
+            }
+        }
+        Ok(ExportConfig {
+            dir: args.dir,
+            format: args
+                .format
+                .parse()
+                .map_err(|e| UsageError(format!("--format: {e}")))?,
+            from_secs: args.from,
+            to_secs: args.to,
+            output: args.output,
+        })
+    }
+}
+
+/// `--format pprof,perfetto`: each format once, in the order given.
+fn parse_formats(list: &str) -> anyhow::Result<Vec<ExportFormat>> {
+    let mut formats = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let format: ExportFormat = name
+            .parse()
+            .map_err(|e| UsageError(format!("--format {list}: {e}")))?;
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
+    if formats.is_empty() {
+        return Err(UsageError(format!(
+            "--format {list}: name at least one of pprof, speedscope, perfetto"
+        ))
+        .into());
+    }
+    Ok(formats)
 }
 
 /// Settings of `top`.

@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod dump;
 mod ending;
+mod export;
 mod gpu;
 mod merge;
 mod metrics;
@@ -22,7 +23,8 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig, UsageError,
+    WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -50,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
         Command::Report(args) => report::run(ReportConfig::from_args(args)?),
+        Command::Export(args) => export::run(ExportConfig::from_args(args)?),
         Command::Launch(args) => {
             // Handled before anything else in main; here only for completeness.
             let _ = child::launcher_main(&args.status_file, &args.command);

@@ -201,6 +201,10 @@ fn record(
                 Ok(_) => {}
                 Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
             }
+            // Outside the recorder's lock: the exports re-read the log it just flushed.
+            if let Err(e) = crate::export::write_formats(&out_dir, &config.formats) {
+                eprintln!("stackscope: checkpoint exports failed: {e:#}");
+            }
             next_checkpoint = Instant::now() + config.flush_interval;
         }
     }
@@ -234,6 +238,7 @@ fn record(
     let ended = target_exited || exit_status.is_some();
     let final_meta = meta.finished(&report, gpu_report, ended, exit_status);
     let written = recorder.finish(&final_meta)?;
+    crate::export::write_formats(&out_dir, &config.formats)?;
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;

@@ -29,6 +29,7 @@ mod summary;
 mod tagging;
 mod threads;
 mod timeline;
+mod trace;
 mod verdict;
 
 pub use aggregator::{AggregateConfig, Aggregator, StackView};
@@ -49,6 +50,7 @@ pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use trace::{GpuState, Run, SampleTrace, TraceThread};
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]

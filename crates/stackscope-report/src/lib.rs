@@ -1,5 +1,6 @@
 //! Writers of stackscope's output files: SVG flamegraphs (inferno), folded stacks, the summary
-//! as JSON and as text, and the GPU timeline as CSV and as an SVG chart (plotters).
+//! as JSON and as text, the GPU timeline as CSV and as an SVG chart (plotters), and the exports
+//! other tools read (pprof, speedscope, a Perfetto trace; see `export`).
 //!
 //! Each writer is a pure function of what the aggregator holds, over any `W: Write`;
 //! [`write_outputs`] writes a whole output directory, each file under a temporary name renamed
@@ -7,6 +8,7 @@
 
 mod dump;
 mod error;
+mod export;
 mod flamegraph;
 mod folded;
 mod gpu_chart;
@@ -17,6 +19,10 @@ mod summary;
 
 pub use dump::{write_dump_json, write_dump_text};
 pub use error::ReportError;
+pub use export::{
+    build_profile, pprof_proto, write_export_file, write_perfetto, write_pprof, write_speedscope,
+    ExportFormat, ExportInfo,
+};
 pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
