@@ -10,10 +10,12 @@
 mod dump;
 mod error;
 mod fast;
+mod leader;
 mod names;
 pub mod namespace;
 mod permission;
 pub mod procfs;
+mod root;
 mod sampler;
 mod target;
 mod timer;
@@ -21,6 +23,7 @@ mod tree;
 
 pub use dump::{dump_process, dump_target, dump_tree};
 pub use error::{classify_sample_error, AttachError, SampleFailure};
+pub use root::{python_descendants, OtherProcess, Root};
 pub use sampler::{Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
 pub use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 pub use target::{check_supported_version, PythonTarget, TargetOptions, ThreadStack};
