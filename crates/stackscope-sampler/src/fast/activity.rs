@@ -5,32 +5,79 @@
 //! every sample. The files stay open here and are re-read in place (`pread` at offset 0 makes
 //! procfs render them afresh): one system call per thread. A file whose thread has exited
 //! answers ESRCH, even if its id was reused, so it is opened again.
+//!
+//! A thread that slept at its last reading, within [`REUSE_FOR`], and whose Python state has
+//! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
+//! the reader decides that, since only it knows whether the Python state changed.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// How long a sleeping thread's state is taken as still true while its Python state does not
+/// change (docs/performance.md: the error this allows, measured).
+pub(crate) const REUSE_FOR: Duration = Duration::from_millis(100);
+
+struct Entry {
+    file: File,
+    /// The state last read, and when.
+    last: Option<(Option<u8>, Instant)>,
+}
 
 #[derive(Default)]
 pub(crate) struct Activity {
-    files: HashMap<u64, File>,
+    files: HashMap<u64, Entry>,
     pub reads: u64,
+    /// States taken from an earlier read instead.
+    pub reused: u64,
 }
 
 impl Activity {
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
+        let state = self.read(tid);
+        if let Some(e) = self.files.get_mut(&tid) {
+            e.last = Some((state, Instant::now()));
+        }
+        state
+    }
+
+    /// The state of `tid` as last read, if that was at most [`REUSE_FOR`] before `now` and
+    /// said it slept (`S`, `D`, ...): a running, stopped or unreadable one is read every time.
+    pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
+        let (state, at) = self.files.get(&tid)?.last?;
+        let asleep = matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'));
+        if asleep && now.saturating_duration_since(at) <= REUSE_FOR {
+            self.reused += 1;
+            return state;
+        }
+        None
+    }
+
+    /// Reads the state without remembering it (the idle audit's reference reading).
+    pub(crate) fn peek(&mut self, tid: u64) -> Option<u8> {
+        let reads = self.reads;
+        let state = self.read(tid);
+        self.reads = reads;
+        state
+    }
+
+    fn read(&mut self, tid: u64) -> Option<u8> {
         for _ in 0..2 {
-            let file = match self.files.get(&tid) {
-                Some(f) => f,
+            let entry = match self.files.get(&tid) {
+                Some(e) => e,
                 None => {
-                    let f = File::open(format!("/proc/{tid}/stat")).ok()?;
-                    self.files.entry(tid).or_insert(f)
+                    let file = File::open(format!("/proc/{tid}/stat")).ok()?;
+                    self.files
+                        .entry(tid)
+                        .or_insert(Entry { file, last: None })
                 }
             };
             let mut buf = [0u8; 512];
             self.reads += 1;
-            match file.read_at(&mut buf, 0) {
+            match entry.file.read_at(&mut buf, 0) {
                 Ok(n) if n > 0 => return state(&buf[..n]),
                 _ => {
                     self.files.remove(&tid);
@@ -71,6 +118,8 @@ mod tests {
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(u64::from(u32::MAX - 1)), None);
+        // A running thread's state is never reused.
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
         activity.retain(&[]);
         assert!(activity.files.is_empty());
     }

@@ -117,6 +117,12 @@ pub(crate) struct FastReader {
     stats: ReaderStats,
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
     os_tids: Option<OsTids>,
+    /// Whether a sleeping thread whose Python state did not change keeps its last OS state
+    /// for a while ([`activity::REUSE_FOR`]); `STACKSCOPE_IDLE_REUSE=0` reads it every time.
+    reuse_states: bool,
+    /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
+    /// it would have changed (docs/performance.md).
+    audit: bool,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -187,6 +193,9 @@ impl FastReader {
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
+            reuse_states: strategy == Strategy::StopGilHolders
+                && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
+            audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         reader.fill_os_thread_ids();
@@ -225,13 +234,38 @@ impl FastReader {
     fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
         self.stats.samples += 1;
         self.fill_os_thread_ids();
-        // The OS's view first: once we stop a thread, it reads as stopped.
-        let states: Vec<(u64, Option<u8>)> = self
-            .threads
-            .iter()
-            .map(|k| k.ts.native_thread_id)
-            .map(|tid| (tid, self.activity.state(tid)))
-            .collect();
+        // The OS's view first: once we stop a thread, it reads as stopped. A thread that
+        // slept a moment ago, still does if its Python state has not changed (checked after
+        // the read, below) and it was not the GIL's holder: its last reading stands.
+        let now = std::time::Instant::now();
+        let mut states: Vec<(u64, Option<u8>)> = Vec::with_capacity(self.threads.len());
+        let mut reused: Vec<bool> = Vec::with_capacity(self.threads.len());
+        let mut audited: Vec<Option<u8>> = Vec::new();
+        let old_sigs: Vec<(usize, u64)> = self.threads.iter().map(|k| (k.tstate, k.sig)).collect();
+        for k in &mut self.threads {
+            let tid = k.ts.native_thread_id;
+            let earlier = (self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder)
+                .then(|| self.activity.recent_sleep(tid, now))
+                .flatten();
+            k.still = earlier.is_some();
+            match earlier {
+                Some(state) => {
+                    if self.audit {
+                        audited.push(self.activity.peek(tid));
+                    }
+                    states.push((tid, Some(state)));
+                    reused.push(true);
+                }
+                None => {
+                    if self.audit {
+                        audited.push(None);
+                    }
+                    states.push((tid, self.activity.state(tid)));
+                    reused.push(false);
+                }
+            }
+        }
+        self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
             Some(self.process.lock().context("Failed to suspend process")?)
@@ -264,17 +298,54 @@ impl FastReader {
             .find(|k| k.tstate == read.gil_holder && read.gil_holder != 0)
             .map_or(0, |k| k.ts.thread_id);
         let mut out = Vec::with_capacity(self.threads.len());
-        for ((known, frames), name) in self.threads.iter().zip(read.frames).zip(names) {
+        for (i, ((known, frames), name)) in
+            self.threads.iter().zip(read.frames).zip(names).enumerate()
+        {
             let ts = known.ts;
-            let state = match states.iter().find(|(tid, _)| *tid == ts.native_thread_id) {
-                Some((_, state)) => *state,
-                // A thread new this sample: read now unless we stopped the process.
-                None if self.strategy == Strategy::StopGilHolders => {
-                    self.activity.state(ts.native_thread_id)
+            let owns_gil = ts.thread_id == gil_thread;
+            let tid = ts.native_thread_id;
+            // Where it was before the read (the same place unless the list changed).
+            let at = match states.get(i) {
+                Some((t, _)) if *t == tid => Some(i),
+                _ => states.iter().position(|(t, _)| *t == tid),
+            };
+            let state = match at {
+                Some(j) if reused[j] => {
+                    // A reused state stands only for a thread that did not move: one whose
+                    // Python state changed, or that holds the GIL, is read at once.
+                    let same = match old_sigs.get(i) {
+                        Some((t, sig)) if *t == known.tstate => *sig == known.sig,
+                        _ => old_sigs
+                            .iter()
+                            .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
+                    };
+                    let state = if same && !owns_gil {
+                        states[j].1
+                    } else {
+                        self.stats.stat_reused -= 1;
+                        self.activity.state(tid)
+                    };
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                        let reference = audited.get(j).copied().flatten();
+                        if crate::idle::is_active(state, owns_gil)
+                            != crate::idle::is_active(reference, owns_gil)
+                        {
+                            self.stats.idle_disagreed += 1;
+                        }
+                    }
+                    state
                 }
+                Some(j) => {
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                    }
+                    states[j].1
+                }
+                // A thread new this sample: read now unless we stopped the process.
+                None if self.strategy == Strategy::StopGilHolders => self.activity.state(tid),
                 None => None,
             };
-            let owns_gil = ts.thread_id == gil_thread;
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
                 os_thread_id: ts.native_thread_id,
