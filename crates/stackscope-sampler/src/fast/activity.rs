@@ -1,4 +1,4 @@
-//! Each thread's scheduler state, from `/proc/TID/stat`. py-spy calls a thread active when
+//! Each thread's scheduler state, from `/proc/PID/task/TID/stat`. py-spy calls a thread active when
 //! the scheduler says `R`; a thread stopped by a tracer or a signal (`t`, `T`) cannot run.
 //!
 //! py-spy lists `/proc/PID/task` and opens, reads and closes every thread's stat file for
@@ -25,8 +25,8 @@ struct Entry {
     last: Option<(Option<u8>, Instant)>,
 }
 
-#[derive(Default)]
 pub(crate) struct Activity {
+    pid: u32,
     files: HashMap<u64, Entry>,
     pub reads: u64,
     /// States taken from an earlier read instead.
@@ -34,6 +34,15 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
+    pub(crate) fn new(pid: u32) -> Activity {
+        Activity {
+            pid,
+            files: HashMap::new(),
+            reads: 0,
+            reused: 0,
+        }
+    }
+
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
@@ -69,7 +78,11 @@ impl Activity {
             let entry = match self.files.get(&tid) {
                 Some(e) => e,
                 None => {
-                    let file = File::open(format!("/proc/{tid}/stat")).ok()?;
+                    // The thread's own file: `/proc/TID/stat` is the whole process's view,
+                    // which adds up every thread's CPU time on each read (a cost that grows
+                    // with the threads, paid for each of them).
+                    let path = format!("/proc/{}/task/{tid}/stat", self.pid);
+                    let file = File::open(path).ok()?;
                     self.files
                         .entry(tid)
                         .or_insert(Entry { file, last: None })
@@ -113,7 +126,7 @@ mod tests {
 
     #[test]
     fn our_own_thread_runs_and_a_missing_one_is_unknown() {
-        let mut activity = Activity::default();
+        let mut activity = Activity::new(std::process::id());
         let tid = nix::unistd::gettid().as_raw() as u64;
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(tid), Some(b'R'));

@@ -186,7 +186,7 @@ impl FastReader {
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
-            activity: Activity::default(),
+            activity: Activity::new(pid),
             strategy,
             expected_holder: gil.map_or(0, |g| g.last_holder),
             likely_holders: Vec::new(),
@@ -319,22 +319,23 @@ impl FastReader {
                             .iter()
                             .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
                     };
-                    let state = if same && !owns_gil {
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                    }
+                    if same && !owns_gil {
+                        // The audit's question: would reading now have decided otherwise?
+                        let reference = audited.get(j).copied().flatten();
+                        if self.audit
+                            && crate::idle::is_active(states[j].1, owns_gil)
+                                != crate::idle::is_active(reference, owns_gil)
+                        {
+                            self.stats.idle_disagreed += 1;
+                        }
                         states[j].1
                     } else {
                         self.stats.stat_reused -= 1;
                         self.activity.state(tid)
-                    };
-                    if self.audit {
-                        self.stats.idle_decisions += 1;
-                        let reference = audited.get(j).copied().flatten();
-                        if crate::idle::is_active(state, owns_gil)
-                            != crate::idle::is_active(reference, owns_gil)
-                        {
-                            self.stats.idle_disagreed += 1;
-                        }
                     }
-                    state
                 }
                 Some(j) => {
                     if self.audit {
