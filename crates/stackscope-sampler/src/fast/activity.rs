@@ -83,9 +83,7 @@ impl Activity {
                     // with the threads, paid for each of them).
                     let path = format!("/proc/{}/task/{tid}/stat", self.pid);
                     let file = File::open(path).ok()?;
-                    self.files
-                        .entry(tid)
-                        .or_insert(Entry { file, last: None })
+                    self.files.entry(tid).or_insert(Entry { file, last: None })
                 }
             };
             let mut buf = [0u8; 512];

@@ -58,7 +58,11 @@ pub(crate) fn rebuild(
                     ts.native_thread_id = k.ts.native_thread_id;
                 }
                 // A thread state reused by a new thread is a thread that changed.
-                let sig = if ts.thread_id == k.ts.thread_id { k.sig } else { 0 };
+                let sig = if ts.thread_id == k.ts.thread_id {
+                    k.sig
+                } else {
+                    0
+                };
                 (k.extra.clone(), k.codes.clone(), sig)
             }
             None => Default::default(),
