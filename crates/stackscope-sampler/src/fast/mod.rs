@@ -16,8 +16,11 @@
 //!   copies agree ([`holder`]); one that keeps failing that is stopped alone, read and
 //!   resumed ([`Strategy`]).
 //!
-//! So a sample of a steady process costs one read of its memory and one `pread` of each
-//! thread's `/proc` stat file; a thread is stopped in a fraction of a percent of samples.
+//! So a sample of a steady process costs one read of its memory (every thread in one
+//! `process_vm_readv`, split only past `IOV_MAX` ranges) and one `pread` of the `/proc` stat
+//! file of each thread that runs, moved, or was last read over 100 ms ago (a sleeping thread
+//! whose Python state did not change keeps its OS state, [`activity`]); a thread is stopped
+//! in a fraction of a percent of samples.
 //!
 //! Where the layouts come from ([`layout`]): tables typed here for 3.10, 3.11 and 3.12; for
 //! 3.13 and later the interpreter's own `_Py_DebugOffsets` ([`debug_offsets`]), with py-spy's
