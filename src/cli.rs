@@ -63,6 +63,16 @@ pub enum Command {
                             into DIR/report-FROM-TO (or -o)."
     )]
     Report(ReportArgs),
+    /// Write a recording (or a window of it) for other tools: pprof, speedscope or Perfetto.
+    #[command(
+        after_help = "Examples:\n  stackscope export profile --format pprof\n  \
+                            go tool pprof -http=:8080 profile/profile.pb.gz\n  \
+                            stackscope export profile --format perfetto --from 600 --to 660\n\n\
+                            Reads DIR/samples.log and writes DIR/profile.pb.gz, \
+                            DIR/profile.speedscope.json or DIR/trace.json (a window into \
+                            DIR/report-FROM-TO/), or -o FILE."
+    )]
+    Export(ExportArgs),
     /// A live view of where a running process spends its time, and its GPUs, like `top`.
     #[command(after_help = "Example:\n  stackscope top --pid 12345\n\n\
                             Refreshes every second: per function, its share of the samples in \
@@ -72,6 +82,25 @@ pub enum Command {
                             thread, r reset, ? help. When standard output is not a terminal, \
                             prints a plain-text table every second instead.")]
     Top(TopArgs),
+    /// Run the bundled training loop under a simulated GPU and write its report: the whole
+    /// story on any machine.
+    #[command(after_help = "Example:\n  stackscope demo -o demo\n\n\
+                            Records fixtures/train_sim.py (embedded in the binary; needs python3) \
+                            for --seconds while a simulated GPU follows its phases: idle while it \
+                            loads data, busy while it computes. The GPU is labelled simulated in \
+                            every output. Open DIR/report.html in a browser.")]
+    Demo(DemoArgs),
+    /// Merge dumps (`dump --json`) or recordings from many nodes into one view.
+    #[command(after_help = "Examples:\n  \
+                            srun --ntasks-per-node=1 sh -c 'stackscope dump --pid $(pgrep -of \
+                            torchrun) --subprocesses --json > dump-$(hostname).json'\n  \
+                            stackscope merge dump-*.json\n  \
+                            stackscope merge node-a/profile node-b/profile -o job-profile\n\n\
+                            Dumps: threads with the same stack print once with the ranks that \
+                            share them (7 ranks: 0-5, 7); ranks away from where the others are \
+                            come first, with their host. Recordings: one profile with a root per \
+                            rank, and a table of ranks naming the one that differs most.")]
+    Merge(MergeArgs),
     /// Internal: starts a command for `record` and writes its exit status to a file.
     #[command(name = "__launch", hide = true)]
     Launch(LaunchArgs),
@@ -82,6 +111,19 @@ pub struct LaunchArgs {
     pub status_file: PathBuf,
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// `dump --json` files, or recording directories (not both).
+    #[arg(required = true, value_name = "FILE|DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Where merged recordings go [default: stackscope-merged].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +142,23 @@ pub struct TopArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Output directory.
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "DIR",
+        default_value = "stackscope-demo"
+    )]
+    pub output: PathBuf,
+    /// How long the training loop runs.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub seconds: f64,
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +181,25 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// A recording's output directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// pprof (profile.pb.gz), speedscope (profile.speedscope.json) or perfetto (trace.json).
+    #[arg(long, value_name = "pprof|speedscope|perfetto")]
+    pub format: String,
+    /// Start of the window, seconds after the recording started [default: its start].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub from: Option<f64>,
+    /// End of the window, seconds after the recording started [default: its end].
+    #[arg(long, value_name = "SECS", value_parser = parse_offset)]
+    pub to: Option<f64>,
+    /// The file to write [default: DIR/NAME, or DIR/report-FROM-TO/NAME for a window].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct WatchArgs {
     /// The process to watch.
     #[arg(long, short = 'p')]
@@ -140,6 +218,8 @@ pub struct WatchArgs {
     pub subprocesses: bool,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -189,8 +269,23 @@ pub struct RecordingArgs {
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
     pub flush_interval: f64,
+    /// Also write these exports, comma-separated: pprof (profile.pb.gz), speedscope
+    /// (profile.speedscope.json), perfetto (trace.json); at the end and at every checkpoint.
+    #[arg(long, value_name = "LIST")]
+    pub format: Option<String>,
     #[command(flatten)]
     pub gpu: GpuArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Prometheus metrics, for `watch`, `attach` (and `record`) and `top`.
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics (hangs per process and rank, sampling health, GPU
+    /// utilization) at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Where GPU data comes from, for every command that polls the GPUs.

@@ -8,8 +8,10 @@ use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, GpuArgs, RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+    AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs,
+    TopArgs, WatchArgs,
 };
+use stackscope_report::ExportFormat;
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -64,6 +66,10 @@ pub struct RecordingConfig {
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
+    /// Exports written beside the outputs (`--format`).
+    pub formats: Vec<ExportFormat>,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl RecordingConfig {
@@ -87,6 +93,11 @@ impl RecordingConfig {
             subprocesses: args.subprocesses,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
+            formats: match &args.format {
+                Some(list) => parse_formats(list)?,
+                None => Vec::new(),
+            },
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 
@@ -123,6 +134,53 @@ impl From<DumpArgs> for DumpConfig {
     }
 }
 
+/// What `merge` reads: all files or all directories.
+#[derive(Debug, Clone)]
+pub enum MergeInputs {
+    Dumps(Vec<PathBuf>),
+    Recordings(Vec<PathBuf>),
+}
+
+#[derive(Debug, Clone)]
+pub struct MergeConfig {
+    pub inputs: MergeInputs,
+    pub json: bool,
+    pub output: PathBuf,
+}
+
+impl MergeConfig {
+    pub fn from_args(args: MergeArgs) -> anyhow::Result<MergeConfig> {
+        if let Some(missing) = args.inputs.iter().find(|p| !p.exists()) {
+            return Err(UsageError(format!("{} does not exist", missing.display())).into());
+        }
+        let dirs = args.inputs.iter().filter(|p| p.is_dir()).count();
+        let inputs = if dirs == 0 {
+            MergeInputs::Dumps(args.inputs)
+        } else if dirs == args.inputs.len() {
+            MergeInputs::Recordings(args.inputs)
+        } else {
+            return Err(UsageError(
+                "merge takes either dump files (dump --json) or recording directories, not both"
+                    .to_owned(),
+            )
+            .into());
+        };
+        if args.output.is_some() && matches!(inputs, MergeInputs::Dumps(_)) {
+            return Err(UsageError(
+                "-o is for merged recordings; a merged dump prints to standard output".to_owned(),
+            )
+            .into());
+        }
+        Ok(MergeConfig {
+            inputs,
+            json: args.json,
+            output: args
+                .output
+                .unwrap_or_else(|| PathBuf::from("stackscope-merged")),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
     pub pid: u32,
@@ -131,6 +189,8 @@ pub struct WatchConfig {
     pub rate_hz: f64,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl WatchConfig {
@@ -144,6 +204,7 @@ impl WatchConfig {
             rate_hz: args.rate,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }
@@ -176,6 +237,58 @@ impl ReportConfig {
     }
 }
 
+/// Settings of `export`.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub dir: PathBuf,
+    pub format: ExportFormat,
+    pub from_secs: Option<f64>,
+    pub to_secs: Option<f64>,
+    pub output: Option<PathBuf>,
+}
+
+impl ExportConfig {
+    pub fn from_args(args: ExportArgs) -> anyhow::Result<ExportConfig> {
+        if let (Some(from), Some(to)) = (args.from, args.to) {
+            if to <= from {
+                return Err(
+                    UsageError(format!("--to {to} must be later than --from {from}")).into(),
+                );
+            }
+        }
+        Ok(ExportConfig {
+            dir: args.dir,
+            format: args
+                .format
+                .parse()
+                .map_err(|e| UsageError(format!("--format: {e}")))?,
+            from_secs: args.from,
+            to_secs: args.to,
+            output: args.output,
+        })
+    }
+}
+
+/// `--format pprof,perfetto`: each format once, in the order given.
+fn parse_formats(list: &str) -> anyhow::Result<Vec<ExportFormat>> {
+    let mut formats = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let format: ExportFormat = name
+            .parse()
+            .map_err(|e| UsageError(format!("--format {list}: {e}")))?;
+        if !formats.contains(&format) {
+            formats.push(format);
+        }
+    }
+    if formats.is_empty() {
+        return Err(UsageError(format!(
+            "--format {list}: name at least one of pprof, speedscope, perfetto"
+        ))
+        .into());
+    }
+    Ok(formats)
+}
+
 /// Settings of `top`.
 #[derive(Debug, Clone)]
 pub struct TopConfig {
@@ -184,6 +297,8 @@ pub struct TopConfig {
     pub include_idle: bool,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--metrics-addr`: where to serve Prometheus metrics.
+    pub metrics_addr: Option<String>,
 }
 
 impl TopConfig {
@@ -194,6 +309,7 @@ impl TopConfig {
             include_idle: args.idle,
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
+            metrics_addr: args.metrics.metrics_addr,
         })
     }
 }
@@ -241,5 +357,39 @@ mod tests {
         let dir = tmp.path().join("a/b");
         ensure_writable_dir(&dir).expect("writable");
         assert_eq!(std::fs::read_dir(&dir).expect("read").count(), 0);
+    }
+}
+
+/// `stackscope demo`: where to write and how long the loop runs.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    pub output: PathBuf,
+    pub seconds: f64,
+}
+
+impl DemoConfig {
+    pub fn from_args(args: crate::cli::DemoArgs) -> DemoConfig {
+        DemoConfig {
+            output: args.output,
+            seconds: args.seconds,
+        }
+    }
+
+    /// The recording `stackscope record -o DIR -- COMMAND` would make: parsed by the command
+    /// line's own parser, so every other option keeps exactly its default.
+    pub fn recording(&self, command: Vec<String>) -> anyhow::Result<RecordingConfig> {
+        use clap::Parser;
+        let mut argv = vec![
+            "stackscope".to_owned(),
+            "record".to_owned(),
+            "-o".to_owned(),
+            self.output.display().to_string(),
+            "--".to_owned(),
+        ];
+        argv.extend(command);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Record(args) => RecordingConfig::from_record(args),
+            _ => anyhow::bail!("the demo's recording is not a `record` command"),
+        }
     }
 }

@@ -21,6 +21,8 @@ pub struct GpuReport {
 
 pub enum GpuHandle {
     Polling(GpuPoller),
+    /// `stackscope demo`'s simulated device, never used elsewhere.
+    Simulated(crate::demo::sim_gpu::SimulatedGpu),
     Unavailable(String),
 }
 
@@ -39,6 +41,9 @@ impl GpuHandle {
         let config = GpuConfig {
             selection: settings.selection.clone(),
             nvml_lib: settings.nvml_lib.clone(),
+            // The pids we hold are those of our /proc: the host's, unless stackscope itself
+            // runs in a container.
+            unmatched_pids: stackscope_sampler::namespace::nvml_pid_note(),
             ..GpuConfig::default()
         };
         let target_pids = Arc::new(move || process_tree(pid));
@@ -51,8 +56,21 @@ impl GpuHandle {
         }
     }
 
+    /// The simulated GPU of `stackscope demo`, following the phases the loop writes to
+    /// `phase_file`.
+    pub fn simulated(
+        phase_file: std::path::PathBuf,
+        sender: Sender<Event>,
+        stop: Arc<AtomicBool>,
+    ) -> GpuHandle {
+        match crate::demo::sim_gpu::SimulatedGpu::start(phase_file, sender, stop) {
+            Ok(gpu) => GpuHandle::Simulated(gpu),
+            Err(e) => GpuHandle::Unavailable(format!("cannot start the simulated GPU: {e}")),
+        }
+    }
+
     pub fn is_enabled(&self) -> bool {
-        matches!(self, GpuHandle::Polling(_))
+        matches!(self, GpuHandle::Polling(_) | GpuHandle::Simulated(_))
     }
 
     /// What the GPU side knows so far, for a checkpoint while it runs.
@@ -64,6 +82,7 @@ impl GpuHandle {
                 notices: poller.notices(),
                 dropped: poller.dropped(),
             },
+            GpuHandle::Simulated(gpu) => GpuReport::simulated(gpu.dropped()),
             GpuHandle::Unavailable(why) => GpuReport::unavailable(why),
         }
     }
@@ -79,12 +98,22 @@ impl GpuHandle {
                     dropped: report.dropped,
                 }
             }
+            GpuHandle::Simulated(gpu) => GpuReport::simulated(gpu.join()),
             GpuHandle::Unavailable(why) => GpuReport::unavailable(&why),
         }
     }
 }
 
 impl GpuReport {
+    fn simulated(dropped: u64) -> GpuReport {
+        GpuReport {
+            devices: vec![crate::demo::sim_gpu::device_info()],
+            unavailable: None,
+            notices: vec![crate::demo::sim_gpu::NOTICE.to_owned()],
+            dropped,
+        }
+    }
+
     fn unavailable(why: &str) -> GpuReport {
         GpuReport {
             devices: Vec::new(),

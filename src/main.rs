@@ -4,8 +4,12 @@
 mod child;
 mod cli;
 mod config;
+mod demo;
 mod dump;
+mod export;
 mod gpu;
+mod merge;
+mod metrics;
 mod recorder;
 mod recording;
 mod report;
@@ -19,7 +23,8 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DumpConfig, RecordingConfig, ReportConfig, TopConfig, UsageError, WatchConfig,
+    DemoConfig, DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig,
+    UsageError, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -47,11 +52,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
         Command::Report(args) => report::run(ReportConfig::from_args(args)?),
+        Command::Export(args) => export::run(ExportConfig::from_args(args)?),
         Command::Launch(args) => {
             // Handled before anything else in main; here only for completeness.
             let _ = child::launcher_main(&args.status_file, &args.command);
             Ok(())
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
+        Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
+        Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
     }
 }

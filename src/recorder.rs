@@ -12,6 +12,8 @@ use stackscope_event::{Event, Timestamp};
 use stackscope_report::OutputFiles;
 use stackscope_samplelog::{LogHeader, SampleLogWriter};
 
+use crate::metrics::{self, SharedMetrics};
+
 /// Events taken under one lock: the lock is the checkpoint writer's way in, so it is taken per
 /// batch, not per event, and never held while waiting for the channel.
 const BATCH: usize = 4096;
@@ -29,6 +31,8 @@ struct State {
     log: Option<SampleLogWriter>,
     /// Why the log stopped, said once in the summary's notices.
     log_failure: Option<String>,
+    /// `--metrics-addr`'s state, fed the same events.
+    metrics: Option<SharedMetrics>,
 }
 
 impl State {
@@ -71,6 +75,7 @@ impl Recorder {
         receiver: Receiver<Event>,
         out_dir: &Path,
         log_header: &LogHeader,
+        metrics: Option<SharedMetrics>,
     ) -> anyhow::Result<Recorder> {
         let log = SampleLogWriter::create(out_dir, log_header)
             .with_context(|| format!("cannot create the sample log in {}", out_dir.display()))?;
@@ -78,6 +83,7 @@ impl Recorder {
             aggregator: Aggregator::new(config, start),
             log: Some(log),
             log_failure: None,
+            metrics,
         }));
         let shared = state.clone();
         let thread = std::thread::Builder::new()
@@ -129,8 +135,17 @@ fn write(
 fn fold(receiver: &Receiver<Event>, state: &Mutex<State>) {
     while let Ok(first) = receiver.recv() {
         let mut state = lock(state);
+        let metrics = state.metrics.clone();
+        // The metrics' lock is taken once per batch too: the server waits at most a batch.
+        let mut metrics = metrics.as_ref().map(metrics::lock);
+        if let Some(m) = metrics.as_mut() {
+            m.observe(&first);
+        }
         state.handle(first);
         for event in receiver.try_iter().take(BATCH) {
+            if let Some(m) = metrics.as_mut() {
+                m.observe(&event);
+            }
             state.handle(event);
         }
     }

@@ -18,6 +18,7 @@ use stackscope_sampler::{
 use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
 use crate::gpu::{GpuHandle, GpuReport};
+use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
 use crate::signals::Signals;
 
@@ -28,7 +29,19 @@ const CHANNEL_CAPACITY: usize = 1 << 16;
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a recording's GPU readings come from.
+pub enum GpuSource {
+    /// NVML, as `--gpu` and `--nvml-lib` say.
+    Nvml,
+    /// `stackscope demo`'s simulated GPU, following the phases its loop writes to this file.
+    Simulated(PathBuf),
+}
+
 pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
+    run_with(config, GpuSource::Nvml)
+}
+
+pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     let options = TargetOptions {
         blocking: config.blocking,
@@ -77,11 +90,12 @@ pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
         target.python_version(),
         config.rate_hz
     );
-    record(config, target, child, signals, out_dir)
+    record(config, gpu_source, target, child, signals, out_dir)
 }
 
 fn record(
     config: RecordingConfig,
+    gpu_source: GpuSource,
     target: PythonTarget,
     mut child: Option<LaunchedChild>,
     signals: Signals,
@@ -90,6 +104,8 @@ fn record(
     let start = Timestamp::now();
     let mut meta = MetaSource {
         pid: target.pid(),
+        rank: stackscope_event::RankInfo::of_process(target.pid()),
+        host: stackscope_event::host_name(),
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
         reader: target.reader().to_owned(),
@@ -100,12 +116,17 @@ fn record(
 
     let (sender, receiver) = bounded(CHANNEL_CAPACITY);
     let producers_stop = Arc::new(AtomicBool::new(false));
-    let gpu = GpuHandle::start(
-        &config.gpu,
-        meta.pid,
-        sender.clone(),
-        producers_stop.clone(),
-    );
+    let gpu = match gpu_source {
+        GpuSource::Nvml => GpuHandle::start(
+            &config.gpu,
+            meta.pid,
+            sender.clone(),
+            producers_stop.clone(),
+        ),
+        GpuSource::Simulated(phase_file) => {
+            GpuHandle::simulated(phase_file, sender.clone(), producers_stop.clone())
+        }
+    };
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.gpu.idle_below,
@@ -125,7 +146,19 @@ fn record(
         process_root: aggregate_config.process_root,
         expected_gpu_devices: Vec::new(),
     };
-    let recorder = Recorder::spawn(aggregate_config, start, receiver, &out_dir, &log_header)?;
+    let metrics = MetricsEndpoint::start(
+        config.metrics_addr.as_deref(),
+        DEFAULT_HANG_AFTER_SECS,
+        config.gpu.idle_below,
+    )?;
+    let recorder = Recorder::spawn(
+        aggregate_config,
+        start,
+        receiver,
+        &out_dir,
+        &log_header,
+        metrics.as_ref().map(|m| m.state.clone()),
+    )?;
     let sampler = Sampler::spawn(
         target,
         SamplerConfig {
@@ -147,6 +180,10 @@ fn record(
     let mut reported_stop = false;
     while !signals.stop_requested() && !sampler.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
+        if let Some(m) = &metrics {
+            let dropped = sampler.stats().dropped.load(Ordering::Relaxed);
+            crate::metrics::lock(&m.state).set_dropped(dropped);
+        }
         let stopped = sampler.stats().stopped_now.load(Ordering::Relaxed);
         if stopped != reported_stop {
             reported_stop = stopped;
@@ -173,6 +210,10 @@ fn record(
                 Ok(_) => {}
                 Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
             }
+            // Outside the recorder's lock: the exports re-read the log it just flushed.
+            if let Err(e) = crate::export::write_formats(&out_dir, &config.formats) {
+                eprintln!("stackscope: checkpoint exports failed: {e:#}");
+            }
             next_checkpoint = Instant::now() + config.flush_interval;
         }
     }
@@ -198,6 +239,7 @@ fn record(
     }
     let final_meta = meta.finished(&report, gpu_report, target_exited, exit_status);
     let written = recorder.finish(&final_meta)?;
+    crate::export::write_formats(&out_dir, &config.formats)?;
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;
@@ -211,6 +253,8 @@ const CHILD_EXIT_GRACE: Duration = Duration::from_secs(5);
 /// checkpoint and at the end.
 struct MetaSource {
     pid: u32,
+    rank: stackscope_event::RankInfo,
+    host: Option<String>,
     command_line: String,
     python_version: String,
     /// The reader the target was attached with, until the sampler has read.
@@ -224,6 +268,8 @@ impl MetaSource {
     fn base(&self) -> RecordingMeta {
         RecordingMeta {
             pid: self.pid,
+            rank: self.rank,
+            host: self.host.clone(),
             command_line: self.command_line.clone(),
             python_version: self.python_version.clone(),
             reader: self.reader.clone(),

@@ -19,6 +19,7 @@ use stackscope_sampler::{
 
 use crate::config::{ensure_writable_dir, WatchConfig};
 use crate::gpu::GpuHandle;
+use crate::metrics::{self, MetricsEndpoint, SharedMetrics};
 use crate::signals::Signals;
 
 pub fn run(config: WatchConfig) -> anyhow::Result<()> {
@@ -26,6 +27,12 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let options = TargetOptions::default();
     let root = PythonTarget::attach(config.pid, &options)?;
     ensure_writable_dir(&config.out_dir)?;
+    let metrics = MetricsEndpoint::start(
+        config.metrics_addr.as_deref(),
+        config.hang_after_secs,
+        config.gpu.idle_below,
+    )?;
+    let metrics = metrics.as_ref().map(|m| &m.state);
     let mut set = ProcessSet::new(root, config.subprocesses, options);
     let (sender, receiver) = bounded(4096);
     let stop = Arc::new(AtomicBool::new(false));
@@ -51,10 +58,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if timer.wait(None).is_none() {
             continue;
         }
-        gpu_readings.take(&receiver);
+        gpu_readings.take(&receiver, metrics);
         let now = Timestamp::now();
         set.rescan(now);
-        let Some(signature) = read_signature(&mut set, now) else {
+        let Some(signature) = read_signature(&mut set, now, metrics) else {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
@@ -95,22 +102,41 @@ const MIN_UNCHANGED_SAMPLES: f64 = 6.0;
 
 /// A fingerprint of every thread's stack in every followed process; `None` once the root is
 /// gone. Threads stopped by someone else count as unchanged.
-fn read_signature(set: &mut ProcessSet, now: Timestamp) -> Option<u64> {
+fn read_signature(
+    set: &mut ProcessSet,
+    now: Timestamp,
+    metrics: Option<&SharedMetrics>,
+) -> Option<u64> {
     let mut threads: Vec<ThreadKey> = Vec::new();
     let mut gone = Vec::new();
+    let mut metrics = metrics.map(metrics::lock);
     for target in set.targets_mut() {
         let pid = target.pid();
         if procfs::is_stopped(pid) {
             continue;
         }
         match target.read_stacks() {
-            Ok(stacks) => threads.extend(stacks.into_iter().map(|s| key(pid, s))),
+            Ok(stacks) => {
+                if let Some(m) = metrics.as_mut() {
+                    for s in &stacks {
+                        m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now);
+                    }
+                }
+                threads.extend(stacks.into_iter().map(|s| key(pid, s)))
+            }
             Err(_) if !procfs::is_alive(pid) => gone.push(pid),
             // A torn read says nothing about progress.
-            Err(_) => {}
+            Err(_) => {
+                if let Some(m) = metrics.as_mut() {
+                    m.add_errors(1);
+                }
+            }
         }
     }
     for pid in gone {
+        if let Some(m) = metrics.as_mut() {
+            m.forget(pid);
+        }
         set.remove(pid, now);
     }
     if !set.has_root() {
@@ -144,8 +170,12 @@ struct GpuReadings {
 }
 
 impl GpuReadings {
-    fn take(&mut self, receiver: &Receiver<Event>) {
+    fn take(&mut self, receiver: &Receiver<Event>, metrics: Option<&SharedMetrics>) {
+        let mut metrics = metrics.map(metrics::lock);
         for event in receiver.try_iter() {
+            if let Some(m) = metrics.as_mut() {
+                m.observe(&event);
+            }
             if let Event::Gpu(sample) = event {
                 if let Some(u) = sample.utilization {
                     self.latest.insert(sample.device, u);

@@ -233,9 +233,15 @@ fn top_with_fake_gpu(pid: u32, name: &str, dir: &Path) -> String {
 
 /// The numbers of a row of the table: the percentage columns before the function name.
 fn row_numbers(screen: &str, function: &str) -> Option<Vec<f64>> {
+    // A row starts with its percentages; other lines (the verdict's path) may name it too.
     let line = screen.lines().find(|l| {
-        l.split_whitespace()
-            .any(|w| w == function || w.trim_end_matches('…') == function)
+        let is_row = l
+            .split_whitespace()
+            .next()
+            .is_some_and(|w| w == "-" || w.parse::<f64>().is_ok());
+        is_row
+            && l.split_whitespace()
+                .any(|w| w == function || w.trim_end_matches('…') == function)
     })?;
     Some(
         line.split_whitespace()
@@ -612,6 +618,11 @@ fn piped_top_with_the_fake_gpu_gives_the_data_phase_the_gpu_idle_samples() {
     assert!(
         loading[4] >= 70.0 && computing[4] <= 30.0,
         "the GPU-idle samples should be load_batch's:\n{last}"
+    );
+    // The same words as the recording's verdict: the call path, not the shared innermost busy.
+    assert!(
+        last.contains("What sets GPU-idle time apart is load_batch → decode_images"),
+        "{last}"
     );
 }
 

@@ -9,6 +9,8 @@ use super::model::{Row, SortKey, Totals, ViewOptions};
 #[derive(Debug, Clone, Default)]
 pub struct Status {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    pub rank: Option<u32>,
     pub command: String,
     pub python_version: String,
     /// The rate asked for.
@@ -30,13 +32,20 @@ pub struct Status {
     pub target_stopped: bool,
     /// Set once sampling ended: "process PID ended", or why sampling stopped.
     pub ended: Option<String>,
+    /// The call path that sets GPU-idle samples apart, in the verdict's words.
+    pub idle_code: Option<String>,
 }
 
 /// Header line 1: what is sampled.
 pub fn title_line(status: &Status) -> String {
     format!(
-        "stackscope top · pid {} · Python {} · {}",
-        status.pid, status.python_version, status.command
+        "stackscope top · {} · Python {} · {}",
+        match status.rank {
+            Some(_) => stackscope_event::process_name(status.pid, status.rank),
+            None => format!("pid {}", status.pid),
+        },
+        status.python_version,
+        status.command
     )
 }
 
@@ -134,14 +143,19 @@ fn trim_float(x: f64) -> String {
     }
 }
 
-/// One GPU as a line of at most `width` characters: name, utilization and its sparkline,
-/// memory, power. The sparkline takes the room the rest leaves, up to a minute.
+/// One GPU as a line of at most `width` characters: name, utilization (with SM activity where
+/// the GPU has GPM) and its sparkline, memory, power. The sparkline takes the room the rest leaves, up to a minute.
 pub fn gpu_text(gpu: &GpuLine, width: usize) -> String {
     let name = truncate_end(gpu.name.as_deref().unwrap_or("GPU"), 24);
     let head = format!("GPU{} {name} ", gpu.index);
     let util = match gpu.utilization {
         Some(u) => format!("util {u:>3.0}% "),
         None => "util   -% ".to_string(),
+    };
+    // Beside utilization: a GPU "100% utilized" by one small kernel at a time shows it here.
+    let util = match gpu.sm_active {
+        Some(sm) => format!("{util}SM {sm:>3.0}% "),
+        None => util,
     };
     let memory = match (gpu.memory_used, gpu.memory_total) {
         (Some(used), Some(total)) => format!(" mem {}/{} GiB", gib(used), gib(total)),
@@ -272,6 +286,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_ranked_target_is_named_by_its_rank() {
+        let mut status = Status {
+            pid: 5124,
+            command: "python train.py".into(),
+            python_version: "3.11.7".into(),
+            ..Status::default()
+        };
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · pid 5124 · Python 3.11.7 · python train.py"
+        );
+        status.rank = Some(6);
+        assert_eq!(
+            title_line(&status),
+            "stackscope top · rank 6 (pid 5124) · Python 3.11.7 · python train.py"
+        );
+    }
+
+    #[test]
     fn sparkline_keeps_the_newest_values() {
         assert_eq!(sparkline(&[0.0, 50.0, 100.0], 10), "▁▅█");
         assert_eq!(sparkline(&[0.0, 50.0, 100.0], 2), "▅█");
@@ -297,6 +330,7 @@ mod tests {
             memory_used: Some(1 << 30),
             memory_total: Some(80 << 30),
             power_watts: Some(250.0),
+            sm_active: None,
         };
         for width in [40, 80, 120] {
             let text = gpu_text(&gpu, width);
@@ -304,6 +338,16 @@ mod tests {
             assert!(text.starts_with("GPU0 Fake H100 util  45%"), "{text}");
         }
         assert!(gpu_text(&gpu, 120).ends_with("mem 1.0/80.0 GiB 250 W"));
+        let gpm = GpuLine {
+            sm_active: Some(18.0),
+            ..gpu
+        };
+        let text = gpu_text(&gpm, 80);
+        assert!(
+            text.starts_with("GPU0 Fake H100 util  45% SM  18% "),
+            "{text}"
+        );
+        assert!(text.chars().count() <= 80, "{text}");
     }
 
     #[test]

@@ -29,6 +29,8 @@ struct GpuState {
     memory_used: Option<u64>,
     memory_total: Option<u64>,
     power_watts: Option<f32>,
+    /// The newest GPM SM activity reading, where the GPU has GPM.
+    sm_active: Option<f32>,
     /// Mean utilization per second as (second, sum, readings), oldest first.
     history: VecDeque<(u64, f64, u32)>,
 }
@@ -55,6 +57,7 @@ impl GpuState {
         self.memory_used = sample.memory_used_bytes.or(self.memory_used);
         self.memory_total = sample.memory_total_bytes.or(self.memory_total);
         self.power_watts = sample.power_watts.or(self.power_watts);
+        self.sm_active = sample.sm_active.or(self.sm_active);
     }
 
     fn add_to_history(&mut self, time: u64, utilization: f32) {
@@ -104,6 +107,9 @@ pub struct GpuLine {
     pub memory_used: Option<u64>,
     pub memory_total: Option<u64>,
     pub power_watts: Option<f32>,
+    /// The newest GPM SM activity (Hopper and later): beside utilization, how much of the GPU
+    /// the kernels ran on.
+    pub sm_active: Option<f32>,
 }
 
 /// The target's GPUs, by NVML index.
@@ -170,6 +176,7 @@ impl Gpus {
                 memory_used: g.memory_used,
                 memory_total: g.memory_total,
                 power_watts: g.power_watts,
+                sm_active: g.sm_active,
             })
             .collect()
     }

@@ -5,6 +5,7 @@
 
 mod format;
 mod gpus;
+mod idle_code;
 mod model;
 mod plain;
 mod tui;
@@ -24,6 +25,7 @@ use stackscope_sampler::{
 
 use crate::config::TopConfig;
 use crate::gpu::GpuHandle;
+use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::signals::Signals;
 
 use format::Status;
@@ -68,8 +70,11 @@ pub struct Session {
     producers_stop: Arc<AtomicBool>,
     pub model: TopModel,
     pub status: Status,
+    idle_code: idle_code::IdleCode,
     interval_started: Instant,
     all_started: Instant,
+    /// `--metrics-addr`'s state and server.
+    metrics: Option<MetricsEndpoint>,
     ticks_at_interval_start: u64,
 }
 
@@ -81,6 +86,7 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
+            rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
             command: target.command_line().to_owned(),
             python_version: target.python_version().to_owned(),
             rate_hz: config.rate_hz,
@@ -98,6 +104,12 @@ impl Session {
             producers_stop.clone(),
         );
         let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
+        let gpu_enabled = gpu.is_enabled();
+        let metrics = MetricsEndpoint::start(
+            config.metrics_addr.as_deref(),
+            DEFAULT_HANG_AFTER_SECS,
+            config.gpu.idle_below,
+        )?;
         let sampler = Sampler::spawn(
             target,
             SamplerConfig {
@@ -117,10 +129,12 @@ impl Session {
             sampler: Some(sampler),
             gpu: Some(gpu),
             producers_stop,
+            idle_code: idle_code::IdleCode::new(config.gpu.idle_below, gpu_enabled),
             model,
             status,
             interval_started: now,
             all_started: now,
+            metrics,
             ticks_at_interval_start: 0,
         };
         session.refresh_status(0.0);
@@ -129,7 +143,15 @@ impl Session {
 
     /// Folds the events waiting on the channel into the model.
     pub fn pump(&mut self) {
+        let mut metrics = self
+            .metrics
+            .as_ref()
+            .map(|m| crate::metrics::lock(&m.state));
         for event in self.receiver.try_iter().take(PUMP_LIMIT) {
+            self.idle_code.handle(&event);
+            if let Some(m) = metrics.as_mut() {
+                m.observe(&event);
+            }
             self.model.handle(event);
         }
     }
@@ -179,11 +201,16 @@ impl Session {
             self.model.set_devices(&devices);
         }
         self.status.dropped = dropped;
+        self.status.idle_code = self.idle_code.sentence();
+        if let Some(m) = &self.metrics {
+            crate::metrics::lock(&m.state).set_dropped(dropped);
+        }
     }
 
     /// Clears the since-start counts (the `r` key).
     pub fn reset(&mut self) {
         self.model.reset();
+        self.idle_code.reset();
         self.all_started = Instant::now();
         self.status.all_secs = 0.0;
     }
@@ -206,6 +233,7 @@ impl Session {
         // Both producers are done: everything they sent is on the channel now.
         self.pump();
         self.model.flush();
+        self.idle_code.finish();
         self.end_interval();
         let pid = self.status.pid;
         self.status.ended = Some(match report.stop {

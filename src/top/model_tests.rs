@@ -297,6 +297,7 @@ fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
         memory_used_bytes: Some(1 << 30),
         memory_total_bytes: Some(8 << 30),
         power_watts: Some(70.0),
+        sm_active: Some(12.0),
         ..GpuSample::default()
     });
     model.add_gpu(&gpu(3, SEC, 1.0));
@@ -310,6 +311,11 @@ fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
     assert_eq!(line.utilization, Some(40.0));
     assert_eq!(line.memory_used, Some(1 << 30));
     assert_eq!(line.power_watts, Some(70.0));
+    assert_eq!(
+        line.sm_active,
+        Some(12.0),
+        "GPM SM activity beside utilization"
+    );
     // An empty list (the poller has not said yet) forgets nothing.
     model.set_devices(&[]);
     assert_eq!(model.gpu_lines().len(), 1);

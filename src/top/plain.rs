@@ -80,6 +80,9 @@ pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: us
     if let Some(why) = &status.gpu_unavailable {
         line(&format!("GPU: {why}"));
     }
+    if let Some(sentence) = &status.idle_code {
+        line(sentence);
+    }
     let columns = Columns::new(options, model.gpu_enabled());
     let headers = columns.percent_headers(options.sort);
     let thread_width = if columns.thread { 16 } else { 0 };

@@ -64,6 +64,9 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
     if let Some(why) = &screen.status.gpu_unavailable {
         header.push(Line::from(truncate_end(&format!("GPU: {why}"), width)).dim());
     }
+    if let Some(sentence) = &screen.status.idle_code {
+        header.push(Line::from(truncate_end(sentence, width)).yellow());
+    }
 
     let header_height = u16::try_from(header.len()).unwrap_or(u16::MAX);
     let [header_area, table_area, footer_area] = Layout::vertical([

@@ -4,7 +4,7 @@
 //! The layouts must match byte for byte: the caller allocates these structs and the fake fills
 //! them. The tests at the bottom compare every size and field offset with `nvml-wrapper-sys`.
 
-use std::ffi::{c_int, c_uint, c_ulong, c_ulonglong, c_ushort, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_ulonglong, c_ushort, c_void};
 
 /// `nvmlReturn_t`: a C enum, passed as an unsigned int.
 pub type NvmlReturn = c_uint;
@@ -19,6 +19,7 @@ pub const ERROR_NOT_FOUND: NvmlReturn = 6;
 pub const ERROR_INSUFFICIENT_SIZE: NvmlReturn = 7;
 pub const ERROR_DRIVER_NOT_LOADED: NvmlReturn = 9;
 pub const ERROR_GPU_IS_LOST: NvmlReturn = 15;
+pub const ERROR_ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
 pub const ERROR_UNKNOWN: NvmlReturn = 999;
 
 /// `nvmlSamplingType_t` values the fake keeps a ring for.
@@ -113,6 +114,58 @@ pub struct ProcessUtilizationSample {
     pub dec_util: c_uint,
 }
 
+/// `nvmlGpmSample_t`: an opaque pointer; the fake's points at a boxed [`crate::api_gpm`] sample.
+pub type GpmSampleHandle = *mut c_void;
+
+/// `NVML_GPM_METRICS_GET_VERSION` and `NVML_GPM_SUPPORT_VERSION`.
+pub const GPM_METRICS_GET_VERSION: c_uint = 1;
+pub const GPM_SUPPORT_VERSION: c_uint = 1;
+/// `nvmlGpmMetricId_t` values the fake computes.
+pub const GPM_METRIC_SM_UTIL: c_uint = 2;
+pub const GPM_METRIC_SM_OCCUPANCY: c_uint = 3;
+pub const GPM_METRIC_ANY_TENSOR_UTIL: c_uint = 5;
+pub const GPM_METRIC_DRAM_BW_UTIL: c_uint = 10;
+/// `NVML_GPM_METRIC_MAX`: the length of `nvmlGpmMetricsGet_t::metrics`.
+pub const GPM_METRIC_MAX: usize = 210;
+
+/// `nvmlGpmMetric_t`'s `metricInfo`: names the driver owns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmMetricInfo {
+    pub short_name: *mut c_char,
+    pub long_name: *mut c_char,
+    pub unit: *mut c_char,
+}
+
+/// `nvmlGpmMetric_t`: one requested metric, with its own return code.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmMetric {
+    pub metric_id: c_uint,
+    pub nvml_return: NvmlReturn,
+    pub value: f64,
+    pub metric_info: GpmMetricInfo,
+}
+
+/// `nvmlGpmMetricsGet_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmMetricsGet {
+    pub version: c_uint,
+    pub num_metrics: c_uint,
+    pub sample1: GpmSampleHandle,
+    pub sample2: GpmSampleHandle,
+    pub metrics: [GpmMetric; GPM_METRIC_MAX],
+}
+
+/// `nvmlGpmSupport_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GpmSupport {
+    pub version: c_uint,
+    pub is_supported_device: c_uint,
+}
+
 #[cfg(test)]
 mod tests {
     use std::mem::{align_of, offset_of, size_of};
@@ -187,6 +240,63 @@ mod tests {
     }
 
     #[test]
+    fn gpm_layouts_and_constants_match_nvml_wrapper_sys() {
+        same_layout!(
+            GpmMetricInfo,
+            sys::nvmlGpmMetric_t__bindgen_ty_1,
+            [(short_name, shortName), (long_name, longName), (unit, unit)]
+        );
+        same_layout!(
+            GpmMetric,
+            sys::nvmlGpmMetric_t,
+            [
+                (metric_id, metricId),
+                (nvml_return, nvmlReturn),
+                (value, value),
+                (metric_info, metricInfo)
+            ]
+        );
+        same_layout!(
+            GpmMetricsGet,
+            sys::nvmlGpmMetricsGet_t,
+            [
+                (version, version),
+                (num_metrics, numMetrics),
+                (sample1, sample1),
+                (sample2, sample2),
+                (metrics, metrics)
+            ]
+        );
+        same_layout!(
+            GpmSupport,
+            sys::nvmlGpmSupport_t,
+            [(version, version), (is_supported_device, isSupportedDevice)]
+        );
+        assert_eq!(GPM_METRICS_GET_VERSION, sys::NVML_GPM_METRICS_GET_VERSION);
+        assert_eq!(GPM_SUPPORT_VERSION, sys::NVML_GPM_SUPPORT_VERSION);
+        assert_eq!(
+            GPM_METRIC_SM_UTIL,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL
+        );
+        assert_eq!(
+            GPM_METRIC_SM_OCCUPANCY,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY
+        );
+        assert_eq!(
+            GPM_METRIC_ANY_TENSOR_UTIL,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_ANY_TENSOR_UTIL
+        );
+        assert_eq!(
+            GPM_METRIC_DRAM_BW_UTIL,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL
+        );
+        assert_eq!(
+            GPM_METRIC_MAX,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize
+        );
+    }
+
+    #[test]
     fn constants_match_nvml_wrapper_sys() {
         assert_eq!(SUCCESS, sys::nvmlReturn_enum_NVML_SUCCESS);
         assert_eq!(
@@ -215,6 +325,10 @@ mod tests {
             sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST
         );
         assert_eq!(ERROR_UNKNOWN, sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN);
+        assert_eq!(
+            ERROR_ARGUMENT_VERSION_MISMATCH,
+            sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        );
         assert_eq!(
             GPU_UTILIZATION_SAMPLES,
             sys::nvmlSamplingType_enum_NVML_GPU_UTILIZATION_SAMPLES

@@ -14,7 +14,9 @@
 //! - `libfake_nvml_minimal.so` (package `fake-nvml-minimal`, the same source without
 //!   `api_optional.rs`): lacks `nvmlDeviceGetSamples`, `nvmlDeviceGetProcessUtilization`,
 //!   `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo` and
-//!   `nvmlDeviceGetCurrentClocks{Throttle,Event}Reasons`, like an old driver library.
+//!   `nvmlDeviceGetCurrentClocks{Throttle,Event}Reasons` and the GPM calls
+//!   (`nvmlGpmQueryDeviceSupport`, `nvmlGpmSample{Alloc,Free,Get}`, `nvmlGpmMetricsGet`), like
+//!   an old driver library.
 //!
 //! # The script
 //!
@@ -40,7 +42,15 @@
 //!       "processes": PIDS,            // compute processes listed on this device; default []
 //!       "graphics_processes": PIDS,   // graphics processes; default []
 //!       "unsupported": [CALL, ...],   // NOT_SUPPORTED on this device only
-//!       "lost_after_s": 2.5           // from then on every call on it answers GPU_IS_LOST
+//!       "lost_after_s": 2.5,          // from then on every call on it answers GPU_IS_LOST
+//!       "gpm": {                      // GPM counters (Hopper); absent: "not supported"
+//!         "sm_active": PATTERN,       // NVML_GPM_METRIC_SM_UTIL, default 0
+//!         "sm_occupancy": PATTERN,    // NVML_GPM_METRIC_SM_OCCUPANCY, default 0
+//!         "tensor_active": PATTERN,   // NVML_GPM_METRIC_ANY_TENSOR_UTIL, default 0
+//!         "dram_bw": PATTERN,         // NVML_GPM_METRIC_DRAM_BW_UTIL, default 0
+//!         "unsupported_metrics": ["sm_occupancy"], // per-metric NOT_SUPPORTED
+//!         "lost_after_samples": 1     // the next GPM sample finds the device lost
+//!       }
 //!     }
 //!   ],
 //!   "unsupported": [CALL, ...],       // NOT_SUPPORTED on every device
@@ -62,7 +72,7 @@
 //!   re-read on every call (missing file: none), so a test can make its target "open a CUDA
 //!   context" late.
 //! - CALL: `samples`, `utilization_rates`, `memory`, `power`, `clock`, `throttle`, `processes`,
-//!   `process_utilization`.
+//!   `process_utilization`, `gpm` (the GPM support query and `nvmlGpmSampleGet`).
 //!
 //! # The sample ring
 //!
@@ -76,11 +86,20 @@
 //! small a buffer INSUFFICIENT_SIZE. `nvmlDeviceGetUtilizationRates` reports the newest tick.
 //! `nvmlDeviceGetProcessUtilization` gives every listed compute pid the mean of the ticks newer
 //! than `lastSeenTimeStamp` (NOT_FOUND when none or all zero, like the driver).
+//!
+//! # GPM
+//!
+//! The ticker evaluates each GPM pattern on every tick and adds it to the device's counters; a
+//! sample copies the counters, and `nvmlGpmMetricsGet` gives each metric its mean over the ticks
+//! between the two samples (the newest value when none came between), as the real counters'
+//! difference does, and NOT_SUPPORTED as that metric's own return code for metrics in
+//! `unsupported_metrics` or not among the four above.
 
 // These are C entry points with NVML's names; their safety contract is nvml.h's.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 mod api;
+mod api_gpm;
 mod api_optional;
 mod ffi;
 mod pattern;

@@ -66,6 +66,43 @@ pub struct DeviceScript {
     pub unsupported: Vec<Call>,
     /// Seconds after init from which every call on this device answers GPU_IS_LOST.
     pub lost_after_s: Option<f64>,
+    /// GPM counters (Hopper and later); absent: the support query answers "not supported".
+    pub gpm: Option<GpmScript>,
+}
+
+/// What the device's GPM metrics read, each the mean of its pattern over the ticks between two
+/// samples.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpmScript {
+    /// `NVML_GPM_METRIC_SM_UTIL`.
+    #[serde(default)]
+    pub sm_active: Pattern,
+    /// `NVML_GPM_METRIC_SM_OCCUPANCY`.
+    #[serde(default)]
+    pub sm_occupancy: Pattern,
+    /// `NVML_GPM_METRIC_ANY_TENSOR_UTIL`.
+    #[serde(default)]
+    pub tensor_active: Pattern,
+    /// `NVML_GPM_METRIC_DRAM_BW_UTIL`.
+    #[serde(default)]
+    pub dram_bw: Pattern,
+    /// Metrics whose per-metric return code is NOT_SUPPORTED.
+    #[serde(default)]
+    pub unsupported_metrics: Vec<GpmMetric>,
+    /// After this many successful `nvmlGpmSampleGet` calls the device is lost: the next GPM
+    /// sample is the first call to answer GPU_IS_LOST, and every call on it after that.
+    pub lost_after_samples: Option<u32>,
+}
+
+/// The GPM metrics the fake computes, by the names `unsupported_metrics` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpmMetric {
+    SmActive,
+    SmOccupancy,
+    TensorActive,
+    DramBw,
 }
 
 /// A utilization value over time, in percent (clamped to 0..=100).
@@ -141,6 +178,9 @@ pub enum Call {
     Processes,
     /// nvmlDeviceGetProcessUtilization
     ProcessUtilization,
+    /// nvmlGpmQueryDeviceSupport and nvmlGpmSampleGet (GPM as a whole, as on a MIG setup
+    /// without it)
+    Gpm,
 }
 
 impl Script {
@@ -219,6 +259,7 @@ fn default_devices() -> Vec<DeviceScript> {
         graphics_processes: PidList::default(),
         unsupported: Vec::new(),
         lost_after_s: None,
+        gpm: None,
     }]
 }
 
@@ -286,6 +327,22 @@ mod tests {
             script.devices[0].utilization,
             Pattern::Tagged(TaggedPattern::Square { duty, .. }) if duty == 0.5
         ));
+    }
+
+    #[test]
+    fn gpm_script_parses() {
+        let script = Script::parse(
+            r#"{ "devices": [ { "gpm": { "sm_active": 20, "tensor_active": {"constant": 5},
+                   "unsupported_metrics": ["sm_occupancy"], "lost_after_samples": 2 } }, {} ],
+                 "unsupported": ["gpm"] }"#,
+        )
+        .expect("parses");
+        let gpm = script.devices[0].gpm.as_ref().expect("gpm");
+        assert_eq!(gpm.unsupported_metrics, vec![GpmMetric::SmOccupancy]);
+        assert_eq!(gpm.lost_after_samples, Some(2));
+        assert!(script.devices[1].gpm.is_none());
+        assert_eq!(script.unsupported, vec![Call::Gpm]);
+        assert!(Script::parse(r#"{"devices": [{"gpm": {"sm_activ": 1}}]}"#).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! thread is always joined at the last shutdown, because the caller may `dlclose` the library
 //! right after it, and a thread still running unloaded code would crash the process.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +30,14 @@ pub struct FakeDevice {
     /// The global and the per-device `unsupported` lists together.
     unsupported: Vec<Call>,
     pub ring: Mutex<Ring>,
+    /// `nvmlGpmSampleGet` calls so far (`gpm.lost_after_samples` counts them).
+    pub gpm_samples: AtomicU32,
+    /// Set by the GPM sample call that finds the device lost (`gpm.lost_after_samples`).
+    pub gpm_lost: AtomicBool,
+    /// The GPM counters: SM activity, occupancy, tensor activity and DRAM bandwidth summed
+    /// over the ticks so far. Like the real counters, a metric between two samples is the
+    /// difference of these over the ticks between them: the mean over the interval.
+    pub gpm_counters: Mutex<GpmCounters>,
 }
 
 struct Runtime {
@@ -159,6 +167,9 @@ impl Shared {
                     .collect(),
                 script: dev.clone(),
                 ring: Mutex::new(Ring::new(script.ring_capacity)),
+                gpm_samples: AtomicU32::new(0),
+                gpm_lost: AtomicBool::new(false),
+                gpm_counters: Mutex::new(GpmCounters::default()),
             })
             .collect();
         Shared {
@@ -170,10 +181,12 @@ impl Shared {
 }
 
 impl FakeDevice {
-    fn is_lost(&self, elapsed: Duration) -> bool {
-        self.script
+    pub fn is_lost(&self, elapsed: Duration) -> bool {
+        let lost_by_time = self
+            .script
             .lost_after_s
-            .is_some_and(|after| elapsed.as_secs_f64() >= after)
+            .is_some_and(|after| elapsed.as_secs_f64() >= after);
+        lost_by_time || self.gpm_lost.load(Ordering::SeqCst)
     }
 
     /// The newest tick (what the "current" utilization calls report).
@@ -183,6 +196,30 @@ impl FakeDevice {
             gpu: 0,
             memory: 0,
         })
+    }
+}
+
+/// Running sums of the four GPM values over the ticker's ticks, and the newest values.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpmCounters {
+    pub sums: [f64; 4],
+    pub ticks: u64,
+    pub latest: [f64; 4],
+}
+
+impl GpmCounters {
+    /// The mean of each value over the ticks since `earlier`; the newest values when no tick
+    /// came between.
+    pub fn mean_since(&self, earlier: &GpmCounters) -> [f64; 4] {
+        let ticks = self.ticks.saturating_sub(earlier.ticks);
+        if ticks == 0 {
+            return self.latest;
+        }
+        let mut mean = [0.0; 4];
+        for (i, m) in mean.iter_mut().enumerate() {
+            *m = (self.sums[i] - earlier.sums[i]) / ticks as f64;
+        }
+        mean
     }
 }
 
@@ -209,6 +246,8 @@ fn spawn_ticker(shared: Arc<Shared>, stop: Arc<AtomicBool>) -> Option<JoinHandle
 /// The sampling thread's state: each device's patterns and the last timestamp used.
 struct Ticker {
     patterns: Vec<(PatternState, PatternState)>,
+    /// Per device, its four GPM patterns (none without `gpm`).
+    gpm: Vec<Vec<PatternState>>,
     last_us: u64,
 }
 
@@ -224,8 +263,21 @@ impl Ticker {
                 )
             })
             .collect();
+        let gpm = shared
+            .devices
+            .iter()
+            .map(|d| {
+                d.script
+                    .gpm
+                    .iter()
+                    .flat_map(|g| [&g.sm_active, &g.sm_occupancy, &g.tensor_active, &g.dram_bw])
+                    .map(|p| PatternState::new(p.clone()))
+                    .collect()
+            })
+            .collect();
         Ticker {
             patterns,
+            gpm,
             last_us: 0,
         }
     }
@@ -243,6 +295,18 @@ impl Ticker {
                 memory: memory.value_at(elapsed),
             };
             lock(&device.ring).push(tick);
+        }
+        for (device, patterns) in shared.devices.iter().zip(self.gpm.iter_mut()) {
+            if patterns.is_empty() {
+                continue;
+            }
+            let mut counters = lock(&device.gpm_counters);
+            for (i, pattern) in patterns.iter_mut().enumerate().take(4) {
+                let value = f64::from(pattern.value_at(elapsed));
+                counters.sums[i] += value;
+                counters.latest[i] = value;
+            }
+            counters.ticks += 1;
         }
     }
 

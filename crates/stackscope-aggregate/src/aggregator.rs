@@ -2,6 +2,7 @@
 
 use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
+use crate::buckets::TimeBuckets;
 use crate::intern::{FrameId, GpuTag, StackCounts, StackTable};
 use crate::limits::Limits;
 use crate::processes::ProcessTable;
@@ -71,6 +72,8 @@ pub struct Aggregator {
     pub(crate) samples: u64,
     pub(crate) idle_skipped: u64,
     pub(crate) errors: ErrorCounts,
+    /// Samples per stack and thread over time, for the HTML report.
+    pub(crate) buckets: TimeBuckets,
 }
 
 impl Aggregator {
@@ -94,6 +97,7 @@ impl Aggregator {
             samples: 0,
             idle_skipped: 0,
             errors: ErrorCounts::default(),
+            buckets: TimeBuckets::new(start),
         }
     }
 
@@ -124,6 +128,13 @@ impl Aggregator {
         let name = sample.thread.display_name();
         let kept = sample.thread.active || self.config.include_idle;
         let thread = self.threads.observe(sample.pid, &sample.thread, &name);
+        self.buckets.count_thread(
+            sample.time,
+            sample.pid,
+            sample.thread.python_thread_id,
+            &name,
+            sample.thread.active,
+        );
         if kept {
             thread.samples += 1;
         }
@@ -152,6 +163,8 @@ impl Aggregator {
         } else {
             self.tagger.observe(sample.time);
             self.table.count_tag(stack, GpuTag::Unknown);
+            self.buckets
+                .count_stack(sample.time, stack, GpuTag::Unknown);
         }
     }
 
@@ -162,13 +175,19 @@ impl Aggregator {
         } else {
             self.tagger.observe(sample.time);
         }
+        if let Some(sm) = sample.sm_active {
+            self.tagger.add_sm_reading(sample.device, sample.time, sm);
+        }
         self.timeline.push(sample);
     }
 
     fn release_tagged(&mut self) {
         let table = &mut self.table;
-        self.tagger
-            .release(|stack, tag| table.count_tag(stack, tag));
+        let buckets = &mut self.buckets;
+        self.tagger.release_timed(|time, stack, tag| {
+            table.count_tag(stack, tag);
+            buckets.count_stack(time, stack, tag);
+        });
     }
 
     /// Names the devices the GPU poller watches, so that stack samples also wait for a device
@@ -183,7 +202,11 @@ impl Aggregator {
     /// The end of the recording: tags every held sample with what is known.
     pub fn finish(&mut self) {
         let table = &mut self.table;
-        self.tagger.flush(|stack, tag| table.count_tag(stack, tag));
+        let buckets = &mut self.buckets;
+        self.tagger.flush_timed(|time, stack, tag| {
+            table.count_tag(stack, tag);
+            buckets.count_stack(time, stack, tag);
+        });
     }
 
     /// Folded lines of one view, `thread;outer;...;inner` with their counts, sorted by stack;
@@ -294,6 +317,16 @@ impl Aggregator {
     /// GPU readings held by the tagger, across devices: a few seconds' worth.
     pub fn gpu_readings_held(&self) -> usize {
         self.tagger.readings_len()
+    }
+
+    /// Samples per stack and per thread over time, in bounded buckets.
+    pub fn time_buckets(&self) -> &TimeBuckets {
+        &self.buckets
+    }
+
+    /// The interned stacks, frames and functions the buckets refer to.
+    pub fn stack_table(&self) -> &StackTable {
+        &self.table
     }
 
     /// The caps in force.

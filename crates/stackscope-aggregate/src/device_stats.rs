@@ -33,6 +33,16 @@ pub struct GpuDeviceSummary {
     pub mean_memory_used_mib: Option<f64>,
     pub memory_total_mib: Option<f64>,
     pub mean_power_watts: Option<f64>,
+    /// Means of the GPM readings (Hopper and later), in percent, each reading weighted by the
+    /// interval it covers; absent without GPM.
+    #[serde(default)]
+    pub mean_sm_active_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_sm_occupancy_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_tensor_active_pct: Option<f64>,
+    #[serde(default)]
+    pub mean_dram_bw_pct: Option<f64>,
 }
 
 /// Running sum and count of one metric.
@@ -67,6 +77,14 @@ pub struct DeviceStats {
     /// The latest reading's total memory, by reading time (readings can arrive out of order).
     memory_total: Option<(Timestamp, u64)>,
     power: Mean,
+    /// SM activity, SM occupancy, tensor activity, DRAM bandwidth: sums weighted by the
+    /// interval each reading covers (seconds), and the weights.
+    gpm: [(f64, f64); 4],
+    /// The device's first reading of any kind, and its latest GPM reading: a GPM reading covers
+    /// the time since the previous one (the first, since the device's first reading), and the
+    /// last of a recording may cover a fraction of a poll.
+    first_time: Option<Timestamp>,
+    last_gpm_time: Option<Timestamp>,
 }
 
 impl Default for DeviceStats {
@@ -81,6 +99,9 @@ impl Default for DeviceStats {
             memory_used_mib: Mean::default(),
             memory_total: None,
             power: Mean::default(),
+            gpm: [(0.0, 0.0); 4],
+            first_time: None,
+            last_gpm_time: None,
         }
     }
 }
@@ -114,6 +135,33 @@ impl DeviceStats {
         if let Some(watts) = sample.power_watts {
             self.power.add(f64::from(watts));
         }
+        self.add_gpm(sample);
+    }
+
+    fn add_gpm(&mut self, sample: &GpuSample) {
+        let first = *self.first_time.get_or_insert(sample.time);
+        let gpm = [
+            sample.sm_active,
+            sample.sm_occupancy,
+            sample.tensor_active,
+            sample.dram_bw,
+        ];
+        if gpm.iter().all(Option::is_none) {
+            return;
+        }
+        let since = self.last_gpm_time.unwrap_or(first);
+        self.last_gpm_time = Some(
+            self.last_gpm_time
+                .map_or(sample.time, |t| t.max(sample.time)),
+        );
+        // A reading alone at the device's first instant still counts, with a token weight.
+        let weight = (sample.time.0.saturating_sub(since.0) as f64 / 1e9).max(1e-6);
+        for ((sum, total), value) in self.gpm.iter_mut().zip(gpm) {
+            if let Some(v) = value {
+                *sum += f64::from(v) * weight;
+                *total += weight;
+            }
+        }
     }
 
     pub fn readings(&self) -> u64 {
@@ -138,6 +186,10 @@ impl DeviceStats {
             mean_memory_used_mib: self.memory_used_mib.get(),
             memory_total_mib: self.memory_total.map(|(_, b)| b as f64 / MIB),
             mean_power_watts: self.power.get(),
+            mean_sm_active_pct: weighted(self.gpm[0]),
+            mean_sm_occupancy_pct: weighted(self.gpm[1]),
+            mean_tensor_active_pct: weighted(self.gpm[2]),
+            mean_dram_bw_pct: weighted(self.gpm[3]),
         }
     }
 
@@ -163,6 +215,10 @@ impl DeviceStats {
         }
         Some(self.max)
     }
+}
+
+fn weighted((sum, weight): (f64, f64)) -> Option<f64> {
+    (weight > 0.0).then(|| sum / weight)
 }
 
 fn bin_of(utilization: f64) -> usize {
@@ -206,6 +262,36 @@ mod tests {
         assert_eq!(d.mean_memory_used_mib, Some(512.0));
         assert_eq!(d.memory_total_mib, Some(100.0 * 1024.0), "latest by time");
         assert_eq!(d.mean_power_watts, Some(100.0));
+        assert_eq!(d.mean_sm_active_pct, None, "no GPM readings");
+    }
+
+    #[test]
+    fn gpm_means_weigh_each_reading_by_the_interval_it_covers() {
+        let mut stats = DeviceStats::default();
+        let s = 1_000_000_000;
+        // Readings at 0 s (utilization only), 1 s, 2 s and a last one 0.5 s later.
+        for (t, sm, tensor) in [
+            (0, None, None),
+            (s, Some(20.0), Some(4.0)),
+            (2 * s, Some(40.0), None),
+            (5 * s / 2, Some(100.0), None),
+        ] {
+            stats.add(
+                &GpuSample {
+                    time: Timestamp(t),
+                    utilization: Some(95.0),
+                    sm_active: sm,
+                    tensor_active: tensor,
+                    ..GpuSample::default()
+                },
+                30.0,
+            );
+        }
+        let d = stats.summary(0);
+        let sm = d.mean_sm_active_pct.unwrap_or_default();
+        assert!((sm - (20.0 + 40.0 + 50.0) / 2.5).abs() < 1e-9, "{sm}");
+        assert_eq!(d.mean_tensor_active_pct, Some(4.0));
+        assert_eq!((d.mean_sm_occupancy_pct, d.mean_dram_bw_pct), (None, None));
     }
 
     #[test]

@@ -10,6 +10,9 @@ use stackscope_event::{FrameDump, ProcessDump, ThreadDump};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadRef {
     pub pid: u32,
+    /// The process's rank, when a launcher started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     pub name: String,
     pub os_thread_id: Option<u64>,
 }
@@ -57,6 +60,7 @@ pub fn group_threads(processes: &[ProcessDump]) -> Vec<ThreadGroup<'_>> {
         for thread in &process.threads {
             let member = ThreadRef {
                 pid: process.pid,
+                rank: process.rank.rank,
                 name: thread.display_name(),
                 os_thread_id: thread.os_thread_id,
             };
@@ -90,6 +94,9 @@ fn natural_key(name: &str) -> (String, u64) {
 pub struct Straggler {
     /// The process, and the thread when the peers are threads of one family.
     pub pid: u32,
+    /// The process's rank, when a launcher started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     pub thread: Option<String>,
     pub command_line: String,
     /// Its innermost frame.
@@ -167,6 +174,7 @@ fn odd_ones_out(peers: &[(&ProcessDump, &ThreadDump)], name_threads: bool) -> Ve
         .filter(|(_, t)| stack_key(t) != majority_key)
         .map(|(p, t)| Straggler {
             pid: p.pid,
+            rank: p.rank.rank,
             thread: name_threads.then(|| t.display_name()),
             command_line: p.command_line.clone(),
             location: innermost(t),
@@ -208,6 +216,7 @@ mod tests {
         ThreadDump {
             name: Some(name.to_owned()),
             os_thread_id: Some(tid),
+            ns_thread_id: None,
             python_thread_id: tid,
             active: false,
             owns_gil: false,
@@ -229,8 +238,11 @@ mod tests {
         ProcessDump {
             pid,
             parent_pid: parent,
+            ns_pid: None,
             command_line: format!("python job.py {pid}"),
             python_version: "3.11.7".to_owned(),
+            rank: Default::default(),
+            host: None,
             threads,
         }
     }

@@ -22,6 +22,8 @@ pub type FunctionId = u32;
 pub enum GpuTag {
     Idle,
     Busy,
+    /// Busy by utilization, with GPM SM activity low (`sm_activity.rs`): counted as busy too.
+    BusyLowSm,
     Unknown,
 }
 
@@ -32,6 +34,8 @@ pub struct StackCounts {
     pub gpu_idle: u64,
     pub gpu_busy: u64,
     pub gpu_unknown: u64,
+    /// Of `gpu_busy`, the samples taken while SM activity was low.
+    pub gpu_low_sm: u64,
 }
 
 #[derive(Debug)]
@@ -301,6 +305,10 @@ impl StackTable {
             match tag {
                 GpuTag::Idle => entry.counts.gpu_idle += 1,
                 GpuTag::Busy => entry.counts.gpu_busy += 1,
+                GpuTag::BusyLowSm => {
+                    entry.counts.gpu_busy += 1;
+                    entry.counts.gpu_low_sm += 1;
+                }
                 GpuTag::Unknown => entry.counts.gpu_unknown += 1,
             }
         }

@@ -10,36 +10,59 @@
 //! the channel; `stackscope-report` turns what it holds into files.
 
 mod aggregator;
+mod buckets;
 mod device_stats;
 mod functions;
 mod gpu_mean;
 mod gpu_stats;
 mod grouping;
 mod hang;
+mod idle_path;
 mod intern;
 mod limits;
+mod merge;
 mod meta;
 mod oscillation;
 mod processes;
+mod ranks;
+mod sm_activity;
 mod summary;
 mod tagging;
 mod threads;
 mod timeline;
+mod trace;
 mod verdict;
 
 pub use aggregator::{AggregateConfig, Aggregator, StackView};
+pub use buckets::{
+    Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,
+    MAX_ENTRIES, MAX_LANES,
+};
 pub use device_stats::GpuDeviceSummary;
 pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{HangDetector, HangEvent};
+pub use idle_path::{idle_path, idle_path_by, IdlePath, PathFunction, MIN_RISE};
+pub use intern::{
+    FrameEntry, FrameId, FunctionId, FunctionKey, GpuTag, StackCounts, StackEntry, StackId,
+    StackTable,
+};
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+pub use merge::{
+    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
+pub use ranks::{merge_recordings, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use trace::{GpuState, Run, SampleTrace, TraceThread};
 pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sm;

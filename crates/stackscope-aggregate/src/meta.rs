@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecordingMeta {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    pub rank: stackscope_event::RankInfo,
+    /// The machine the recording ran on.
+    pub host: Option<String>,
     pub command_line: String,
     pub python_version: String,
     /// Which stack reader read the samples: `stackscope` (our own), `py-spy`, or both, most

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use stackscope_event::{ProcessEvent, ProcessEventKind, Timestamp};
+use stackscope_event::{ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
 use crate::intern::{FrameId, StackTable};
 
@@ -20,6 +20,8 @@ const KEPT_COMMAND_CHARS: usize = 4096;
 pub(crate) struct ProcessStat {
     pub pid: u32,
     pub command_line: String,
+    /// Its rank in a distributed job, when a launcher started it.
+    pub rank: RankInfo,
     /// Kept stack samples.
     pub samples: u64,
     pub attached: Option<Timestamp>,
@@ -70,6 +72,10 @@ impl ProcessTable {
                     process.command_line = command_line;
                     process.root = None;
                 }
+                if !event.rank.is_empty() && process.rank != event.rank {
+                    process.rank = event.rank;
+                    process.root = None;
+                }
                 process.attached = Some(event.time);
                 process.exited = None;
             }
@@ -96,7 +102,11 @@ impl ProcessTable {
         if let Some(root) = process.root {
             return root;
         }
-        let root = table.process_root(&root_label(pid, &process.command_line));
+        let label = match process.rank.rank {
+            Some(rank) => ranked_root_label(pid, rank, &process.command_line),
+            None => root_label(pid, &process.command_line),
+        };
+        let root = table.process_root(&label);
         process.root = Some(root);
         root
     }
@@ -110,6 +120,7 @@ impl ProcessTable {
         let process = self.processes.entry(pid).or_insert_with(|| ProcessStat {
             pid,
             command_line: String::new(),
+            rank: RankInfo::default(),
             samples: 0,
             attached: None,
             exited: None,
@@ -163,6 +174,17 @@ pub fn root_label(pid: u32, command_line: &str) -> String {
     }
 }
 
+/// The root frame of a process a launcher started: `rank 6 (pid 5124) COMMAND`.
+pub fn ranked_root_label(pid: u32, rank: u32, command_line: &str) -> String {
+    let command = shorten(command_line.trim(), ROOT_COMMAND_CHARS);
+    let name = stackscope_event::process_name(pid, Some(rank));
+    if command.is_empty() {
+        name
+    } else {
+        format!("{name} {command}")
+    }
+}
+
 /// At most `chars` characters of `text`, the last three `...` when it was cut.
 fn shorten(text: &str, chars: usize) -> String {
     if text.chars().count() <= chars {
@@ -183,6 +205,7 @@ mod tests {
             pid,
             command_line: command_line.to_owned(),
             kind,
+            rank: Default::default(),
         }
     }
 
@@ -193,6 +216,10 @@ mod tests {
             "process 12 python train.py"
         );
         assert_eq!(root_label(12, ""), "process 12");
+        assert_eq!(
+            ranked_root_label(12, 6, "python train.py"),
+            "rank 6 (pid 12) python train.py"
+        );
         let long = format!("python {}", "x".repeat(100));
         let label = root_label(3, &long);
         assert_eq!(

@@ -1,11 +1,13 @@
 //! The summary of a recording: the schema of `summary.json`.
 
 use serde::{Deserialize, Serialize};
+use stackscope_event::RankInfo;
 
 use crate::aggregator::Aggregator;
 use crate::device_stats::GpuDeviceSummary;
 use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
 use crate::gpu_stats::resample_mean;
+use crate::idle_path::{idle_path, idle_path_by, IdlePath};
 use crate::limits::{OTHER_PROCESSES, OTHER_THREADS};
 use crate::meta::RecordingMeta;
 use crate::oscillation::oscillation_period;
@@ -22,6 +24,12 @@ const OSCILLATION_WINDOW_NANOS: u64 = 600_000_000_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub pid: u32,
+    /// The target's rank, when a launcher started it.
+    #[serde(flatten)]
+    pub rank: RankInfo,
+    /// The machine the recording ran on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub command_line: String,
     pub python_version: String,
     /// Which stack reader read the samples ([`RecordingMeta::reader`]).
@@ -86,6 +94,9 @@ pub struct ThreadSummary {
 pub struct ProcessSummary {
     /// 0 for the `[other processes]` entry.
     pub pid: u32,
+    /// Its rank, when a launcher started it: `rank`, `local_rank`, `world_size`, `group_rank`.
+    #[serde(flatten)]
+    pub rank: RankInfo,
     pub command_line: String,
     /// Kept stack samples.
     pub samples: u64,
@@ -114,13 +125,32 @@ pub struct GpuSummary {
     pub top_idle_functions: Vec<FunctionStat>,
     /// By self share of the GPU-busy samples.
     pub top_busy_functions: Vec<FunctionStat>,
+    /// The call path whose share rises most from GPU-busy to GPU-idle samples: the code the
+    /// verdict names. `None` when no path rises enough.
+    #[serde(default)]
+    pub idle_path: Option<IdlePath>,
     pub verdict: Verdict,
+    /// Mean GPM SM activity (percent) of the devices that have GPM; absent elsewhere.
+    #[serde(default)]
+    pub mean_sm_active_pct: Option<f64>,
+    /// Of the GPU-busy samples, those taken while SM activity was low against utilization.
+    #[serde(default)]
+    pub samples_gpu_low_sm: u64,
+    /// By self share of the samples taken while SM activity was low.
+    #[serde(default)]
+    pub top_low_sm_functions: Vec<FunctionStat>,
+    /// The call path whose share rises most from the other GPU-busy samples to those taken
+    /// with low SM activity: the code the low-SM verdict names.
+    #[serde(default)]
+    pub low_sm_path: Option<IdlePath>,
 }
 
 impl Aggregator {
     pub fn summary(&self, meta: &RecordingMeta) -> Summary {
         Summary {
             pid: meta.pid,
+            rank: meta.rank,
+            host: meta.host.clone(),
             command_line: meta.command_line.clone(),
             python_version: meta.python_version.clone(),
             reader: meta.reader.clone(),
@@ -187,19 +217,35 @@ impl Aggregator {
             }
             _ => None,
         };
-        let mut tagged = [0u64; 3];
+        let mut tagged = [0u64; 4];
         for stack in self.table.stacks() {
             tagged[0] += stack.counts.gpu_idle;
             tagged[1] += stack.counts.gpu_busy;
             tagged[2] += stack.counts.gpu_unknown;
+            tagged[3] += stack.counts.gpu_low_sm;
         }
+        let sm_means: Vec<f64> = devices
+            .iter()
+            .filter_map(|d| d.mean_sm_active_pct)
+            .collect();
+        let mean_sm_active =
+            (!sm_means.is_empty()).then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64);
+        let top_low_sm = top_functions(&self.table, |c| c.gpu_low_sm, TOP_GPU_FUNCTIONS).by_self;
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;
         let top_busy = top_functions(&self.table, |c| c.gpu_busy, TOP_GPU_FUNCTIONS).by_self;
+        let idle_path = idle_path(&self.table);
+        let low_sm_path = idle_path_by(&self.table, |c| {
+            (c.gpu_low_sm, c.gpu_busy.saturating_sub(c.gpu_low_sm))
+        });
         let verdict = verdict(VerdictInput {
             mean_utilization,
             oscillation_period_secs,
             idle_functions: &top_idle,
+            idle_path: idle_path.as_ref(),
+            low_sm_path: low_sm_path.as_ref(),
+            mean_sm_active,
+            low_sm_functions: &top_low_sm,
         });
         Some(GpuSummary {
             devices,
@@ -212,7 +258,12 @@ impl Aggregator {
             samples_gpu_unknown: tagged[2] + pending,
             top_idle_functions: top_idle,
             top_busy_functions: top_busy,
+            idle_path,
             verdict,
+            mean_sm_active_pct: mean_sm_active,
+            samples_gpu_low_sm: tagged[3],
+            top_low_sm_functions: top_low_sm,
+            low_sm_path,
         })
     }
 }
@@ -257,6 +308,7 @@ impl Aggregator {
             .iter()
             .map(|p| ProcessSummary {
                 pid: p.pid,
+                rank: p.rank,
                 command_line: p.command_line.clone(),
                 samples: p.samples,
                 exited: p.exited.is_some(),
@@ -269,6 +321,7 @@ impl Aggregator {
         if folded.processes > 0 {
             processes.push(ProcessSummary {
                 pid: 0,
+                rank: RankInfo::default(),
                 command_line: OTHER_PROCESSES.to_owned(),
                 samples: folded.samples,
                 exited: folded.exited == folded.processes,

@@ -5,12 +5,17 @@
 //! about twice a second), so a stack sample is held back until every device has a reading at or
 //! after it, and only then tagged from the reading that covers it. Samples wait at most
 //! [`HOLD_LIMIT`] behind the newest event, so a GPU that stops reporting delays nothing for long.
+//!
+//! Where the GPU has GPM, its SM activity readings (each on the newest reading of a poll) are
+//! held the same way, and a busy sample is tagged [`GpuTag::BusyLowSm`] when SM activity at its
+//! instant is low against utilization (`sm_activity.rs`).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use stackscope_event::Timestamp;
 
 use crate::intern::{GpuTag, StackId};
+use crate::sm_activity::is_low;
 
 /// How long a stack sample may wait for the GPU readings that cover it.
 pub const HOLD_LIMIT_NANOS: u64 = 5_000_000_000;
@@ -36,6 +41,8 @@ pub struct GpuTagger {
     idle_below: f32,
     /// Recent utilization readings per device, in time order.
     readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
+    /// Recent GPM SM activity readings per device, in time order.
+    sm_readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
     pending: VecDeque<Pending>,
     newest: Timestamp,
     /// Samples tagged before their readings arrived because the queue was full.
@@ -49,6 +56,7 @@ impl GpuTagger {
         GpuTagger {
             idle_below,
             readings: BTreeMap::new(),
+            sm_readings: BTreeMap::new(),
             pending: VecDeque::new(),
             newest: Timestamp(0),
             forced: 0,
@@ -73,6 +81,17 @@ impl GpuTagger {
         while series.len() > MAX_READINGS_PER_DEVICE {
             series.pop_front();
             self.dropped_readings += 1;
+        }
+    }
+
+    /// A GPM SM activity reading (percent) of `device`, covering the time since its previous one.
+    pub fn add_sm_reading(&mut self, device: u32, time: Timestamp, sm_active: f32) {
+        self.observe(time);
+        let series = self.sm_readings.entry(device).or_default();
+        let at = series.partition_point(|&(t, _)| t <= time);
+        series.insert(at, (time, sm_active));
+        while series.len() > MAX_READINGS_PER_DEVICE {
+            series.pop_front();
         }
     }
 
@@ -105,6 +124,11 @@ impl GpuTagger {
 
     /// Tags every held sample whose readings have all arrived, or that waited too long.
     pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        self.release_timed(|_, stack, tag| out(stack, tag));
+    }
+
+    /// As [`GpuTagger::release`], with each sample's time.
+    pub fn release_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
         while let Some(front) = self.pending.front() {
             let waited_too_long = self.newest.0.saturating_sub(front.time.0) > HOLD_LIMIT_NANOS;
             let ready = self.all_devices_reached(front.time) || waited_too_long;
@@ -117,34 +141,56 @@ impl GpuTagger {
             let time = front.time;
             let stack = front.stack;
             self.pending.pop_front();
-            out(stack, self.tag_at(time));
+            out(time, stack, self.tag_at(time));
         }
         self.trim();
     }
 
     /// Tags everything still held with what is known: the end of the recording.
     pub fn flush(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
+        self.flush_timed(|_, stack, tag| out(stack, tag));
+    }
+
+    /// As [`GpuTagger::flush`], with each sample's time.
+    pub fn flush_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
         while let Some(p) = self.pending.pop_front() {
-            out(p.stack, self.tag_at(p.time));
+            out(p.time, p.stack, self.tag_at(p.time));
         }
         self.trim();
     }
 
     fn all_devices_reached(&self, time: Timestamp) -> bool {
+        let reached = |series: &VecDeque<(Timestamp, f32)>| {
+            series.back().is_some_and(|&(last, _)| last >= time)
+        };
+        // A device with GPM sends its SM activity on the newest reading of each poll, after
+        // the poll's older utilization readings: wait for it too, or a sample would take the
+        // previous interval's SM activity.
         !self.readings.is_empty()
-            && self
-                .readings
-                .values()
-                .all(|series| series.back().is_some_and(|&(last, _)| last >= time))
+            && self.readings.values().all(reached)
+            && self.sm_readings.values().all(reached)
     }
 
     /// The state at `time` from the mean utilization of the devices that have a value there.
     pub fn tag_at(&self, time: Timestamp) -> GpuTag {
         match self.utilization_at(time) {
             Some(u) if u < self.idle_below => GpuTag::Idle,
-            Some(_) => GpuTag::Busy,
+            Some(u) => match self.sm_active_at(time) {
+                Some(sm) if is_low(f64::from(u), f64::from(sm)) => GpuTag::BusyLowSm,
+                _ => GpuTag::Busy,
+            },
             None => GpuTag::Unknown,
         }
+    }
+
+    /// The mean SM activity at `time` of the devices with a GPM reading covering it.
+    fn sm_active_at(&self, time: Timestamp) -> Option<f32> {
+        let values: Vec<f32> = self
+            .sm_readings
+            .values()
+            .filter_map(|series| device_utilization_at(series, time))
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f32>() / values.len() as f32)
     }
 
     pub fn utilization_at(&self, time: Timestamp) -> Option<f32> {
@@ -168,7 +214,11 @@ impl GpuTagger {
             .pending
             .front()
             .map_or(horizon, |p| p.time.0.min(horizon));
-        for series in self.readings.values_mut() {
+        for series in self
+            .readings
+            .values_mut()
+            .chain(self.sm_readings.values_mut())
+        {
             // Keep one reading before the bound: it is the "nearest earlier" fallback.
             let first_needed = series.partition_point(|&(t, _)| t.0 < keep_from);
             let drop = first_needed.saturating_sub(1);
@@ -237,6 +287,31 @@ mod tests {
             collect(&mut tagger, false),
             vec![(1, GpuTag::Idle), (2, GpuTag::Busy)]
         );
+    }
+
+    #[test]
+    fn busy_with_low_sm_activity_is_its_own_tag() {
+        let mut tagger = GpuTagger::new(30.0);
+        tagger.add_reading(0, Timestamp(100 * MS), 95.0);
+        tagger.add_reading(0, Timestamp(200 * MS), 95.0);
+        tagger.add_sm_reading(0, Timestamp(100 * MS), 15.0);
+        tagger.add_reading(0, Timestamp(300 * MS), 95.0);
+        tagger.add_sm_reading(0, Timestamp(300 * MS), 80.0);
+        tagger.add_reading(0, Timestamp(400 * MS), 5.0);
+        tagger.add_sm_reading(0, Timestamp(400 * MS), 1.0);
+        for (i, t) in [50u64, 250, 350].into_iter().enumerate() {
+            tagger.hold(Timestamp(t * MS), i as StackId);
+        }
+        tagger.add_reading(0, Timestamp(500 * MS), 95.0);
+        tagger.hold(Timestamp(450 * MS), 3);
+        assert_eq!(
+            collect(&mut tagger, false),
+            vec![(0, GpuTag::BusyLowSm), (1, GpuTag::Busy), (2, GpuTag::Idle)]
+        );
+        // Utilization has reached sample 3 but SM activity has not: it waits for the poll's
+        // GPM reading rather than take the previous interval's.
+        tagger.add_sm_reading(0, Timestamp(500 * MS), 10.0);
+        assert_eq!(collect(&mut tagger, false), vec![(3, GpuTag::BusyLowSm)]);
     }
 
     #[test]

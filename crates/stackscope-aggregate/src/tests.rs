@@ -350,6 +350,7 @@ fn process(time_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -
         pid,
         command_line: command_line.to_owned(),
         kind,
+        rank: Default::default(),
     })
 }
 

@@ -209,6 +209,10 @@ fn merge(a: &GpuSample, span_a: u64, b: &GpuSample, span_b: u64) -> GpuSample {
             (x, y) => x.or(y),
         },
         process_utilization: mean_f32(a.process_utilization, b.process_utilization),
+        sm_active: mean_f32(a.sm_active, b.sm_active),
+        sm_occupancy: mean_f32(a.sm_occupancy, b.sm_occupancy),
+        tensor_active: mean_f32(a.tensor_active, b.tensor_active),
+        dram_bw: mean_f32(a.dram_bw, b.dram_bw),
     }
 }
 
@@ -272,6 +276,12 @@ mod tests {
         assert_eq!(m.throttle_reasons, Some(5));
         assert_eq!(m.memory_total_bytes, Some(8));
         assert_eq!(merge(&a, 0, &b, 0).utilization, Some(45.0));
+        // A GPM reading on one side only stays as it was.
+        let c = GpuSample {
+            sm_active: Some(12.0),
+            ..b.clone()
+        };
+        assert_eq!(merge(&a, 20, &c, 10).sm_active, Some(12.0));
     }
 
     #[test]

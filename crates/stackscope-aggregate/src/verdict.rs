@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::functions::FunctionStat;
+use crate::idle_path::IdlePath;
+use crate::sm_activity::low_sm_verdict;
 
 /// Below this mean utilization the GPU is starved.
 pub const STARVED_BELOW: f64 = 30.0;
@@ -27,6 +29,9 @@ pub enum VerdictClass {
     SmallKernels,
     /// The GPU is the bottleneck.
     GpuBound,
+    /// Kernels run most of the time but on a small part of the GPU (utilization high, GPM SM
+    /// activity low): launch-bound, small ops, or synchronisation. See `sm_activity.rs`.
+    LowSmActivity,
     /// No utilization data.
     Unknown,
 }
@@ -45,6 +50,14 @@ pub struct VerdictInput<'a> {
     pub oscillation_period_secs: Option<f64>,
     /// Functions of the GPU-idle samples, by self share of those samples.
     pub idle_functions: &'a [FunctionStat],
+    /// The call path that sets GPU-idle time apart; named instead of the functions when found.
+    pub idle_path: Option<&'a IdlePath>,
+    /// The call path that sets the low-SM samples apart from the other GPU-busy ones.
+    pub low_sm_path: Option<&'a IdlePath>,
+    /// Mean GPM SM activity (percent) where the GPU has GPM; `None` elsewhere.
+    pub mean_sm_active: Option<f64>,
+    /// Functions of the samples taken while the GPU was busy with low SM activity.
+    pub low_sm_functions: &'a [FunctionStat],
 }
 
 pub fn verdict(input: VerdictInput<'_>) -> Verdict {
@@ -54,7 +67,20 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             text: "No GPU utilization was recorded, so there is no verdict.".to_owned(),
         };
     };
-    let idle_code = idle_code_sentence(input.idle_functions);
+    // Utilization high but SM activity low is its own class, and keeps a GPU whose SMs idle
+    // from reading GPU-bound.
+    if let Some(low_sm) = low_sm_verdict(
+        mean,
+        input.mean_sm_active,
+        input.low_sm_functions,
+        input.low_sm_path,
+    ) {
+        return low_sm;
+    }
+    let idle_code = match input.idle_path {
+        Some(path) => path.sentence(),
+        None => idle_code_sentence(input.idle_functions),
+    };
     let (class, first) = if mean < STARVED_BELOW {
         (
             VerdictClass::Starved,
@@ -149,6 +175,10 @@ mod tests {
             mean_utilization: mean,
             oscillation_period_secs: period,
             idle_functions: &idle,
+            idle_path: None,
+            low_sm_path: None,
+            mean_sm_active: None,
+            low_sm_functions: &[],
         })
     }
 
@@ -187,9 +217,34 @@ mod tests {
             mean_utilization: Some(10.0),
             oscillation_period_secs: None,
             idle_functions: &idle,
+            idle_path: None,
+            low_sm_path: None,
+            mean_sm_active: None,
+            low_sm_functions: &[],
         });
         assert!(v.text.contains("tiny (a.py) 2%"), "{}", v.text);
         assert!(!v.text.contains("tinier"), "{}", v.text);
+    }
+
+    #[test]
+    fn high_utilization_with_low_sm_activity_is_not_gpu_bound() {
+        let busy = [stat("launch", "train.py", 0.9)];
+        let judge_sm = |sm: Option<f64>| {
+            verdict(VerdictInput {
+                mean_utilization: Some(97.0),
+                oscillation_period_secs: None,
+                idle_functions: &[],
+                idle_path: None,
+                low_sm_path: None,
+                mean_sm_active: sm,
+                low_sm_functions: &busy,
+            })
+        };
+        let v = judge_sm(Some(18.0));
+        assert_eq!(v.class, VerdictClass::LowSmActivity);
+        assert!(v.text.contains("launch (train.py) 90%"), "{}", v.text);
+        assert_eq!(judge_sm(Some(92.0)).class, VerdictClass::GpuBound);
+        assert_eq!(judge_sm(None).class, VerdictClass::GpuBound, "no GPM");
     }
 
     #[test]
@@ -204,6 +259,10 @@ mod tests {
             mean_utilization: Some(99.0),
             oscillation_period_secs: None,
             idle_functions: &[],
+            idle_path: None,
+            low_sm_path: None,
+            mean_sm_active: None,
+            low_sm_functions: &[],
         });
         assert_eq!(v.class, VerdictClass::GpuBound);
         assert!(v.text.contains("No stack samples"), "{}", v.text);

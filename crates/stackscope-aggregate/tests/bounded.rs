@@ -177,6 +177,7 @@ fn churning_processes_stay_under_their_cap() {
             pid,
             command_line: format!("python -c worker {pid}"),
             kind: ProcessEventKind::Attached,
+            rank: Default::default(),
         }));
         for _ in 0..3 {
             agg.handle(Event::Stack(StackSample {
@@ -192,6 +193,7 @@ fn churning_processes_stay_under_their_cap() {
             pid,
             command_line: String::new(),
             kind: ProcessEventKind::Exited,
+            rank: Default::default(),
         }));
         assert!(agg.processes_tracked() <= 50);
         assert!(agg.process_roots() <= 50);

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
+pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
 /// One message on the channel from a producer to the aggregator.
@@ -35,6 +37,9 @@ pub struct ProcessEvent {
     /// The command line, arguments joined by spaces.
     pub command_line: String,
     pub kind: ProcessEventKind,
+    /// Its rank, when a launcher started it (read from its environment).
+    #[serde(default)]
+    pub rank: RankInfo,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,4 +160,19 @@ pub struct GpuSample {
     pub throttle_reasons: Option<u64>,
     /// The target's own share of the SM, from per-process accounting.
     pub process_utilization: Option<f32>,
+    /// GPM (Hopper and later), each over the interval since the device's previous GPM reading:
+    /// percent of time the SMs had at least one warp assigned (`NVML_GPM_METRIC_SM_UTIL`,
+    /// DCGM's SM activity). Utilization counts a time slice busy when any kernel ran; this
+    /// says how much of the GPU it ran on.
+    #[serde(default)]
+    pub sm_active: Option<f32>,
+    /// GPM: resident warps against the SMs' maximum, percent (`NVML_GPM_METRIC_SM_OCCUPANCY`).
+    #[serde(default)]
+    pub sm_occupancy: Option<f32>,
+    /// GPM: percent of time any tensor core was busy (`NVML_GPM_METRIC_ANY_TENSOR_UTIL`).
+    #[serde(default)]
+    pub tensor_active: Option<f32>,
+    /// GPM: percent of the peak DRAM bandwidth used (`NVML_GPM_METRIC_DRAM_BW_UTIL`).
+    #[serde(default)]
+    pub dram_bw: Option<f32>,
 }

@@ -5,22 +5,46 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::RankInfo;
+
 /// One process, every thread read at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessDump {
+    /// The pid as stackscope sees it (the host's, for a process in a container).
     pub pid: u32,
+    /// The process's pid in its own PID namespace (a container), where it differs from `pid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
     /// The parent, when the dump covers a process tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_pid: Option<u32>,
     pub command_line: String,
     pub python_version: String,
+    /// Its rank, when a launcher started it: `rank`, `local_rank`, `world_size`, `group_rank`.
+    #[serde(flatten)]
+    pub rank: RankInfo,
+    /// The machine it runs on, as the dumping stackscope saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     pub threads: Vec<ThreadDump>,
+}
+
+impl ProcessDump {
+    /// `rank 6 (pid 5124)`, or `process 5124` without a rank.
+    pub fn display_name(&self) -> String {
+        crate::process_name(self.pid, self.rank.rank)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadDump {
     pub name: Option<String>,
+    /// The OS thread id as stackscope sees it (the host's, for a process in a container).
     pub os_thread_id: Option<u64>,
+    /// The thread's id in its own PID namespace (what the process itself, and CPython's
+    /// `threading.get_native_id()`, call it), where it differs from `os_thread_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_thread_id: Option<u64>,
     pub python_thread_id: u64,
     /// Whether it was running Python code (not sleeping or blocked).
     pub active: bool,

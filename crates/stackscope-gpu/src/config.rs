@@ -69,6 +69,11 @@ pub struct GpuConfig {
     /// How often `Auto` re-checks which GPUs the target uses: a training job may open its CUDA
     /// context well after the profiler attached.
     pub remap_interval: Duration,
+    /// Why the target's pids may not be those NVML lists (NVML speaks the host's pids, and
+    /// stackscope runs in a PID namespace that does not see them), when that is so. `Auto`
+    /// then says so once, if the target shows up on no device, and polls every visible one;
+    /// the target's per-process share is left out while no device lists its pids.
+    pub unmatched_pids: Option<String>,
 }
 
 /// The library name the NVIDIA driver installs (the versioned soname, present without the
@@ -82,6 +87,7 @@ impl Default for GpuConfig {
             nvml_lib: None,
             poll_interval: Duration::from_millis(500),
             remap_interval: Duration::from_secs(5),
+            unmatched_pids: None,
         }
     }
 }

@@ -10,7 +10,9 @@
 //!   timestamped utilization samples (`nvmlDeviceGetSamples`), one [`GpuSample`] per ring sample,
 //!   falling back to `nvmlDeviceGetUtilizationRates` where the ring is missing; and memory,
 //!   power, SM clock, throttle reasons and the target's per-process utilization, attached to the
-//!   newest sample of the poll.
+//!   newest sample of the poll. Where the device has GPM (Hopper and later), SM activity, SM
+//!   occupancy, tensor activity and DRAM bandwidth over the interval since the previous poll
+//!   (two GPM samples' difference) go with that newest sample too.
 //! - A call missing from the driver library (nvml-wrapper resolves symbols lazily, so that fails
 //!   only the call) or answering NOT_SUPPORTED switches that one metric off on that one device
 //!   with one notice ([`GpuPoller::notices`]); a lost device is a notice too. Polling never ends
@@ -37,6 +39,7 @@ mod clock;
 mod config;
 mod devices;
 mod error;
+mod gpm;
 mod metric;
 mod poll;
 mod poller;

@@ -26,10 +26,29 @@ pub enum Metric {
     ComputeProcesses,
     /// Running graphics processes: a secondary hint, switched off silently when unavailable.
     GraphicsProcesses,
+    /// Whether the device has GPM counters (Hopper and later, not every MIG setup).
+    GpmSupport,
+    /// Taking a GPM sample (`nvmlGpmSampleAlloc` and `nvmlGpmSampleGet`).
+    GpmSample,
+    /// Computing GPM metrics from two samples: the call as a whole.
+    GpmMetrics,
+    /// The GPM metrics themselves, each with its own return code.
+    GpmSmActive,
+    GpmSmOccupancy,
+    GpmTensorActive,
+    GpmDramBw,
 }
 
 impl Metric {
-    const COUNT: usize = 9;
+    const COUNT: usize = 16;
+
+    /// The GPM values, in the order [`crate::gpm`] requests them.
+    pub const GPM_VALUES: [Metric; 4] = [
+        Metric::GpmSmActive,
+        Metric::GpmSmOccupancy,
+        Metric::GpmTensorActive,
+        Metric::GpmDramBw,
+    ];
 
     fn slot(self) -> usize {
         self as usize
@@ -47,6 +66,13 @@ impl Metric {
             Metric::ProcessUtilization => "nvmlDeviceGetProcessUtilization",
             Metric::ComputeProcesses => "nvmlDeviceGetComputeRunningProcesses_v3",
             Metric::GraphicsProcesses => "nvmlDeviceGetGraphicsRunningProcesses_v3",
+            Metric::GpmSupport => "nvmlGpmQueryDeviceSupport",
+            Metric::GpmSample => "nvmlGpmSampleGet",
+            Metric::GpmMetrics
+            | Metric::GpmSmActive
+            | Metric::GpmSmOccupancy
+            | Metric::GpmTensorActive
+            | Metric::GpmDramBw => "nvmlGpmMetricsGet",
         }
     }
 
@@ -61,6 +87,13 @@ impl Metric {
             Metric::ProcessUtilization => "per-process utilization readings",
             Metric::ComputeProcesses => "running-process lists",
             Metric::GraphicsProcesses => "graphics-process lists",
+            Metric::GpmSupport | Metric::GpmSample | Metric::GpmMetrics => {
+                "GPM readings (SM activity, SM occupancy, tensor activity, DRAM bandwidth)"
+            }
+            Metric::GpmSmActive => "GPM SM activity readings",
+            Metric::GpmSmOccupancy => "GPM SM occupancy readings",
+            Metric::GpmTensorActive => "GPM tensor activity readings",
+            Metric::GpmDramBw => "GPM DRAM bandwidth readings",
         }
     }
 
@@ -69,6 +102,9 @@ impl Metric {
         match self {
             Metric::Samples => "using nvmlDeviceGetUtilizationRates (one reading per poll) instead",
             Metric::ComputeProcesses => "cannot tell whether the target uses this GPU",
+            Metric::GpmSupport | Metric::GpmSample | Metric::GpmMetrics => {
+                "continuing with utilization alone"
+            }
             _ => "continuing without them",
         }
     }
@@ -123,6 +159,14 @@ impl MetricSet {
 
     pub fn is_lost(&self) -> bool {
         self.lost
+    }
+
+    /// Switches `metric` off with one notice, for a reason found other than by a failed call
+    /// (a device that answers "no GPM here").
+    pub fn switch_off(&mut self, metric: Metric, reason: &str, notices: &mut Vec<String>) {
+        if self.is_on(metric) {
+            self.disable(metric, reason, notices);
+        }
     }
 
     /// Makes one call for `metric` unless it is off, and files its failure: an unsupported call

@@ -9,6 +9,7 @@ use stackscope_event::{GpuSample, Timestamp};
 
 use crate::clock::ClockOffset;
 use crate::devices::GpuDeviceInfo;
+use crate::gpm::GpmReader;
 use crate::metric::{Metric, MetricSet, Reading};
 
 /// What the poller remembers about one device between polls.
@@ -42,16 +43,21 @@ impl DeviceState {
     }
 
     /// Reads the device once. Returns the ring's new samples, oldest first, the newest carrying
-    /// the point-in-time metrics; or one sample at the poll's time when the ring had nothing
-    /// (or is unavailable, in which case its utilization comes from the current rates).
-    pub fn poll(
+    /// the point-in-time metrics and the GPM readings of the interval since the last poll; or
+    /// one sample at the poll's time when the ring had nothing (or is unavailable, in which case
+    /// its utilization comes from the current rates).
+    pub fn poll<'nvml>(
         &mut self,
-        device: &Device<'_>,
+        device: &Device<'nvml>,
+        gpm: &mut GpmReader<'nvml>,
         target_pids: &[u32],
         clock: ClockOffset,
         notices: &mut Vec<String>,
     ) -> Vec<GpuSample> {
         let index = self.info.index;
+        // First, so that the GPM interval ends where the ring's newest sample is read, and a
+        // device lost since the previous GPM sample shows there.
+        let gpm_values = gpm.read(device, &mut self.metrics, notices);
         let mut samples = self.ring_samples(device, clock, notices);
         self.empty_ring_polls = if samples.is_empty() {
             self.empty_ring_polls.saturating_add(1)
@@ -113,6 +119,10 @@ impl DeviceState {
             newest.sm_clock_mhz = sm_clock;
             newest.throttle_reasons = throttle.map(|t| t.bits());
             newest.process_utilization = process_utilization;
+            newest.sm_active = gpm_values.sm_active;
+            newest.sm_occupancy = gpm_values.sm_occupancy;
+            newest.tensor_active = gpm_values.tensor_active;
+            newest.dram_bw = gpm_values.dram_bw;
         }
         samples
     }

@@ -17,6 +17,7 @@ use crate::clock::ClockOffset;
 use crate::config::{GpuConfig, GpuSelection};
 use crate::devices::{choose, lists_any, GpuDeviceInfo};
 use crate::error::GpuError;
+use crate::gpm::GpmReader;
 use crate::metric::Metric;
 use crate::poll::DeviceState;
 
@@ -119,6 +120,14 @@ impl GpuPoller {
             Vec::new()
         };
         drop(handles);
+        // Without the host's pids the target is found on no device: say why, once.
+        if let (GpuSelection::Auto, Some(why), true) = (
+            &config.selection,
+            &config.unmatched_pids,
+            with_target.is_empty(),
+        ) {
+            notices.push(format!("{why}; polling all visible devices"));
+        }
         let mut polled = choose(&config.selection, count, &with_target)?;
         polled.retain(|&index| states.get(index as usize).is_some_and(Option::is_some));
         if polled.is_empty() {
@@ -131,6 +140,7 @@ impl GpuPoller {
         *lock(&shared.current) = devices.clone();
         let worker = Worker {
             auto: config.selection == GpuSelection::Auto,
+            pids_match: config.unmatched_pids.is_none() || !with_target.is_empty(),
             poll_interval: config.poll_interval.max(Duration::from_millis(1)),
             remap_interval: config.remap_interval,
             clock,
@@ -256,6 +266,9 @@ fn devices_with_target(
 /// Everything the poller thread owns.
 struct Worker {
     auto: bool,
+    /// Whether NVML lists the target under the pids we know it by: false while stackscope,
+    /// in a PID namespace of its own, has found the target on no device yet.
+    pids_match: bool,
     poll_interval: Duration,
     remap_interval: Duration,
     clock: ClockOffset,
@@ -270,6 +283,7 @@ struct Worker {
 impl Worker {
     fn run(mut self, nvml: Nvml) {
         let handles = open_handles(&nvml, self.states.len() as u32);
+        let mut gpm: Vec<GpmReader<'_>> = handles.iter().map(|_| GpmReader::new()).collect();
         let mut next_poll = Instant::now() + self.poll_interval;
         let mut next_remap = Instant::now() + self.remap_interval;
         self.wait_until(next_poll);
@@ -280,7 +294,7 @@ impl Worker {
                 self.remap(&handles, &mut notices);
                 next_remap = Instant::now() + self.remap_interval;
             }
-            let listening = self.poll_once(&handles, &mut notices);
+            let listening = self.poll_once(&handles, &mut gpm, &mut notices);
             if !notices.is_empty() {
                 lock(&self.shared.notices).extend(notices);
             }
@@ -297,33 +311,46 @@ impl Worker {
             }
             self.wait_until(next_poll);
         }
+        // GPM samples are freed through the library: before it shuts down.
+        drop(gpm);
         drop(handles);
         // Shutting down explicitly; an error here changes nothing for the recording.
         let _ = nvml.shutdown();
     }
 
     /// Polls every chosen device once and sends the readings. False when nobody listens.
-    fn poll_once(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) -> bool {
+    fn poll_once<'nvml>(
+        &mut self,
+        handles: &[Option<Device<'nvml>>],
+        gpm: &mut [GpmReader<'nvml>],
+        notices: &mut Vec<String>,
+    ) -> bool {
         let wants_pids = self.polled.iter().any(|&i| {
             self.state(i)
                 .is_some_and(|s| s.metrics.is_on(Metric::ProcessUtilization))
         });
-        let pids = if wants_pids {
+        let pids = if wants_pids && self.pids_match {
             (self.target_pids)()
         } else {
             Vec::new()
         };
+        for (index, reader) in gpm.iter_mut().enumerate() {
+            if !self.polled.contains(&(index as u32)) {
+                reader.reset();
+            }
+        }
         for &index in &self.polled {
-            let (Some(Some(device)), Some(Some(state))) = (
+            let (Some(Some(device)), Some(Some(state)), Some(gpm)) = (
                 handles.get(index as usize),
                 self.states.get_mut(index as usize),
+                gpm.get_mut(index as usize),
             ) else {
                 continue;
             };
             if state.metrics.is_lost() {
                 continue;
             }
-            for sample in state.poll(device, &pids, self.clock, notices) {
+            for sample in state.poll(device, gpm, &pids, self.clock, notices) {
                 match self.sender.try_send(Event::Gpu(sample)) {
                     Ok(()) => {}
                     Err(TrySendError::Full(_)) => {
@@ -342,6 +369,7 @@ impl Worker {
     fn remap(&mut self, handles: &[Option<Device<'_>>], notices: &mut Vec<String>) {
         let pids = (self.target_pids)();
         let found = devices_with_target(handles, &mut self.states, &pids, notices);
+        self.pids_match |= !found.is_empty();
         if found.is_empty() || found == self.polled {
             return;
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use stackscope_gpu::{GpuConfig, GpuError, GpuPoller, GpuSelection};
 use support::{
     config, fake_lib, isolated, json_path, minimal_lib, run_polls, script, start, wait_for,
+    without_gpm,
 };
 
 fn start_err(config: &GpuConfig) -> GpuError {
@@ -32,7 +33,8 @@ fn ring_samples_follow_a_square_wave() {
         assert_eq!(out.devices.len(), 1);
         assert_eq!(out.devices[0].name, "Fake H100");
         assert_eq!(out.devices[0].uuid, "GPU-fake-0");
-        assert!(out.report.notices.is_empty(), "{:?}", out.report.notices);
+        let notices = without_gpm(&out.report.notices);
+        assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(out.report.dropped, 0);
         assert!(out.report.polls >= 5, "polls: {}", out.report.polls);
 
@@ -206,7 +208,7 @@ fn unsupported_metrics_give_notices_and_none() {
             let mut cfg = config(fake_lib());
             cfg.selection = GpuSelection::Devices(vec![0, 1]);
             let out = run_polls(&cfg, vec![4242], 7);
-            let mut notices = out.report.notices.clone();
+            let mut notices = without_gpm(&out.report.notices);
             notices.sort();
             assert_eq!(
             notices,
@@ -245,7 +247,8 @@ fn unsupported_ring_falls_back_to_rates() {
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(fake_lib()), vec![], 7);
-            assert_eq!(out.report.notices.len(), 1, "{:?}", out.report.notices);
+            let notices = without_gpm(&out.report.notices);
+            assert_eq!(notices.len(), 1, "{notices:?}");
             // One reading per poll, each complete.
             assert_eq!(out.samples.len() as u64, out.report.polls);
             for s in &out.samples {
@@ -281,6 +284,9 @@ fn minimal_library_falls_back_with_notices() {
             "per-process utilization readings unavailable on device 0 \
              (nvmlDeviceGetProcessUtilization missing from the driver library); continuing \
              without them",
+            "GPM readings (SM activity, SM occupancy, tensor activity, DRAM bandwidth) \
+             unavailable on device 0 (nvmlGpmQueryDeviceSupport missing from the driver \
+             library); continuing with utilization alone",
         ];
             for line in expect {
                 assert_eq!(
@@ -369,7 +375,7 @@ fn auto_narrows_when_the_target_appears() {
         );
         let out = run.finish();
         assert_eq!(
-            out.report.notices,
+            without_gpm(&out.report.notices),
             vec!["the target appeared on device 1; polling only it from now on"]
         );
         let indices: Vec<u32> = out.report.devices.iter().map(|d| d.index).collect();
@@ -390,7 +396,8 @@ fn auto_starts_on_the_targets_device() {
             "compute or graphics process of the target"
         );
         let out = run.finish();
-        assert!(out.report.notices.is_empty(), "{:?}", out.report.notices);
+        let notices = without_gpm(&out.report.notices);
+        assert!(notices.is_empty(), "{notices:?}");
     });
 }
 
@@ -403,15 +410,21 @@ fn a_lost_device_is_a_notice_and_the_others_go_on() {
         script(SCRIPT),
         |_| {
             let run = start(&config(fake_lib()), vec![]);
-            wait_for("device 0 lost", || !run.poller.notices().is_empty());
+            wait_for("device 0 lost", || {
+                run.poller
+                    .notices()
+                    .iter()
+                    .any(|n| n.contains("stopped answering"))
+            });
             let lost_by = stackscope_event::Timestamp::now();
             run.wait_polls(4);
             let out = run.finish();
-            assert_eq!(out.report.notices.len(), 1, "{:?}", out.report.notices);
+            let notices = without_gpm(&out.report.notices);
+            assert_eq!(notices.len(), 1, "{notices:?}");
             assert!(
-                out.report.notices[0].starts_with("device 0 stopped answering"),
+                notices[0].starts_with("device 0 stopped answering"),
                 "{}",
-                out.report.notices[0]
+                notices[0]
             );
             assert!(out.of_device(0).iter().all(|s| s.time < lost_by));
             assert!(out.of_device(1).iter().any(|s| s.time > lost_by));

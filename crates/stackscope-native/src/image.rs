@@ -105,8 +105,8 @@ pub(crate) struct ModuleImage {
 impl ModuleImage {
     /// The key the file mapped at `path` (with `inode`) has now: cheap (a stat), so a module
     /// seen before is found in the cache without opening it again.
-    pub fn file_key(pid: u32, path: &Path, inode: u64) -> Result<ImageKey, NativeError> {
-        let (_, _, metadata) = open_mapped_file(pid, path, inode)?;
+    pub fn file_key(pid: u32, path: &Path, mapping: &CodeMapping) -> Result<ImageKey, NativeError> {
+        let (_, _, metadata) = open_mapped_file(pid, path, mapping)?;
         Ok(ImageKey::File {
             path: path.to_path_buf(),
             inode: metadata.ino(),
@@ -116,13 +116,15 @@ impl ModuleImage {
 
     /// Loads the file behind `mapping` of process `pid`. The file is opened through the
     /// target's root (`/proc/PID/root/PATH`, right inside containers) when that is the file the
-    /// target mapped (same inode), else by its path as we see it.
+    /// target mapped (same inode), else through the mapping itself
+    /// (`/proc/PID/map_files/START-END`: a file deleted or replaced since), else by its path
+    /// as we see it.
     pub fn load_file(
         pid: u32,
         path: &Path,
-        inode: u64,
+        mapping: &CodeMapping,
     ) -> Result<(ImageKey, ModuleImage), NativeError> {
-        let (opened, file, metadata) = open_mapped_file(pid, path, inode)?;
+        let (opened, file, metadata) = open_mapped_file(pid, path, mapping)?;
         // SAFETY: the map is read-only and private. A module file is not written while a
         // program has it mapped (the loader's ETXTBSY convention); one replaced on disk gets a
         // new inode and leaves this mapping intact.
@@ -282,16 +284,21 @@ impl ModuleImage {
     }
 }
 
-/// Opens the file the target mapped: through its root first, then by the path as we see it,
-/// preferring the one whose inode matches the mapping.
+/// Opens the file the target mapped: through its root first, then through the mapping, then by
+/// the path as we see it, preferring the one whose inode matches the mapping.
 fn open_mapped_file(
     pid: u32,
     path: &Path,
-    inode: u64,
+    mapping: &CodeMapping,
 ) -> Result<(PathBuf, File, std::fs::Metadata), NativeError> {
+    let inode = mapping.inode;
     let mut through_root = PathBuf::from(format!("/proc/{pid}/root"));
     through_root.push(path.strip_prefix("/").unwrap_or(path));
-    let candidates = [through_root, path.to_path_buf()];
+    let through_mapping = PathBuf::from(format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        mapping.start, mapping.end
+    ));
+    let candidates = [through_root, through_mapping, path.to_path_buf()];
     let mut fallback = None;
     let mut last_error = None;
     for candidate in candidates {
@@ -416,6 +423,26 @@ mod tests {
         assert_eq!(image.bias(&mapping(base + 0x138000, 0x137000)), Some(base));
         // The first mapping: offset 0 at the base.
         assert_eq!(image.bias(&mapping(base, 0)), Some(base));
+    }
+
+    #[test]
+    fn a_file_gone_from_every_path_is_read_through_its_mapping() {
+        // Our own executable's code, named by a path that exists nowhere (as a container's
+        // path whose root is gone, or a file deleted since it was mapped).
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+        let mapping = crate::maps::read_code_mappings(me)
+            .expect("own maps")
+            .into_iter()
+            .find(|m| m.source == MappingSource::File(exe.clone()))
+            .expect("a code mapping of our executable");
+        let gone = Path::new("/nonexistent/stackscope-test/binary");
+        let (opened, _, metadata) = open_mapped_file(me, gone, &mapping).expect("opened");
+        assert_eq!(metadata.ino(), mapping.inode);
+        assert!(
+            opened.to_string_lossy().contains("/map_files/"),
+            "{opened:?}"
+        );
     }
 
     #[test]

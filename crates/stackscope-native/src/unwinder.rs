@@ -204,7 +204,7 @@ impl NativeUnwinder {
 
     fn load_module(&mut self, mapping: &CodeMapping) -> Result<Option<LoadedModule>, NativeError> {
         let key = match &mapping.source {
-            MappingSource::File(path) => ModuleImage::file_key(self.pid, path, mapping.inode)?,
+            MappingSource::File(path) => ModuleImage::file_key(self.pid, path, mapping)?,
             MappingSource::Vdso => ImageKey::Vdso {
                 start: mapping.start,
             },
@@ -213,9 +213,7 @@ impl NativeUnwinder {
             Some(image) => image.clone(),
             None => {
                 let (key, image) = match &mapping.source {
-                    MappingSource::File(path) => {
-                        ModuleImage::load_file(self.pid, path, mapping.inode)?
-                    }
+                    MappingSource::File(path) => ModuleImage::load_file(self.pid, path, mapping)?,
                     MappingSource::Vdso => ModuleImage::load_vdso(self.pid, mapping)?,
                 };
                 self.stats.images_loaded += 1;

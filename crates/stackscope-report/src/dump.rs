@@ -23,13 +23,22 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
         if i > 0 {
             writeln!(w)?;
         }
+        // `Process 5124`, `Process rank 6 (pid 5124)`, and in a container
+        // `Process 5124 (1 in its namespace)`, `Process rank 6 (pid 5124, 1 in its namespace)`.
+        let name = match (process.rank.rank, process.ns_pid) {
+            (Some(rank), Some(own)) => {
+                format!(
+                    "Process rank {rank} (pid {}, {own} in its namespace)",
+                    process.pid
+                )
+            }
+            (Some(_), None) => format!("Process {}", process.display_name()),
+            (None, Some(own)) => format!("Process {} ({own} in its namespace)", process.pid),
+            (None, None) => format!("Process {}", process.pid),
+        };
         match process.parent_pid {
-            Some(parent) => writeln!(
-                w,
-                "Process {} (child of {parent}): {}",
-                process.pid, process.command_line
-            )?,
-            None => writeln!(w, "Process {}: {}", process.pid, process.command_line)?,
+            Some(parent) => writeln!(w, "{name} (child of {parent}): {}", process.command_line)?,
+            None => writeln!(w, "{name}: {}", process.command_line)?,
         }
         writeln!(w, "Python v{}", process.python_version)?;
         let here = groups
@@ -45,7 +54,15 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
 
 fn describe_straggler(s: &Straggler) -> String {
     let who = match &s.thread {
-        Some(thread) => format!("Thread \"{thread}\" of process {}", s.pid),
+        Some(thread) => format!(
+            "Thread \"{thread}\" of {}",
+            stackscope_event::process_name(s.pid, s.rank)
+        ),
+        None if s.rank.is_some() => format!(
+            "Process {} ({})",
+            stackscope_event::process_name(s.pid, s.rank),
+            s.command_line
+        ),
         None => format!("Process {} ({})", s.pid, s.command_line),
     };
     format!(
@@ -58,9 +75,10 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
     let thread = group.representative;
     let status = status(thread);
     if let [only] = group.members.as_slice() {
-        let id = match only.os_thread_id {
-            Some(tid) => tid.to_string(),
-            None => format!("{:#x}", thread.python_thread_id),
+        let id = match (only.os_thread_id, thread.ns_thread_id) {
+            (Some(tid), Some(own)) => format!("{tid} ({own} in its namespace)"),
+            (Some(tid), None) => tid.to_string(),
+            (None, _) => format!("{:#x}", thread.python_thread_id),
         };
         let name = thread.name.as_deref().unwrap_or("");
         writeln!(w, "Thread {id} \"{name}\" ({status})")?;
@@ -70,7 +88,13 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
             .members
             .iter()
             .map(|m| {
-                if pids.len() > 1 {
+                if pids.len() > 1 && m.rank.is_some() {
+                    format!(
+                        "{} [{}]",
+                        m.name,
+                        stackscope_event::process_name(m.pid, m.rank)
+                    )
+                } else if pids.len() > 1 {
                     format!("{} [{}]", m.name, m.pid)
                 } else {
                     m.name.clone()
@@ -150,6 +174,7 @@ mod tests {
         ThreadDump {
             name: Some(name.to_owned()),
             os_thread_id: Some(tid),
+            ns_thread_id: None,
             python_thread_id: tid,
             active: false,
             owns_gil: false,
@@ -182,8 +207,11 @@ mod tests {
         let dump = [ProcessDump {
             pid: 42,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 job.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![t],
         }];
         assert_eq!(
@@ -191,6 +219,36 @@ mod tests {
             "Process 42: python3 job.py\nPython v3.11.7\n\n\
              Thread 43 \"loader-0\" (idle, waiting on a lock, holds GIL)\n    \
              wait_for_batch (job.py:12)\n        batch = 3\n"
+        );
+    }
+
+    #[test]
+    fn a_process_in_a_container_shows_its_own_ids_beside_ours() {
+        let mut t = thread("spinner", 5124, "spin", 7);
+        t.ns_thread_id = Some(42);
+        let mut dump = [ProcessDump {
+            pid: 5120,
+            parent_pid: None,
+            ns_pid: Some(1),
+            command_line: "python3 job.py".into(),
+            python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
+            threads: vec![t],
+        }];
+        let out = text(&dump);
+        assert!(
+            out.starts_with("Process 5120 (1 in its namespace): python3 job.py\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("Thread 5124 (42 in its namespace) \"spinner\" (idle"),
+            "{out}"
+        );
+        dump[0].rank.rank = Some(6);
+        assert!(
+            text(&dump).starts_with("Process rank 6 (pid 5120, 1 in its namespace): "),
+            "{out}"
         );
     }
 
@@ -203,8 +261,11 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 pool.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads,
         }];
         let out = text(&dump);
@@ -224,8 +285,11 @@ mod tests {
         let dump = [ProcessDump {
             pid: 1,
             parent_pid: None,
+            ns_pid: None,
             command_line: "python3 a.py".into(),
             python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
             threads: vec![thread("MainThread", 1, "main", 3)],
         }];
         let mut out = Vec::new();

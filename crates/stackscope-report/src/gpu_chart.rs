@@ -1,5 +1,7 @@
-//! The GPU timeline as an SVG chart: utilization (solid) and memory used (dashed) over time,
-//! one colour per device, drawn with plotters' SVG backend.
+//! The GPU timeline as an SVG chart: utilization (solid), GPM SM activity where the GPU has it
+//! (thin, short dashes) and memory used (dashed) over time, one colour per device, drawn with
+//! plotters' SVG backend. SM activity beside utilization shows a GPU "busy" with kernels that
+//! run on a small part of it.
 //!
 //! plotters is built without its font features, so no system font library is needed: the SVG
 //! backend writes labels as `<text>` elements and the viewer's fonts render them.
@@ -71,6 +73,24 @@ fn draw(
             chart
                 .draw_series(LineSeries::new(utilization, color.stroke_width(2)))?
                 .label(format!("GPU {device} utilization %"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        let sm_active = decimate(
+            samples
+                .iter()
+                .filter(|s| s.device == device)
+                .filter_map(|s| Some((s.time.seconds_since(start), f64::from(s.sm_active?)))),
+            span,
+        );
+        if !sm_active.is_empty() {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    sm_active,
+                    2,
+                    2,
+                    color.stroke_width(2),
+                ))?
+                .label(format!("GPU {device} SM activity %"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
         let memory = decimate(
@@ -182,6 +202,30 @@ mod tests {
         let lines = svg.elements.iter().filter(|e| *e == "polyline").count();
         // Two devices with two solid lines; the dashed memory lines are many short segments.
         assert!(lines >= 2, "{lines} polylines");
+    }
+
+    #[test]
+    fn sm_activity_is_drawn_beside_utilization_where_known() {
+        let samples: Vec<GpuSample> = (0..100)
+            .map(|i| GpuSample {
+                sm_active: (i % 5 == 0).then_some(20.0),
+                ..sample(i * 100, 0, 97.0)
+            })
+            .collect();
+        let mut out = Vec::new();
+        write_gpu_timeline_svg(&samples, Timestamp(0), &mut out).expect("chart");
+        let texts = parse_svg(&out).texts.join("|");
+        assert!(texts.contains("GPU 0 SM activity %"), "{texts}");
+        let mut without = Vec::new();
+        let plain: Vec<GpuSample> = samples
+            .iter()
+            .map(|s| GpuSample {
+                sm_active: None,
+                ..s.clone()
+            })
+            .collect();
+        write_gpu_timeline_svg(&plain, Timestamp(0), &mut without).expect("chart");
+        assert!(!parse_svg(&without).texts.join("|").contains("SM activity"));
     }
 
     #[test]

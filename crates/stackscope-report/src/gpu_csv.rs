@@ -1,4 +1,8 @@
 //! The GPU timeline as CSV: one row per reading, empty cells for metrics the driver lacks.
+//!
+//! The last four columns are GPM's (Hopper and later): SM activity, SM occupancy, tensor
+//! activity and DRAM bandwidth, each over the interval since the device's previous GPM reading,
+//! on the newest reading of each poll.
 
 use std::fmt::Display;
 use std::io::Write;
@@ -8,7 +12,8 @@ use stackscope_event::{GpuSample, Timestamp};
 use crate::ReportError;
 
 pub const GPU_CSV_HEADER: &str = "time_s,device,utilization_pct,memory_utilization_pct,\
-memory_used_mib,memory_total_mib,power_w,sm_clock_mhz,throttle_reasons,process_utilization_pct";
+memory_used_mib,memory_total_mib,power_w,sm_clock_mhz,throttle_reasons,process_utilization_pct,\
+sm_active_pct,sm_occupancy_pct,tensor_active_pct,dram_bw_pct";
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -22,7 +27,7 @@ pub fn write_gpu_timeline_csv<W: Write>(
     for s in samples {
         writeln!(
             w,
-            "{:.6},{},{},{},{},{},{},{},{},{}",
+            "{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             s.time.seconds_since(start),
             s.device,
             cell(s.utilization),
@@ -33,6 +38,10 @@ pub fn write_gpu_timeline_csv<W: Write>(
             cell(s.sm_clock_mhz),
             cell(s.throttle_reasons),
             cell(s.process_utilization),
+            cell(s.sm_active),
+            cell(s.sm_occupancy),
+            cell(s.tensor_active),
+            cell(s.dram_bw),
         )?;
     }
     w.flush()?;
@@ -65,6 +74,10 @@ mod tests {
                 sm_clock_mhz: Some(1980),
                 throttle_reasons: Some(4),
                 process_utilization: Some(95.0),
+                sm_active: Some(22.5),
+                sm_occupancy: Some(11.0),
+                tensor_active: Some(0.0),
+                dram_bw: Some(38.0),
             },
             GpuSample {
                 time: Timestamp(1_750_000_000),
@@ -78,12 +91,13 @@ mod tests {
         let text = String::from_utf8(out).expect("utf8");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], GPU_CSV_HEADER);
-        assert_eq!(lines[0].split(',').count(), 10);
+        assert_eq!(lines[0].split(',').count(), 14);
+        assert!(lines[0].ends_with(",sm_active_pct,sm_occupancy_pct,tensor_active_pct,dram_bw_pct"));
         assert_eq!(
             lines[1],
-            "0.500000,0,97,41.5,2048.0,81920.0,301.25,1980,4,95"
+            "0.500000,0,97,41.5,2048.0,81920.0,301.25,1980,4,95,22.5,11,0,38"
         );
-        assert_eq!(lines[2], "0.750000,1,3,,,,,,,");
+        assert_eq!(lines[2], "0.750000,1,3,,,,,,,,,,,");
         assert_eq!(lines.len(), 3);
     }
 }

@@ -1,5 +1,6 @@
 //! Writers of stackscope's output files: SVG flamegraphs (inferno), folded stacks, the summary
-//! as JSON and as text, and the GPU timeline as CSV and as an SVG chart (plotters).
+//! as JSON and as text, the GPU timeline as CSV and as an SVG chart (plotters), and the exports
+//! other tools read (pprof, speedscope, a Perfetto trace; see `export`).
 //!
 //! Each writer is a pure function of what the aggregator holds, over any `W: Write`;
 //! [`write_outputs`] writes a whole output directory, each file under a temporary name renamed
@@ -7,19 +8,31 @@
 
 mod dump;
 mod error;
+mod export;
 mod flamegraph;
 mod folded;
 mod gpu_chart;
 mod gpu_csv;
+pub mod html;
+mod merge;
 mod outputs;
 mod summary;
 
 pub use dump::{write_dump_json, write_dump_text};
 pub use error::ReportError;
+pub use export::{
+    build_profile, pprof_proto, write_export_file, write_perfetto, write_pprof, write_speedscope,
+    ExportFormat, ExportInfo,
+};
 pub use flamegraph::write_flamegraph;
 pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
+pub use html::write_report_html;
+pub use merge::{
+    write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
+    MergedFiles, MergedSummary, RANKS_TXT,
+};
 pub use outputs::{file_names, write_outputs, OutputFiles};
 pub use summary::{write_summary_json, write_text_summary};
 

@@ -8,7 +8,7 @@ use stackscope_aggregate::{Aggregator, RecordingMeta, StackView, Summary};
 
 use crate::{
     write_flamegraph, write_folded, write_gpu_timeline_csv, write_gpu_timeline_svg,
-    write_summary_json, ReportError,
+    write_report_html, write_summary_json, ReportError,
 };
 
 pub const FLAMEGRAPH: &str = "flamegraph.svg";
@@ -20,6 +20,7 @@ pub const FLAMEGRAPH_IDLE: &str = "flamegraph-gpu-idle.svg";
 pub const FOLDED_IDLE: &str = "stacks-gpu-idle.folded";
 pub const FLAMEGRAPH_BUSY: &str = "flamegraph-gpu-busy.svg";
 pub const FOLDED_BUSY: &str = "stacks-gpu-busy.folded";
+pub const REPORT_HTML: &str = crate::html::REPORT_FILE;
 
 /// Longest command line shown in a flamegraph title before it is cut.
 const TITLE_COMMAND_CHARS: usize = 80;
@@ -35,7 +36,7 @@ pub struct OutputFiles {
 
 /// The names of the files an output directory holds, with or without GPU data.
 pub fn file_names(gpu: bool) -> Vec<&'static str> {
-    let mut names = vec![FLAMEGRAPH, FOLDED, SUMMARY];
+    let mut names = vec![FLAMEGRAPH, FOLDED, SUMMARY, REPORT_HTML];
     if gpu {
         names.extend([
             GPU_CSV,
@@ -101,6 +102,9 @@ pub fn write_outputs(
         }
     }
 
+    paths.push(write_atomic(dir, REPORT_HTML, |w| {
+        write_report_html(agg, &summary, meta, w)
+    })?);
     paths.push(write_atomic(dir, SUMMARY, |w| {
         write_summary_json(&summary, w)
     })?);
@@ -127,7 +131,7 @@ fn title_subject(meta: &RecordingMeta) -> String {
 
 /// Writes `name` in `dir` through a temporary file in the same directory, synced and then
 /// renamed over the old one: a reader, or a `kill -9` mid-write, never leaves half a file.
-fn write_atomic(
+pub(crate) fn write_atomic(
     dir: &Path,
     name: &str,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use stackscope_aggregate::{GpuSummary, ProcessSummary, Summary};
 
-use crate::outputs::{file_names, FLAMEGRAPH};
+use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
 use crate::ReportError;
 
 /// How many functions the printed summary lists.
@@ -44,6 +44,7 @@ pub fn write_text_summary<W: Write>(
     }
     let names = file_names(summary.gpu.is_some());
     writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
+    writeln!(w, "Report: {}", out_dir.join(REPORT_HTML).display())?;
     writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
     if let Some(gpu) = &summary.gpu {
         write_gpu(gpu, &mut w)?;
@@ -62,8 +63,15 @@ fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
     };
     writeln!(
         w,
-        "stackscope: {} samples of pid {}{} over {:.1} s at {} Hz",
-        s.samples, s.pid, python, s.duration_secs, s.rate_hz
+        "stackscope: {} samples of {}{} over {:.1} s at {} Hz",
+        s.samples,
+        match s.rank.rank {
+            Some(rank) => stackscope_event::process_name(s.pid, Some(rank)),
+            None => format!("pid {}", s.pid),
+        },
+        python,
+        s.duration_secs,
+        s.rate_hz
     )?;
     if s.idle_samples_skipped > 0 {
         writeln!(
@@ -171,10 +179,15 @@ fn process_text(p: &ProcessSummary) -> String {
     if p.command_line.chars().count() > TEXT_COMMAND_CHARS {
         command.push_str("...");
     }
+    // `rank 6 (pid 5124) python train.py (20)` for a process a launcher started.
+    let name = match p.rank.rank {
+        Some(rank) => stackscope_event::process_name(p.pid, Some(rank)),
+        None => format!("pid {}", p.pid),
+    };
     if command.is_empty() {
-        format!("pid {} ({}{exited})", p.pid, p.samples)
+        format!("{name} ({}{exited})", p.samples)
     } else {
-        format!("pid {} {command} ({}{exited})", p.pid, p.samples)
+        format!("{name} {command} ({}{exited})", p.samples)
     }
 }
 
@@ -186,6 +199,12 @@ fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
             Some(mean) if d.name.is_empty() => format!("GPU {} {mean:.0}%", d.index),
             Some(mean) => format!("GPU {} ({}) {mean:.0}%", d.index, d.name),
             None => format!("GPU {} (no utilization)", d.index),
+        })
+        .zip(&gpu.devices)
+        // GPM's SM activity beside utilization, where the GPU has it.
+        .map(|(text, d)| match d.mean_sm_active_pct {
+            Some(sm) => format!("{text} (SM activity {sm:.0}%)"),
+            None => text,
         })
         .collect();
     writeln!(w, "GPU mean utilization: {}", devices.join(", "))?;

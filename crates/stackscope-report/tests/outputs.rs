@@ -28,6 +28,7 @@ fn gpu_recording_writes_every_file() {
             "flamegraph.svg",
             "gpu-timeline.csv",
             "gpu-timeline.svg",
+            "report.html",
             "stacks-gpu-busy.folded",
             "stacks-gpu-idle.folded",
             "stacks.folded",
@@ -35,7 +36,7 @@ fn gpu_recording_writes_every_file() {
         ],
         "no temporary files left behind"
     );
-    assert_eq!(written.paths.len(), 9);
+    assert_eq!(written.paths.len(), 10);
     assert_eq!(
         written.paths.last().and_then(|p| p.file_name()),
         Some("summary.json".as_ref()),
@@ -61,17 +62,22 @@ fn gpu_recording_writes_every_file() {
 
     // A second flush replaces the files in place.
     write_outputs(dir.path(), &agg, &meta).expect("second flush");
-    assert_eq!(names_in(dir.path()).len(), 9);
+    assert_eq!(names_in(dir.path()).len(), 10);
 }
 
 #[test]
-fn recording_without_gpu_writes_the_three_files() {
+fn recording_without_gpu_writes_the_four_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (agg, meta) = common::recording(false);
     write_outputs(dir.path(), &agg, &meta).expect("outputs");
     assert_eq!(
         names_in(dir.path()),
-        vec!["flamegraph.svg", "stacks.folded", "summary.json"]
+        vec![
+            "flamegraph.svg",
+            "report.html",
+            "stacks.folded",
+            "summary.json"
+        ]
     );
     let json: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))

@@ -44,6 +44,10 @@
 //! covers the window's last moments). With no `from` and no `to` every event is fed in the
 //! recorded order, so the profiles are exactly the recording's.
 //!
+//! [`read_trace`] feeds the same events of a window, in the same order, to a
+//! [`stackscope_aggregate::SampleTrace`] instead (every kept sample in time order, GPU-tagged
+//! by the same rules) for `stackscope export`'s pprof, speedscope and Perfetto files.
+//!
 //! The caller writes the outputs with `stackscope_report::write_outputs` into [`report_dir`]:
 //! `DIR/report-FROM-TO/` by default (`report-0-end`, `report-600-1200`), never `DIR` itself,
 //! so a report never overwrites the recording's own files.
@@ -57,6 +61,7 @@ mod reader;
 mod rebuild;
 mod record;
 mod replay;
+mod trace;
 mod varint;
 mod window;
 mod writer;
@@ -67,6 +72,7 @@ pub use header::LogHeader;
 pub use intern::{InternLimits, TableSizes};
 pub use reader::{LogEnd, SampleLogReader};
 pub use rebuild::{rebuild, RebuildOptions, RebuildOutcome, GPU_COVER_SECS, READ_PAST_END_SECS};
+pub use trace::{read_trace, TraceOutcome};
 pub use window::{report_dir, Window};
 pub use writer::{SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN};
 

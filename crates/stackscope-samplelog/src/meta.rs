@@ -40,6 +40,20 @@ impl OldSummary {
         self.get(key).and_then(Value::as_f64)
     }
 
+    /// The rank of each process of a `--subprocesses` recording, by pid.
+    pub fn process_ranks(&self) -> std::collections::HashMap<u32, stackscope_event::RankInfo> {
+        self.get("processes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let pid = u32::try_from(p.get("pid")?.as_u64()?).ok()?;
+                let rank: stackscope_event::RankInfo = serde_json::from_value(p.clone()).ok()?;
+                (!rank.is_empty()).then_some((pid, rank))
+            })
+            .collect()
+    }
+
     pub fn duration_secs(&self) -> Option<f64> {
         self.f64("duration_secs")
     }
@@ -142,6 +156,13 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
             .unwrap_or(false);
     RecordingMeta {
         pid: header.pid,
+        // The log does not keep the rank; the recording's summary does.
+        rank: old
+            .0
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        host: old.string("host"),
         command_line: header.command_line.clone(),
         python_version: header.python_version.clone(),
         reader: old.string("reader").unwrap_or_default(),

@@ -1,10 +1,10 @@
 //! Rebuilding a recording's aggregate from its sample log, for `stackscope report`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use stackscope_aggregate::{Aggregator, RecordingMeta};
-use stackscope_event::{Event, ProcessEvent, ProcessEventKind, Timestamp};
+use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
+use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
 use crate::error::RebuildError;
 use crate::header::LogHeader;
@@ -58,6 +58,60 @@ pub struct RebuildOutcome {
 ///
 /// Over the whole window the folded profiles equal the recording's own.
 pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, RebuildError> {
+    let read = read_window(dir, options, |config, header| {
+        let mut aggregator = Aggregator::new(config, header.start);
+        aggregator.expect_gpu_devices(&header.expected_gpu_devices);
+        aggregator
+    })?;
+    Ok(RebuildOutcome {
+        aggregator: read.sink,
+        meta: read.meta,
+        header: read.header,
+        from_secs: read.from_secs,
+        to_secs: read.to_secs,
+        recording_secs: read.recording_secs,
+        events_read: read.events_read,
+        events_used: read.events_used,
+        log_end: read.log_end,
+    })
+}
+
+/// What takes a window's events: the aggregator for `report`, a trace for `export`.
+pub(crate) trait Sink {
+    fn handle(&mut self, event: Event);
+    /// The end of the window: tag what is still held.
+    fn finish(&mut self);
+}
+
+impl Sink for Aggregator {
+    fn handle(&mut self, event: Event) {
+        Aggregator::handle(self, event);
+    }
+    fn finish(&mut self) {
+        Aggregator::finish(self);
+    }
+}
+
+/// A window read into a sink, with what `RebuildOutcome` says about it.
+pub(crate) struct WindowRead<S> {
+    pub sink: S,
+    pub meta: RecordingMeta,
+    pub header: LogHeader,
+    pub from_secs: f64,
+    pub to_secs: f64,
+    pub recording_secs: f64,
+    pub events_read: u64,
+    pub events_used: u64,
+    pub log_end: Option<LogEnd>,
+}
+
+/// Reads `dir/samples.log`, feeds the window's events to the sink `new` makes from the
+/// recording's configuration (with `options`' overrides), finishes it, and builds the meta.
+pub(crate) fn read_window<S: Sink>(
+    dir: &Path,
+    options: &RebuildOptions,
+    new: impl FnOnce(AggregateConfig, &LogHeader) -> S,
+) -> Result<WindowRead<S>, RebuildError> {
     let window = options.window;
     window.validate().map_err(RebuildError::Window)?;
     let path = dir.join(LOG_FILE_NAME);
@@ -75,48 +129,16 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
     if let Some(include_idle) = options.include_idle {
         config.include_idle = include_idle;
     }
-    let mut aggregator = Aggregator::new(config, header.start);
-    aggregator.expect_gpu_devices(&header.expected_gpu_devices);
-
-    let mut last_secs: f64 = 0.0;
-    let mut used = 0u64;
-    let mut before = ProcessesBefore::default();
-    let mut covered_after_end = BTreeSet::new();
-    let mut stopped_early = false;
-    for event in reader.by_ref() {
-        let event = event?;
-        let secs = event_time(&event).seconds_since(header.start);
-        last_secs = last_secs.max(secs);
-        let keep = if window.contains(secs) {
-            true
-        } else if let (Event::Gpu(gpu), Some(to)) = (&event, window.to) {
-            secs >= to && secs < to + GPU_COVER_SECS && covered_after_end.insert(gpu.device)
-        } else {
-            false
-        };
-        if keep {
-            used += before.feed(&mut aggregator);
-            aggregator.handle(event);
-            used += 1;
-            continue;
-        }
-        let past = matches!(window.to, Some(to) if secs >= to + READ_PAST_END_SECS);
-        match event {
-            Event::Process(process) if window.from.is_some_and(|from| secs < from) => {
-                before.note(process, &mut aggregator);
-            }
-            Event::Gpu(_) => {}
-            _ if past => {
-                stopped_early = true;
-                break;
-            }
-            _ => {}
-        }
-    }
-    used += before.feed(&mut aggregator);
-    aggregator.finish();
-
+    let mut sink = new(config, &header);
+    // The log does not keep ranks; the recording's summary does, by pid.
     let old = OldSummary::read(dir);
+    let ranks = old.process_ranks();
+    let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
+        sink.handle(event)
+    })?;
+    let (last_secs, used, stopped_early) = (fed.last_secs, fed.used, fed.stopped_early);
+    sink.finish();
+
     let recording_secs = last_secs.max(old.duration_secs().unwrap_or(0.0));
     let from_secs = window.from.unwrap_or(0.0);
     if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
@@ -144,8 +166,8 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
             log_end: log_end.as_ref(),
         },
     );
-    Ok(RebuildOutcome {
-        aggregator,
+    Ok(WindowRead {
+        sink,
         meta,
         header,
         from_secs,
@@ -154,6 +176,79 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
         events_read: reader.events_read(),
         events_used: used,
         log_end,
+    })
+}
+
+/// What [`feed_window`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fed {
+    /// The latest event time read, seconds since the start.
+    pub last_secs: f64,
+    /// Events handed to the sink.
+    pub used: u64,
+    /// Whether reading stopped past the window's end, before the log's end.
+    pub stopped_early: bool,
+}
+
+/// Hands `sink` the events of `window` from `reader`, as `rebuild` feeds its aggregator: the
+/// window's events in the recorded order, the attach events of processes alive at its start,
+/// and each device's first GPU reading just after its end. `export` feeds a trace the same way,
+/// so that an export of a window holds exactly the samples of that window's report.
+pub(crate) fn feed_window(
+    reader: &mut SampleLogReader,
+    header: &LogHeader,
+    window: Window,
+    ranks: &HashMap<u32, RankInfo>,
+    sink: &mut dyn FnMut(Event),
+) -> Result<Fed, RebuildError> {
+    let mut last_secs: f64 = 0.0;
+    let mut used = 0u64;
+    let mut before = ProcessesBefore::default();
+    let mut covered_after_end = BTreeSet::new();
+    let mut stopped_early = false;
+    for event in reader.by_ref() {
+        let event = match event? {
+            Event::Process(mut process) if process.kind == ProcessEventKind::Attached => {
+                if let Some(rank) = ranks.get(&process.pid) {
+                    process.rank = *rank;
+                }
+                Event::Process(process)
+            }
+            event => event,
+        };
+        let secs = event_time(&event).seconds_since(header.start);
+        last_secs = last_secs.max(secs);
+        let keep = if window.contains(secs) {
+            true
+        } else if let (Event::Gpu(gpu), Some(to)) = (&event, window.to) {
+            secs >= to && secs < to + GPU_COVER_SECS && covered_after_end.insert(gpu.device)
+        } else {
+            false
+        };
+        if keep {
+            used += before.feed(sink);
+            sink(event);
+            used += 1;
+            continue;
+        }
+        let past = matches!(window.to, Some(to) if secs >= to + READ_PAST_END_SECS);
+        match event {
+            Event::Process(process) if window.from.is_some_and(|from| secs < from) => {
+                before.note(process, sink);
+            }
+            Event::Gpu(_) => {}
+            _ if past => {
+                stopped_early = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    used += before.feed(sink);
+    Ok(Fed {
+        last_secs,
+        used,
+        stopped_early,
     })
 }
 
@@ -167,10 +262,10 @@ struct ProcessesBefore {
 }
 
 impl ProcessesBefore {
-    fn note(&mut self, process: ProcessEvent, aggregator: &mut Aggregator) {
+    fn note(&mut self, process: ProcessEvent, sink: &mut dyn FnMut(Event)) {
         if self.fed {
             // Late, after the window began: state all the same.
-            aggregator.handle(Event::Process(process));
+            sink(Event::Process(process));
             return;
         }
         match process.kind {
@@ -184,7 +279,7 @@ impl ProcessesBefore {
     }
 
     /// Feeds the attach events once; returns how many.
-    fn feed(&mut self, aggregator: &mut Aggregator) -> u64 {
+    fn feed(&mut self, sink: &mut dyn FnMut(Event)) -> u64 {
         if self.fed {
             return 0;
         }
@@ -194,7 +289,7 @@ impl ProcessesBefore {
         attached.sort_by_key(|p| p.time);
         let count = attached.len() as u64;
         for process in attached {
-            aggregator.handle(Event::Process(process));
+            sink(Event::Process(process));
         }
         count
     }

@@ -11,6 +11,7 @@
 //! | 0x07 | sample error | time delta, pid, kind (byte), message string id |
 //! | 0x08 | process | time delta, pid, kind (byte), command line (length, bytes) |
 //! | 0x09 | GPU sample | GPU time delta, device, presence mask (byte), present fields |
+//! | 0x0a | GPU sample with GPM | as 0x09, then a second mask (byte: SM activity, SM occupancy, tensor activity, DRAM bandwidth) and its present fields |
 //! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
 //!
 //! Strings, frames and stacks get ids in the order they are defined, from 0 after each reset.
@@ -33,6 +34,9 @@ pub const TAG_THREAD: u8 = 0x06;
 pub const TAG_ERROR: u8 = 0x07;
 pub const TAG_PROCESS: u8 = 0x08;
 pub const TAG_GPU: u8 = 0x09;
+/// A GPU sample carrying GPM readings: a tag of its own so that logs without them stay as
+/// they were, byte for byte.
+pub const TAG_GPU_GPM: u8 = 0x0a;
 pub const TAG_SAMPLE: u8 = 0x10;
 const SAMPLE_ACTIVE: u8 = 0x01;
 const SAMPLE_OWNS_GIL: u8 = 0x02;
@@ -177,7 +181,9 @@ pub fn put_process(
 
 /// Every field at full resolution: floats as their bits, integers as varints.
 pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
-    out.push(TAG_GPU);
+    let gpm = [s.sm_active, s.sm_occupancy, s.tensor_active, s.dram_bw];
+    let has_gpm = gpm.iter().any(Option::is_some);
+    out.push(if has_gpm { TAG_GPU_GPM } else { TAG_GPU });
     put_varint(out, zigzag(delta));
     put_varint(out, u64::from(s.device));
     let present = [
@@ -213,6 +219,16 @@ pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
     ints(out, s.sm_clock_mhz.map(u64::from));
     ints(out, s.throttle_reasons);
     floats(out, s.process_utilization);
+    if has_gpm {
+        let mask = gpm
+            .iter()
+            .enumerate()
+            .fold(0u8, |mask, (bit, v)| mask | (u8::from(v.is_some()) << bit));
+        out.push(mask);
+        for v in gpm {
+            floats(out, v);
+        }
+    }
 }
 
 fn put_option(out: &mut Vec<u8>, value: Option<u64>) {
@@ -287,7 +303,8 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             },
             command_line: bytes.str()?,
         },
-        TAG_GPU => decode_gpu(bytes)?,
+        TAG_GPU => decode_gpu(bytes, false)?,
+        TAG_GPU_GPM => decode_gpu(bytes, true)?,
         tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {
             delta: delta(bytes)?,
             thread: bytes.varint()?,
@@ -299,7 +316,7 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
     })
 }
 
-fn decode_gpu<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+fn decode_gpu<'a>(bytes: &mut Bytes<'a>, with_gpm: bool) -> Result<Record<'a>, DecodeError> {
     let delta = delta(bytes)?;
     let device = bytes.varint_u32()?;
     let mask = bytes.u8()?;
@@ -315,6 +332,16 @@ fn decode_gpu<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
     let sm_clock_mhz = has(5).then(|| bytes.varint_u32()).transpose()?;
     let throttle_reasons = has(6).then(|| bytes.varint()).transpose()?;
     let process_utilization = float(bytes, 7)?;
+    let mut gpm = [None; 4];
+    if with_gpm {
+        let mask = bytes.u8()?;
+        for (bit, value) in gpm.iter_mut().enumerate() {
+            if mask & (1 << bit) != 0 {
+                *value = Some(bytes.f32()?);
+            }
+        }
+    }
+    let [sm_active, sm_occupancy, tensor_active, dram_bw] = gpm;
     Ok(Record::Gpu {
         delta,
         sample: GpuSample {
@@ -328,6 +355,10 @@ fn decode_gpu<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             sm_clock_mhz,
             throttle_reasons,
             process_utilization,
+            sm_active,
+            sm_occupancy,
+            tensor_active,
+            dram_bw,
         },
     })
 }

@@ -135,6 +135,8 @@ impl Replay {
                     pid,
                     command_line: command_line.to_owned(),
                     kind,
+                    // The log does not keep ranks: a rebuilt report names processes by pid.
+                    rank: Default::default(),
                 })));
             }
             Record::Gpu { delta, sample } => {

@@ -50,6 +50,8 @@ fn total(agg: &Aggregator, view: StackView) -> u64 {
 fn recording_meta() -> RecordingMeta {
     RecordingMeta {
         pid: 4242,
+        rank: Default::default(),
+        host: None,
         command_line: "python train.py --epochs 90".into(),
         python_version: "3.11.8".into(),
         reader: "stackscope".into(),

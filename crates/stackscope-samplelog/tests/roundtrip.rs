@@ -66,6 +66,7 @@ fn every_kind() -> Vec<Event> {
             pid: 4242,
             command_line: "python train.py".into(),
             kind: ProcessEventKind::Attached,
+            rank: Default::default(),
         }),
         stack(
             START + MS,
@@ -141,6 +142,17 @@ fn every_kind() -> Vec<Event> {
             sm_clock_mhz: Some(u32::MAX),
             throttle_reasons: Some(0x8000_0000_0000_0001),
             process_utilization: Some(f32::MIN_POSITIVE),
+            sm_active: Some(23.5),
+            sm_occupancy: None,
+            tensor_active: Some(0.0),
+            dram_bw: Some(100.0),
+        }),
+        // GPM readings alone (a device whose other metrics are unsupported).
+        Event::Gpu(GpuSample {
+            time: Timestamp(START + 4 * MS),
+            device: 2,
+            sm_occupancy: Some(7.25),
+            ..GpuSample::default()
         }),
         Event::Gpu(GpuSample {
             time: Timestamp(START + MS),
@@ -159,6 +171,7 @@ fn every_kind() -> Vec<Event> {
             pid: 777,
             command_line: String::new(),
             kind: ProcessEventKind::Exited,
+            rank: Default::default(),
         }),
     ]
 }

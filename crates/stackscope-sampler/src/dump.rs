@@ -81,9 +81,12 @@ fn dump_with_states(
         .collect();
     Ok(ProcessDump {
         pid,
+        ns_pid: target.ns_pid(),
         parent_pid: None,
         command_line: target.command_line().to_owned(),
         python_version: target.python_version().to_owned(),
+        rank: stackscope_event::RankInfo::of_process(pid),
+        host: stackscope_event::host_name(),
         threads,
     })
 }
@@ -138,6 +141,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
     ThreadDump {
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
+        ns_thread_id: stack.ns_thread_id,
         python_thread_id: stack.thread.python_thread_id,
         // The one idle rule (crate::idle), on the state read before the process was touched:
         // a thread the OS had parked in a wait is idle, however it looked once woken by a

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use stackscope_event::SampleErrorKind;
 use thiserror::Error;
 
+use crate::permission::{self, Refusal};
 use crate::procfs;
 
 /// Why attaching to a process failed. Each is fatal for that process; the message says what
@@ -15,9 +16,19 @@ pub enum AttachError {
     NoSuchProcess(u32),
     #[error(
         "permission denied reading process {pid}: tracing another user's process needs root or \
-         CAP_SYS_PTRACE (in a container: --cap-add SYS_PTRACE){scope_hint}"
+         CAP_SYS_PTRACE{scope_hint}\n{fixes}"
     )]
-    PermissionDenied { pid: u32, scope_hint: String },
+    PermissionDenied {
+        pid: u32,
+        scope_hint: String,
+        fixes: &'static str,
+    },
+    #[error(
+        "reading process {pid} is blocked by a seccomp profile: access to it is granted (its \
+         /proc files read), but ptrace or process_vm_readv answers EPERM, and stackscope runs \
+         under a seccomp filter (Seccomp: 2 in /proc/self/status)\n{fixes}"
+    )]
+    SeccompBlocked { pid: u32, fixes: &'static str },
     #[error("process {pid} ({exe}) is not a Python process: no Python interpreter found in it")]
     NotPython { pid: u32, exe: String },
     #[error("process {pid} runs Python {version}, which stackscope does not support (supported: {supported})")]
@@ -59,6 +70,12 @@ impl AttachError {
     }
 
     pub(crate) fn permission(pid: u32) -> AttachError {
+        if permission::refusal(pid) == Refusal::Seccomp {
+            return AttachError::SeccompBlocked {
+                pid,
+                fixes: permission::SECCOMP_FIXES,
+            };
+        }
         let scope_hint = match procfs::ptrace_scope() {
             Some(scope) if scope > 0 => format!(
                 "; kernel.yama.ptrace_scope is {scope}: run as root, or set it to 0 with \
@@ -66,7 +83,11 @@ impl AttachError {
             ),
             _ => String::new(),
         };
-        AttachError::PermissionDenied { pid, scope_hint }
+        AttachError::PermissionDenied {
+            pid,
+            scope_hint,
+            fixes: permission::CONTAINER_FIXES,
+        }
     }
 }
 

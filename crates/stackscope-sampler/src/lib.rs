@@ -12,6 +12,8 @@ mod error;
 mod fast;
 mod idle;
 mod names;
+pub mod namespace;
+mod permission;
 pub mod procfs;
 mod sampler;
 mod target;

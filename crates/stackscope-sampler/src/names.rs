@@ -59,6 +59,7 @@ mod tests {
                 active: true,
                 owns_gil: false,
             },
+            ns_thread_id: None,
             frames: Vec::new(),
             raw: None,
         }

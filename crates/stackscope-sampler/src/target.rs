@@ -13,6 +13,7 @@ use crate::error::{classify_sample_error, AttachError, SampleFailure};
 use crate::fast::{FastReader, OsTids, Strategy};
 use crate::idle;
 use crate::names::ThreadNames;
+use crate::namespace::TidMap;
 use crate::procfs;
 
 /// The Python versions whose interpreter layouts stackscope reads.
@@ -56,6 +57,9 @@ impl Default for TargetOptions {
 #[derive(Debug, Clone)]
 pub struct ThreadStack {
     pub thread: ThreadInfo,
+    /// The thread's id in its own PID namespace, where that differs from
+    /// `thread.os_thread_id` (ours): a process in a container.
+    pub ns_thread_id: Option<u64>,
     /// Innermost first.
     pub frames: Vec<Frame>,
     /// py-spy's frames, kept only when locals were asked for.
@@ -84,6 +88,10 @@ pub struct PythonTarget {
     fast_failures: u32,
     /// OS thread ids for py-spy's reads of 3.10 and older, made when first needed.
     os_tids: Option<OsTids>,
+    /// The interpreter's thread ids (its namespace's) to ours, for a process in a container.
+    tids: TidMap,
+    /// The process's own pid, where it differs from `pid`.
+    ns_pid: Option<u32>,
 }
 
 impl PythonTarget {
@@ -140,6 +148,8 @@ impl PythonTarget {
             fast,
             fast_failures: 0,
             os_tids: None,
+            tids: TidMap::new(pid),
+            ns_pid: crate::namespace::own_pid(pid),
         })
     }
 
@@ -168,9 +178,11 @@ impl PythonTarget {
                     }
                     Err(_) => {}
                 },
-                Err(e @ (AttachError::NoSuchProcess(_) | AttachError::PermissionDenied { .. })) => {
-                    return Err(e)
-                }
+                Err(
+                    e @ (AttachError::NoSuchProcess(_)
+                    | AttachError::PermissionDenied { .. }
+                    | AttachError::SeccompBlocked { .. }),
+                ) => return Err(e),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }
@@ -185,6 +197,11 @@ impl PythonTarget {
     /// The interpreter's version, e.g. `3.11.7`.
     pub fn python_version(&self) -> &str {
         &self.version
+    }
+
+    /// The process's pid in its own PID namespace (a container), where it differs from ours.
+    pub fn ns_pid(&self) -> Option<u32> {
+        self.ns_pid
     }
 
     pub fn command_line(&self) -> &str {
@@ -252,7 +269,8 @@ impl PythonTarget {
         if let Some(stacks) = self.read_stacks_fast() {
             return stacks;
         }
-        // Each thread's state before py-spy stops the process (once stopped, all read `t`).
+        // Each thread's state before py-spy stops the process (once stopped, all read `t`),
+        // under our ids (they differ for a process in a container).
         let states = idle::states(self.pid);
         let mut traces = self
             .spy
@@ -261,9 +279,10 @@ impl PythonTarget {
         self.fill_os_thread_ids(&mut traces);
         Ok(traces
             .into_iter()
-            .map(|trace| {
+            .map(|mut trace| {
                 let frames: Vec<Frame> =
                     trace.frames.iter().map(|f| self.strings.frame(f)).collect();
+                trace.os_thread_id = trace.os_thread_id.and_then(|tid| self.tids.ours(tid));
                 let state = trace.os_thread_id.and_then(|tid| states.get(&tid).copied());
                 let active = idle::is_active(state, trace.owns_gil);
                 self.thread_stack(trace, frames, active)
@@ -298,6 +317,7 @@ impl PythonTarget {
                     .into_iter()
                     .map(|t| {
                         let active = t.active;
+                        let ns_thread_id = self.tids.own(t.os_thread_id);
                         ThreadStack {
                             thread: ThreadInfo {
                                 os_thread_id: Some(t.os_thread_id),
@@ -306,6 +326,7 @@ impl PythonTarget {
                                 active,
                                 owns_gil: t.owns_gil,
                             },
+                            ns_thread_id,
                             frames: t.frames,
                             raw: None,
                         }
@@ -345,7 +366,8 @@ impl PythonTarget {
             .map_err(|e| classify_sample_error(pid, &e))?;
         self.fill_os_thread_ids(&mut traces);
         let mut stacks = Vec::with_capacity(traces.len());
-        for trace in traces {
+        for mut trace in traces {
+            trace.os_thread_id = trace.os_thread_id.and_then(|tid| self.tids.ours(tid));
             let unwound = match (self.native.as_mut(), trace.os_thread_id) {
                 (Some(unwinder), Some(tid)) => u32::try_from(tid)
                     .ok()
@@ -369,7 +391,7 @@ impl PythonTarget {
         Ok(stacks)
     }
 
-    fn thread_stack(&self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
+    fn thread_stack(&mut self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
         let thread = ThreadInfo {
             os_thread_id: trace.os_thread_id,
             python_thread_id: trace.thread_id,
@@ -378,6 +400,7 @@ impl PythonTarget {
             owns_gil: trace.owns_gil,
         };
         ThreadStack {
+            ns_thread_id: thread.os_thread_id.and_then(|tid| self.tids.own(tid)),
             thread,
             frames,
             raw: self.keep_raw.then_some(trace),

@@ -50,6 +50,7 @@ impl ProcessSet {
             pid: target.pid(),
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Attached,
+            rank: stackscope_event::RankInfo::of_process(target.pid()),
         }
     }
 
@@ -75,6 +76,7 @@ impl ProcessSet {
             pid,
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Exited,
+            rank: stackscope_event::RankInfo::default(),
         })
     }
 

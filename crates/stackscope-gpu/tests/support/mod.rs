@@ -289,3 +289,13 @@ impl Outcome {
         }
     }
 }
+
+/// The notices other than GPM's: every device the fake scripts without `gpm` says once that it
+/// has none, which scenarios about other metrics leave aside (`tests/gpm.rs` checks them).
+pub fn without_gpm(notices: &[String]) -> Vec<String> {
+    notices
+        .iter()
+        .filter(|n| !n.contains("GPM"))
+        .cloned()
+        .collect()
+}

@@ -48,6 +48,7 @@ fn gpu(t_ms: u64, utilization: f32) -> Event {
         sm_clock_mhz: Some(1400),
         throttle_reasons: None,
         process_utilization: None,
+        ..GpuSample::default()
     })
 }
 
@@ -122,6 +123,8 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
     agg.finish();
     let meta = RecordingMeta {
         pid: 4242,
+        rank: Default::default(),
+        host: None,
         command_line: "python3 train.py --epochs 1".to_owned(),
         python_version: "3.12.3".to_owned(),
         reader: "stackscope".to_owned(),
@@ -155,6 +158,7 @@ fn process(t_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -> E
         pid,
         command_line: command_line.to_owned(),
         kind,
+        rank: Default::default(),
     })
 }
 

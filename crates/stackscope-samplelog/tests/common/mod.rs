@@ -133,6 +133,7 @@ impl Typical {
             sm_clock_mhz: Some(1980),
             throttle_reasons: Some(0),
             process_utilization: Some(utilization - 1.0),
+            ..GpuSample::default()
         }
     }
 
@@ -144,6 +145,7 @@ impl Typical {
                 pid: 4242,
                 command_line: "python train.py --epochs 90".into(),
                 kind: ProcessEventKind::Attached,
+                rank: Default::default(),
             }));
         }
         if self.tick >= self.ticks {

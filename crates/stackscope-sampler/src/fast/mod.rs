@@ -60,6 +60,8 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
+
+use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -126,6 +128,8 @@ pub(crate) struct FastReader {
     /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
     /// it would have changed (docs/performance.md).
     audit: bool,
+    /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
+    tids: TidMap,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -199,6 +203,7 @@ impl FastReader {
             reuse_states: strategy == Strategy::StopGilHolders
                 && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
             audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
+            tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         reader.fill_os_thread_ids();
@@ -247,14 +252,16 @@ impl FastReader {
         let old_sigs: Vec<(usize, u64)> = self.threads.iter().map(|k| (k.tstate, k.sig)).collect();
         for k in &mut self.threads {
             let tid = k.ts.native_thread_id;
+            // Our id for it (they differ for a process in a container).
+            let own = self.tids.ours(tid);
             let earlier = (self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder)
-                .then(|| self.activity.recent_sleep(tid, now))
+                .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
                 .flatten();
             k.still = earlier.is_some();
             match earlier {
                 Some(state) => {
                     if self.audit {
-                        audited.push(self.activity.peek(tid));
+                        audited.push(own.and_then(|own| self.activity.peek(own)));
                     }
                     states.push((tid, Some(state)));
                     reused.push(true);
@@ -263,7 +270,7 @@ impl FastReader {
                     if self.audit {
                         audited.push(None);
                     }
-                    states.push((tid, self.activity.state(tid)));
+                    states.push((tid, own.and_then(|own| self.activity.state(own))));
                     reused.push(false);
                 }
             }
@@ -288,7 +295,11 @@ impl FastReader {
         drop(stop);
         let read = result.inspect_err(|_| self.stats.errors += 1)?;
 
-        let live: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        let live: Vec<u64> = self
+            .threads
+            .iter()
+            .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
+            .collect();
         self.activity.retain(&live);
         let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
         let names = self
@@ -337,7 +348,7 @@ impl FastReader {
                         states[j].1
                     } else {
                         self.stats.stat_reused -= 1;
-                        self.activity.state(tid)
+                        os_state(&mut self.tids, &mut self.activity, tid)
                     }
                 }
                 Some(j) => {
@@ -347,12 +358,17 @@ impl FastReader {
                     states[j].1
                 }
                 // A thread new this sample: read now unless we stopped the process.
-                None if self.strategy == Strategy::StopGilHolders => self.activity.state(tid),
+                None if self.strategy == Strategy::StopGilHolders => {
+                    os_state(&mut self.tids, &mut self.activity, tid)
+                }
                 None => None,
             };
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
-                os_thread_id: ts.native_thread_id,
+                os_thread_id: self
+                    .tids
+                    .ours(ts.native_thread_id)
+                    .unwrap_or(ts.native_thread_id),
                 name,
                 owns_gil,
                 active: crate::idle::is_active(state, owns_gil),
@@ -430,8 +446,8 @@ impl FastReader {
             ran.retain(|(i, frames)| {
                 let tid = self.threads[*i].ts.native_thread_id;
                 let before = states.iter().find(|(t, _)| *t == tid).and_then(|(_, s)| *s);
-                let still =
-                    activity::is_stopped(before) && activity::is_stopped(self.activity.state(tid));
+                let still = activity::is_stopped(before)
+                    && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
                 if still {
                     results[*i] = Some(frames.clone());
                 }
@@ -459,10 +475,10 @@ impl FastReader {
                     // (another tracer holds it): then its first read is all there is.
                     match ran.iter().find(|(r, _)| *r == i) {
                         Some((_, frames))
-                            if procfs_thread_alive(
-                                self.pid,
-                                self.threads[i].ts.native_thread_id,
-                            ) =>
+                            if self
+                                .tids
+                                .ours(self.threads[i].ts.native_thread_id)
+                                .is_some_and(|tid| procfs_thread_alive(self.pid, tid)) =>
                         {
                             self.stats.unverified += 1;
                             results[i] = Some(frames.clone());
@@ -497,7 +513,8 @@ impl FastReader {
             let mut locks = Vec::with_capacity(left.len());
             let mut stopped = Vec::with_capacity(left.len());
             for &i in &left {
-                match stop_thread(self.threads[i].ts.native_thread_id) {
+                let tid = self.tids.ours(self.threads[i].ts.native_thread_id);
+                match tid.and_then(stop_thread) {
                     Some(lock) => {
                         locks.push(lock);
                         stopped.push(i);
@@ -615,6 +632,13 @@ fn notice_once(message: &str) {
         eprintln!("{message}");
         said.push(message.to_owned());
     }
+}
+
+/// The scheduler state of the thread the interpreter knows as `native_thread_id`, read under
+/// our id for it (they differ for a process in a container).
+fn os_state(tids: &mut TidMap, activity: &mut Activity, native_thread_id: u64) -> Option<u8> {
+    tids.ours(native_thread_id)
+        .and_then(|tid| activity.state(tid))
 }
 
 /// Stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT); it runs again when the lock drops.

@@ -1,0 +1,139 @@
+//! The verdict's second GPU signal: SM activity (GPM, Hopper and later) beside utilization.
+//!
+//! Utilization counts a time slice busy when any kernel ran, however few SMs it occupied; SM
+//! activity is the share of time the SMs had work, averaged over all of them. While kernels
+//! run on all SMs the two agree; a job bound by kernel launches, tiny ops or synchronisation
+//! reads near 100% utilization with most SMs idle. The rule, for the whole recording and for
+//! each stack sample's instant alike: SM activity under [`SM_LOW_SHARE`] of utilization means
+//! kernels ran on a small part of the GPU.
+//!
+//! Kept apart from `verdict.rs` so that the utilization classes there and this one evolve
+//! independently: [`low_sm_verdict`] overrides the utilization class only where SM activity is
+//! known and low.
+
+use crate::functions::FunctionStat;
+use crate::idle_path::IdlePath;
+use crate::verdict::{Verdict, VerdictClass, PREPROCESSING_BELOW};
+
+/// SM activity below this share of utilization is "low": while kernels ran, they kept fewer
+/// than half the SMs busy.
+pub const SM_LOW_SHARE: f64 = 0.5;
+/// How many functions the verdict names, and the least share after the first (as for GPU-idle
+/// time).
+const NAMED_FUNCTIONS: usize = 3;
+const NAMED_MIN_SHARE: f64 = 0.05;
+
+/// Whether SM activity `sm` (percent) is low for utilization `utilization` (percent).
+pub fn is_low(utilization: f64, sm: f64) -> bool {
+    sm < SM_LOW_SHARE * utilization
+}
+
+/// The verdict when utilization is high (at or above [`PREPROCESSING_BELOW`]) while SM activity
+/// is low; `None` otherwise (no GPM, or SM activity that keeps up), leaving the utilization
+/// classes to decide. `low_sm_functions` are the functions of the stack samples taken while the
+/// GPU was busy with low SM activity, by self share of those samples; `low_sm_path`, when
+/// given, the call path that sets those samples apart from the other GPU-busy ones, named
+/// instead (see `idle_path.rs`).
+pub fn low_sm_verdict(
+    mean_utilization: f64,
+    mean_sm_active: Option<f64>,
+    low_sm_functions: &[FunctionStat],
+    low_sm_path: Option<&IdlePath>,
+) -> Option<Verdict> {
+    let sm = mean_sm_active?;
+    if mean_utilization < PREPROCESSING_BELOW || !is_low(mean_utilization, sm) {
+        return None;
+    }
+    Some(Verdict {
+        class: VerdictClass::LowSmActivity,
+        text: format!(
+            "Kernels keep the GPU busy (mean utilization {mean_utilization:.0}%) but on a small \
+             part of it (mean SM activity {sm:.0}%): launch-bound, small ops, or \
+             synchronisation. Fewer, larger kernels help (batching, fusion, CUDA graphs, \
+             torch.compile); a bigger GPU does not. {}",
+            match low_sm_path {
+                Some(path) => path.low_sm_sentence(),
+                None => code_sentence(low_sm_functions),
+            }
+        ),
+    })
+}
+
+fn code_sentence(functions: &[FunctionStat]) -> String {
+    let named: Vec<String> = functions
+        .iter()
+        .filter(|f| f.self_samples > 0)
+        .enumerate()
+        .filter(|(i, f)| *i == 0 || f.self_share >= NAMED_MIN_SHARE)
+        .map(|(_, f)| f)
+        .take(NAMED_FUNCTIONS)
+        .map(|f| format!("{} ({}) {:.0}%", f.function, f.file, f.self_share * 100.0))
+        .collect();
+    if named.is_empty() {
+        "No stack samples were taken while SM activity was low.".to_owned()
+    } else {
+        format!(
+            "While SM activity was low, Python was mostly in {}.",
+            named.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(function: &str, share: f64) -> FunctionStat {
+        FunctionStat {
+            function: function.to_owned(),
+            file: "train.py".to_owned(),
+            self_samples: (share * 100.0) as u64,
+            self_share: share,
+            total_samples: (share * 100.0) as u64,
+            total_share: share,
+        }
+    }
+
+    #[test]
+    fn low_only_against_high_utilization() {
+        let code = [stat("launch_tiny_kernels", 0.8), stat("step", 0.1)];
+        let v = low_sm_verdict(97.0, Some(20.0), &code, None).expect("low SM activity");
+        assert_eq!(v.class, VerdictClass::LowSmActivity);
+        assert!(v.text.contains("mean SM activity 20%"), "{}", v.text);
+        assert!(
+            v.text
+                .contains("launch_tiny_kernels (train.py) 80%, step (train.py) 10%"),
+            "{}",
+            v.text
+        );
+        // SM activity that keeps up with utilization, or no GPM, or a starved GPU: not this
+        // class.
+        assert!(low_sm_verdict(97.0, Some(90.0), &code, None).is_none());
+        assert!(low_sm_verdict(97.0, None, &code, None).is_none());
+        assert!(low_sm_verdict(20.0, Some(2.0), &code, None).is_none());
+        assert!(is_low(60.0, 29.9) && !is_low(60.0, 30.0));
+        let v = low_sm_verdict(70.0, Some(10.0), &[], None).expect("low");
+        assert!(v.text.contains("No stack samples"), "{}", v.text);
+    }
+
+    #[test]
+    fn a_low_sm_path_is_named_instead_of_the_functions() {
+        let path = crate::idle_path::IdlePath {
+            functions: vec![crate::idle_path::PathFunction {
+                function: "launch_loop".to_owned(),
+                file: "train.py".to_owned(),
+            }],
+            idle_samples: 90,
+            idle_share: 0.9,
+            busy_samples: 5,
+            busy_share: 0.05,
+        };
+        let v = low_sm_verdict(97.0, Some(20.0), &[], Some(&path)).expect("low");
+        assert!(
+            v.text
+                .contains("What sets low-SM time apart is launch_loop (train.py): in 90%"),
+            "{}",
+            v.text
+        );
+    }
+}

@@ -1,0 +1,468 @@
+//! [`SampleTrace`]: every kept stack sample in time order, per thread, each tagged with the
+//! GPU's state, for the exports that other tools read (pprof, speedscope, a Perfetto trace).
+//!
+//! The [`crate::Aggregator`] folds samples into counts and forgets when they were taken; the
+//! exports need the order (speedscope's time-ordered view, Perfetto's slices) and each sample's
+//! own labels. A trace keeps, per thread, runs of consecutive samples that share stack, thread
+//! name and GPU state: a run costs the same as one sample, and a loop that sits in one place
+//! costs one run. It applies the same rules as the aggregator so that an export adds up to the
+//! recording's `stacks.folded`: idle threads' samples are left out unless `include_idle`, and
+//! each sample is tagged by the same [`GpuTagger`], in the same order.
+//!
+//! Unlike the aggregator it has no caps: it is built for one export from a sample log and then
+//! dropped, and its size is that of the window exported.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use stackscope_event::{Event, Frame, GpuSample, ProcessEventKind, StackSample, Timestamp};
+
+use crate::aggregator::AggregateConfig;
+use crate::intern::GpuTag;
+use crate::tagging::GpuTagger;
+
+/// The GPU's state when a sample was taken, as the flamegraphs split them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GpuState {
+    Idle,
+    Busy,
+    /// No GPU data covered the sample (no GPU, or none polled then).
+    Unknown,
+}
+
+impl GpuState {
+    /// The label value the exports write: `idle`, `busy`, `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuState::Idle => "idle",
+            GpuState::Busy => "busy",
+            GpuState::Unknown => "unknown",
+        }
+    }
+}
+
+impl From<GpuTag> for GpuState {
+    fn from(tag: GpuTag) -> Self {
+        match tag {
+            GpuTag::Idle => GpuState::Idle,
+            // Low SM activity is still "busy" by utilization, as the GPU-busy flamegraph counts it.
+            GpuTag::Busy | GpuTag::BusyLowSm => GpuState::Busy,
+            GpuTag::Unknown => GpuState::Unknown,
+        }
+    }
+}
+
+/// Consecutive samples of one thread with the same stack, name and GPU state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The first sample's time.
+    pub start: Timestamp,
+    /// The last sample's time.
+    pub end: Timestamp,
+    pub samples: u64,
+    /// Index into [`SampleTrace::stacks`].
+    pub stack: u32,
+    /// Index into [`SampleTrace::names`]: the thread's name at these samples.
+    pub name: u32,
+    pub gpu: GpuState,
+    /// The thread was seen idle (a sample left out) since the previous run: the two are not
+    /// one stretch of work, whatever their stacks.
+    pub resumed: bool,
+}
+
+/// One thread of one process and its runs, in time order.
+#[derive(Debug, Clone)]
+pub struct TraceThread {
+    pub pid: u32,
+    pub python_thread_id: u64,
+    /// The OS thread id, when it was ever read.
+    pub os_thread_id: Option<u64>,
+    /// The name shown for the thread at its latest sample.
+    pub name: String,
+    pub runs: Vec<Run>,
+    /// Times of samples left out as idle, not yet placed between runs.
+    idle: VecDeque<Timestamp>,
+}
+
+impl TraceThread {
+    /// The thread id other tools show: the OS id, else Python's in hex (as py-spy does).
+    pub fn display_id(&self) -> String {
+        match self.os_thread_id {
+            Some(tid) => tid.to_string(),
+            None => format!("{:#X}", self.python_thread_id),
+        }
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.runs.iter().map(|r| r.samples).sum()
+    }
+}
+
+/// Idle sample times kept per thread until the next run is placed; past this the oldest go.
+const MAX_IDLE_TIMES: usize = 10_000;
+
+/// A sample waiting for the GPU readings that cover it; the tagger releases samples in the
+/// order it was given them, so this queue pairs with its releases by position.
+#[derive(Debug)]
+struct Pending {
+    time: Timestamp,
+    thread: u32,
+    stack: u32,
+    name: u32,
+}
+
+/// Kept stack samples in time order per thread, with their GPU state, and every GPU reading.
+#[derive(Debug)]
+pub struct SampleTrace {
+    config: AggregateConfig,
+    start: Timestamp,
+    tagger: GpuTagger,
+    pending: VecDeque<Pending>,
+    frames: Vec<Frame>,
+    frame_ids: HashMap<Frame, u32>,
+    stacks: Vec<Box<[u32]>>,
+    stack_ids: HashMap<Box<[u32]>, u32>,
+    names: Vec<String>,
+    name_ids: HashMap<String, u32>,
+    threads: Vec<TraceThread>,
+    thread_ids: HashMap<(u32, u64), u32>,
+    commands: BTreeMap<u32, String>,
+    ranks: BTreeMap<u32, u32>,
+    gpu: Vec<GpuSample>,
+    samples: u64,
+    first: Option<Timestamp>,
+    last: Option<Timestamp>,
+    scratch: Vec<u32>,
+}
+
+impl SampleTrace {
+    pub fn new(config: AggregateConfig, start: Timestamp) -> SampleTrace {
+        SampleTrace {
+            tagger: GpuTagger::new(config.idle_below),
+            config,
+            start,
+            pending: VecDeque::new(),
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            stacks: Vec::new(),
+            stack_ids: HashMap::new(),
+            names: Vec::new(),
+            name_ids: HashMap::new(),
+            threads: Vec::new(),
+            thread_ids: HashMap::new(),
+            commands: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+            gpu: Vec::new(),
+            samples: 0,
+            first: None,
+            last: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// As [`crate::Aggregator::expect_gpu_devices`]: samples also wait for these devices.
+    pub fn expect_gpu_devices(&mut self, devices: &[u32]) {
+        for &device in devices {
+            self.tagger.expect_device(device);
+        }
+    }
+
+    /// Takes one event, in the order the aggregator would.
+    pub fn handle(&mut self, event: Event) {
+        match event {
+            Event::Stack(sample) => self.handle_stack(sample),
+            Event::SampleError(error) => self.tagger.observe(error.time),
+            Event::Gpu(sample) => {
+                match sample.utilization {
+                    Some(u) => self.tagger.add_reading(sample.device, sample.time, u),
+                    None => self.tagger.observe(sample.time),
+                }
+                if let Some(sm) = sample.sm_active {
+                    self.tagger.add_sm_reading(sample.device, sample.time, sm);
+                }
+                self.gpu.push(sample);
+            }
+            Event::Process(process) => {
+                if let Some(rank) = process.rank.rank {
+                    self.ranks.insert(process.pid, rank);
+                }
+                if process.kind == ProcessEventKind::Attached || !process.command_line.is_empty() {
+                    let command = self.commands.entry(process.pid).or_default();
+                    if command.is_empty() || process.kind == ProcessEventKind::Attached {
+                        *command = process.command_line;
+                    }
+                }
+                self.tagger.observe(process.time);
+            }
+        }
+        self.release();
+    }
+
+    fn handle_stack(&mut self, sample: StackSample) {
+        if !(sample.thread.active || self.config.include_idle) {
+            self.tagger.observe(sample.time);
+            let key = (sample.pid, sample.thread.python_thread_id);
+            if let Some(&id) = self.thread_ids.get(&key) {
+                let idle = &mut self.threads[id as usize].idle;
+                if idle.len() >= MAX_IDLE_TIMES {
+                    idle.pop_front();
+                }
+                idle.push_back(sample.time);
+            }
+            return;
+        }
+        let display = sample.thread.display_name();
+        let name = intern_name(&mut self.names, &mut self.name_ids, &display);
+        let key = (sample.pid, sample.thread.python_thread_id);
+        let thread = match self.thread_ids.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.threads.len() as u32;
+                self.threads.push(TraceThread {
+                    pid: sample.pid,
+                    python_thread_id: sample.thread.python_thread_id,
+                    os_thread_id: None,
+                    name: String::new(),
+                    runs: Vec::new(),
+                    idle: VecDeque::new(),
+                });
+                self.thread_ids.insert(key, id);
+                id
+            }
+        };
+        let entry = &mut self.threads[thread as usize];
+        if entry.name != display {
+            entry.name = display;
+        }
+        if sample.thread.os_thread_id.is_some() {
+            entry.os_thread_id = sample.thread.os_thread_id;
+        }
+        let stack = self.intern_stack(&sample.frames);
+        self.samples += 1;
+        self.first = Some(self.first.map_or(sample.time, |t| t.min(sample.time)));
+        self.last = Some(self.last.map_or(sample.time, |t| t.max(sample.time)));
+        let pending = Pending {
+            time: sample.time,
+            thread,
+            stack,
+            name,
+        };
+        if self.config.gpu_enabled {
+            // The tagger's own payload is unused: releases come back in this queue's order.
+            self.tagger.hold(sample.time, 0);
+            self.pending.push_back(pending);
+        } else {
+            self.tagger.observe(sample.time);
+            self.push_run(pending, GpuState::Unknown);
+        }
+    }
+
+    /// Interns a stack given innermost first, as the sampler reads it; stored outermost first.
+    fn intern_stack(&mut self, frames: &[Frame]) -> u32 {
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        for frame in frames.iter().rev() {
+            let id = match self.frame_ids.get(frame) {
+                Some(&id) => id,
+                None => {
+                    let id = self.frames.len() as u32;
+                    self.frames.push(frame.clone());
+                    self.frame_ids.insert(frame.clone(), id);
+                    id
+                }
+            };
+            key.push(id);
+        }
+        let id = match self.stack_ids.get(key.as_slice()) {
+            Some(&id) => id,
+            None => {
+                let id = self.stacks.len() as u32;
+                let boxed: Box<[u32]> = key.as_slice().into();
+                self.stacks.push(boxed.clone());
+                self.stack_ids.insert(boxed, id);
+                id
+            }
+        };
+        self.scratch = key;
+        id
+    }
+
+    fn release(&mut self) {
+        let mut tags = Vec::new();
+        self.tagger.release(|_, tag| tags.push(tag));
+        self.apply(tags);
+    }
+
+    fn apply(&mut self, tags: Vec<GpuTag>) {
+        for tag in tags {
+            if let Some(pending) = self.pending.pop_front() {
+                self.push_run(pending, tag.into());
+            }
+        }
+    }
+
+    fn push_run(&mut self, p: Pending, gpu: GpuState) {
+        let thread = &mut self.threads[p.thread as usize];
+        let last_end = thread.runs.last().map(|r| r.end);
+        let mut resumed = false;
+        while let Some(&idle) = thread.idle.front() {
+            if idle >= p.time {
+                break;
+            }
+            resumed |= last_end.is_some_and(|end| idle > end);
+            thread.idle.pop_front();
+        }
+        let runs = &mut thread.runs;
+        if let Some(last) = runs.last_mut() {
+            if !resumed && last.stack == p.stack && last.name == p.name && last.gpu == gpu {
+                last.end = last.end.max(p.time);
+                last.samples += 1;
+                return;
+            }
+        }
+        runs.push(Run {
+            start: p.time,
+            end: p.time,
+            samples: 1,
+            stack: p.stack,
+            name: p.name,
+            gpu,
+            resumed,
+        });
+    }
+
+    /// The end of the input: tags every held sample with what is known.
+    pub fn finish(&mut self) {
+        let mut tags = Vec::new();
+        self.tagger.flush(|_, tag| tags.push(tag));
+        self.apply(tags);
+    }
+
+    pub fn config(&self) -> &AggregateConfig {
+        &self.config
+    }
+
+    /// The recording's start: the zero of every exported time.
+    pub fn start(&self) -> Timestamp {
+        self.start
+    }
+
+    /// Kept samples.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The first and last kept sample's times.
+    pub fn sample_span(&self) -> Option<(Timestamp, Timestamp)> {
+        self.first.zip(self.last)
+    }
+
+    /// Every distinct frame; stacks refer to them by index.
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    /// Every distinct stack, as frame indices outermost first.
+    pub fn stacks(&self) -> &[Box<[u32]>] {
+        &self.stacks
+    }
+
+    /// Thread names, referred to by [`Run::name`].
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Threads in the order they were first sampled.
+    pub fn threads(&self) -> &[TraceThread] {
+        &self.threads
+    }
+
+    /// Command lines of the processes attached, by pid.
+    pub fn command_line(&self, pid: u32) -> Option<&str> {
+        self.commands.get(&pid).map(String::as_str)
+    }
+
+    /// A process's rank, when a launcher started it (`--subprocesses` under torchrun, Slurm).
+    pub fn rank(&self, pid: u32) -> Option<u32> {
+        self.ranks.get(&pid).copied()
+    }
+
+    /// Every GPU reading taken, in the order received.
+    pub fn gpu_readings(&self) -> &[GpuSample] {
+        &self.gpu
+    }
+}
+
+fn intern_name(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
+    if let Some(&id) = ids.get(name) {
+        return id;
+    }
+    let id = names.len() as u32;
+    names.push(name.to_owned());
+    ids.insert(name.to_owned(), id);
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::ThreadInfo;
+
+    const MS: u64 = 1_000_000;
+
+    fn stack(time_ms: u64, tid: u64, active: bool, function: &str) -> Event {
+        Event::Stack(StackSample {
+            time: Timestamp(time_ms * MS),
+            pid: 7,
+            thread: ThreadInfo {
+                os_thread_id: Some(tid + 100),
+                python_thread_id: tid,
+                name: Some(format!("t{tid}")),
+                active,
+                owns_gil: true,
+            },
+            frames: vec![
+                Frame::python(function, "a.py", 3),
+                Frame::python("main", "a.py", 1),
+            ],
+        })
+    }
+
+    fn gpu(time_ms: u64, utilization: f32) -> Event {
+        Event::Gpu(GpuSample {
+            time: Timestamp(time_ms * MS),
+            device: 0,
+            utilization: Some(utilization),
+            ..GpuSample::default()
+        })
+    }
+
+    #[test]
+    fn runs_merge_consecutive_samples_and_carry_the_gpu_state() {
+        let config = AggregateConfig::default();
+        let mut trace = SampleTrace::new(config, Timestamp(0));
+        trace.handle(gpu(0, 90.0));
+        for t in [10, 20, 30] {
+            trace.handle(stack(t, 1, true, "work"));
+        }
+        trace.handle(gpu(35, 90.0));
+        trace.handle(stack(40, 1, true, "work"));
+        trace.handle(stack(50, 1, false, "sleep"));
+        trace.handle(stack(60, 1, true, "load"));
+        trace.handle(gpu(70, 5.0));
+        trace.finish();
+        let thread = &trace.threads()[0];
+        assert_eq!(thread.display_id(), "101");
+        let runs: Vec<(u64, GpuState)> = thread.runs.iter().map(|r| (r.samples, r.gpu)).collect();
+        assert_eq!(
+            runs,
+            vec![
+                (3, GpuState::Busy),
+                (1, GpuState::Idle),
+                (1, GpuState::Idle)
+            ]
+        );
+        assert_eq!(trace.samples(), 5, "the idle thread's sample is left out");
+        assert_eq!(trace.stacks().len(), 2);
+        assert_eq!(trace.gpu_readings().len(), 3);
+    }
+}

@@ -1,0 +1,445 @@
+// stackscope report.html: draws the GPU timeline (uPlot), the thread lanes (canvas) and the
+// flamegraph of the selected window (d3-flame-graph) from the JSON embedded in the page.
+// Everything it needs is in the page: it loads nothing.
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("stackscope-data").textContent);
+  var W = D.bucket_secs;
+  var LANES_SHOWN = 8;
+  var LANE_H = 14;
+
+  // ---- state: window [from, to) in seconds since the start, view, marked function ----
+  var first = D.buckets.length ? D.buckets[0].i : 0;
+  var last = D.buckets.length ? D.buckets[D.buckets.length - 1].i + 1 : 1;
+  var fullFrom = first * W;
+  var fullTo = Math.max(last * W, D.duration_secs || 0, fullFrom + W);
+  var gpuEnd = 0;
+  D.gpus.forEach(function (g) { if (g.t.length) gpuEnd = Math.max(gpuEnd, g.t[g.t.length - 1]); });
+  fullTo = Math.max(fullTo, gpuEnd);
+  var state = { from: null, to: null, view: D.gpus.length ? "all" : "all", mark: -1, lanesOpen: false };
+
+  function parseHash() {
+    var h = (location.hash || "").replace(/^#/, "");
+    h.split("&").forEach(function (kv) {
+      var p = kv.split("=");
+      var k = decodeURIComponent(p[0] || ""), v = decodeURIComponent(p[1] || "");
+      if (k === "from" && v !== "" && isFinite(+v)) state.from = +v;
+      if (k === "to" && v !== "" && isFinite(+v)) state.to = +v;
+      if (k === "view" && /^(all|idle|busy|diff)$/.test(v)) state.view = v;
+    });
+  }
+  function writeHash() {
+    var parts = [];
+    if (state.from !== null) parts.push("from=" + round3(state.from));
+    if (state.to !== null) parts.push("to=" + round3(state.to));
+    parts.push("view=" + state.view);
+    try { history.replaceState(null, "", "#" + parts.join("&")); } catch (e) { /* file: URLs */ }
+  }
+  function round3(x) { return Math.round(x * 1000) / 1000; }
+
+  // A bucket is in the window when its start is: bucket edges are exact binary fractions, so
+  // a window on bucket edges holds exactly the samples `stackscope report --from --to` counts.
+  function inWindow(b) {
+    var start = b.i * W;
+    if (state.from !== null && start < state.from - 1e-9) return false;
+    if (state.to !== null && start >= state.to - 1e-9) return false;
+    return true;
+  }
+
+  // ---- counting ----
+  function windowCounts() {
+    var idle = {}, busy = {}, unknown = {}, total = 0, ti = 0, tb = 0;
+    D.buckets.forEach(function (b) {
+      if (!inWindow(b)) return;
+      var s = b.s;
+      for (var k = 0; k < s.length; k += 4) {
+        var id = s[k];
+        idle[id] = (idle[id] || 0) + s[k + 1];
+        busy[id] = (busy[id] || 0) + s[k + 2];
+        unknown[id] = (unknown[id] || 0) + s[k + 3];
+        total += s[k + 1] + s[k + 2] + s[k + 3];
+        ti += s[k + 1];
+        tb += s[k + 2];
+      }
+    });
+    return { idle: idle, busy: busy, unknown: unknown, total: total, idleTotal: ti, busyTotal: tb };
+  }
+
+  function buildTree(c) {
+    var root = { name: "all", value: 0, children: [], idle: 0, busy: 0, fn: -1, _kids: {} };
+    var ids = {};
+    Object.keys(c.idle).forEach(function (k) { ids[k] = 1; });
+    Object.keys(ids).forEach(function (key) {
+      var i = c.idle[key] || 0, b = c.busy[key] || 0, u = c.unknown[key] || 0;
+      var v;
+      if (state.view === "idle") v = i;
+      else if (state.view === "busy") v = b;
+      else if (state.view === "diff") v = i + b;
+      else v = i + b + u;
+      if (!v) return;
+      var node = root;
+      node.value += v; node.idle += i; node.busy += b;
+      var frames = D.stacks[+key] || [];
+      for (var f = 0; f < frames.length; f++) {
+        var label = D.frames[frames[f]];
+        var next = node._kids[label];
+        if (!next) {
+          next = { name: label, value: 0, children: [], idle: 0, busy: 0, fn: D.frame_functions[frames[f]], _kids: {} };
+          node._kids[label] = next;
+          node.children.push(next);
+        }
+        next.value += v; next.idle += i; next.busy += b;
+        node = next;
+      }
+    });
+    // d3-flame-graph sums children into a parent's value: give it self values.
+    (function strip(n) {
+      var childSum = 0;
+      n.children.forEach(function (ch) { childSum += ch.value; strip(ch); });
+      n.total = n.value;
+      n.value = Math.max(0, n.value - childSum);
+      delete n._kids;
+    })(root);
+    return root;
+  }
+
+  // ---- flamegraph ----
+  var fgWidth = Math.max(600, (document.getElementById("flamegraph").clientWidth || 1100));
+  var chart = flamegraph()
+    .width(fgWidth)
+    .cellHeight(18)
+    .transitionDuration(0)
+    .minFrameSize(1)
+    .selfValue(true)
+    .sort(true)
+    .title("")
+    .setDetailsElement(document.getElementById("details"))
+    .getName(function (d) { return d.data.name; })
+    .onClick(function (d) {
+      state.mark = d && d.data ? d.data.fn : -1;
+      drawMarks();
+    });
+  var lastCounts = null;
+  chart.setColorMapper(function (d, original) {
+    if (d.highlight) return "#e05cc4";
+    if (state.view !== "diff" || !lastCounts) return original;
+    var ti = lastCounts.idleTotal, tb = lastCounts.busyTotal;
+    var pi = ti ? d.data.idle / ti : 0, pb = tb ? d.data.busy / tb : 0;
+    var lean = (pi + pb) > 0 ? (pi - pb) / (pi + pb) : 0;
+    var a = Math.abs(lean);
+    // Idle-leaning frames red, busy-leaning blue, even ones grey.
+    if (lean > 0) return "rgb(" + Math.round(200 + 55 * a) + "," + Math.round(200 - 150 * a) + "," + Math.round(200 - 150 * a) + ")";
+    return "rgb(" + Math.round(200 - 150 * a) + "," + Math.round(200 - 110 * a) + "," + Math.round(200 + 55 * a) + ")";
+  });
+  chart.setLabelHandler(function (d) {
+    var t = d.data.total || d.value;
+    var text = d.data.name + ": " + t + " samples";
+    if (lastCounts && lastCounts.total) text += " (" + (100 * t / Math.max(1, viewTotal())).toFixed(1) + "%)";
+    if (state.view === "diff" && lastCounts) {
+      var ti = lastCounts.idleTotal, tb = lastCounts.busyTotal;
+      text += ", " + (ti ? 100 * d.data.idle / ti : 0).toFixed(1) + "% of GPU-idle, " +
+        (tb ? 100 * d.data.busy / tb : 0).toFixed(1) + "% of GPU-busy samples";
+    }
+    return text;
+  });
+  function viewTotal() {
+    if (!lastCounts) return 0;
+    if (state.view === "idle") return lastCounts.idleTotal;
+    if (state.view === "busy") return lastCounts.busyTotal;
+    if (state.view === "diff") return lastCounts.idleTotal + lastCounts.busyTotal;
+    return lastCounts.total;
+  }
+  var fgSel = d3.select("#flamegraph");
+  var fgDrawn = false;
+
+  function render() {
+    lastCounts = windowCounts();
+    var tree = buildTree(lastCounts);
+    if (!fgDrawn) {
+      fgSel.datum(tree).call(chart);
+      fgDrawn = true;
+    } else {
+      chart.update(tree);
+    }
+    var term = document.getElementById("search").value;
+    if (term) chart.search(term);
+    document.getElementById("selection-samples").textContent = String(lastCounts.total);
+    var vs = document.getElementById("view-samples");
+    vs.textContent = state.view === "all" ? "" : "(" + viewTotal() + " in this view)";
+    var from = state.from === null ? fullFrom : state.from;
+    var to = state.to === null ? fullTo : state.to;
+    document.getElementById("window-label").textContent =
+      "of " + from.toFixed(2) + " s to " + to.toFixed(2) + " s, " + viewName();
+    var buttons = document.querySelectorAll("#views button");
+    for (var i = 0; i < buttons.length; i++) {
+      buttons[i].className = buttons[i].getAttribute("data-view") === state.view ? "on" : "";
+    }
+    var legend = document.getElementById("legend");
+    if (!D.gpus.length && state.view !== "all") {
+      legend.textContent = "No GPU data in this recording: every sample's GPU state is unknown, so this view is empty.";
+    } else {
+      legend.innerHTML = state.view === "diff"
+        ? "<span class=\"swatch idle\"></span>more of the GPU-idle samples <span class=\"swatch busy\"></span>more of the GPU-busy samples (width: both together)"
+        : "";
+    }
+    writeHash();
+    if (plot) plot.redraw(false);
+    drawLanes();
+  }
+  function viewName() {
+    return { all: "all samples", idle: "samples while the GPU idled", busy: "samples while the GPU was busy", diff: "GPU-idle against GPU-busy samples" }[state.view];
+  }
+
+  // ---- timeline ----
+  var plot = null;
+  var timelineEl = document.getElementById("timeline");
+  var plotWidth = Math.max(600, timelineEl.clientWidth || 1100);
+
+  function samplesSeries() {
+    var xs = [], ys = [];
+    D.buckets.forEach(function (b) {
+      var n = 0;
+      for (var k = 0; k < b.s.length; k += 4) n += b.s[k + 1] + b.s[k + 2] + b.s[k + 3];
+      xs.push(b.i * W + W / 2);
+      ys.push(n / W);
+    });
+    return [xs, ys];
+  }
+
+  function buildPlot() {
+    var series = [{}];
+    var data;
+    var colors = ["#2a9d3a", "#1f6fd1", "#d1501f", "#8a2be2", "#c79a00", "#008b8b"];
+    if (D.gpus.length) {
+      // A reading describes the time before it, back to the previous one. The first one's
+      // start is unknown: it reaches back to the start when that is within a few spacings
+      // (the older readings of a long recording are merged into coarser and coarser points),
+      // else one spacing (a device that appeared late).
+      D.gpus.forEach(function (g) {
+        if (g.t.length < 2) return;
+        var spacing = g.t[1] - g.t[0];
+        var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
+        if (back < g.t[0]) {
+          g.t.unshift(back);
+          [g.utilization, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
+        }
+      });
+      // One x for all devices: merge the times, fill gaps with null.
+      var times = {};
+      D.gpus.forEach(function (g) { g.t.forEach(function (t) { times[t] = 1; }); });
+      var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
+      var pos = {};
+      xs.forEach(function (t, i) { pos[t] = i; });
+      data = [xs];
+      D.gpus.forEach(function (g, gi) {
+        var label = "GPU " + g.index + (g.name ? " " + g.name : "");
+        var cols = [["utilization", g.utilization, "%"], ["memory", g.memory, "%"], ["power", g.power_watts, "W"]];
+        cols.forEach(function (c, ci) {
+          if (!c[1].some(function (v) { return v !== null; })) return;
+          var col = new Array(xs.length).fill(null);
+          g.t.forEach(function (t, i) { col[pos[t]] = c[1][i]; });
+          data.push(col);
+          series.push({
+            label: label + " " + c[0] + " (" + c[2] + ")",
+            stroke: colors[gi % colors.length],
+            width: ci === 0 ? 2 : 1,
+            dash: ci === 1 ? [6, 4] : ci === 2 ? [2, 3] : undefined,
+            scale: c[2] === "W" ? "W" : "%",
+            spanGaps: false,
+            show: ci === 0 || D.gpus.length === 1,
+            paths: ci === 0 ? uPlot.paths.stepped({ align: -1 }) : undefined
+          });
+        });
+      });
+    } else {
+      data = samplesSeries();
+      series.push({ label: "stack samples per second (no GPU data)", stroke: "#555", width: 1, scale: "n" });
+    }
+    var opts = {
+      width: plotWidth,
+      height: 220,
+      scales: { x: { time: false, range: function () { return [fullFrom, fullTo]; } }, "%": { range: [0, 100] } },
+      axes: [
+        { label: "seconds since start" },
+        { scale: D.gpus.length ? "%" : "n", label: D.gpus.length ? "%" : "samples/s" },
+        { scale: "W", side: 1, grid: { show: false }, label: "W" }
+      ],
+      series: series,
+      cursor: { drag: { x: true, y: false, setScale: false } },
+      legend: { live: true },
+      hooks: {
+        setSelect: [function (u) {
+          if (u.select.width < 2) return;
+          var a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
+          // Snap to bucket edges: the counts are exact there.
+          state.from = Math.max(fullFrom, Math.floor(a / W) * W);
+          state.to = Math.min(fullTo, Math.ceil(b / W) * W);
+          if (state.to <= state.from) state.to = state.from + W;
+          u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
+          render();
+        }],
+        draw: [drawOverlay]
+      }
+    };
+    if (!D.gpus.length || !series.some(function (s) { return s.scale === "W"; })) opts.axes.pop();
+    plot = new uPlot(opts, data, timelineEl);
+  }
+
+  // Shading of the selected window and the marks of the clicked function, over the chart.
+  function drawOverlay(u) {
+    var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
+    ctx.save();
+    if (state.from !== null || state.to !== null) {
+      var x0 = u.valToPos(state.from === null ? fullFrom : state.from, "x", true);
+      var x1 = u.valToPos(state.to === null ? fullTo : state.to, "x", true);
+      ctx.fillStyle = "rgba(255, 200, 0, 0.15)";
+      ctx.fillRect(x0, top, x1 - x0, h);
+    }
+    var marks = markShares();
+    if (marks) {
+      ctx.fillStyle = "rgba(224, 92, 196, 0.35)";
+      marks.forEach(function (m) {
+        if (!m[1]) return;
+        var a = u.valToPos(m[0], "x", true), b = u.valToPos(m[0] + W, "x", true);
+        var mh = Math.max(2, h * 0.12 * m[1]);
+        ctx.fillRect(a, top + h - mh, Math.max(1, b - a), mh);
+      });
+    }
+    ctx.restore();
+  }
+
+  // For the marked function: each bucket's start and the share of its samples with the
+  // function anywhere on the stack.
+  var stackHasCache = {};
+  function markShares() {
+    if (state.mark < 0) return null;
+    var has = stackHasCache[state.mark];
+    if (!has) {
+      has = D.stacks.map(function (fr) {
+        for (var i = 0; i < fr.length; i++) if (D.frame_functions[fr[i]] === state.mark) return true;
+        return false;
+      });
+      stackHasCache[state.mark] = has;
+    }
+    return D.buckets.map(function (b) {
+      var n = 0, m = 0;
+      for (var k = 0; k < b.s.length; k += 4) {
+        var c = b.s[k + 1] + b.s[k + 2] + b.s[k + 3];
+        n += c;
+        if (has[b.s[k]]) m += c;
+      }
+      return [b.i * W, n ? m / n : 0, m];
+    });
+  }
+
+  function drawMarks() {
+    var el = document.getElementById("marked");
+    if (state.mark >= 0) {
+      var shares = markShares();
+      var moments = shares.filter(function (m) { return m[2] > 0; }).length;
+      el.textContent = "marked on the timeline: " + D.functions[state.mark] + " (on the stack in " + moments + " of " + shares.length + " time slices)";
+    } else {
+      el.textContent = "";
+    }
+    if (plot) plot.redraw(false);
+    drawLanes();
+  }
+
+  // ---- thread lanes ----
+  var lanesEl = document.getElementById("lanes");
+  var canvas = document.createElement("canvas");
+  var marked = document.createElement("div");
+  marked.id = "marked";
+  var toggle = document.createElement("button");
+  toggle.id = "more-lanes";
+  var laneKey = document.createElement("div");
+  laneKey.className = "lane-key";
+  laneKey.innerHTML = "threads, busiest first: <span class=\"swatch busy-lane\"></span>running " +
+    "<span class=\"swatch idle-lane\"></span>idle (sleeping or blocked) " +
+    "<span class=\"swatch unsampled-lane\"></span>not sampled";
+  lanesEl.appendChild(marked);
+  lanesEl.appendChild(canvas);
+  lanesEl.appendChild(laneKey);
+  lanesEl.appendChild(toggle);
+  var laneOrder = D.lanes.map(function (l, i) { return i; }).sort(function (a, b) {
+    return (D.lanes[b].active - D.lanes[a].active) || (D.lanes[b].idle - D.lanes[a].idle) || a - b;
+  });
+  toggle.onclick = function () { state.lanesOpen = !state.lanesOpen; drawLanes(); };
+
+  function drawLanes() {
+    if (!plot) return;
+    var shown = state.lanesOpen ? laneOrder : laneOrder.slice(0, LANES_SHOWN);
+    var hidden = laneOrder.length - shown.length;
+    toggle.style.display = laneOrder.length > LANES_SHOWN ? "" : "none";
+    toggle.textContent = state.lanesOpen ? "fold the quieter threads" : "show " + hidden + " more threads";
+    var dpr = window.devicePixelRatio || 1;
+    var rows = shown.length + 1;
+    var cssW = plot.width, cssH = rows * LANE_H + 4;
+    canvas.width = cssW * dpr; canvas.height = cssH * dpr;
+    canvas.style.width = cssW + "px"; canvas.style.height = cssH + "px";
+    var ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, cssW, cssH);
+    var left = plot.bbox.left / dpr, width = plot.bbox.width / dpr;
+    var x = function (t) { return left + (t - fullFrom) / (fullTo - fullFrom) * width; };
+    ctx.font = "11px sans-serif";
+    ctx.textBaseline = "middle";
+    // Row 0: the marked function.
+    var marks = markShares();
+    ctx.fillStyle = "#666";
+    ctx.fillText(state.mark >= 0 ? "marked" : "", 2, LANE_H / 2);
+    if (marks) {
+      marks.forEach(function (m) {
+        if (!m[2]) return;
+        ctx.fillStyle = "rgba(224, 92, 196," + (0.25 + 0.75 * m[1]) + ")";
+        ctx.fillRect(x(m[0]), 1, Math.max(1, x(m[0] + W) - x(m[0])), LANE_H - 2);
+      });
+    }
+    var rowOf = {};
+    shown.forEach(function (lane, r) { rowOf[lane] = r + 1; });
+    shown.forEach(function (lane, r) {
+      var y = (r + 1) * LANE_H;
+      ctx.fillStyle = "#f3f3f3";
+      ctx.fillRect(left, y + 1, width, LANE_H - 2);
+      ctx.fillStyle = "#333";
+      var name = D.lanes[lane].name;
+      ctx.fillText(name.length > 14 ? name.slice(0, 13) + "…" : name, 2, y + LANE_H / 2);
+    });
+    D.buckets.forEach(function (b) {
+      var x0 = x(b.i * W), bw = Math.max(1, x((b.i + 1) * W) - x0);
+      for (var k = 0; k < b.l.length; k += 3) {
+        var r = rowOf[b.l[k]];
+        if (!r) continue;
+        var active = b.l[k + 1], idle = b.l[k + 2];
+        var share = active / Math.max(1, active + idle);
+        // Busy green, idle grey; unsampled stays the lane's light background.
+        ctx.fillStyle = share > 0 ? "rgba(42, 157, 58," + (0.3 + 0.7 * share) + ")" : "#b8b8b8";
+        ctx.fillRect(x0, r * LANE_H + 1, bw, LANE_H - 2);
+      }
+    });
+    if (state.from !== null || state.to !== null) {
+      var a = x(state.from === null ? fullFrom : state.from), z = x(state.to === null ? fullTo : state.to);
+      ctx.strokeStyle = "#c79a00";
+      ctx.strokeRect(a, 0.5, z - a, cssH - 1);
+    }
+  }
+
+  // ---- controls ----
+  document.getElementById("views").addEventListener("click", function (e) {
+    var v = e.target.getAttribute && e.target.getAttribute("data-view");
+    if (v) { state.view = v; render(); }
+  });
+  document.getElementById("search").addEventListener("input", function (e) {
+    if (e.target.value) chart.search(e.target.value); else chart.clear();
+  });
+  document.getElementById("reset-zoom").onclick = function () { chart.resetZoom(); };
+  document.getElementById("whole").onclick = function () { state.from = null; state.to = null; render(); };
+  window.addEventListener("hashchange", function () { parseHash(); render(); });
+
+  parseHash();
+  buildPlot();
+  render();
+  document.body.setAttribute("data-ready", "1");
+  // Milliseconds from navigation to drawn: what "interactive" took.
+  document.body.setAttribute("data-ready-ms", String(Math.round(performance.now())));
+})();

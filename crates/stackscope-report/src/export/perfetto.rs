@@ -1,0 +1,245 @@
+//! A Chrome trace (JSON trace event format), which Perfetto (ui.perfetto.dev) and
+//! chrome://tracing open: per thread, nested complete slices (`"ph":"X"`) built from
+//! consecutive samples that share frames; per GPU a counter track (`"ph":"C"`) with its
+//! utilization, memory and power, in the target's process so that it sits under its threads.
+//!
+//! Times are microseconds since the recording's start (the zero of `--from`/`--to`), on the
+//! one clock the samples and GPU readings share. A sample stands for one sampling period. A
+//! function's slice lasts while consecutive samples of its thread keep it (and every function
+//! above it) on the stack, whichever line of it runs (`args.line` is the line it began at); it
+//! ends where the thread was seen idle (a sample left out, without `--idle`) or was not sampled
+//! for a second (and ten periods). Each slice's `args.samples` counts its samples, so the outermost slices of a
+//! thread add up to the thread's samples in `stacks.folded` (but for samples with no frame at
+//! all, a thread caught at its very start or end, which no slice can show).
+//!
+//! A GPU reading at time T describes the interval since the device's previous reading, so its
+//! counter value is placed at that previous reading's time: a dip then lies under the slices
+//! of the code that ran while the GPU idled, not one reading late.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+
+use serde_json::{json, Map, Value};
+use stackscope_aggregate::{SampleTrace, TraceThread};
+use stackscope_event::{GpuSample, Timestamp};
+
+use super::ExportInfo;
+use crate::ReportError;
+
+/// Longest command line shown as a process's name.
+const PROCESS_NAME_CHARS: usize = 100;
+const MIB: f64 = 1024.0 * 1024.0;
+/// Without a sample for this long (and at least ten periods), a thread's slices end even though
+/// it was never seen idle: the target was stopped, or the sampler stalled on a loaded machine.
+const GAP_NANOS: u64 = 1_000_000_000;
+const GAP_PERIODS: u64 = 10;
+
+/// Writes the trace as Chrome trace event JSON.
+pub fn write_perfetto<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    mut w: W,
+) -> Result<(), ReportError> {
+    let start = trace.start();
+    let mut first = true;
+    let mut emit = |w: &mut W, event: Value| -> Result<(), ReportError> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        first = false;
+        serde_json::to_writer(&mut *w, &event)?;
+        Ok(())
+    };
+    w.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")?;
+
+    let mut pids: BTreeSet<u32> = trace.threads().iter().map(|t| t.pid).collect();
+    pids.insert(info.meta.pid);
+    for &pid in &pids {
+        let command = if pid == info.meta.pid {
+            Some(info.meta.command_line.as_str())
+        } else {
+            trace.command_line(pid)
+        };
+        let command = match command.filter(|c| !c.is_empty()) {
+            Some(c) => shorten(c, PROCESS_NAME_CHARS),
+            None => "python".to_owned(),
+        };
+        // Perfetto shows the pid beside the name; a launcher's rank is what people look for.
+        let name = match trace.rank(pid) {
+            Some(rank) => format!("rank {rank}: {command}"),
+            None => command,
+        };
+        emit(
+            &mut w,
+            json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                   "args": {"name": name}}),
+        )?;
+    }
+    for thread in trace.threads() {
+        emit(
+            &mut w,
+            json!({"name": "thread_name", "ph": "M", "pid": thread.pid, "tid": tid(thread),
+                   "args": {"name": thread.name}}),
+        )?;
+    }
+
+    let period_ns = (info.period_secs() * 1e9) as u64;
+    let functions = function_of_frames(trace);
+    for thread in trace.threads() {
+        for slice in slices(trace, &functions, thread, period_ns) {
+            let frame = &trace.frames()[slice.frame as usize];
+            let mut args = Map::new();
+            args.insert("file".into(), json!(&*frame.file));
+            if frame.line > 0 {
+                args.insert("line".into(), json!(frame.line));
+            }
+            args.insert("samples".into(), json!(slice.samples));
+            emit(
+                &mut w,
+                json!({"name": &*frame.function,
+                       "cat": if frame.native { "native" } else { "python" },
+                       "ph": "X", "ts": micros(slice.start, start),
+                       "dur": (slice.end.0.saturating_sub(slice.start.0)) as f64 / 1e3,
+                       "pid": thread.pid, "tid": tid(thread), "args": args}),
+            )?;
+        }
+    }
+
+    // Readings arrive a little out of order (the driver's ring beside the poll's own); in time
+    // order, as gpu-timeline.csv lists them.
+    let mut readings: Vec<&GpuSample> = trace.gpu_readings().iter().collect();
+    readings.sort_by_key(|r| r.time);
+    let mut previous: BTreeMap<u32, Timestamp> = BTreeMap::new();
+    for reading in readings {
+        let at = previous
+            .insert(reading.device, reading.time)
+            .unwrap_or(reading.time);
+        let mut args = Map::new();
+        if let Some(u) = reading.utilization {
+            args.insert("utilization".into(), json!(u));
+        }
+        if let Some(bytes) = reading.memory_used_bytes {
+            let mib = (bytes as f64 / MIB * 10.0).round() / 10.0;
+            args.insert("memory".into(), json!(mib));
+        }
+        if let Some(watts) = reading.power_watts {
+            args.insert("power".into(), json!(watts));
+        }
+        // GPM (Hopper and later): a GPU "busy" by utilization with idle SMs shows here.
+        if let Some(sm) = reading.sm_active {
+            args.insert("sm_active".into(), json!(sm));
+        }
+        if args.is_empty() {
+            continue;
+        }
+        emit(
+            &mut w,
+            json!({"name": info.gpu_name(reading.device), "ph": "C",
+                   "ts": micros(at, start), "pid": info.meta.pid, "tid": 0, "args": args}),
+        )?;
+    }
+    w.write_all(b"\n]}\n")?;
+    w.flush()?;
+    Ok(())
+}
+
+/// The id a thread's track goes by: its OS id, else Python's.
+fn tid(thread: &TraceThread) -> u64 {
+    thread.os_thread_id.unwrap_or(thread.python_thread_id)
+}
+
+fn micros(time: Timestamp, start: Timestamp) -> f64 {
+    let ns = time.0 as f64 - start.0 as f64;
+    (ns / 1e3 * 1e3).round() / 1e3
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// One frame's stay on a thread's stack.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Slice {
+    pub frame: u32,
+    pub depth: usize,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub samples: u64,
+}
+
+/// For each frame, the function it runs (name, file, native): slices follow functions, not
+/// lines, so that a loop stepping through the lines of one function is one slice.
+pub(crate) fn function_of_frames(trace: &SampleTrace) -> Vec<u32> {
+    let mut ids: HashMap<(&str, &str, bool), u32> = HashMap::new();
+    trace
+        .frames()
+        .iter()
+        .map(|f| {
+            let next = ids.len() as u32;
+            *ids.entry((&*f.function, &*f.file, f.native))
+                .or_insert(next)
+        })
+        .collect()
+}
+
+/// A thread's slices, sorted by start and, at one start, outermost first (the order in which
+/// trace viewers nest slices that start together). A slice's frame is the one it began with.
+pub(crate) fn slices(
+    trace: &SampleTrace,
+    functions: &[u32],
+    thread: &TraceThread,
+    period_ns: u64,
+) -> Vec<Slice> {
+    let mut out = Vec::new();
+    let mut open: Vec<Slice> = Vec::new();
+    let mut finish: Option<Timestamp> = None;
+    let gap_ns = (GAP_PERIODS * period_ns).max(GAP_NANOS);
+    let close = |open: &mut Vec<Slice>, keep: usize, at: Timestamp, out: &mut Vec<Slice>| {
+        while open.len() > keep {
+            if let Some(mut slice) = open.pop() {
+                slice.end = at.max(slice.start);
+                out.push(slice);
+            }
+        }
+    };
+    for run in &thread.runs {
+        let stack = &trace.stacks()[run.stack as usize];
+        let keep = match finish {
+            // Sampled again without being seen idle, and soon enough that the sampler only
+            // fell behind: functions shared with the last stack go on.
+            Some(end) if !run.resumed && run.start.0 <= end.0 + gap_ns => {
+                let shared = open
+                    .iter()
+                    .zip(stack.iter())
+                    .take_while(|(o, &f)| functions[o.frame as usize] == functions[f as usize])
+                    .count();
+                close(&mut open, shared, run.start, &mut out);
+                shared
+            }
+            Some(end) => {
+                close(&mut open, 0, end, &mut out);
+                0
+            }
+            None => 0,
+        };
+        for (depth, &frame) in stack.iter().enumerate().skip(keep) {
+            open.push(Slice {
+                frame,
+                depth,
+                start: run.start,
+                end: run.start,
+                samples: 0,
+            });
+        }
+        for slice in &mut open {
+            slice.samples += run.samples;
+        }
+        finish = Some(Timestamp(run.end.0 + period_ns));
+    }
+    if let Some(end) = finish {
+        close(&mut open, 0, end, &mut out);
+    }
+    out.sort_by_key(|s| (s.start, s.depth));
+    out
+}

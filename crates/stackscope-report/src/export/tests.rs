@@ -1,0 +1,264 @@
+//! The writers on hand-made traces: exact slices, labels and names.
+
+use stackscope_aggregate::{AggregateConfig, RecordingMeta, SampleTrace};
+use stackscope_event::{Event, Frame, GpuSample, StackSample, ThreadInfo, Timestamp};
+
+use super::perfetto::{function_of_frames, slices};
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn sample(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
+    with_activity(sample_of(time_ms, pid, tid, name, frames), true)
+}
+
+fn with_activity(mut event: Event, active: bool) -> Event {
+    if let Event::Stack(s) = &mut event {
+        s.thread.active = active;
+    }
+    event
+}
+
+fn sample_of(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
+    Event::Stack(StackSample {
+        time: Timestamp(time_ms * MS),
+        pid,
+        thread: ThreadInfo {
+            os_thread_id: Some(tid),
+            python_thread_id: tid + 1000,
+            name: Some(name.to_owned()),
+            active: true,
+            owns_gil: true,
+        },
+        // Innermost first, as the sampler reads them.
+        frames: frames
+            .iter()
+            .rev()
+            .map(|&(f, line)| Frame::python(f, "app.py", line))
+            .collect(),
+    })
+}
+
+fn meta() -> RecordingMeta {
+    RecordingMeta {
+        pid: 7,
+        command_line: "python app.py".into(),
+        rate_hz: 100.0,
+        ..RecordingMeta::default()
+    }
+}
+
+fn info(meta: &RecordingMeta) -> ExportInfo<'_> {
+    ExportInfo {
+        meta,
+        time_nanos: 1_700_000_000_000_000_000,
+        from_secs: 0.0,
+        to_secs: 1.0,
+    }
+}
+
+/// main -> a (10, 20 ms; a's line changes), main -> b (30 ms), a gap, main -> a (1.2 s),
+/// seen idle (1.21 s), main -> a (1.22 s).
+fn trace(process_root: bool) -> SampleTrace {
+    let config = AggregateConfig {
+        gpu_enabled: false,
+        process_root,
+        ..AggregateConfig::default()
+    };
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    trace.handle(sample(10, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    trace.handle(sample(20, 7, 70, "MainThread", &[("main", 1), ("a", 6)]));
+    trace.handle(sample(30, 7, 70, "MainThread", &[("main", 2), ("b", 9)]));
+    trace.handle(sample(1200, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    let idle = sample(1210, 7, 70, "MainThread", &[("main", 1), ("sleep", 4)]);
+    trace.handle(with_activity(idle, false));
+    trace.handle(sample(1220, 7, 70, "MainThread", &[("main", 1), ("a", 5)]));
+    trace.handle(sample(15, 8, 80, "worker", &[("w", 3)]));
+    trace.finish();
+    trace
+}
+
+#[test]
+fn slices_follow_functions_and_end_at_gaps() {
+    let trace = trace(false);
+    let functions = function_of_frames(&trace);
+    let got: Vec<(String, u64, u64, usize, u64)> =
+        slices(&trace, &functions, &trace.threads()[0], 10 * MS)
+            .iter()
+            .map(|s| {
+                let f = &trace.frames()[s.frame as usize];
+                (
+                    f.function.to_string(),
+                    s.start.0 / MS,
+                    s.end.0 / MS,
+                    s.depth,
+                    s.samples,
+                )
+            })
+            .collect();
+    assert_eq!(
+        got,
+        vec![
+            // main goes on from 10 to 40 ms whatever its line; a lasts two samples, b one.
+            ("main".into(), 10, 40, 0, 3),
+            ("a".into(), 10, 30, 1, 2),
+            ("b".into(), 30, 40, 1, 1),
+            // 1.16 s without a sample: everything closed, opened again.
+            ("main".into(), 1200, 1210, 0, 1),
+            ("a".into(), 1200, 1210, 1, 1),
+            // Seen idle in between: not one stretch of work, though the stacks are equal.
+            ("main".into(), 1220, 1230, 0, 1),
+            ("a".into(), 1220, 1230, 1, 1),
+        ]
+    );
+}
+
+#[test]
+fn pprof_has_labels_locations_and_the_period() {
+    let trace = trace(false);
+    let meta = meta();
+    let profile = build_profile(&trace, &info(&meta));
+    let s = |i: i64| profile.string_table[i as usize].as_str();
+    assert_eq!(s(0), "");
+    assert_eq!(profile.period, 10_000_000);
+    assert_eq!(profile.duration_nanos, 1_000_000_000);
+    let total: i64 = profile.sample.iter().map(|x| x.value[0]).sum();
+    assert_eq!(total, 6);
+    let worker = profile
+        .sample
+        .iter()
+        .find(|x| x.label.iter().any(|l| s(l.str) == "worker"))
+        .expect("the worker's sample");
+    let labels: Vec<(&str, &str)> = worker.label.iter().map(|l| (s(l.key), s(l.str))).collect();
+    assert_eq!(
+        labels,
+        [
+            ("thread", "worker"),
+            ("thread_id", "80"),
+            ("pid", "8"),
+            ("gpu_state", "unknown")
+        ]
+    );
+    assert_eq!(worker.value, [1, 10_000_000]);
+    // One function per (name, file), a location per line.
+    let names: Vec<&str> = profile.function.iter().map(|f| s(f.name)).collect();
+    assert_eq!(names, ["main", "a", "b", "w"]);
+    assert_eq!(profile.location.len(), 6);
+}
+
+#[test]
+fn native_frames_are_functions_of_their_own() {
+    let config = AggregateConfig {
+        gpu_enabled: false,
+        ..AggregateConfig::default()
+    };
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    let native = Frame {
+        native: true,
+        ..Frame::python("step", "libtorch.so", 0)
+    };
+    trace.handle(Event::Stack(StackSample {
+        time: Timestamp(MS),
+        pid: 7,
+        thread: ThreadInfo {
+            os_thread_id: Some(70),
+            python_thread_id: 1,
+            name: None,
+            active: true,
+            owns_gil: true,
+        },
+        frames: vec![native, Frame::python("step", "libtorch.so", 0)],
+    }));
+    trace.finish();
+    let meta = meta();
+    let profile = build_profile(&trace, &info(&meta));
+    assert_eq!(profile.function.len(), 2, "a native and a Python function");
+    assert_eq!(profile.sample[0].location_id.len(), 2);
+    let thread = profile.sample[0]
+        .label
+        .iter()
+        .find(|l| profile.string_table[l.key as usize] == "thread")
+        .map(|l| profile.string_table[l.str as usize].as_str());
+    assert_eq!(
+        thread,
+        Some("thread 70"),
+        "named as the flamegraphs name it"
+    );
+}
+
+#[test]
+fn speedscope_names_threads_as_py_spy_does() {
+    let meta = meta();
+    for (process_root, expected) in [
+        (false, ["Thread 70 \"MainThread\"", "Thread 80 \"worker\""]),
+        (
+            true,
+            [
+                "Process 7 Thread 70 \"MainThread\"",
+                "Process 8 Thread 80 \"worker\"",
+            ],
+        ),
+    ] {
+        let mut out = Vec::new();
+        write_speedscope(&trace(process_root), &info(&meta), &mut out).expect("written");
+        let file: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        let names: Vec<&str> = file["profiles"]
+            .as_array()
+            .expect("profiles")
+            .iter()
+            .map(|p| p["name"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(names, expected);
+        // MainThread: a, a(line 6), b, a, a: consecutive equal stacks only are merged.
+        let main = &file["profiles"][0];
+        assert_eq!(main["samples"].as_array().map(Vec::len), Some(4));
+        assert_eq!(main["weights"][3].as_f64(), Some(0.02));
+        assert_eq!(main["endValue"].as_f64(), Some(0.05));
+    }
+}
+
+#[test]
+fn gpu_counters_sit_where_their_interval_begins() {
+    let config = AggregateConfig::default();
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    for (t, u) in [(100, 80.0), (300, 10.0), (200, 50.0)] {
+        trace.handle(Event::Gpu(GpuSample {
+            time: Timestamp(t * MS),
+            device: 0,
+            utilization: Some(u),
+            power_watts: Some(300.0),
+            ..GpuSample::default()
+        }));
+    }
+    trace.finish();
+    let meta = meta();
+    let mut out = Vec::new();
+    write_perfetto(&trace, &info(&meta), &mut out).expect("written");
+    let file: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    let counters: Vec<(f64, f64)> = file["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| {
+            assert_eq!(e["name"], "GPU 0");
+            assert_eq!(e["args"]["power"], 300.0);
+            (
+                e["ts"].as_f64().unwrap_or_default(),
+                e["args"]["utilization"].as_f64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // In time order; 50% describes (100, 200] ms, so it starts at 100 ms.
+    assert_eq!(
+        counters,
+        [(100_000.0, 80.0), (100_000.0, 50.0), (200_000.0, 10.0)]
+    );
+}
+
+#[test]
+fn formats_parse_by_name() {
+    assert_eq!("pprof".parse(), Ok(ExportFormat::Pprof));
+    assert_eq!(ExportFormat::Perfetto.file_name(), "trace.json");
+    assert!("svg".parse::<ExportFormat>().is_err());
+}

@@ -1,0 +1,287 @@
+//! The data report.html embeds: the recording's headline figures and verdict, the GPU series,
+//! and the time buckets of stacks and thread lanes, as compact JSON the page's script reads.
+//!
+//! Stacks, frames and functions are renumbered densely for the page, so it carries only what
+//! its buckets refer to. Bucket counts are exact: a window's flamegraph is the sum of the
+//! buckets it covers. The aggregate bounds the buckets (see
+//! [`stackscope_aggregate::TimeBuckets`]); the GPU series are averaged into at most
+//! [`MAX_GPU_POINTS`] points per device; so the page is bounded whatever the recording's length.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use stackscope_aggregate::{
+    Aggregator, IdlePath, RecordingMeta, StackTable, Summary, Verdict, VerdictClass,
+};
+use stackscope_event::{GpuSample, Timestamp};
+
+/// GPU points per device at most: finer than any screen shows.
+pub const MAX_GPU_POINTS: usize = 4000;
+/// The prefix of a simulated device's UUID (`stackscope demo`): the page says so.
+pub const SIMULATED_UUID_PREFIX: &str = "simulated";
+
+#[derive(Debug, Serialize)]
+pub struct PageData {
+    pub pid: u32,
+    pub command_line: String,
+    pub python_version: String,
+    pub started_at: String,
+    pub duration_secs: f64,
+    pub rate_hz: f64,
+    pub samples: u64,
+    pub errors: u64,
+    pub dropped: u64,
+    pub notices: Vec<String>,
+    pub gpu_unavailable: Option<String>,
+    /// Whether the GPU data is simulated (`stackscope demo`), not read from a device.
+    pub simulated: bool,
+    pub idle_below: f64,
+    pub mean_utilization: Option<f64>,
+    pub verdict: Option<Verdict>,
+    pub verdict_class: Option<VerdictClass>,
+    pub idle_path: Option<IdlePath>,
+    /// Width of a bucket in seconds; bucket `i` covers `[i * w, (i + 1) * w)`.
+    pub bucket_secs: f64,
+    /// Frame labels (`function (file:line)`, thread and process roots as named).
+    pub frames: Vec<String>,
+    /// For each frame, its function's index in `functions`, or -1 for a root.
+    pub frame_functions: Vec<i64>,
+    /// Functions as `function (file)`.
+    pub functions: Vec<String>,
+    /// Frame indexes, root first.
+    pub stacks: Vec<Vec<u32>>,
+    pub buckets: Vec<PageBucket>,
+    pub lanes: Vec<PageLane>,
+    pub gpus: Vec<PageGpu>,
+}
+
+/// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is
+/// `[lane, active, idle]` repeated.
+#[derive(Debug, Serialize)]
+pub struct PageBucket {
+    pub i: u64,
+    pub s: Vec<u64>,
+    pub l: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PageLane {
+    pub name: String,
+    pub pid: u32,
+    pub thread_id: u64,
+    pub active: u64,
+    pub idle: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PageGpu {
+    pub index: u32,
+    pub name: String,
+    /// Seconds since the recording's start.
+    pub t: Vec<f64>,
+    /// Percent; null where the reading had none.
+    pub utilization: Vec<Option<f32>>,
+    /// Memory used, percent of the device's memory.
+    pub memory: Vec<Option<f32>>,
+    pub power_watts: Vec<Option<f32>>,
+}
+
+/// Builds the page's data from what the aggregator holds and the summary written beside it.
+pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> PageData {
+    let table = agg.stack_table();
+    let buckets = agg.time_buckets();
+    let mut dense = Dense::default();
+    let mut page_buckets = Vec::with_capacity(buckets.len());
+    for (index, bucket) in buckets.sorted() {
+        let mut stacks: Vec<(u32, u64, u64, u64)> = bucket
+            .stacks
+            .iter()
+            .map(|(&stack, c)| {
+                (
+                    dense.stack(table, stack),
+                    u64::from(c.gpu_idle),
+                    u64::from(c.gpu_busy),
+                    u64::from(c.gpu_unknown),
+                )
+            })
+            .collect();
+        stacks.sort_unstable();
+        let mut lanes: Vec<(u32, u32, u32)> = bucket
+            .lanes
+            .iter()
+            .map(|(&lane, c)| (lane, c.active, c.idle))
+            .collect();
+        lanes.sort_unstable();
+        page_buckets.push(PageBucket {
+            i: index,
+            s: stacks
+                .into_iter()
+                .flat_map(|(s, i, b, u)| [u64::from(s), i, b, u])
+                .collect(),
+            l: lanes
+                .into_iter()
+                .flat_map(|(l, a, i)| [u64::from(l), u64::from(a), u64::from(i)])
+                .collect(),
+        });
+    }
+    let lanes = buckets
+        .lanes()
+        .iter()
+        .map(|l| PageLane {
+            name: l.name.clone(),
+            pid: l.pid,
+            thread_id: l.python_thread_id,
+            active: l.active,
+            idle: l.idle,
+        })
+        .collect();
+    let gpu = summary.gpu.as_ref();
+    let simulated = meta
+        .gpu_devices
+        .iter()
+        .any(|d| d.uuid.starts_with(SIMULATED_UUID_PREFIX));
+    let names: HashMap<u32, String> = meta
+        .gpu_devices
+        .iter()
+        .map(|d| (d.index, d.name.clone()))
+        .collect();
+    PageData {
+        pid: summary.pid,
+        command_line: summary.command_line.clone(),
+        python_version: summary.python_version.clone(),
+        started_at: summary.started_at.clone(),
+        duration_secs: summary.duration_secs,
+        rate_hz: summary.rate_hz,
+        samples: summary.samples,
+        errors: summary.errors.total,
+        dropped: summary.dropped,
+        notices: summary.notices.clone(),
+        gpu_unavailable: summary.gpu_unavailable.clone(),
+        simulated,
+        idle_below: f64::from(agg.config().idle_below),
+        mean_utilization: gpu.and_then(|g| g.mean_utilization),
+        verdict: gpu.map(|g| g.verdict.clone()),
+        verdict_class: gpu.map(|g| g.verdict.class),
+        idle_path: gpu.and_then(|g| g.idle_path.clone()),
+        bucket_secs: buckets.width_secs(),
+        frames: dense.frame_labels,
+        frame_functions: dense.frame_functions,
+        functions: dense.function_labels,
+        stacks: dense.stacks,
+        buckets: page_buckets,
+        lanes,
+        gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
+    }
+}
+
+/// Page-local numbering of the stacks, frames and functions the buckets use.
+#[derive(Default)]
+struct Dense {
+    stack_ids: HashMap<u32, u32>,
+    stacks: Vec<Vec<u32>>,
+    frame_ids: HashMap<u32, u32>,
+    frame_labels: Vec<String>,
+    frame_functions: Vec<i64>,
+    function_ids: HashMap<u32, i64>,
+    function_labels: Vec<String>,
+}
+
+impl Dense {
+    fn stack(&mut self, table: &StackTable, stack: u32) -> u32 {
+        if let Some(&id) = self.stack_ids.get(&stack) {
+            return id;
+        }
+        let frames: Vec<u32> = table
+            .stacks()
+            .get(stack as usize)
+            .map(|entry| entry.frames.iter().map(|&f| self.frame(table, f)).collect())
+            .unwrap_or_default();
+        let id = self.stacks.len() as u32;
+        self.stacks.push(frames);
+        self.stack_ids.insert(stack, id);
+        id
+    }
+
+    fn frame(&mut self, table: &StackTable, frame: u32) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let entry = table.frame(frame);
+        let label = entry.map(|e| e.label.clone()).unwrap_or_default();
+        let function = match entry.and_then(|e| e.function) {
+            Some(f) => self.function(table, f),
+            None => -1,
+        };
+        let id = self.frame_labels.len() as u32;
+        self.frame_labels.push(label);
+        self.frame_functions.push(function);
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    fn function(&mut self, table: &StackTable, function: u32) -> i64 {
+        if let Some(&id) = self.function_ids.get(&function) {
+            return id;
+        }
+        let label = table
+            .function(function)
+            .map(|k| format!("{} ({})", k.function, k.file))
+            .unwrap_or_default();
+        let id = self.function_labels.len() as i64;
+        self.function_labels.push(label);
+        self.function_ids.insert(function, id);
+        id
+    }
+}
+
+/// Each device's readings, averaged into at most [`MAX_GPU_POINTS`] equal slices of time.
+fn gpu_series(
+    samples: &[GpuSample],
+    start: Timestamp,
+    names: &HashMap<u32, String>,
+) -> Vec<PageGpu> {
+    let mut by_device: BTreeMap<u32, Vec<&GpuSample>> = BTreeMap::new();
+    for s in samples {
+        by_device.entry(s.device).or_default().push(s);
+    }
+    by_device
+        .into_iter()
+        .map(|(index, readings)| {
+            let name = names.get(&index).cloned().unwrap_or_default();
+            series(index, name, &readings, start)
+        })
+        .collect()
+}
+
+fn series(index: u32, name: String, readings: &[&GpuSample], start: Timestamp) -> PageGpu {
+    let secs = |s: &GpuSample| s.time.seconds_since(start);
+    let memory = |s: &GpuSample| match (s.memory_used_bytes, s.memory_total_bytes) {
+        (Some(used), Some(total)) if total > 0 => Some((used as f64 * 100.0 / total as f64) as f32),
+        _ => None,
+    };
+    let mut out = PageGpu {
+        index,
+        name,
+        t: Vec::new(),
+        utilization: Vec::new(),
+        memory: Vec::new(),
+        power_watts: Vec::new(),
+    };
+    let per_point = readings.len().div_ceil(MAX_GPU_POINTS).max(1);
+    for chunk in readings.chunks(per_point) {
+        let mean = |f: &dyn Fn(&GpuSample) -> Option<f32>| {
+            let values: Vec<f32> = chunk.iter().filter_map(|s| f(s)).collect();
+            (!values.is_empty()).then(|| values.iter().sum::<f32>() / values.len() as f32)
+        };
+        // A point stands at its last reading: a reading describes the time before it.
+        out.t.push(chunk.last().map_or(0.0, |s| round3(secs(s))));
+        out.utilization.push(mean(&|s| s.utilization));
+        out.memory.push(mean(&memory));
+        out.power_watts.push(mean(&|s| s.power_watts));
+    }
+    out
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

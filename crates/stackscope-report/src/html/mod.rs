@@ -1,0 +1,210 @@
+//! `report.html`: one self-contained page that joins the GPU timeline to the code.
+//!
+//! The page embeds its data (see [`data`]) as JSON and its drawing libraries (uPlot for the
+//! timeline, d3-flame-graph for the flamegraph; vendored by `scripts/vendor-js` under
+//! `assets/vendor/`, with their licences) and its own script and style, all included in the
+//! binary at build time: it opens from disk with no server and no network.
+//!
+//! The headline (target, duration, samples, errors, verdict) is written into the HTML itself,
+//! so it reads even where scripts do not run; the timeline, thread lanes and flamegraph are
+//! drawn by `assets/report.js` from the embedded data.
+
+mod data;
+
+use std::io::Write;
+
+use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
+
+pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
+
+use crate::ReportError;
+
+/// The page may load nothing: no script, style, image, font or connection from outside
+/// itself, whatever a frame name or a future edit holds; the browser enforces it.
+pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+style-src 'unsafe-inline'; img-src data:; font-src data:";
+
+/// The page's file name in an output directory.
+pub const REPORT_FILE: &str = "report.html";
+
+const UPLOT_JS: &str = include_str!("../../assets/vendor/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../../assets/vendor/uPlot.min.css");
+const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection.min.js");
+const FLAMEGRAPH_JS: &str = include_str!("../../assets/vendor/d3-flamegraph.min.js");
+const FLAMEGRAPH_CSS: &str = include_str!("../../assets/vendor/d3-flamegraph.css");
+const REPORT_JS: &str = include_str!("../../assets/report.js");
+const REPORT_CSS: &str = include_str!("../../assets/report.css");
+const LICENCES: &str = "uPlot 1.6.32 (MIT, Leon Sorokin), d3-flame-graph 4.1.3 (Apache-2.0, \
+Martin Spier), d3-selection 3.0.0 and the d3 modules bundled in d3-flame-graph (ISC, Mike Bostock)";
+
+/// Writes the page for the recording the aggregator holds; `summary` is the one written to
+/// `summary.json` beside it.
+pub fn write_report_html<W: Write>(
+    agg: &Aggregator,
+    summary: &Summary,
+    meta: &RecordingMeta,
+    w: &mut W,
+) -> Result<(), ReportError> {
+    let data = page_data(agg, summary, meta);
+    write_page(&data, w)
+}
+
+/// Writes the page for already built data.
+pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
+    let json = serde_json::to_string(data).map_err(std::io::Error::other)?;
+    // Inside a <script> element only `</script` (or `<!--`) could end it early; JSON allows
+    // `<` escaped as \u003c in its strings, and `<` appears nowhere else in JSON.
+    let json = json.replace('<', "\\u003c");
+    let title = format!("stackscope: {}", subject(data));
+    write!(
+        w,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
+         <title>{}</title>\n<style>\n{UPLOT_CSS}\n{FLAMEGRAPH_CSS}\n{REPORT_CSS}\n</style>\n\
+         </head>\n<body>\n",
+        escape(&title)
+    )?;
+    write_headline(data, w)?;
+    write!(
+        w,
+        "<section id=\"timeline-section\">\n<h2>Timeline <span class=\"hint\">drag to select a \
+         window</span></h2>\n<div id=\"timeline\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
+         <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
+         <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
+         <button data-view=\"all\">all samples</button>\
+         <button data-view=\"idle\">GPU idle</button>\
+         <button data-view=\"busy\">GPU busy</button>\
+         <button data-view=\"diff\">difference</button></span>\n\
+         <input id=\"search\" type=\"search\" placeholder=\"search functions\">\n\
+         <button id=\"reset-zoom\">reset zoom</button>\n\
+         <button id=\"whole\">whole recording</button>\n\
+         <span>samples in selection: <b id=\"selection-samples\">{}</b></span>\n\
+         <span id=\"view-samples\"></span>\n</div>\n\
+         <div id=\"legend\"></div>\n<div id=\"flamegraph\"></div>\n\
+         <div id=\"details\"></div>\n</section>\n\
+         <footer>Written by stackscope. Libraries embedded: {LICENCES}.</footer>\n\
+         <script type=\"application/json\" id=\"stackscope-data\">{json}</script>\n\
+         <script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{UPLOT_JS}\n</script>\n\
+         <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
+         </body>\n</html>\n",
+        data.samples
+    )?;
+    Ok(())
+}
+
+fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
+    writeln!(w, "<header>\n<h1>stackscope</h1>")?;
+    if data.simulated {
+        writeln!(
+            w,
+            "<p class=\"simulated\" id=\"simulated\">The GPU here is simulated (stackscope \
+             demo): its utilization follows the training loop's phases, it was not read from a \
+             device.</p>"
+        )?;
+    }
+    writeln!(w, "<table class=\"facts\">")?;
+    let row = |w: &mut W, k: &str, v: &str, id: &str| -> Result<(), ReportError> {
+        writeln!(
+            w,
+            "<tr><th>{}</th><td id=\"{id}\">{}</td></tr>",
+            escape(k),
+            escape(v)
+        )?;
+        Ok(())
+    };
+    row(w, "target", &subject(data), "target")?;
+    row(w, "Python", &data.python_version, "python")?;
+    row(w, "started", &data.started_at, "started")?;
+    row(
+        w,
+        "duration",
+        &format!("{:.1} s at {} Hz", data.duration_secs, data.rate_hz),
+        "duration",
+    )?;
+    row(w, "samples", &data.samples.to_string(), "samples")?;
+    row(
+        w,
+        "errors",
+        &format!("{} (dropped {})", data.errors, data.dropped),
+        "errors",
+    )?;
+    let devices: Vec<String> = data
+        .gpus
+        .iter()
+        .map(|g| {
+            if g.name.is_empty() {
+                format!("GPU {}", g.index)
+            } else {
+                format!("GPU {} ({})", g.index, g.name)
+            }
+        })
+        .collect();
+    let devices = if devices.is_empty() {
+        data.gpu_unavailable
+            .clone()
+            .map_or("no GPU data".to_owned(), |why| {
+                format!("no GPU data: {why}")
+            })
+    } else {
+        devices.join(", ")
+    };
+    row(w, "GPU", &devices, "devices")?;
+    writeln!(w, "</table>")?;
+    let verdict = data.verdict.as_ref().map_or(
+        "No GPU utilization was recorded, so there is no verdict.",
+        |v| v.text.as_str(),
+    );
+    writeln!(
+        w,
+        "<p class=\"verdict\"><b>Verdict:</b> <span id=\"verdict\">{}</span></p>",
+        escape(verdict)
+    )?;
+    if let Some(path) = &data.idle_path {
+        writeln!(
+            w,
+            "<p class=\"idle-path\">GPU-idle code: <code id=\"idle-path\">{}</code> \
+             ({:.0}% of GPU-idle samples, {:.0}% of GPU-busy ones)</p>",
+            escape(&path.label()),
+            path.idle_share * 100.0,
+            path.busy_share * 100.0
+        )?;
+    }
+    if !data.notices.is_empty() {
+        writeln!(w, "<ul class=\"notices\">")?;
+        for notice in &data.notices {
+            writeln!(w, "<li>{}</li>", escape(notice))?;
+        }
+        writeln!(w, "</ul>")?;
+    }
+    writeln!(w, "</header>")?;
+    Ok(())
+}
+
+fn subject(data: &PageData) -> String {
+    let command: String = data.command_line.chars().take(120).collect();
+    if command.is_empty() {
+        format!("pid {}", data.pid)
+    } else {
+        format!("pid {} ({command})", data.pid)
+    }
+}
+
+/// Escapes text for HTML element content and attribute values.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

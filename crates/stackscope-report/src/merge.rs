@@ -1,0 +1,378 @@
+//! The merged views of many nodes: dumps (`merge FILE...`) as text or JSON, and the rank table
+//! of merged recordings (`merge DIR...`).
+//!
+//! Every line is bounded, whatever the job's size: rank lists print as ranges and are cut, name
+//! lists keep a few and count the rest, so a thousand ranks stay on one screen.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use stackscope_aggregate::{MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow};
+use stackscope_event::ThreadState;
+
+use crate::outputs::{
+    write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,
+    SUMMARY,
+};
+use crate::{write_flamegraph, write_folded, ReportError};
+
+/// The rank table as text, beside the merged profiles.
+pub const RANKS_TXT: &str = "ranks.txt";
+
+/// `summary.json` of a merged report.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergedSummary {
+    /// The recording directories merged, as given.
+    pub merged_from: Vec<PathBuf>,
+    pub samples: u64,
+    pub ranks: Vec<RankRow>,
+    pub most_different: Option<OddRank>,
+}
+
+/// What [`write_merged_recordings`] wrote.
+#[derive(Debug, Clone)]
+pub struct MergedFiles {
+    pub paths: Vec<PathBuf>,
+    pub summary: MergedSummary,
+}
+
+/// Writes the merged profile of many recordings into `dir` (which must exist): folded stacks
+/// and flamegraphs with a root per rank (and their GPU-idle and GPU-busy views where the
+/// recordings had GPU data), the rank table, and `summary.json` last.
+pub fn write_merged_recordings(
+    dir: &Path,
+    merged: &MergedRecordings,
+    sources: &[PathBuf],
+) -> Result<MergedFiles, ReportError> {
+    let mut paths = Vec::new();
+    let ranks = merged
+        .ranks
+        .iter()
+        .filter(|r| r.place.rank.is_some())
+        .count();
+    let title = format!(
+        "stackscope: {} recordings merged, {} ranks",
+        sources.len(),
+        ranks
+    );
+    let mut views = vec![(&merged.all, FOLDED, FLAMEGRAPH, title.clone())];
+    if merged.gpu {
+        views.push((
+            &merged.gpu_idle,
+            FOLDED_IDLE,
+            FLAMEGRAPH_IDLE,
+            format!("{title}, while the GPU was idle"),
+        ));
+        views.push((
+            &merged.gpu_busy,
+            FOLDED_BUSY,
+            FLAMEGRAPH_BUSY,
+            format!("{title}, while the GPU was busy"),
+        ));
+    }
+    for (lines, folded, svg, title) in views {
+        paths.push(write_atomic(dir, folded, |w| write_folded(lines, w))?);
+        paths.push(write_atomic(dir, svg, |w| {
+            write_flamegraph(lines, &title, w)
+        })?);
+    }
+    paths.push(write_atomic(dir, RANKS_TXT, |w| {
+        write_rank_table(merged, w)
+    })?);
+    let summary = MergedSummary {
+        merged_from: sources.to_vec(),
+        samples: merged.all.iter().map(|(_, n)| n).sum(),
+        ranks: merged.ranks.clone(),
+        most_different: merged.most_different.clone(),
+    };
+    paths.push(write_atomic(dir, SUMMARY, |w| {
+        serde_json::to_writer_pretty(&mut *w, &summary)?;
+        writeln!(w)?;
+        Ok(())
+    })?);
+    Ok(MergedFiles { paths, summary })
+}
+
+/// Longest rank-range list printed on a group's line.
+const RANGES_CHARS: usize = 100;
+/// Names (threads, processes, hosts) listed before `+N more`.
+const LISTED: usize = 3;
+/// Frames printed per group; deeper stacks say how many were left out.
+const FRAMES: usize = 40;
+
+pub fn write_merged_dump_text<W: Write>(merged: &MergedDump, mut w: W) -> Result<(), ReportError> {
+    writeln!(
+        w,
+        "{} processes, {} ranks, on {} host{}: {}",
+        merged.processes,
+        merged.ranks,
+        merged.hosts.len(),
+        if merged.hosts.len() == 1 { "" } else { "s" },
+        listed(&merged.hosts)
+    )?;
+    if !merged.stragglers.is_empty() {
+        writeln!(w)?;
+    }
+    for s in &merged.stragglers {
+        writeln!(
+            w,
+            "Straggler: {} is at {}, while {} of {} ranks are at {}",
+            s.place.describe(),
+            s.location,
+            s.together,
+            s.peers,
+            s.peers_location
+        )?;
+    }
+    for group in &merged.groups {
+        writeln!(w)?;
+        write_group(group, &mut w)?;
+    }
+    Ok(())
+}
+
+fn write_group<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportError> {
+    let members = group.ranks.len() + group.unranked.len();
+    if let Some(process) = &group.process {
+        // One process: named in full, `rank 6 on node-b (pid 5124)`.
+        let threads = if group.threads > 1 {
+            format!("{} threads of ", group.threads)
+        } else {
+            String::new()
+        };
+        writeln!(
+            w,
+            "{threads}{}: {} ({})",
+            process.describe(),
+            listed(&group.thread_names),
+            status(group)
+        )?;
+        return write_frames(group, w);
+    }
+    let mut who: Vec<String> = Vec::new();
+    if !group.ranks.is_empty() {
+        who.push(format!(
+            "{} rank{}: {}",
+            group.ranks.len(),
+            if group.ranks.len() == 1 { "" } else { "s" },
+            cut(&group.rank_ranges, RANGES_CHARS)
+        ));
+    }
+    if !group.unranked.is_empty() {
+        match group.unranked.as_slice() {
+            [one] => who.push(format!("process {}", one.pid)),
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .map(|p| format!("{} ({})", p.pid, p.host))
+                    .collect();
+                who.push(format!("{} processes: {}", many.len(), listed(&names)));
+            }
+        }
+    }
+    let threads = if group.threads > members {
+        format!("{} threads of ", group.threads)
+    } else {
+        String::new()
+    };
+    let hosts = match group.hosts.as_slice() {
+        [one] => format!(" on {one}"),
+        many => format!(" on {} hosts", many.len()),
+    };
+    writeln!(
+        w,
+        "{threads}{}{hosts}: {} ({})",
+        who.join("; "),
+        listed(&group.thread_names),
+        status(group)
+    )?;
+    write_frames(group, w)
+}
+
+fn write_frames<W: Write>(group: &MergedGroup, w: &mut W) -> Result<(), ReportError> {
+    for frame in group.frames.iter().take(FRAMES) {
+        writeln!(w, "    {}", frame.label())?;
+    }
+    if group.frames.len() > FRAMES {
+        writeln!(w, "    ... {} more frames", group.frames.len() - FRAMES)?;
+    }
+    Ok(())
+}
+
+fn status(group: &MergedGroup) -> String {
+    let mut status = String::from(if group.active { "active" } else { "idle" });
+    if group.state != ThreadState::Unknown {
+        status.push_str(", ");
+        status.push_str(group.state.describe());
+    }
+    status
+}
+
+/// `a, b, c +4 more`.
+fn listed(names: &[String]) -> String {
+    let mut out = names
+        .iter()
+        .take(LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED {
+        out.push_str(&format!(" +{} more", names.len() - LISTED));
+    }
+    out
+}
+
+/// At most about `chars` characters, cut at a comma, with `...` when cut.
+fn cut(text: &str, chars: usize) -> String {
+    if text.len() <= chars {
+        return text.to_owned();
+    }
+    let head = &text[..text[..chars].rfind(", ").unwrap_or(chars)];
+    format!("{head}, ...")
+}
+
+pub fn write_merged_dump_json<W: Write>(merged: &MergedDump, mut w: W) -> Result<(), ReportError> {
+    serde_json::to_writer_pretty(&mut w, merged)?;
+    writeln!(w)?;
+    Ok(())
+}
+
+/// The table of ranks of merged recordings, and the rank that differs most.
+pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result<(), ReportError> {
+    writeln!(
+        w,
+        "{:<28} {:>9} {:>9}  top function",
+        "process", "samples", "GPU idle"
+    )?;
+    for row in &merged.ranks {
+        let who = match row.place.rank {
+            Some(rank) => format!("rank {rank} on {}", row.place.host),
+            None => format!("process {} on {}", row.place.pid, row.place.host),
+        };
+        let idle = row
+            .gpu_idle_share
+            .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0));
+        let top = match (&row.top_function, row.top_function_share) {
+            (Some(f), Some(share)) => format!("{f} {:.0}%", share * 100.0),
+            _ => "-".to_owned(),
+        };
+        writeln!(
+            w,
+            "{:<28} {:>9} {:>9}  {}",
+            cut_chars(&who, 28),
+            row.samples,
+            idle,
+            cut_chars(&top, 90)
+        )?;
+    }
+    match &merged.most_different {
+        Some(odd) => writeln!(
+            w,
+            "\nMost different from its peers: {} ({:.0}% of its profile differs from theirs, the next \
+             {:.0}%){}",
+            odd.place.describe(),
+            odd.distance * 100.0,
+            odd.next_distance * 100.0,
+            odd.top_function
+                .as_ref()
+                .map(|f| format!("; top function {f}"))
+                .unwrap_or_default()
+        )?,
+        None => writeln!(w, "\nFewer than three ranks: none compared with its peers.")?,
+    }
+    Ok(())
+}
+
+fn cut_chars(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(chars.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_aggregate::{merge_dumps, HostedProcess};
+    use stackscope_event::{FrameDump, ProcessDump, RankInfo, ThreadDump};
+
+    fn process(pid: u32, rank: u32, function: &str) -> ProcessDump {
+        ProcessDump {
+            pid,
+            parent_pid: Some(1),
+            ns_pid: None,
+            command_line: "python train.py".into(),
+            python_version: "3.11.7".into(),
+            rank: RankInfo {
+                rank: Some(rank),
+                ..RankInfo::default()
+            },
+            host: None,
+            threads: vec![ThreadDump {
+                name: Some("MainThread".into()),
+                os_thread_id: Some(u64::from(pid)),
+                ns_thread_id: None,
+                python_thread_id: 1,
+                active: function == "compute",
+                owns_gil: false,
+                state: if function == "compute" {
+                    ThreadState::Running
+                } else {
+                    ThreadState::WaitingOnLock
+                },
+                frames: vec![FrameDump {
+                    function: function.into(),
+                    file: "train.py".into(),
+                    line: 5,
+                    native: false,
+                    locals: None,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn seven_ranks_and_a_straggler() {
+        let dumps: Vec<(String, ProcessDump)> = (0..8u32)
+            .map(|r| {
+                let host = if r < 4 { "node-a" } else { "node-b" };
+                let f = if r == 6 { "compute" } else { "wait" };
+                (host.to_owned(), process(5118 + r, r, f))
+            })
+            .collect();
+        let hosted: Vec<HostedProcess<'_>> = dumps
+            .iter()
+            .map(|(h, p)| HostedProcess {
+                host: h,
+                process: p,
+            })
+            .collect();
+        let mut out = Vec::new();
+        write_merged_dump_text(&merge_dumps(&hosted), &mut out).expect("text");
+        let text = String::from_utf8(out).expect("utf8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "8 processes, 8 ranks, on 2 hosts: node-a, node-b");
+        assert_eq!(
+            lines[2],
+            "Straggler: rank 6 on node-b (pid 5124) is at compute (train.py:5), while 7 of 8 ranks are at wait (train.py:5)"
+        );
+        assert!(
+            text.contains("\n7 ranks: 0-5, 7 on 2 hosts: MainThread (idle, waiting on a lock)\n    wait (train.py:5)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nrank 6 on node-b (pid 5124): MainThread (active, running)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn long_range_lists_are_cut() {
+        let ranges: Vec<String> = (0..500).map(|i| (i * 2).to_string()).collect();
+        let c = cut(&ranges.join(", "), RANGES_CHARS);
+        assert!(c.len() <= RANGES_CHARS + 5 && c.ends_with(", ..."), "{c}");
+    }
+}

@@ -1,0 +1,392 @@
+//! `--metrics-addr HOST:PORT`: Prometheus metrics at `/metrics`, for the cluster's monitoring
+//! to see a hang on rank 517 without anyone logging in to its node.
+//!
+//! The consumer of the samples (the aggregator thread of `attach`, `top`'s loop, `watch`'s loop)
+//! updates a [`Metrics`] behind a mutex, once per batch; the HTTP server (tiny_http) runs on its
+//! own thread and only takes the lock to render the page. The sampler never sees either: it
+//! goes on sending to its channel with `try_send`, whatever a scraper does.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use stackscope_event::{Event, Frame, RankInfo, Timestamp};
+
+/// What `/metrics` shows, kept up to date by the consumer of the samples.
+#[derive(Debug)]
+pub struct MetricsState {
+    host: String,
+    hang_after_nanos: u64,
+    idle_below: f32,
+    processes: BTreeMap<u32, Progress>,
+    samples: u64,
+    errors: u64,
+    dropped: u64,
+    gpu_utilization: BTreeMap<u32, f32>,
+    gpu_idle_samples: u64,
+}
+
+/// How one process moves: each thread's latest stack, and when any of them last changed.
+#[derive(Debug)]
+struct Progress {
+    rank: Option<u32>,
+    threads: HashMap<u64, u64>,
+    last_change: Timestamp,
+}
+
+impl MetricsState {
+    pub fn new(hang_after_secs: f64, idle_below: f32) -> MetricsState {
+        MetricsState {
+            host: stackscope_event::host_name().unwrap_or_default(),
+            hang_after_nanos: (hang_after_secs * 1e9) as u64,
+            idle_below,
+            processes: BTreeMap::new(),
+            samples: 0,
+            errors: 0,
+            dropped: 0,
+            gpu_utilization: BTreeMap::new(),
+            gpu_idle_samples: 0,
+        }
+    }
+
+    /// Takes one event from the sample channel.
+    pub fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Stack(sample) => self.observe_stack(
+                sample.pid,
+                sample.thread.python_thread_id,
+                &sample.frames,
+                sample.time,
+            ),
+            Event::SampleError(_) => self.errors += 1,
+            Event::Gpu(sample) => {
+                if let Some(u) = sample.utilization {
+                    self.gpu_utilization.insert(sample.device, u);
+                }
+            }
+            Event::Process(process) => {
+                if process.kind == stackscope_event::ProcessEventKind::Exited {
+                    self.processes.remove(&process.pid);
+                }
+            }
+        }
+    }
+
+    /// One thread's stack at `time`: what `watch`, which reads stacks itself, calls directly.
+    pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &[Frame], time: Timestamp) {
+        self.samples += 1;
+        if self.gpu_idle() == Some(true) {
+            self.gpu_idle_samples += 1;
+        }
+        let mut hasher = DefaultHasher::new();
+        frames.hash(&mut hasher);
+        let signature = hasher.finish();
+        let process = self.processes.entry(pid).or_insert_with(|| Progress {
+            // Read once per process: its environment does not change.
+            rank: RankInfo::of_process(pid).rank,
+            threads: HashMap::new(),
+            last_change: time,
+        });
+        if process.threads.insert(thread, signature) != Some(signature) {
+            process.last_change = process.last_change.max(time);
+        }
+    }
+
+    /// A process the consumer no longer follows.
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    pub fn add_errors(&mut self, errors: u64) {
+        self.errors += errors;
+    }
+
+    /// Events the producers could not send (counted by them; set as a total).
+    pub fn set_dropped(&mut self, dropped: u64) {
+        self.dropped = dropped;
+    }
+
+    fn gpu_idle(&self) -> Option<bool> {
+        if self.gpu_utilization.is_empty() {
+            return None;
+        }
+        let mean = self.gpu_utilization.values().sum::<f32>() / self.gpu_utilization.len() as f32;
+        Some(mean < self.idle_below)
+    }
+
+    /// The page, in Prometheus's text exposition format (version 0.0.4).
+    pub fn render(&self, now: Timestamp) -> String {
+        let mut out = String::new();
+        let gpu_busy = self.gpu_idle() == Some(false);
+        let header = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        };
+        let labels = |pid: u32, p: &Progress| {
+            format!(
+                "pid=\"{pid}\",rank=\"{}\",host=\"{}\"",
+                p.rank.map(|r| r.to_string()).unwrap_or_default(),
+                escape(&self.host)
+            )
+        };
+        header(
+            &mut out,
+            "stackscope_hung",
+            "gauge",
+            "1 while the process's stacks have not changed for --hang-after seconds (and its GPU \
+             is not busy), else 0.",
+        );
+        for (pid, p) in &self.processes {
+            let unchanged = now.0.saturating_sub(p.last_change.0);
+            let hung = unchanged >= self.hang_after_nanos && !gpu_busy;
+            let _ = writeln!(
+                out,
+                "stackscope_hung{{{}}} {}",
+                labels(*pid, p),
+                u8::from(hung)
+            );
+        }
+        header(
+            &mut out,
+            "stackscope_stack_unchanged_seconds",
+            "gauge",
+            "Seconds since any thread of the process last changed its stack.",
+        );
+        for (pid, p) in &self.processes {
+            let unchanged = now.0.saturating_sub(p.last_change.0) as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "stackscope_stack_unchanged_seconds{{{}}} {unchanged:.3}",
+                labels(*pid, p)
+            );
+        }
+        for (name, help, value) in [
+            (
+                "stackscope_samples_total",
+                "Thread stacks read.",
+                self.samples,
+            ),
+            (
+                "stackscope_sampling_errors_total",
+                "Stack reads that failed (torn reads, threads that ended mid-read).",
+                self.errors,
+            ),
+            (
+                "stackscope_dropped_samples_total",
+                "Samples dropped because the aggregator fell behind.",
+                self.dropped,
+            ),
+            (
+                "stackscope_gpu_idle_samples_total",
+                "Thread stacks read while the GPUs' mean utilization was below --idle-below.",
+                self.gpu_idle_samples,
+            ),
+        ] {
+            header(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        header(
+            &mut out,
+            "stackscope_gpu_utilization_percent",
+            "gauge",
+            "The latest utilization of each GPU, in percent.",
+        );
+        for (gpu, u) in &self.gpu_utilization {
+            let _ = writeln!(
+                out,
+                "stackscope_gpu_utilization_percent{{gpu=\"{gpu}\"}} {u}"
+            );
+        }
+        out
+    }
+}
+
+/// A label value as the text format wants it: backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The state shared between the consumer and the server.
+pub type SharedMetrics = Arc<Mutex<MetricsState>>;
+
+/// A poisoned lock still holds consistent counters: take it as it is.
+pub fn lock(metrics: &SharedMetrics) -> MutexGuard<'_, MetricsState> {
+    metrics
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How long `attach` and `top` (which have no `--hang-after`) wait before a process counts as
+/// hung in `stackscope_hung`.
+pub const DEFAULT_HANG_AFTER_SECS: f64 = 300.0;
+
+/// The metrics and their server, when `--metrics-addr` asked for them. The server stops when
+/// this is dropped.
+pub struct MetricsEndpoint {
+    pub state: SharedMetrics,
+    _server: MetricsServer,
+}
+
+impl MetricsEndpoint {
+    pub fn start(
+        addr: Option<&str>,
+        hang_after_secs: f64,
+        idle_below: f32,
+    ) -> anyhow::Result<Option<MetricsEndpoint>> {
+        let Some(addr) = addr else {
+            return Ok(None);
+        };
+        let state = Arc::new(Mutex::new(MetricsState::new(hang_after_secs, idle_below)));
+        let server = MetricsServer::start(addr, state.clone())?;
+        eprintln!("stackscope: Prometheus metrics at http://{addr}/metrics");
+        Ok(Some(MetricsEndpoint {
+            state,
+            _server: server,
+        }))
+    }
+}
+
+/// The HTTP server's thread; dropping it stops the server.
+pub struct MetricsServer {
+    stop: Arc<AtomicBool>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` and serves `metrics` at `/metrics`.
+    pub fn start(addr: &str, metrics: SharedMetrics) -> anyhow::Result<MetricsServer> {
+        let server = tiny_http::Server::http(addr)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        let server = Arc::new(server);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let server = server.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("stackscope-metrics".into())
+                .spawn(move || serve(&server, &metrics, &stop))
+                .context("cannot start the metrics thread")?
+        };
+        Ok(MetricsServer {
+            stop,
+            server,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn serve(server: &tiny_http::Server, metrics: &SharedMetrics, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let request = match server.recv_timeout(Duration::from_millis(500)) {
+            Ok(Some(request)) => request,
+            Ok(None) => continue,
+            Err(_) => break,
+        };
+        let path = request.url().split('?').next().unwrap_or("");
+        let response = if path == "/metrics" {
+            let body = lock(metrics).render(Timestamp::now());
+            tiny_http::Response::from_string(body)
+                .with_header(content_type("text/plain; version=0.0.4; charset=utf-8"))
+        } else {
+            tiny_http::Response::from_string("stackscope: metrics are at /metrics\n")
+                .with_status_code(404)
+                .with_header(content_type("text/plain; charset=utf-8"))
+        };
+        // A scraper that hung up is its own problem.
+        let _ = request.respond(response);
+    }
+}
+
+fn content_type(value: &str) -> tiny_http::Header {
+    tiny_http::Header {
+        field: "Content-Type"
+            .parse()
+            .unwrap_or_else(|_| unreachable!("a valid header name")),
+        value: value
+            .parse()
+            .unwrap_or_else(|_| unreachable!("a valid header value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(line: u32) -> Vec<Frame> {
+        vec![Frame::python("step", "train.py", line)]
+    }
+
+    fn secs(s: u64) -> Timestamp {
+        Timestamp(s * 1_000_000_000)
+    }
+
+    #[test]
+    fn a_process_whose_stacks_stand_still_is_hung() {
+        let mut m = MetricsState::new(10.0, 30.0);
+        m.host = "node-a".into();
+        m.observe_stack(1, 1, &frames(3), secs(0));
+        m.observe_stack(2, 1, &frames(3), secs(0));
+        for s in 1..=12 {
+            m.observe_stack(1, 1, &frames(3), secs(s));
+            m.observe_stack(2, 1, &frames(3 + (s as u32 % 2)), secs(s));
+        }
+        let page = m.render(secs(12));
+        assert!(
+            page.contains("stackscope_hung{pid=\"1\",rank=\"\",host=\"node-a\"} 1\n"),
+            "{page}"
+        );
+        assert!(page.contains("stackscope_hung{pid=\"2\",rank=\"\",host=\"node-a\"} 0\n"));
+        assert!(page.contains(
+            "stackscope_stack_unchanged_seconds{pid=\"1\",rank=\"\",host=\"node-a\"} 12.000\n"
+        ));
+        assert!(page.contains("stackscope_samples_total 26\n"));
+        assert!(page.contains("# TYPE stackscope_samples_total counter\n"));
+    }
+
+    #[test]
+    fn a_busy_gpu_vetoes_a_hang_and_idle_samples_are_counted() {
+        let mut m = MetricsState::new(1.0, 30.0);
+        m.observe(&Event::Gpu(stackscope_event::GpuSample {
+            device: 0,
+            utilization: Some(95.0),
+            ..Default::default()
+        }));
+        m.observe_stack(1, 1, &frames(3), secs(0));
+        assert!(m.render(secs(5)).contains("} 0\n"));
+        m.observe(&Event::Gpu(stackscope_event::GpuSample {
+            device: 0,
+            utilization: Some(5.0),
+            ..Default::default()
+        }));
+        m.observe_stack(1, 1, &frames(3), secs(5));
+        let page = m.render(secs(5));
+        assert!(
+            page.contains("stackscope_gpu_idle_samples_total 1\n"),
+            "{page}"
+        );
+        assert!(page.contains("stackscope_gpu_utilization_percent{gpu=\"0\"} 5\n"));
+        assert!(page.contains("stackscope_hung{pid=\"1\""));
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
