@@ -21,8 +21,10 @@ pub(crate) const REUSE_FOR: Duration = Duration::from_millis(100);
 
 struct Entry {
     file: File,
-    /// The state last read, and when.
-    last: Option<(Option<u8>, Instant)>,
+    /// The state last read, when, and the thread's CPU time then (clock ticks).
+    last: Option<(Option<u8>, Instant, Option<u64>)>,
+    /// Since when its CPU time has not moved, as far as the readings tell.
+    quiet_since: Option<Instant>,
 }
 
 pub(crate) struct Activity {
@@ -46,19 +48,32 @@ impl Activity {
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
-        let state = self.read(tid);
+        let (state, cpu) = self.read(tid);
         if let Some(e) = self.files.get_mut(&tid) {
-            e.last = Some((state, Instant::now()));
+            let now = Instant::now();
+            let same = cpu.is_some() && e.last.is_some_and(|(_, _, c)| c == cpu);
+            if !same {
+                e.quiet_since = Some(now);
+            }
+            e.last = Some((state, now, cpu));
         }
         state
     }
 
-    /// The state of `tid` as last read, if that was at most [`REUSE_FOR`] before `now` and
-    /// said it slept (`S`, `D`, ...): a running, stopped or unreadable one is read every time.
+    /// The state of `tid` as last read, if that was at most [`REUSE_FOR`] before `now`, said
+    /// it slept (`S`, `D`, ...), and the thread's CPU time has not moved for [`REUSE_FOR`]
+    /// either (a thread that loops around a C call releasing the GIL sleeps for a moment each
+    /// time it waits for the GIL, in the same Python state: it keeps being read). A running,
+    /// stopped or unreadable one is read every time.
     pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
-        let (state, at) = self.files.get(&tid)?.last?;
+        let entry = self.files.get(&tid)?;
+        let (state, at, cpu) = entry.last?;
         let asleep = matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'));
-        if asleep && now.saturating_duration_since(at) <= REUSE_FOR {
+        let quiet = cpu.is_some()
+            && entry
+                .quiet_since
+                .is_some_and(|q| now.saturating_duration_since(q) >= REUSE_FOR);
+        if asleep && quiet && now.saturating_duration_since(at) <= REUSE_FOR {
             self.reused += 1;
             return state;
         }
@@ -68,12 +83,13 @@ impl Activity {
     /// Reads the state without remembering it (the idle audit's reference reading).
     pub(crate) fn peek(&mut self, tid: u64) -> Option<u8> {
         let reads = self.reads;
-        let state = self.read(tid);
+        let (state, _) = self.read(tid);
         self.reads = reads;
         state
     }
 
-    fn read(&mut self, tid: u64) -> Option<u8> {
+    /// The state letter and the CPU time (utime + stime, clock ticks).
+    fn read(&mut self, tid: u64) -> (Option<u8>, Option<u64>) {
         for _ in 0..2 {
             let entry = match self.files.get(&tid) {
                 Some(e) => e,
@@ -82,20 +98,26 @@ impl Activity {
                     // which adds up every thread's CPU time on each read (a cost that grows
                     // with the threads, paid for each of them).
                     let path = format!("/proc/{}/task/{tid}/stat", self.pid);
-                    let file = File::open(path).ok()?;
-                    self.files.entry(tid).or_insert(Entry { file, last: None })
+                    let Ok(file) = File::open(path) else {
+                        return (None, None);
+                    };
+                    self.files.entry(tid).or_insert(Entry {
+                        file,
+                        last: None,
+                        quiet_since: None,
+                    })
                 }
             };
             let mut buf = [0u8; 512];
             self.reads += 1;
             match entry.file.read_at(&mut buf, 0) {
-                Ok(n) if n > 0 => return state(&buf[..n]),
+                Ok(n) if n > 0 => return (state(&buf[..n]), cpu_ticks(&buf[..n])),
                 _ => {
                     self.files.remove(&tid);
                 }
             }
         }
-        None
+        (None, None)
     }
 
     /// Closes the files of threads no longer sampled.
@@ -111,6 +133,16 @@ impl Activity {
 fn state(stat: &[u8]) -> Option<u8> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     stat.get(close + 2).copied()
+}
+
+/// utime + stime: the 12th and 13th fields after the command name.
+fn cpu_ticks(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Whether a state letter is a stop (by a signal or a tracer): such a thread runs nothing.
@@ -140,5 +172,7 @@ mod tests {
         assert_eq!(state(b"12 (a) b) S 1 2"), Some(b'S'));
         assert_eq!(state(b"12 (x) R 1"), Some(b'R'));
         assert_eq!(state(b"garbage"), None);
+        let line = b"12 (a) b) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0";
+        assert_eq!(cpu_ticks(line), Some(100));
     }
 }

@@ -363,7 +363,7 @@ pub(crate) fn attempt(
                 extra = super::stack::coalesce(extra);
             }
             known.extra = extra;
-            known.sig = signature(&walk.frames);
+            known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
             known.codes.clear();
             for f in &walk.frames {
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
@@ -394,7 +394,7 @@ pub(crate) fn attempt(
 }
 
 /// A thread's Python state in one word: every frame's address, code object and instruction
-/// (3.10: `f_lasti`), innermost first. Equal words: the thread ran no Python in between, or
+/// (3.10: `f_lasti`), innermost first (the reader adds the used chunk's bytes, 3.11+). Equal words: the thread ran no Python in between, or
 /// came back to exactly where it was. Never 0.
 pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -403,7 +403,7 @@ pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
         (f.addr, f.code, f.prev_instr).hash(&mut h);
     }
     frames.len().hash(&mut h);
-    h.finish().max(1)
+    h.finish() | 1
 }
 
 /// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.
