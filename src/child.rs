@@ -6,6 +6,13 @@
 //! `waitpid`, and when stackscope is both the command's parent and its tracer, a command that
 //! exits during a stop has its exit status collected by that `waitpid` and lost to `record`. As a
 //! grandchild, the command's status goes to the launcher, which nothing else waits on.
+//!
+//! `record` ends what it started. The command runs in its own process group, and the launcher
+//! is a child subreaper, so every process the command starts (multiprocessing workers, the
+//! resource tracker, a daemon that left its group) stays below the launcher where stackscope
+//! can find it. At the end stackscope signals the group, waits a grace period, then kills
+//! whatever of the tree is left, and says so ([`crate::ending`]). Should stackscope itself die,
+//! the launcher does the same.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -13,7 +20,7 @@ use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 /// How the command ended.
@@ -32,11 +39,23 @@ impl CommandExit {
     }
 }
 
+impl CommandExit {
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            CommandExit::Code(_) => None,
+            CommandExit::Signal(signal) => Some(signal),
+        }
+    }
+}
+
 impl fmt::Display for CommandExit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CommandExit::Code(code) => write!(f, "exit status {code}"),
-            CommandExit::Signal(signal) => write!(f, "signal {signal}"),
+            CommandExit::Signal(signal) => match Signal::try_from(*signal) {
+                Ok(name) => write!(f, "signal {signal} ({name})"),
+                Err(_) => write!(f, "signal {signal}"),
+            },
         }
     }
 }
@@ -101,6 +120,11 @@ impl LaunchedChild {
         self.pid
     }
 
+    /// The launcher's pid: every process the command started is below it.
+    pub fn launcher_pid(&self) -> u32 {
+        self.launcher.id()
+    }
+
     /// The exit, if the command has ended.
     fn poll(&mut self) -> Option<CommandExit> {
         if self.exit.is_none() {
@@ -122,35 +146,42 @@ impl LaunchedChild {
     }
 
     /// Waits up to `grace` for a command that is exiting by itself; asks it to end only if it
-    /// has not by then.
+    /// has not by then. Processes it left behind are ended too.
     pub fn wait_for_exit(&mut self, grace: Duration) -> Option<CommandExit> {
         if let Some(exit) = self.wait_until(Instant::now() + grace) {
+            crate::ending::end_tree(self.launcher_pid(), self.pid, false);
+            self.reap_launcher();
             return Some(exit);
         }
         self.end()
     }
 
-    /// Waits for the command to end, asking it to (SIGINT, then SIGKILL) if it has not.
+    /// Ends the command and everything it started: SIGINT to its process group, a grace
+    /// period, then SIGKILL to whatever of its tree is left. Returns how the command ended.
     pub fn end(&mut self) -> Option<CommandExit> {
         // Before the command started there is no pid to signal (and pid 0 would mean our own
         // process group).
-        if self.pid != 0 && self.poll().is_none() {
-            let pid = Pid::from_raw(self.pid as i32);
-            let _ = kill(pid, Signal::SIGINT);
-            if self
-                .wait_until(Instant::now() + Duration::from_secs(3))
-                .is_none()
-            {
-                self.was_killed = true;
-                let _ = kill(pid, Signal::SIGKILL);
-                self.wait_until(Instant::now() + Duration::from_secs(3));
-            }
+        if self.pid != 0 {
+            let running = self.poll().is_none();
+            let ended = crate::ending::end_tree(self.launcher_pid(), self.pid, running);
+            self.was_killed |= ended.killed > 0;
+            self.wait_until(Instant::now() + Duration::from_secs(3));
         }
-        if self.exit.is_none() {
-            let _ = self.launcher.kill();
-        }
-        let _ = self.launcher.wait();
+        self.reap_launcher();
         self.exit
+    }
+
+    /// The launcher ends once the command's last process has; one that does not is killed.
+    fn reap_launcher(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.launcher.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.launcher.kill();
+        let _ = self.launcher.wait();
     }
 }
 
@@ -212,10 +243,17 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
         let _ = write_status(status_file, "error no command\n");
         return ExitCode::FAILURE;
     };
+    // Orphans of the command (a worker whose parent died, a daemon) are re-parented to the
+    // launcher instead of init, so stackscope still finds them below it.
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
-    // The command gets the default dispositions back, not the launcher's ignored ones.
-    // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+    // The command gets the default dispositions back, not the launcher's ignored ones, and
+    // its own process group, which stackscope signals as a whole at the end.
+    // SAFETY: only async-signal-safe calls (signal, setpgid) between fork and exec.
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
@@ -223,9 +261,12 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
                 nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)
                     .map_err(std::io::Error::from)?;
             }
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
+                .map_err(std::io::Error::from)?;
             Ok(())
         });
     }
+    let stackscope = nix::unistd::getppid();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -238,6 +279,7 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
         let _ = child.kill();
         return ExitCode::FAILURE;
     }
+    crate::ending::end_tree_if_orphaned(stackscope, pid);
     let ended = match child.wait() {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => format!("exit {code}"),
@@ -246,7 +288,13 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
         },
         Err(_) => "exit -1".to_owned(),
     };
-    match write_status(status_file, &format!("pid {pid}\n{ended}\n")) {
+    let written = write_status(status_file, &format!("pid {pid}\n{ended}\n"));
+    // What the command left running is ended by stackscope (or by the watcher above); reap
+    // each as it goes, and end when none is left.
+    while let Ok(_) | Err(nix::errno::Errno::EINTR) =
+        nix::sys::wait::waitpid(Pid::from_raw(-1), None)
+    {}
+    match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) => ExitCode::FAILURE,
     }

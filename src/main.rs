@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod demo;
 mod dump;
+mod ending;
 mod export;
 mod gpu;
 mod merge;

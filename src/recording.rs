@@ -12,7 +12,7 @@ use stackscope_aggregate::{AggregateConfig, RecordingMeta};
 use stackscope_event::Timestamp;
 use stackscope_samplelog::LogHeader;
 use stackscope_sampler::{
-    PythonTarget, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
+    Root, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
 use crate::child::{CommandExit, LaunchedChild};
@@ -50,7 +50,7 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
     };
     let (target, child, out_dir) = match &config.target {
         Target::Pid(pid) => {
-            let target = PythonTarget::attach(*pid, &options)?;
+            let target = Root::attach(*pid, &options, config.subprocesses)?;
             let dir = config.output_dir(*pid);
             ensure_writable_dir(&dir)?;
             (target, None, dir)
@@ -62,10 +62,11 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
                 ensure_writable_dir(Path::new("."))?;
             }
             let mut child = LaunchedChild::spawn(command)?;
-            let target = match PythonTarget::attach_when_ready(
+            let target = match Root::attach_when_ready(
                 child.pid(),
                 &options,
                 STARTUP_TIMEOUT,
+                config.subprocesses,
             ) {
                 Ok(target) => target,
                 Err(e) => {
@@ -85,18 +86,26 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
         }
     };
     let pid = target.pid();
-    eprintln!(
-        "stackscope: sampling process {pid} (Python {}) at {} Hz; Ctrl-C to stop",
-        target.python_version(),
-        config.rate_hz
-    );
+    match &target {
+        Root::Python(_) => eprintln!(
+            "stackscope: sampling process {pid} ({}) at {} Hz; Ctrl-C to stop",
+            target.describe(),
+            config.rate_hz
+        ),
+        Root::Other(_) => eprintln!(
+            "stackscope: following process {pid} ({}) and sampling its Python descendants at \
+             {} Hz; Ctrl-C to stop",
+            target.describe(),
+            config.rate_hz
+        ),
+    }
     record(config, gpu_source, target, child, signals, out_dir)
 }
 
 fn record(
     config: RecordingConfig,
     gpu_source: GpuSource,
-    target: PythonTarget,
+    target: Root,
     mut child: Option<LaunchedChild>,
     signals: Signals,
     out_dir: PathBuf,
@@ -107,10 +116,11 @@ fn record(
         rank: stackscope_event::RankInfo::of_process(target.pid()),
         host: stackscope_event::host_name(),
         command_line: target.command_line().to_owned(),
-        python_version: target.python_version().to_owned(),
+        python_version: target.python_version().unwrap_or_default().to_owned(),
         reader: target.reader().to_owned(),
         started_at: chrono::Local::now().to_rfc3339(),
         started: Instant::now(),
+        sampled: None,
         rate_hz: config.rate_hz,
     };
 
@@ -219,8 +229,13 @@ fn record(
     }
     producers_stop.store(true, Ordering::Relaxed);
     let report = sampler.join();
+    // The time sampled, not the time ending the command took after.
+    meta.sampled = Some(meta.started.elapsed());
     let gpu_report = gpu.join();
     let target_exited = report.stop == StopReason::TargetExited;
+    if let StopReason::Fatal(why) = &report.stop {
+        eprintln!("stackscope: sampling stopped early: {why}");
+    }
     let exit_status = child.as_mut().and_then(|c| {
         if target_exited {
             c.wait_for_exit(CHILD_EXIT_GRACE)
@@ -228,16 +243,19 @@ fn record(
             c.end()
         }
     });
-    if let StopReason::Fatal(why) = &report.stop {
-        eprintln!("stackscope: sampling stopped early: {why}");
-    }
-    if target_exited {
-        match exit_status.and_then(|s| s.code()) {
-            Some(code) => eprintln!("stackscope: process {} exited with status {code}", meta.pid),
-            None => eprintln!("stackscope: process {} exited", meta.pid),
+    // The console and summary.json say the same: whether the target ended, and how.
+    match exit_status {
+        Some(CommandExit::Code(code)) => {
+            eprintln!("stackscope: process {} exited with status {code}", meta.pid)
         }
+        Some(exit @ CommandExit::Signal(_)) => {
+            eprintln!("stackscope: process {} ended by {exit}", meta.pid)
+        }
+        None if target_exited => eprintln!("stackscope: process {} exited", meta.pid),
+        None => {}
     }
-    let final_meta = meta.finished(&report, gpu_report, target_exited, exit_status);
+    let ended = target_exited || exit_status.is_some();
+    let final_meta = meta.finished(&report, gpu_report, ended, exit_status);
     let written = recorder.finish(&final_meta)?;
     crate::export::write_formats(&out_dir, &config.formats)?;
     let mut stdout = std::io::stdout().lock();
@@ -261,6 +279,8 @@ struct MetaSource {
     reader: String,
     started_at: String,
     started: Instant,
+    /// How long the sampler ran, once it has stopped.
+    sampled: Option<Duration>,
     rate_hz: f64,
 }
 
@@ -274,7 +294,10 @@ impl MetaSource {
             python_version: self.python_version.clone(),
             reader: self.reader.clone(),
             started_at: self.started_at.clone(),
-            duration_secs: self.started.elapsed().as_secs_f64(),
+            duration_secs: self
+                .sampled
+                .unwrap_or_else(|| self.started.elapsed())
+                .as_secs_f64(),
             rate_hz: self.rate_hz,
             ticks: 0,
             dropped: 0,
@@ -282,6 +305,7 @@ impl MetaSource {
             max_lateness_ms: 0.0,
             target_exited: false,
             exit_status: None,
+            exit_signal: None,
             gpu_devices: Vec::new(),
             gpu_unavailable: None,
             notices: Vec::new(),
@@ -349,6 +373,7 @@ impl MetaSource {
             max_lateness_ms: report.max_lateness.as_secs_f64() * 1e3,
             target_exited,
             exit_status: exit_status.and_then(|s| s.code()),
+            exit_signal: exit_status.and_then(|s| s.signal()),
             gpu_devices: gpu.devices,
             gpu_unavailable: gpu.unavailable,
             notices,

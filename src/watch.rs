@@ -13,8 +13,7 @@ use crossbeam_channel::{bounded, Receiver};
 use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent};
 use stackscope_event::{Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
-    dump_process, dump_tree, procfs, ProcessSet, PythonTarget, SampleTimer, TargetOptions,
-    ThreadStack,
+    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
 };
 
 use crate::config::{ensure_writable_dir, WatchConfig};
@@ -25,7 +24,7 @@ use crate::signals::Signals;
 pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     let options = TargetOptions::default();
-    let root = PythonTarget::attach(config.pid, &options)?;
+    let root = Root::attach(config.pid, &options, config.subprocesses)?;
     ensure_writable_dir(&config.out_dir)?;
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -33,7 +32,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         config.gpu.idle_below,
     )?;
     let metrics = metrics.as_ref().map(|m| &m.state);
-    let mut set = ProcessSet::new(root, config.subprocesses, options);
+    let mut set = ProcessSet::from_root(root, config.subprocesses, options);
     let (sender, receiver) = bounded(4096);
     let stop = Arc::new(AtomicBool::new(false));
     let gpu = GpuHandle::start(&config.gpu, config.pid, sender, stop.clone());
@@ -68,6 +67,11 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             );
             break;
         };
+        // A launcher that has not started Python yet (or whose Python processes have all
+        // ended) has no stacks to be stuck in.
+        if set.targets().is_empty() {
+            continue;
+        }
         let gpu_idle = gpu_readings.idle(config.gpu.idle_below);
         match detector.observe(now, signature, gpu_idle) {
             Some(HangEvent::Hung { unchanged_secs }) => {

@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use crossbeam_channel::{bounded, Receiver};
 use stackscope_event::Event;
-use stackscope_sampler::{
-    PythonTarget, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions,
-};
+use stackscope_sampler::{Root, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions};
 
 use crate::config::TopConfig;
 use crate::gpu::GpuHandle;
@@ -51,7 +49,7 @@ pub fn run(config: TopConfig) -> anyhow::Result<()> {
     };
     // Attaching can fail (no such process, not Python, permission): fail before the terminal
     // changes, so the error is one plain line.
-    let target = PythonTarget::attach(config.pid, &options)?;
+    let target = Root::attach(config.pid, &options, config.subprocesses)?;
     let session = Session::start(&config, target, options)?;
     if std::io::stdout().is_terminal() {
         tui::run(session, &signals, config.include_idle)
@@ -79,16 +77,15 @@ pub struct Session {
 }
 
 impl Session {
-    fn start(
-        config: &TopConfig,
-        target: PythonTarget,
-        options: TargetOptions,
-    ) -> anyhow::Result<Session> {
+    fn start(config: &TopConfig, target: Root, options: TargetOptions) -> anyhow::Result<Session> {
         let status = Status {
             pid: target.pid(),
             rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
             command: target.command_line().to_owned(),
-            python_version: target.python_version().to_owned(),
+            python_version: target
+                .python_version()
+                .unwrap_or("none (a launcher)")
+                .to_owned(),
             rate_hz: config.rate_hz,
             processes: 1,
             ..Status::default()

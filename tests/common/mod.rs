@@ -5,6 +5,9 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+mod leftovers;
+pub use leftovers::*;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
@@ -272,10 +275,21 @@ impl Run {
 }
 
 /// A `Command` for the binary under test.
+/// A `record` is marked so that, once it has ended, the tests check that nothing it started is
+/// left (see `leftovers`).
 pub fn stackscope(args: &[&str]) -> Command {
     let mut cmd = Command::new(bin());
     cmd.args(args);
+    mark_record(&mut cmd);
     cmd
+}
+
+/// The marker of a `record` run, if `cmd` is one.
+fn marker_of(cmd: &Command) -> Option<String> {
+    cmd.get_envs()
+        .find(|(k, _)| *k == MARKER_VAR)
+        .and_then(|(_, v)| v)
+        .map(|v| v.to_string_lossy().into_owned())
 }
 
 /// Runs `cmd` to completion, failing the test if it takes longer than
@@ -292,6 +306,9 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Run {
     let err = read_in_background(child.stderr.take());
     let status = wait_with_deadline(&mut child, timeout);
     let elapsed = start.elapsed();
+    if let Some(marker) = marker_of(&cmd) {
+        assert_nothing_left(&marker, &format!("{cmd:?}"));
+    }
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();
     match status {
@@ -315,6 +332,8 @@ pub fn run_stackscope(args: &[&str], timeout: Duration) -> Run {
 /// A started (not yet finished) run of the binary, for tests that signal it.
 pub struct Running {
     pub child: Child,
+    /// Set for a `record`: what its processes carry in their environment.
+    marker: Option<String>,
     start: Instant,
     out: thread::JoinHandle<String>,
     err: thread::JoinHandle<String>,
@@ -332,6 +351,7 @@ pub fn spawn_stackscope(cmd: Command) -> Running {
     let err = read_in_background(child.stderr.take());
     Running {
         child,
+        marker: marker_of(&cmd),
         start: Instant::now(),
         out,
         err,
@@ -351,6 +371,9 @@ impl Running {
     pub fn finish(mut self, timeout: Duration) -> Run {
         let status = wait_with_deadline(&mut self.child, timeout);
         let elapsed = self.start.elapsed();
+        if let Some(marker) = &self.marker {
+            assert_nothing_left(marker, "a `stackscope record` run");
+        }
         let stdout = self.out.join().unwrap_or_default();
         let stderr = self.err.join().unwrap_or_default();
         match status {
@@ -970,6 +993,9 @@ pub fn finish_bounded(mut running: Running, timeout: Duration) -> Run {
         None => running.child.wait().expect("wait"),
     };
     let elapsed = running.start.elapsed();
+    if let Some(marker) = &running.marker {
+        assert_nothing_left(marker, "a `stackscope record` run");
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     while !(running.out.is_finished() && running.err.is_finished()) && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(20));

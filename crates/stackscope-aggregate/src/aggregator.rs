@@ -147,7 +147,26 @@ impl Aggregator {
             return;
         }
         self.samples += 1;
-        let thread_root = self.table.thread_root(&name);
+        let thread_root = if sample.thread.name.is_some() {
+            // The thread's samples from before its name was read are under its name too.
+            if let Some(root) = thread.unnamed_root.take() {
+                self.table.name_thread_root(root, &name);
+            }
+            self.table.thread_root(&name)
+        } else if thread.named {
+            // Named before (its name could not be read this time): its name stands.
+            let known = thread.name.clone();
+            self.table.thread_root(&known)
+        } else {
+            match thread.unnamed_root {
+                Some(root) => root,
+                None => {
+                    let root = self.table.unnamed_thread_root(&name);
+                    thread.unnamed_root = Some(root);
+                    root
+                }
+            }
+        };
         let process_and_thread: [FrameId; 2];
         let roots: &[FrameId] = if self.config.process_root {
             let process_root = self.processes.root(sample.pid, &mut self.table);

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump};
 
+use crate::helpers::helper_kind;
+
 /// One thread, named for a reader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ThreadRef {
@@ -114,9 +116,14 @@ pub struct Straggler {
 /// majority is.
 pub fn find_stragglers(processes: &[ProcessDump]) -> Vec<Straggler> {
     let mut out = Vec::new();
-    // Siblings: the launcher is nobody's peer, its children are each other's.
+    // Siblings: the launcher is nobody's peer, its children are each other's; a helper (the
+    // resource tracker beside spawned workers) is no one's peer, and a process without
+    // threads (a launcher that is not Python) has no stack to compare.
     let mut siblings: HashMap<Option<u32>, Vec<&ProcessDump>> = HashMap::new();
-    for p in processes.iter().filter(|p| p.parent_pid.is_some()) {
+    for p in processes
+        .iter()
+        .filter(|p| p.parent_pid.is_some() && !p.threads.is_empty() && helper_kind(p).is_none())
+    {
         siblings.entry(p.parent_pid).or_default().push(p);
     }
     let mut families: Vec<Vec<&ProcessDump>> = siblings.into_values().collect();
@@ -229,6 +236,7 @@ mod tests {
                     line: *line,
                     native: false,
                     locals: None,
+                    path: None,
                 })
                 .collect(),
         }

@@ -102,6 +102,8 @@ pub struct StackTable {
     frame_ids: HashMap<Frame, FrameId>,
     thread_ids: HashMap<String, FrameId>,
     process_ids: HashMap<String, FrameId>,
+    /// Roots of threads whose name is not known yet, one per thread: renamed once it is.
+    unnamed_roots: usize,
     functions: Vec<FunctionKey>,
     function_ids: HashMap<FunctionKey, FunctionId>,
     stacks: Vec<StackEntry>,
@@ -131,6 +133,7 @@ impl StackTable {
             frame_ids: HashMap::new(),
             thread_ids: HashMap::new(),
             process_ids: HashMap::new(),
+            unnamed_roots: 0,
             functions: Vec::new(),
             function_ids: HashMap::new(),
             stacks: Vec::new(),
@@ -226,6 +229,36 @@ impl StackTable {
         });
         self.thread_ids.insert(name.to_owned(), id);
         id
+    }
+
+    /// A root of its own for one thread whose name is not known yet (labelled by its id, as
+    /// `thread 2561`), to be given the name with [`StackTable::name_thread_root`] once it is
+    /// read: then every sample of the thread is under its name. Past the cap on distinct
+    /// roots, `[other threads]`, which is never renamed.
+    pub fn unnamed_thread_root(&mut self, label: &str) -> FrameId {
+        if self.thread_ids.len() + self.unnamed_roots >= self.limits.max_thread_roots {
+            self.overflow.thread_root_samples += 1;
+            return self.special(Special::OtherThreads);
+        }
+        self.unnamed_roots += 1;
+        self.push_frame(FrameEntry {
+            label: sanitize_label(label),
+            function: None,
+        })
+    }
+
+    /// Gives a root made by [`StackTable::unnamed_thread_root`] its thread's name. Folded
+    /// lines are made at write time, so the thread's earlier stacks print under the name;
+    /// lines that become equal to the named root's are merged there.
+    pub fn name_thread_root(&mut self, root: FrameId, name: &str) {
+        if self.specials.contains(&Some(root)) {
+            return;
+        }
+        if let Some(frame) = self.frames.get_mut(root as usize) {
+            if frame.function.is_none() {
+                frame.label = sanitize_label(name);
+            }
+        }
     }
 
     /// The root frame of a process's stacks (`process PID COMMAND`); past the cap,

@@ -17,6 +17,7 @@ mod gpu_mean;
 mod gpu_stats;
 mod grouping;
 mod hang;
+mod helpers;
 mod idle_path;
 mod intern;
 mod limits;
@@ -42,6 +43,7 @@ pub use device_stats::GpuDeviceSummary;
 pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{HangDetector, HangEvent};
+pub use helpers::helper_kind;
 pub use idle_path::{idle_path, idle_path_by, IdlePath, PathFunction, MIN_RISE};
 pub use intern::{
     FrameEntry, FrameId, FunctionId, FunctionKey, GpuTag, StackCounts, StackEntry, StackId,
@@ -66,3 +68,5 @@ pub use verdict::{Verdict, VerdictClass};
 mod tests;
 #[cfg(test)]
 mod tests_sm;
+#[cfg(test)]
+mod thread_naming_tests;

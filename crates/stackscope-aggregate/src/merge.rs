@@ -384,6 +384,7 @@ mod tests {
                     line,
                     native: false,
                     locals: None,
+                    path: None,
                 }],
             }],
         }

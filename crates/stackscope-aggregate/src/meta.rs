@@ -27,6 +27,8 @@ pub struct RecordingMeta {
     pub max_lateness_ms: f64,
     pub target_exited: bool,
     pub exit_status: Option<i32>,
+    /// The signal that ended the command, when one did (`record`).
+    pub exit_signal: Option<i32>,
     pub gpu_devices: Vec<GpuDeviceInfo>,
     /// Why there is no GPU data, when there is none.
     pub gpu_unavailable: Option<String>,

@@ -49,6 +49,9 @@ pub struct Summary {
     pub max_lateness_ms: f64,
     pub target_exited: bool,
     pub exit_status: Option<i32>,
+    /// The signal that ended the command, when one did (`record`); `exit_status` is then null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
     /// By kept samples, most first; threads folded out of the table under thread churn last,
     /// as one `[other threads]` entry.
     pub threads: Vec<ThreadSummary>,
@@ -166,6 +169,7 @@ impl Aggregator {
             max_lateness_ms: meta.max_lateness_ms,
             target_exited: meta.target_exited,
             exit_status: meta.exit_status,
+            exit_signal: meta.exit_signal,
             threads: self.thread_summaries(),
             processes: self.process_summaries(),
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),

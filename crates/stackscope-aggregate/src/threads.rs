@@ -10,6 +10,8 @@ use std::collections::HashMap;
 
 use stackscope_event::ThreadInfo;
 
+use crate::intern::FrameId;
+
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadStat {
     pub pid: u32,
@@ -17,6 +19,10 @@ pub(crate) struct ThreadStat {
     pub os_thread_id: Option<u64>,
     pub python_thread_id: u64,
     pub samples: u64,
+    /// The root its samples were put under while its name was not known, renamed once it is.
+    pub unnamed_root: Option<FrameId>,
+    /// Whether its name has been read.
+    pub named: bool,
     /// The table's clock at the thread's latest sample: what eviction orders by.
     last_seen: u64,
 }
@@ -28,11 +34,15 @@ pub(crate) struct FoldedThreads {
     pub samples: u64,
 }
 
+type ThreadKey = (u32, u64, u64);
+
 #[derive(Debug)]
 pub(crate) struct ThreadTable {
     max: usize,
-    /// By (pid, Python thread id): a Python thread id is only unique within its process.
-    threads: HashMap<(u32, u64), ThreadStat>,
+    /// By (pid, Python thread id, OS thread id): a Python thread id is only unique within its
+    /// process, and the interpreter hands a finished thread's id to the next thread it starts
+    /// (the OS thread id tells them apart; 0 when unknown).
+    threads: HashMap<ThreadKey, ThreadStat>,
     /// Counts samples seen; a logical clock, so eviction does not depend on event times.
     clock: u64,
     folded: FoldedThreads,
@@ -52,7 +62,7 @@ impl ThreadTable {
     /// updated with its latest name and OS id.
     pub fn observe(&mut self, pid: u32, info: &ThreadInfo, name: &str) -> &mut ThreadStat {
         self.clock += 1;
-        let key = (pid, info.python_thread_id);
+        let key = (pid, info.python_thread_id, info.os_thread_id.unwrap_or(0));
         if !self.threads.contains_key(&key) && self.threads.len() >= self.max {
             self.evict();
         }
@@ -63,11 +73,15 @@ impl ThreadTable {
             os_thread_id: None,
             python_thread_id: info.python_thread_id,
             samples: 0,
+            unnamed_root: None,
+            named: false,
             last_seen: clock,
         });
+        thread.named |= info.name.is_some();
         thread.last_seen = clock;
-        // A thread can be renamed after it starts; the latest name is the one people know.
-        if thread.name != name {
+        // A thread can be renamed after it starts; the latest name is the one people know. A
+        // sample whose name could not be read does not take a known name away.
+        if (info.name.is_some() || !thread.named) && thread.name != name {
             name.clone_into(&mut thread.name);
         }
         if info.os_thread_id.is_some() {
@@ -81,7 +95,7 @@ impl ThreadTable {
     /// of the table once every `max / 4` new threads.
     fn evict(&mut self) {
         let count = (self.threads.len() / 4).max(1);
-        let mut by_age: Vec<(u64, (u32, u64))> = self
+        let mut by_age: Vec<(u64, ThreadKey)> = self
             .threads
             .iter()
             .map(|(&key, stat)| (stat.last_seen, key))

@@ -77,6 +77,10 @@ pub struct FrameDump {
     pub native: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locals: Option<Vec<LocalVariable>>,
+    /// The file's absolute path, as the interpreter has it (`file` is the short name), when
+    /// it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl FrameDump {

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use serde::Serialize;
-use stackscope_aggregate::{find_stragglers, group_threads, Straggler, ThreadGroup};
+use stackscope_aggregate::{find_stragglers, group_threads, helper_kind, Straggler, ThreadGroup};
 use stackscope_event::{ProcessDump, ThreadDump};
 
 use crate::ReportError;
@@ -36,11 +36,20 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
             (None, Some(own)) => format!("Process {} ({own} in its namespace)", process.pid),
             (None, None) => format!("Process {}", process.pid),
         };
+        // One line whatever the command line holds (a newline in an argument).
+        let command_line = one_line(&process.command_line);
         match process.parent_pid {
-            Some(parent) => writeln!(w, "{name} (child of {parent}): {}", process.command_line)?,
-            None => writeln!(w, "{name}: {}", process.command_line)?,
+            Some(parent) => writeln!(w, "{name} (child of {parent}): {command_line}")?,
+            None => writeln!(w, "{name}: {command_line}")?,
         }
-        writeln!(w, "Python v{}", process.python_version)?;
+        if process.python_version.is_empty() && process.threads.is_empty() {
+            writeln!(w, "Not Python (a launcher: its Python processes follow)")?;
+        } else {
+            writeln!(w, "Python v{}", process.python_version)?;
+        }
+        if let Some(kind) = helper_kind(process) {
+            writeln!(w, "Helper process: {kind} (not compared with its siblings)")?;
+        }
         let here = groups
             .iter()
             .filter(|g| g.members.first().is_some_and(|m| m.pid == process.pid));
@@ -52,6 +61,15 @@ pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<
     Ok(())
 }
 
+/// Control characters (a newline in a command-line argument) shown escaped, so that one
+/// header stays one line.
+fn one_line(text: &str) -> String {
+    text.escape_debug()
+        .to_string()
+        .replace("\\\"", "\"")
+        .replace("\\'", "'")
+}
+
 fn describe_straggler(s: &Straggler) -> String {
     let who = match &s.thread {
         Some(thread) => format!(
@@ -61,9 +79,9 @@ fn describe_straggler(s: &Straggler) -> String {
         None if s.rank.is_some() => format!(
             "Process {} ({})",
             stackscope_event::process_name(s.pid, s.rank),
-            s.command_line
+            one_line(&s.command_line)
         ),
-        None => format!("Process {} ({})", s.pid, s.command_line),
+        None => format!("Process {} ({})", s.pid, one_line(&s.command_line)),
     };
     format!(
         "Straggler: {who} is at {}, while {} of its {} peers are at {}",
@@ -80,8 +98,10 @@ fn write_group<W: Write>(group: &ThreadGroup<'_>, w: &mut W) -> Result<(), Repor
             (Some(tid), None) => tid.to_string(),
             (None, _) => format!("{:#x}", thread.python_thread_id),
         };
-        let name = thread.name.as_deref().unwrap_or("");
-        writeln!(w, "Thread {id} \"{name}\" ({status})")?;
+        match thread.name.as_deref() {
+            Some(name) => writeln!(w, "Thread {id} \"{}\" ({status})", one_line(name))?,
+            None => writeln!(w, "Thread {id} ({status})")?,
+        }
     } else {
         let pids = group.pids();
         let names: Vec<String> = group
@@ -185,6 +205,7 @@ mod tests {
                 line,
                 native: false,
                 locals: None,
+                path: None,
             }],
         }
     }

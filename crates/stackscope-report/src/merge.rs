@@ -329,6 +329,7 @@ mod tests {
                     line: 5,
                     native: false,
                     locals: None,
+                    path: None,
                 }],
             }],
         }

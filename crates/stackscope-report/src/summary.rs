@@ -95,9 +95,10 @@ fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
         )?;
     }
     if s.target_exited {
-        match s.exit_status {
-            Some(status) => writeln!(w, "  the target exited with status {status}")?,
-            None => writeln!(w, "  the target exited")?,
+        match (s.exit_status, s.exit_signal) {
+            (Some(status), _) => writeln!(w, "  the target exited with status {status}")?,
+            (None, Some(signal)) => writeln!(w, "  the target ended by signal {signal}")?,
+            (None, None) => writeln!(w, "  the target exited")?,
         }
     }
     Ok(())

@@ -179,6 +179,11 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
             .and_then(Value::as_i64)
             .and_then(|s| i32::try_from(s).ok())
             .filter(|_| exited),
+        exit_signal: old
+            .get("exit_signal")
+            .and_then(Value::as_i64)
+            .and_then(|s| i32::try_from(s).ok())
+            .filter(|_| exited),
         gpu_devices: old.gpu_devices(),
         gpu_unavailable: old.string("gpu_unavailable"),
         notices,

@@ -64,6 +64,7 @@ fn recording_meta() -> RecordingMeta {
         max_lateness_ms: 3.5,
         target_exited: true,
         exit_status: Some(3),
+        exit_signal: None,
         gpu_devices: vec![GpuDeviceInfo {
             index: 0,
             name: "NVIDIA H200".into(),

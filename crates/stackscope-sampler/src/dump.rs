@@ -6,6 +6,7 @@ use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, Thread
 
 use crate::error::{AttachError, SampleFailure};
 use crate::procfs;
+use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions, ThreadStack};
 use crate::tree::descendants;
 
@@ -14,23 +15,49 @@ pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, At
     // What each thread is doing is read before anything stops the process: attaching may stop
     // it briefly, and a thread woken from its wait reads as running for a while after.
     let states = procfs::thread_states(pid);
-    let mut target = PythonTarget::attach(pid, options)?;
+    let mut target = match Root::attach(pid, options, false)? {
+        Root::Python(target) => *target,
+        // Without subprocesses a root that is not Python is an error.
+        Root::Other(other) => return Err(AttachError::NoSuchProcess(other.pid)),
+    };
     dump_with_states(&mut target, &states)
 }
 
-/// Reads `pid` and every Python process below it. Processes that are not Python (a shell, a
-/// launcher) are skipped; the root must be Python.
+/// Reads `pid` and every Python process below it. A root that is not Python (a shell, a
+/// launcher) is a process without threads; descendants that are not Python are skipped.
 pub fn dump_tree(pid: u32, options: &TargetOptions) -> Result<Vec<ProcessDump>, AttachError> {
-    let mut dumps = vec![dump_process(pid, options)?];
+    let states = procfs::thread_states(pid);
+    let root = match Root::attach(pid, options, true)? {
+        Root::Python(mut target) => dump_with_states(&mut target, &states)?,
+        Root::Other(other) => ProcessDump {
+            pid,
+            parent_pid: None,
+            command_line: other.command_line,
+            python_version: String::new(),
+            threads: Vec::new(),
+            rank: stackscope_event::RankInfo::of_process(pid),
+            host: stackscope_event::host_name(),
+            ns_pid: crate::namespace::own_pid(pid),
+        },
+    };
+    let mut dumps = vec![root];
     let parents = parent_map(pid);
     for child in descendants(pid) {
         // A child that exits or is not Python while we walk the tree is simply not in it.
-        if let Ok(mut dump) = dump_process(child, options) {
+        if let Ok(mut dump) = dump_python(child, options) {
             dump.parent_pid = parents.get(&child).copied();
             dumps.push(dump);
         }
     }
     Ok(dumps)
+}
+
+/// Reads a descendant: a plain attach (the hint that `dump_process` adds to "not Python" is
+/// for the process the user named).
+fn dump_python(pid: u32, options: &TargetOptions) -> Result<ProcessDump, AttachError> {
+    let states = procfs::thread_states(pid);
+    let mut target = PythonTarget::attach(pid, options)?;
+    dump_with_states(&mut target, &states)
 }
 
 /// Each descendant's parent, for showing the tree.
@@ -58,6 +85,7 @@ fn dump_with_states(
     states: &HashMap<u64, ThreadState>,
 ) -> Result<ProcessDump, AttachError> {
     let pid = target.pid();
+    target.keep_raw_frames();
     // A read can race with the interpreter freeing a frame; a few tries get a clean one.
     let mut attempts = 0;
     let stacks = loop {
@@ -112,6 +140,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
             file: f.file.to_string(),
             line: f.line,
             native: f.native,
+            path: raw.map(|raw| raw.filename.clone()),
             locals: raw.and_then(|raw| {
                 raw.locals.as_ref().map(|vars| {
                     vars.iter()
@@ -138,6 +167,12 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
     {
         state = ThreadState::WaitingForGil;
     }
+    // An idle thread is shown waiting, never "running": the reader judged it idle by where it
+    // is (a standard library wait), which says how it waits better than an OS state caught
+    // between two system calls.
+    if !stack.thread.active && state == ThreadState::Running {
+        state = implied_wait(&frames);
+    }
     ThreadDump {
         name: stack.thread.name,
         os_thread_id: stack.thread.os_thread_id,
@@ -155,5 +190,47 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         owns_gil: stack.thread.owns_gil,
         state,
         frames,
+    }
+}
+
+/// The wait an idle thread is in, by its innermost Python frame; unknown when the frame does
+/// not say.
+fn implied_wait(frames: &[FrameDump]) -> ThreadState {
+    let Some(innermost) = frames.iter().find(|f| !f.native) else {
+        return ThreadState::Unknown;
+    };
+    let file = innermost.file.rsplit('/').next().unwrap_or("");
+    match file {
+        "selectors.py" | "connection.py" | "socket.py" | "ssl.py" => ThreadState::WaitingOnIo,
+        "threading.py" | "queue.py" | "synchronize.py" => ThreadState::WaitingOnLock,
+        _ => ThreadState::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file: &str) -> FrameDump {
+        FrameDump {
+            function: function.to_owned(),
+            file: file.to_owned(),
+            line: 1,
+            native: false,
+            locals: None,
+            path: None,
+        }
+    }
+
+    #[test]
+    fn an_idle_thread_waits_the_way_its_frame_says() {
+        let select = [
+            frame("BaseSelector.select", "selectors.py"),
+            frame("run", "a.py"),
+        ];
+        assert_eq!(implied_wait(&select), ThreadState::WaitingOnIo);
+        let lock = [frame("Condition.wait", "threading.py")];
+        assert_eq!(implied_wait(&lock), ThreadState::WaitingOnLock);
+        assert_eq!(implied_wait(&[frame("f", "a.py")]), ThreadState::Unknown);
     }
 }

@@ -29,8 +29,15 @@ pub enum AttachError {
          under a seccomp filter (Seccomp: 2 in /proc/self/status)\n{fixes}"
     )]
     SeccompBlocked { pid: u32, fixes: &'static str },
-    #[error("process {pid} ({exe}) is not a Python process: no Python interpreter found in it")]
-    NotPython { pid: u32, exe: String },
+    #[error(
+        "process {pid} ({exe}) is not a Python process: no Python interpreter found in it{hint}"
+    )]
+    NotPython {
+        pid: u32,
+        exe: String,
+        /// What to do instead, when there is something (empty otherwise).
+        hint: String,
+    },
     #[error("process {pid} runs Python {version}, which stackscope does not support (supported: {supported})")]
     UnsupportedVersion {
         pid: u32,
@@ -59,13 +66,42 @@ impl AttachError {
                     .unwrap_or_else(|_| PathBuf::from("unknown executable"))
                     .display()
                     .to_string();
-                return AttachError::NotPython { pid, exe };
+                return AttachError::NotPython {
+                    pid,
+                    exe,
+                    hint: String::new(),
+                };
             }
             _ => {}
         }
         AttachError::Other {
             pid,
             message: chain_text(cause),
+        }
+    }
+
+    /// The same error, about `pid` (a process read through one of its threads is named by
+    /// its own pid).
+    pub(crate) fn for_pid(self, pid: u32) -> AttachError {
+        match self {
+            AttachError::NoSuchProcess(_) => AttachError::NoSuchProcess(pid),
+            AttachError::PermissionDenied {
+                scope_hint, fixes, ..
+            } => AttachError::PermissionDenied {
+                pid,
+                scope_hint,
+                fixes,
+            },
+            AttachError::SeccompBlocked { fixes, .. } => AttachError::SeccompBlocked { pid, fixes },
+            AttachError::NotPython { exe, hint, .. } => AttachError::NotPython { pid, exe, hint },
+            AttachError::UnsupportedVersion {
+                version, supported, ..
+            } => AttachError::UnsupportedVersion {
+                pid,
+                version,
+                supported,
+            },
+            AttachError::Other { message, .. } => AttachError::Other { pid, message },
         }
     }
 

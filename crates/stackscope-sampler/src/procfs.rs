@@ -6,9 +6,40 @@ use std::path::PathBuf;
 
 use stackscope_event::ThreadState;
 
-/// Whether a process with this pid exists (a zombie counts as gone: it runs no more code).
+/// Whether a process with this pid exists (a zombie counts as gone: it runs no more code). A
+/// process whose leader thread exited while other threads run on is alive.
 pub fn is_alive(pid: u32) -> bool {
-    matches!(state(pid), Some(s) if s != 'Z' && s != 'X')
+    match state(pid) {
+        Some('Z') => live_thread(pid).is_some(),
+        Some('X') | None => false,
+        Some(_) => true,
+    }
+}
+
+/// The threads of `pid` that have not exited, by OS id.
+pub fn live_threads(pid: u32) -> Vec<u64> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u64> = tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|&tid| thread_alive(pid, tid))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Whether thread `tid` of `pid` exists and has not exited.
+pub fn thread_alive(pid: u32, tid: u64) -> bool {
+    matches!(state_of(&format!("/proc/{pid}/task/{tid}/stat")), Some(s) if s != 'Z' && s != 'X')
+}
+
+/// A live thread of `pid` other than an exited leader, if any.
+pub fn live_thread(pid: u32) -> Option<u32> {
+    live_threads(pid)
+        .into_iter()
+        .find_map(|tid| u32::try_from(tid).ok())
 }
 
 /// The one-letter scheduler state from `/proc/PID/stat` (`R`, `S`, `D`, `T`, `t`, `Z`, ...).

@@ -10,6 +10,7 @@ use stackscope_event::{Event, SampleError, StackSample, Timestamp};
 
 use crate::error::SampleFailure;
 use crate::procfs;
+use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions};
 use crate::timer::SampleTimer;
 use crate::tree::ProcessSet;
@@ -121,14 +122,15 @@ impl Sampler {
     /// Starts sampling `target` on a new thread. It stops when `stop` is set, the duration has
     /// passed, or the target exits; the channel's sender is dropped when it ends.
     pub fn spawn(
-        target: PythonTarget,
+        root: impl Into<Root>,
         config: SamplerConfig,
         sender: Sender<Event>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<Sampler> {
         let stats = Arc::new(SamplerStats::default());
         let thread_stats = stats.clone();
-        let set = ProcessSet::new(target, config.follow_children, config.options.clone());
+        let set =
+            ProcessSet::from_root(root.into(), config.follow_children, config.options.clone());
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
             .spawn(move || run(set, &config, &sender, &stop, &thread_stats))?;
@@ -174,6 +176,9 @@ fn run(
 ) -> StopReason {
     let mut timer = SampleTimer::new(config.rate_hz);
     let deadline = config.duration.map(|d| Instant::now() + d);
+    if let Some(event) = set.other_root_event(Timestamp::now()) {
+        offer(sender, Event::Process(event), stats);
+    }
     for target in set.targets() {
         let event = ProcessSet::attached_event(target, Timestamp::now());
         offer(sender, Event::Process(event), stats);
@@ -278,7 +283,7 @@ fn sample_one(
         }
         Err(SampleFailure::Transient { kind, message }) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
-            if target.has_execed() {
+            if target.needs_reattach() {
                 return reattach(target);
             }
             let event = Event::SampleError(SampleError {

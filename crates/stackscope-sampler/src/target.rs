@@ -12,6 +12,7 @@ use stackscope_native::{merge, NativeUnwinder};
 use crate::error::{classify_sample_error, AttachError, SampleFailure};
 use crate::fast::{FastReader, OsTids, Strategy};
 use crate::idle;
+use crate::leader::{self, LiveThreadsStop};
 use crate::names::ThreadNames;
 use crate::namespace::TidMap;
 use crate::procfs;
@@ -69,6 +70,9 @@ pub struct ThreadStack {
 /// An attached Python process.
 pub struct PythonTarget {
     pid: u32,
+    /// The id the process is read through: `pid`, or a live thread's id when the leader
+    /// thread has exited (see [`crate::leader`]).
+    read_pid: u32,
     spy: PythonSpy,
     version: String,
     command_line: String,
@@ -100,14 +104,17 @@ impl PythonTarget {
         if !procfs::is_alive(pid) {
             return Err(AttachError::NoSuchProcess(pid));
         }
-        if let Err(e) = procfs::maps(pid) {
+        let read_pid = leader::reader_pid(pid);
+        // ptrace cannot stop a zombie leader: such a process is stopped thread by thread.
+        let leader_exited = read_pid != pid;
+        if let Err(e) = procfs::maps(read_pid) {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
                 return Err(AttachError::permission(pid));
             }
         }
         let config = Config {
             // With native frames we stop the process ourselves, around both reads.
-            blocking: if options.blocking && !options.native {
+            blocking: if options.blocking && !options.native && !leader_exited {
                 LockingStrategy::Lock
             } else {
                 LockingStrategy::NonBlocking
@@ -117,29 +124,32 @@ impl PythonTarget {
             collect_thread_names: true,
             ..Config::default()
         };
-        let mut spy = open_interpreter(pid, &config)?;
+        let mut spy = open_interpreter(read_pid, &config).map_err(|e| e.for_pid(pid))?;
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let fast = if options.locals || options.native {
             None
         } else {
-            open_fast_reader(pid, &mut spy, options.blocking)
+            open_fast_reader(read_pid, &mut spy, options.blocking, leader_exited)
         };
         let version = spy.version.to_string();
-        let command_line = procfs::command_line(pid).unwrap_or_default();
+        let command_line = procfs::command_line(read_pid).unwrap_or_default();
         let native = if options.native {
-            Some(NativeUnwinder::new(pid).map_err(|e| AttachError::Other {
-                pid,
-                message: format!("cannot read its native modules: {e}"),
-            })?)
+            Some(
+                NativeUnwinder::new(read_pid).map_err(|e| AttachError::Other {
+                    pid,
+                    message: format!("cannot read its native modules: {e}"),
+                })?,
+            )
         } else {
             None
         };
         Ok(PythonTarget {
             pid,
+            read_pid,
             spy,
             version,
             command_line,
-            exe: procfs::exe(pid).ok(),
+            exe: procfs::exe(read_pid).ok(),
             keep_raw: options.locals,
             blocking: options.blocking,
             native,
@@ -243,8 +253,28 @@ impl PythonTarget {
 
     /// Whether the process has exec'd another program since we attached.
     pub fn has_execed(&self) -> bool {
-        let now = procfs::exe(self.pid).ok();
+        let now = procfs::exe(self.read_pid).ok();
         now.is_some() && now != self.exe
+    }
+
+    /// Whether the process must be attached again to be read: it exec'd, or the live thread
+    /// it was read through (its leader having exited) has exited too.
+    pub fn needs_reattach(&self) -> bool {
+        self.has_execed()
+            || (self.read_pid != self.pid
+                && !procfs::thread_alive(self.pid, u64::from(self.read_pid)))
+    }
+
+    /// Keeps py-spy's frames with each stack (read by py-spy's reader from now on), for a
+    /// dump: they carry each file's absolute path. A one-off read needs no speed.
+    pub fn keep_raw_frames(&mut self) {
+        self.keep_raw = true;
+        self.fast = None;
+    }
+
+    /// Whether the process's leader thread has exited (it is read through another thread).
+    pub fn leader_exited(&self) -> bool {
+        self.read_pid != self.pid
     }
 
     /// Reads every Python thread's stack once. With blocking on, the process is stopped for
@@ -272,10 +302,23 @@ impl PythonTarget {
         // Each thread's state before py-spy stops the process (once stopped, all read `t`),
         // under our ids (they differ for a process in a container).
         let states = idle::states(self.pid);
-        let mut traces = self
+        // py-spy cannot stop a process whose leader exited: stop its live threads ourselves.
+        let stop = if self.blocking && self.leader_exited() {
+            Some(LiveThreadsStop::new(self.read_pid).map_err(|e| {
+                classify_sample_error(
+                    self.pid,
+                    &anyhow::Error::new(e).context("cannot stop the process"),
+                )
+            })?)
+        } else {
+            None
+        };
+        let traces = self
             .spy
             .get_stack_traces()
-            .map_err(|e| classify_sample_error(self.pid, &e))?;
+            .map_err(|e| classify_sample_error(self.pid, &e));
+        drop(stop);
+        let mut traces = traces?;
         self.fill_os_thread_ids(&mut traces);
         Ok(traces
             .into_iter()
@@ -354,12 +397,21 @@ impl PythonTarget {
     fn read_stacks_with_native(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
         let pid = self.pid;
         let states = idle::states(pid);
-        let stop = self.spy.process.lock().map_err(|e| {
-            classify_sample_error(
-                pid,
-                &anyhow::Error::new(e).context("cannot stop the process"),
-            )
-        })?;
+        let stop: Box<dyn std::any::Any> = if self.leader_exited() {
+            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| {
+                classify_sample_error(
+                    pid,
+                    &anyhow::Error::new(e).context("cannot stop the process"),
+                )
+            })?)
+        } else {
+            Box::new(self.spy.process.lock().map_err(|e| {
+                classify_sample_error(
+                    pid,
+                    &anyhow::Error::new(e).context("cannot stop the process"),
+                )
+            })?)
+        };
         let mut traces = self
             .spy
             .get_stack_traces()
@@ -426,10 +478,16 @@ const FAST_FAILURE_LIMIT: u32 = 50;
 /// debug build, fails that and keeps py-spy's reader). `STACKSCOPE_READER` overrides the
 /// choice for benchmarks: `py-spy`, `stop` (stop the whole process for each read) or
 /// `gil` (stop only the GIL's holders, the default).
-fn open_fast_reader(pid: u32, spy: &mut PythonSpy, blocking: bool) -> Option<FastReader> {
+fn open_fast_reader(
+    pid: u32,
+    spy: &mut PythonSpy,
+    blocking: bool,
+    leader_exited: bool,
+) -> Option<FastReader> {
     let strategy = match std::env::var("STACKSCOPE_READER").as_deref() {
         Ok("py-spy") => return None,
-        Ok("stop") => Strategy::StopProcess,
+        // A process whose leader exited cannot be stopped whole.
+        Ok("stop") if !leader_exited => Strategy::StopProcess,
         Ok("gil") => Strategy::StopGilHolders,
         _ => Strategy::DEFAULT,
     };

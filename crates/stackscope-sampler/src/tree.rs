@@ -9,6 +9,7 @@ use stackscope_event::{ProcessEvent, ProcessEventKind, Timestamp};
 
 use crate::error::AttachError;
 use crate::procfs;
+use crate::root::{OtherProcess, Root};
 use crate::target::{PythonTarget, TargetOptions};
 
 /// How often the tree is rescanned for new children: DataLoader workers and torchrun ranks live
@@ -20,6 +21,9 @@ const MAX_PROCESSES: usize = 256;
 
 pub struct ProcessSet {
     root: u32,
+    /// Set when the root is not Python (a launcher): a process node without stacks, followed
+    /// while it lives, looked at again when it execs.
+    other_root: Option<OtherProcess>,
     follow_children: bool,
     options: TargetOptions,
     /// In attach order, the root first.
@@ -33,14 +37,37 @@ pub struct ProcessSet {
 
 impl ProcessSet {
     pub fn new(root: PythonTarget, follow_children: bool, options: TargetOptions) -> ProcessSet {
+        ProcessSet::from_root(Root::from(root), follow_children, options)
+    }
+
+    /// A set rooted at any process; one that is not Python is followed only for its
+    /// descendants (`follow_children` is then taken as set).
+    pub fn from_root(root: Root, follow_children: bool, options: TargetOptions) -> ProcessSet {
+        let pid = root.pid();
+        let (targets, other_root, follow_children) = match root {
+            Root::Python(target) => (vec![*target], None, follow_children),
+            Root::Other(other) => (Vec::new(), Some(other), true),
+        };
         ProcessSet {
-            root: root.pid(),
+            root: pid,
+            other_root,
             follow_children,
             options,
-            targets: vec![root],
+            targets,
             unreadable: HashMap::new(),
             next_scan: Instant::now(),
         }
+    }
+
+    /// The event that announces a root that is not Python, at the start.
+    pub fn other_root_event(&self, time: Timestamp) -> Option<ProcessEvent> {
+        self.other_root.as_ref().map(|o| ProcessEvent {
+            time,
+            pid: o.pid,
+            command_line: o.command_line.clone(),
+            kind: ProcessEventKind::Attached,
+            rank: stackscope_event::RankInfo::of_process(o.pid),
+        })
     }
 
     /// The event that announces a target.
@@ -65,6 +92,7 @@ impl ProcessSet {
     /// Whether the process the user named is still among the targets.
     pub fn has_root(&self) -> bool {
         self.targets.iter().any(|t| t.pid() == self.root)
+            || (self.other_root.is_some() && procfs::is_alive(self.root))
     }
 
     /// Drops a target that is gone; returns the event to announce it.
@@ -87,7 +115,11 @@ impl ProcessSet {
             return Vec::new();
         }
         self.next_scan = Instant::now() + RESCAN_INTERVAL;
-        let descendants = descendants(self.root);
+        let mut descendants = descendants(self.root);
+        // A root that is not Python may yet exec Python (`exec python3 job.py` in a script).
+        if self.other_root.is_some() {
+            descendants.insert(0, self.root);
+        }
         self.unreadable.retain(|pid, _| descendants.contains(pid));
         let mut events = Vec::new();
         for pid in descendants {

@@ -59,6 +59,7 @@ fn meta() -> RecordingMeta {
         max_lateness_ms: 0.0,
         target_exited: true,
         exit_status: Some(0),
+        exit_signal: None,
         gpu_devices: Vec::new(),
         gpu_unavailable: None,
         notices: Vec::new(),

@@ -137,6 +137,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
         max_lateness_ms: 3.5,
         target_exited: true,
         exit_status: Some(0),
+        exit_signal: None,
         gpu_devices: if with_gpu {
             vec![GpuDeviceInfo {
                 index: 0,

@@ -1,0 +1,145 @@
+//! Helper processes: those the standard library and common launchers start beside the
+//! workers, which are never the workers' peers.
+//!
+//! A spawn-based multiprocessing job (every PyTorch DataLoader with workers on some setups)
+//! has multiprocessing's resource tracker as a sibling of its workers, waiting in its own
+//! `main`; compared with the workers it would always be the odd one out. The fork server and
+//! torch.distributed's elastic agent are the same kind of process.
+
+use stackscope_event::ProcessDump;
+
+/// Command-line fragments and the helper they name.
+const BY_COMMAND_LINE: &[(&str, &str)] = &[
+    (
+        "multiprocessing.resource_tracker",
+        "multiprocessing resource tracker",
+    ),
+    (
+        "multiprocessing.semaphore_tracker",
+        "multiprocessing semaphore tracker",
+    ),
+    ("multiprocessing.forkserver", "multiprocessing fork server"),
+    ("torch.distributed.run", "torch.distributed elastic agent"),
+    (
+        "torch.distributed.launch",
+        "torch.distributed elastic agent",
+    ),
+    (
+        "torch/distributed/run.py",
+        "torch.distributed elastic agent",
+    ),
+    (
+        "torch.distributed.elastic",
+        "torch.distributed elastic agent",
+    ),
+    ("bin/torchrun", "torch.distributed elastic agent"),
+];
+
+/// Outermost frames (file ending, function) that say the same when the command line does not
+/// (a helper started some other way).
+const BY_ENTRY_FRAME: &[(&str, &str, &str)] = &[
+    (
+        "resource_tracker.py",
+        "main",
+        "multiprocessing resource tracker",
+    ),
+    (
+        "semaphore_tracker.py",
+        "main",
+        "multiprocessing semaphore tracker",
+    ),
+    ("forkserver.py", "main", "multiprocessing fork server"),
+];
+
+/// What kind of helper `process` is, if it is one.
+pub fn helper_kind(process: &ProcessDump) -> Option<&'static str> {
+    let by_command = BY_COMMAND_LINE
+        .iter()
+        .find(|(fragment, _)| process.command_line.contains(fragment))
+        .map(|(_, kind)| *kind);
+    if by_command.is_some() {
+        return by_command;
+    }
+    // The main thread's outermost frames, from the entry point inward.
+    let main = process
+        .threads
+        .iter()
+        .find(|t| t.name.as_deref() == Some("MainThread"))
+        .or_else(|| process.threads.first())?;
+    main.frames.iter().rev().take(3).find_map(|frame| {
+        BY_ENTRY_FRAME
+            .iter()
+            .find(|(file, function, _)| {
+                frame.file.ends_with(file) && frame.function.rsplit('.').next() == Some(*function)
+            })
+            .map(|(_, _, kind)| *kind)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::{FrameDump, ThreadDump, ThreadState};
+
+    fn process(command_line: &str, frames: &[(&str, &str)]) -> ProcessDump {
+        ProcessDump {
+            pid: 7,
+            parent_pid: Some(1),
+            command_line: command_line.to_owned(),
+            python_version: "3.11.7".to_owned(),
+            rank: Default::default(),
+            host: None,
+            ns_pid: None,
+            threads: vec![ThreadDump {
+                name: Some("MainThread".to_owned()),
+                os_thread_id: Some(7),
+                ns_thread_id: None,
+                python_thread_id: 7,
+                active: false,
+                owns_gil: false,
+                state: ThreadState::WaitingOnIo,
+                frames: frames
+                    .iter()
+                    .map(|(function, file)| FrameDump {
+                        function: (*function).to_owned(),
+                        file: (*file).to_owned(),
+                        line: 1,
+                        native: false,
+                        locals: None,
+                        path: None,
+                    })
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn helpers_are_known_by_command_line_or_entry_point() {
+        let tracker = process(
+            "python3 -c from multiprocessing.resource_tracker import main;main(5)",
+            &[],
+        );
+        assert_eq!(
+            helper_kind(&tracker),
+            Some("multiprocessing resource tracker")
+        );
+        let agent = process(
+            "/venv/bin/python /venv/bin/torchrun --nproc-per-node 8 t.py",
+            &[],
+        );
+        assert_eq!(helper_kind(&agent), Some("torch.distributed elastic agent"));
+        let by_frame = process(
+            "python3 -c something",
+            &[("read", "os.py"), ("main", "multiprocessing/forkserver.py")],
+        );
+        assert_eq!(helper_kind(&by_frame), Some("multiprocessing fork server"));
+        let worker = process(
+            "python3 -c from multiprocessing.spawn import spawn_main; spawn_main()",
+            &[
+                ("feed_worker", "job.py"),
+                ("_main", "multiprocessing/spawn.py"),
+            ],
+        );
+        assert_eq!(helper_kind(&worker), None);
+    }
+}
