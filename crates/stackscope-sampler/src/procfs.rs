@@ -48,8 +48,12 @@ pub fn state(pid: u32) -> Option<char> {
 }
 
 /// Whether the process (or the thread, given a tid) is stopped by a signal or a tracer.
+/// Read from the leader thread's own stat file, which has the same state letter: the
+/// process's stat file adds up the CPU time of every thread, a cost that grows with them
+/// (the sampler asks this every sample).
 pub fn is_stopped(pid: u32) -> bool {
-    matches!(state(pid), Some('T') | Some('t'))
+    let state = state_of(&format!("/proc/{pid}/task/{pid}/stat")).or_else(|| state(pid));
+    matches!(state, Some('T') | Some('t'))
 }
 
 /// The executable, as `/proc/PID/exe` resolves.

@@ -127,6 +127,14 @@ impl Root {
         }
     }
 
+    /// Which stack reader reads the root ([`PythonTarget::reader`]); empty when not Python.
+    pub fn reader(&self) -> &'static str {
+        match self {
+            Root::Python(t) => t.reader(),
+            Root::Other(_) => "",
+        }
+    }
+
     /// How to name the root in a message: `Python 3.11.7`, or `bash, not Python`.
     pub fn describe(&self) -> String {
         match self {

@@ -237,6 +237,20 @@ impl PythonTarget {
         }
     }
 
+    /// Our reader's idle bookkeeping so far, for tests and benchmarks: thread states reused
+    /// from an earlier reading, and, with `STACKSCOPE_IDLE_AUDIT=1` set before attaching,
+    /// idle decisions made and those a fresh reading would have changed.
+    pub fn idle_audit(&self) -> Option<IdleAudit> {
+        let s = self.fast.as_ref()?.stats();
+        Some(IdleAudit {
+            samples: s.samples,
+            stat_reads: s.stat_reads,
+            reused: s.stat_reused,
+            decisions: s.idle_decisions,
+            disagreed: s.idle_disagreed,
+        })
+    }
+
     /// Whether the process has exec'd another program since we attached.
     pub fn has_execed(&self) -> bool {
         let now = procfs::exe(self.read_pid).ok();
@@ -447,6 +461,16 @@ impl PythonTarget {
             raw: self.keep_raw.then_some(trace),
         }
     }
+}
+
+/// See [`PythonTarget::idle_audit`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdleAudit {
+    pub samples: u64,
+    pub stat_reads: u64,
+    pub reused: u64,
+    pub decisions: u64,
+    pub disagreed: u64,
 }
 
 /// Consecutive failed samples after which the fast reader is given up for py-spy's.

@@ -169,8 +169,22 @@ fn shape_error(stack: &ThreadStack) -> Option<String> {
 
 #[test]
 fn stacks_read_while_the_threads_run_are_stacks_they_had() {
+    shapes_hold(SHAPES);
+}
+
+/// The same among 60 sleeping threads, whose OS states and stacks the reader reuses while
+/// their Python state does not change: the running threads' stacks stay whole.
+#[test]
+fn stacks_stay_whole_among_many_sleeping_threads() {
+    let sleepers = "for i in range(60):\n    \
+                    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n\
+                    print(\"ready\"";
+    shapes_hold(&SHAPES.replacen("print(\"ready\"", sleepers, 1));
+}
+
+fn shapes_hold(code: &str) {
     for python in pythons() {
-        let fixture = Fixture::start(&python, SHAPES);
+        let fixture = Fixture::start(&python, code);
         let mut target =
             PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
         assert_eq!(target.reader(), "stackscope", "{python}");

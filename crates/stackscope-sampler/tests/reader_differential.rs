@@ -270,7 +270,7 @@ fn both_readers_agree_on_every_shape_of_stack() {
 const MANY: &str = r#"
 import os, threading, time
 
-N = 48
+N = 63
 ready = threading.Barrier(N + 1)
 stop = threading.Event()
 
@@ -296,7 +296,8 @@ stop.wait()
 fn both_readers_agree_on_many_threads() {
     for python in pythons() {
         let threads = compare(&python, MANY, 6).pop().expect("a reading");
-        assert_eq!(threads.len(), 49, "{python}");
+        // 64 threads: most asleep, whose OS states and stacks the reader reuses.
+        assert_eq!(threads.len(), 64, "{python}");
         assert!(
             threads.iter().filter(|t| t.3).count() <= 1,
             "{python}: one GIL holder"

@@ -1,43 +1,123 @@
-//! Each thread's scheduler state, from `/proc/TID/stat`. py-spy calls a thread active when
+//! Each thread's scheduler state, from `/proc/PID/task/TID/stat`. py-spy calls a thread active when
 //! the scheduler says `R`; a thread stopped by a tracer or a signal (`t`, `T`) cannot run.
 //!
 //! py-spy lists `/proc/PID/task` and opens, reads and closes every thread's stat file for
 //! every sample. The files stay open here and are re-read in place (`pread` at offset 0 makes
 //! procfs render them afresh): one system call per thread. A file whose thread has exited
 //! answers ESRCH, even if its id was reused, so it is opened again.
+//!
+//! A thread that slept at its last reading, within [`REUSE_FOR`], and whose Python state has
+//! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
+//! the reader decides that, since only it knows whether the Python state changed.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
-#[derive(Default)]
+/// How long a sleeping thread's state is taken as still true while its Python state does not
+/// change (docs/performance.md: the error this allows, measured).
+pub(crate) const REUSE_FOR: Duration = Duration::from_millis(100);
+
+struct Entry {
+    file: File,
+    /// The state last read, when, and the thread's CPU time then (clock ticks).
+    last: Option<(Option<u8>, Instant, Option<u64>)>,
+    /// Since when its CPU time has not moved, as far as the readings tell.
+    quiet_since: Option<Instant>,
+}
+
 pub(crate) struct Activity {
-    files: HashMap<u64, File>,
+    pid: u32,
+    files: HashMap<u64, Entry>,
     pub reads: u64,
+    /// States taken from an earlier read instead.
+    pub reused: u64,
 }
 
 impl Activity {
+    pub(crate) fn new(pid: u32) -> Activity {
+        Activity {
+            pid,
+            files: HashMap::new(),
+            reads: 0,
+            reused: 0,
+        }
+    }
+
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
+        let (state, cpu) = self.read(tid);
+        if let Some(e) = self.files.get_mut(&tid) {
+            let now = Instant::now();
+            let same = cpu.is_some() && e.last.is_some_and(|(_, _, c)| c == cpu);
+            if !same {
+                e.quiet_since = Some(now);
+            }
+            e.last = Some((state, now, cpu));
+        }
+        state
+    }
+
+    /// The state of `tid` as last read, if that was at most [`REUSE_FOR`] before `now`, said
+    /// it slept (`S`, `D`, ...), and the thread's CPU time has not moved for [`REUSE_FOR`]
+    /// either (a thread that loops around a C call releasing the GIL sleeps for a moment each
+    /// time it waits for the GIL, in the same Python state: it keeps being read). A running,
+    /// stopped or unreadable one is read every time.
+    pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
+        let entry = self.files.get(&tid)?;
+        let (state, at, cpu) = entry.last?;
+        let asleep = matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'));
+        let quiet = cpu.is_some()
+            && entry
+                .quiet_since
+                .is_some_and(|q| now.saturating_duration_since(q) >= REUSE_FOR);
+        if asleep && quiet && now.saturating_duration_since(at) <= REUSE_FOR {
+            self.reused += 1;
+            return state;
+        }
+        None
+    }
+
+    /// Reads the state without remembering it (the idle audit's reference reading).
+    pub(crate) fn peek(&mut self, tid: u64) -> Option<u8> {
+        let reads = self.reads;
+        let (state, _) = self.read(tid);
+        self.reads = reads;
+        state
+    }
+
+    /// The state letter and the CPU time (utime + stime, clock ticks).
+    fn read(&mut self, tid: u64) -> (Option<u8>, Option<u64>) {
         for _ in 0..2 {
-            let file = match self.files.get(&tid) {
-                Some(f) => f,
+            let entry = match self.files.get(&tid) {
+                Some(e) => e,
                 None => {
-                    let f = File::open(format!("/proc/{tid}/stat")).ok()?;
-                    self.files.entry(tid).or_insert(f)
+                    // The thread's own file: `/proc/TID/stat` is the whole process's view,
+                    // which adds up every thread's CPU time on each read (a cost that grows
+                    // with the threads, paid for each of them).
+                    let path = format!("/proc/{}/task/{tid}/stat", self.pid);
+                    let Ok(file) = File::open(path) else {
+                        return (None, None);
+                    };
+                    self.files.entry(tid).or_insert(Entry {
+                        file,
+                        last: None,
+                        quiet_since: None,
+                    })
                 }
             };
             let mut buf = [0u8; 512];
             self.reads += 1;
-            match file.read_at(&mut buf, 0) {
-                Ok(n) if n > 0 => return state(&buf[..n]),
+            match entry.file.read_at(&mut buf, 0) {
+                Ok(n) if n > 0 => return (state(&buf[..n]), cpu_ticks(&buf[..n])),
                 _ => {
                     self.files.remove(&tid);
                 }
             }
         }
-        None
+        (None, None)
     }
 
     /// Closes the files of threads no longer sampled.
@@ -55,6 +135,16 @@ fn state(stat: &[u8]) -> Option<u8> {
     stat.get(close + 2).copied()
 }
 
+/// utime + stime: the 12th and 13th fields after the command name.
+fn cpu_ticks(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// Whether a state letter is a stop (by a signal or a tracer): such a thread runs nothing.
 pub(crate) fn is_stopped(state: Option<u8>) -> bool {
     matches!(state, Some(b't' | b'T'))
@@ -66,11 +156,13 @@ mod tests {
 
     #[test]
     fn our_own_thread_runs_and_a_missing_one_is_unknown() {
-        let mut activity = Activity::default();
+        let mut activity = Activity::new(std::process::id());
         let tid = nix::unistd::gettid().as_raw() as u64;
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(u64::from(u32::MAX - 1)), None);
+        // A running thread's state is never reused.
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
         activity.retain(&[]);
         assert!(activity.files.is_empty());
     }
@@ -80,5 +172,7 @@ mod tests {
         assert_eq!(state(b"12 (a) b) S 1 2"), Some(b'S'));
         assert_eq!(state(b"12 (x) R 1"), Some(b'R'));
         assert_eq!(state(b"garbage"), None);
+        let line = b"12 (a) b) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0";
+        assert_eq!(cpu_ticks(line), Some(100));
     }
 }

@@ -30,6 +30,12 @@ pub(crate) struct Known {
     pub extra: Vec<Extra>,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
+    /// Its Python state as last read ([`signature`]; 0: none yet): where the sample says
+    /// whether the thread moved, which decides how fresh its OS state must be.
+    pub sig: u64,
+    /// Set by the reader before a sample: asleep at its last reading and not the GIL's
+    /// expected holder, so most likely where it was ([`snapshot::plan`]).
+    pub still: bool,
 }
 
 impl Known {
@@ -151,7 +157,7 @@ pub(crate) fn attempt(
                     Check::Threads(t) => t.contains(&k.tstate),
                 };
             let check = with_check.then_some(&mut seed);
-            snapshot::plan(&mut batch, layout, k.tstate, k.ts, &k.extra, check)
+            snapshot::plan(&mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still)
         })
         .collect();
     // The code objects the threads ran last time, most likely still on their stacks: their
@@ -357,6 +363,7 @@ pub(crate) fn attempt(
                 extra = super::stack::coalesce(extra);
             }
             known.extra = extra;
+            known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
             known.codes.clear();
             for f in &walk.frames {
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
@@ -384,6 +391,19 @@ pub(crate) fn attempt(
             .map(|o| o.unwrap_or(Outcome::Again))
             .collect(),
     })
+}
+
+/// A thread's Python state in one word: every frame's address, code object and instruction
+/// (3.10: `f_lasti`), innermost first (the reader adds the used chunk's bytes, 3.11+). Equal words: the thread ran no Python in between, or
+/// came back to exactly where it was. Never 0.
+pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in frames {
+        (f.addr, f.code, f.prev_instr).hash(&mut h);
+    }
+    frames.len().hash(&mut h);
+    h.finish() | 1
 }
 
 /// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.

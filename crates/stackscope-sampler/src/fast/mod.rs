@@ -16,8 +16,11 @@
 //!   copies agree ([`holder`]); one that keeps failing that is stopped alone, read and
 //!   resumed ([`Strategy`]).
 //!
-//! So a sample of a steady process costs one read of its memory and one `pread` of each
-//! thread's `/proc` stat file; a thread is stopped in a fraction of a percent of samples.
+//! So a sample of a steady process costs one read of its memory (every thread in one
+//! `process_vm_readv`, split only past `IOV_MAX` ranges) and one `pread` of the `/proc` stat
+//! file of each thread that runs, moved, or was last read over 100 ms ago (a sleeping thread
+//! whose Python state did not change keeps its OS state, [`activity`]); a thread is stopped
+//! in a fraction of a percent of samples.
 //!
 //! Where the layouts come from ([`layout`]): tables typed here for 3.10, 3.11 and 3.12; for
 //! 3.13 and later the interpreter's own `_Py_DebugOffsets` ([`debug_offsets`]), with py-spy's
@@ -121,6 +124,12 @@ pub(crate) struct FastReader {
     stats: ReaderStats,
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
     os_tids: Option<OsTids>,
+    /// Whether a sleeping thread whose Python state did not change keeps its last OS state
+    /// for a while ([`activity::REUSE_FOR`]); `STACKSCOPE_IDLE_REUSE=0` reads it every time.
+    reuse_states: bool,
+    /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
+    /// it would have changed (docs/performance.md).
+    audit: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     tids: TidMap,
 }
@@ -186,13 +195,16 @@ impl FastReader {
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
-            activity: Activity::default(),
+            activity: Activity::new(pid),
             strategy,
             expected_holder: gil.map_or(0, |g| g.last_holder),
             likely_holders: Vec::new(),
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
+            reuse_states: strategy == Strategy::StopGilHolders
+                && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
+            audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
             tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
@@ -226,13 +238,40 @@ impl FastReader {
     fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
         self.stats.samples += 1;
         self.fill_os_thread_ids();
-        // The OS's view first: once we stop a thread, it reads as stopped.
-        let states: Vec<(u64, Option<u8>)> = self
-            .threads
-            .iter()
-            .map(|k| k.ts.native_thread_id)
-            .map(|tid| (tid, os_state(&mut self.tids, &mut self.activity, tid)))
-            .collect();
+        // The OS's view first: once we stop a thread, it reads as stopped. A thread that
+        // slept a moment ago, still does if its Python state has not changed (checked after
+        // the read, below) and it was not the GIL's holder: its last reading stands.
+        let now = std::time::Instant::now();
+        let mut states: Vec<(u64, Option<u8>)> = Vec::with_capacity(self.threads.len());
+        let mut reused: Vec<bool> = Vec::with_capacity(self.threads.len());
+        let mut audited: Vec<Option<u8>> = Vec::new();
+        let old_sigs: Vec<(usize, u64)> = self.threads.iter().map(|k| (k.tstate, k.sig)).collect();
+        for k in &mut self.threads {
+            let tid = k.ts.native_thread_id;
+            // Our id for it (they differ for a process in a container).
+            let own = self.tids.ours(tid);
+            let earlier = (self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder)
+                .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
+                .flatten();
+            k.still = earlier.is_some();
+            match earlier {
+                Some(state) => {
+                    if self.audit {
+                        audited.push(own.and_then(|own| self.activity.peek(own)));
+                    }
+                    states.push((tid, Some(state)));
+                    reused.push(true);
+                }
+                None => {
+                    if self.audit {
+                        audited.push(None);
+                    }
+                    states.push((tid, own.and_then(|own| self.activity.state(own))));
+                    reused.push(false);
+                }
+            }
+        }
+        self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
             Some(self.process.lock().context("Failed to suspend process")?)
@@ -273,17 +312,57 @@ impl FastReader {
             .find(|k| k.tstate == read.gil_holder && read.gil_holder != 0)
             .map_or(0, |k| k.ts.thread_id);
         let mut out = Vec::with_capacity(self.threads.len());
-        for ((known, frames), name) in self.threads.iter().zip(read.frames).zip(names) {
+        for (i, ((known, frames), name)) in
+            self.threads.iter().zip(read.frames).zip(names).enumerate()
+        {
             let ts = known.ts;
-            let state = match states.iter().find(|(tid, _)| *tid == ts.native_thread_id) {
-                Some((_, state)) => *state,
+            let owns_gil = ts.thread_id == gil_thread;
+            let tid = ts.native_thread_id;
+            // Where it was before the read (the same place unless the list changed).
+            let at = match states.get(i) {
+                Some((t, _)) if *t == tid => Some(i),
+                _ => states.iter().position(|(t, _)| *t == tid),
+            };
+            let state = match at {
+                Some(j) if reused[j] => {
+                    // A reused state stands only for a thread that did not move: one whose
+                    // Python state changed, or that holds the GIL, is read at once.
+                    let same = match old_sigs.get(i) {
+                        Some((t, sig)) if *t == known.tstate => *sig == known.sig,
+                        _ => old_sigs
+                            .iter()
+                            .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
+                    };
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                    }
+                    if same && !owns_gil {
+                        // The audit's question: would reading now have decided otherwise?
+                        let reference = audited.get(j).copied().flatten();
+                        if self.audit
+                            && crate::idle::is_active(states[j].1, owns_gil)
+                                != crate::idle::is_active(reference, owns_gil)
+                        {
+                            self.stats.idle_disagreed += 1;
+                        }
+                        states[j].1
+                    } else {
+                        self.stats.stat_reused -= 1;
+                        os_state(&mut self.tids, &mut self.activity, tid)
+                    }
+                }
+                Some(j) => {
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                    }
+                    states[j].1
+                }
                 // A thread new this sample: read now unless we stopped the process.
                 None if self.strategy == Strategy::StopGilHolders => {
-                    os_state(&mut self.tids, &mut self.activity, ts.native_thread_id)
+                    os_state(&mut self.tids, &mut self.activity, tid)
                 }
                 None => None,
             };
-            let owns_gil = ts.thread_id == gil_thread;
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
                 os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0).then(

@@ -81,12 +81,12 @@ impl TsWords {
         })
     }
 
-    /// The bytes of the current chunk to copy.
-    fn copy_len(&self) -> usize {
+    /// The bytes of the current chunk to copy: its used part, and `slack` past it.
+    fn copy_len(&self, slack: usize) -> usize {
         if self.chunk == 0 || self.top < self.chunk || self.limit < self.top {
             return 0;
         }
-        (self.top - self.chunk + SLACK)
+        (self.top - self.chunk + slack)
             .min(self.limit - self.chunk)
             .min(MAX_COPY)
     }
@@ -107,7 +107,9 @@ pub(crate) struct Planned {
 /// Adds a thread's reads to `batch`, using `guess` (its thread state as last read) for the
 /// addresses of its current-frame pointer and chunk, and `extra` for the ranges outside the
 /// chunk its last walk needed. `check`: a seed for the gaps between the copies of a thread
-/// read with a check.
+/// read with a check. `still`: the thread is expected not to have moved (asleep at its last
+/// reading, its Python state unchanged): its chunk is copied without slack, about half the
+/// bytes of a shallow stack; one that did push frames is read again.
 pub(crate) fn plan(
     batch: &mut Batch,
     layout: &Layout,
@@ -115,12 +117,13 @@ pub(crate) fn plan(
     guess: TsWords,
     extra: &[Extra],
     check: Option<&mut u64>,
+    still: bool,
 ) -> Planned {
     let has_frames = guess.cframe != 0;
     let reads = Reads {
         pointer: guess.cframe + layout.cframe_current_frame,
         chunk: guess.chunk,
-        chunk_len: guess.copy_len(),
+        chunk_len: guess.copy_len(if still && check.is_none() { 0 } else { SLACK }),
         extra: if has_frames { extra } else { &[] },
         max_extra: max_extra(layout),
     };
@@ -307,7 +310,7 @@ mod tests {
         let mut remote = Remote::new(std::process::id());
         let mut batch = Batch::default();
         let tstate = fake.ts.as_ptr() as usize;
-        let planned = plan(&mut batch, &PY311, tstate, fake.words(), &[], None);
+        let planned = plan(&mut batch, &PY311, tstate, fake.words(), &[], None, false);
         batch.run(&mut remote).expect("run");
         match check(&batch, &PY311, &planned) {
             Checked::Walkable {
@@ -323,7 +326,7 @@ mod tests {
         let mut stale = fake.words();
         stale.chunk += 4096;
         let mut batch = Batch::default();
-        let planned = plan(&mut batch, &PY311, tstate, stale, &[], None);
+        let planned = plan(&mut batch, &PY311, tstate, stale, &[], None, false);
         batch.run(&mut remote).expect("run");
         assert!(matches!(
             check(&batch, &PY311, &planned),
@@ -339,13 +342,14 @@ mod tests {
             limit: 0x1000 + 16384,
             ..TsWords::default()
         };
-        assert_eq!(words.copy_len(), 16384);
+        assert_eq!(words.copy_len(SLACK), 16384);
+        assert_eq!(words.copy_len(0), 16000);
         let torn = TsWords {
             chunk: 0x1000,
             top: 0x10,
             limit: 0x2000,
             ..TsWords::default()
         };
-        assert_eq!(torn.copy_len(), 0);
+        assert_eq!(torn.copy_len(SLACK), 0);
     }
 }

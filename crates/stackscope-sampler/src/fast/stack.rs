@@ -184,6 +184,29 @@ impl Walk {
     }
 
     /// Adds a copy made before the walk needed it (a range the last sample's walk used).
+    /// A digest of the current chunk's used part (up to `top`, the thread state's data-stack
+    /// top): every frame's locals and value stack with it. A thread looping around a C call
+    /// that releases the GIL comes back to the same frames and instructions every time, but
+    /// rarely with the same locals. 0 when there is no chunk.
+    pub(crate) fn chunk_digest(&self, top: usize) -> u64 {
+        let Some(first) = self
+            .regions
+            .first()
+            .filter(|r| r.chunk && r.region.addr != 0)
+        else {
+            return 0;
+        };
+        let region = &first.region;
+        let used = top.saturating_sub(region.addr).min(region.bytes.len());
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for word in region.bytes[..used].chunks(8) {
+            let mut w = [0u8; 8];
+            w[..word.len()].copy_from_slice(word);
+            h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        h
+    }
+
     pub(crate) fn add_region(&mut self, region: Region, chunk: bool) {
         if chunk && Some(region.addr) == self.older_chunk {
             self.older_chunk = region.previous_chunk();

@@ -26,6 +26,13 @@ pub(crate) struct ReaderStats {
     pub syscalls: u64,
     pub bytes: u64,
     pub stat_reads: u64,
+    /// Thread states taken from an earlier stat read (a sleeping thread whose Python state
+    /// did not change).
+    pub stat_reused: u64,
+    /// With `STACKSCOPE_IDLE_AUDIT=1`: idle decisions made, and how many differ from the
+    /// decision a fresh stat read would have given.
+    pub idle_decisions: u64,
+    pub idle_disagreed: u64,
     /// Reads after the snapshot for frames outside the copies.
     pub late_rounds: u64,
     pub code_hits: u64,
@@ -44,6 +51,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
+             {:.2} stat readings reused per sample, idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -53,6 +61,9 @@ impl fmt::Display for ReaderStats {
             per(self.syscalls),
             per(self.stat_reads),
             per(self.bytes),
+            per(self.stat_reused),
+            self.idle_disagreed,
+            self.idle_decisions,
             self.rereads,
             self.thread_stops,
             self.midway,

@@ -52,12 +52,18 @@ pub(crate) fn rebuild(
             .context("Failed to copy PyThreadState")?;
         let mut ts =
             TsWords::parse(layout, addr, &bytes).context("Failed to copy PyThreadState")?;
-        let (extra, codes) = match old.iter().find(|k| k.tstate == addr) {
+        let (extra, codes, sig) = match old.iter().find(|k| k.tstate == addr) {
             Some(k) => {
                 if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
                     ts.native_thread_id = k.ts.native_thread_id;
                 }
-                (k.extra.clone(), k.codes.clone())
+                // A thread state reused by a new thread is a thread that changed.
+                let sig = if ts.thread_id == k.ts.thread_id {
+                    k.sig
+                } else {
+                    0
+                };
+                (k.extra.clone(), k.codes.clone(), sig)
             }
             None => Default::default(),
         };
@@ -66,6 +72,8 @@ pub(crate) fn rebuild(
             ts,
             extra,
             codes,
+            sig,
+            still: false,
         });
         addr = ts.next;
     }
