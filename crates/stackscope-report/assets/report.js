@@ -221,7 +221,7 @@
         var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
         if (back < g.t[0]) {
           g.t.unshift(back);
-          [g.utilization, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
+          [g.utilization, g.sm_active, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
         }
       });
       // One x for all devices: merge the times, fill gaps with null.
@@ -233,7 +233,9 @@
       data = [xs];
       D.gpus.forEach(function (g, gi) {
         var label = "GPU " + g.index + (g.name ? " " + g.name : "");
-        var cols = [["utilization", g.utilization, "%"], ["memory", g.memory, "%"], ["power", g.power_watts, "W"]];
+        // SM activity (GPM) sits beside utilization: kernels that run on a few SMs read high
+        // on utilization alone.
+        var cols = [["utilization", g.utilization, "%"], ["memory", g.memory, "%"], ["power", g.power_watts, "W"], ["SM activity", g.sm_active, "%"]];
         cols.forEach(function (c, ci) {
           if (!c[1].some(function (v) { return v !== null; })) return;
           var col = new Array(xs.length).fill(null);
@@ -243,10 +245,10 @@
             label: label + " " + c[0] + " (" + c[2] + ")",
             stroke: colors[gi % colors.length],
             width: ci === 0 ? 2 : 1,
-            dash: ci === 1 ? [6, 4] : ci === 2 ? [2, 3] : undefined,
+            dash: ci === 1 ? [6, 4] : ci === 2 ? [2, 3] : ci === 3 ? [10, 3, 2, 3] : undefined,
             scale: c[2] === "W" ? "W" : "%",
             spanGaps: false,
-            show: ci === 0 || D.gpus.length === 1,
+            show: ci === 0 || ci === 3 || D.gpus.length === 1,
             paths: ci === 0 ? uPlot.paths.stepped({ align: -1 }) : undefined
           });
         });

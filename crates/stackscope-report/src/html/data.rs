@@ -84,6 +84,8 @@ pub struct PageGpu {
     /// Memory used, percent of the device's memory.
     pub memory: Vec<Option<f32>>,
     pub power_watts: Vec<Option<f32>>,
+    /// GPM SM activity, percent (Hopper and later; all null elsewhere).
+    pub sm_active: Vec<Option<f32>>,
 }
 
 /// Builds the page's data from what the aggregator holds and the summary written beside it.
@@ -266,6 +268,7 @@ fn series(index: u32, name: String, readings: &[&GpuSample], start: Timestamp) -
         utilization: Vec::new(),
         memory: Vec::new(),
         power_watts: Vec::new(),
+        sm_active: Vec::new(),
     };
     let per_point = readings.len().div_ceil(MAX_GPU_POINTS).max(1);
     for chunk in readings.chunks(per_point) {
@@ -278,6 +281,7 @@ fn series(index: u32, name: String, readings: &[&GpuSample], start: Timestamp) -
         out.utilization.push(mean(&|s| s.utilization));
         out.memory.push(mean(&memory));
         out.power_watts.push(mean(&|s| s.power_watts));
+        out.sm_active.push(mean(&|s| s.sm_active));
     }
     out
 }

@@ -272,3 +272,22 @@ fn a_day_of_samples_stays_within_the_size_bound() {
     assert_eq!(unknown, summary.samples);
     assert!(page.len() < 20 << 20, "{} bytes", page.len());
 }
+
+#[test]
+fn sm_activity_is_a_series_beside_utilization() {
+    let mut agg = Aggregator::new(AggregateConfig::default(), Timestamp(0));
+    for (i, sm) in [(1u64, Some(40.0f32)), (2, None), (3, Some(2.0))] {
+        agg.handle(Event::Gpu(GpuSample {
+            time: Timestamp(i * 100 * MS),
+            device: 0,
+            utilization: Some(99.0),
+            sm_active: sm,
+            ..GpuSample::default()
+        }));
+    }
+    agg.finish();
+    let data = data_of(&agg);
+    let gpu = &data.gpus[0];
+    assert_eq!(gpu.sm_active, vec![Some(40.0), None, Some(2.0)]);
+    assert_eq!(gpu.utilization, vec![Some(99.0); 3]);
+}
