@@ -18,11 +18,6 @@ use crate::verdict::{Verdict, VerdictClass, PREPROCESSING_BELOW};
 /// SM activity below this share of utilization is "low": while kernels ran, they kept fewer
 /// than half the SMs busy.
 pub const SM_LOW_SHARE: f64 = 0.5;
-/// How many functions the verdict names, and the least share after the first (as for GPU-idle
-/// time).
-const NAMED_FUNCTIONS: usize = 3;
-const NAMED_MIN_SHARE: f64 = 0.05;
-
 /// Whether SM activity `sm` (percent) is low for utilization `utilization` (percent).
 pub fn is_low(utilization: f64, sm: f64) -> bool {
     sm < SM_LOW_SHARE * utilization
@@ -60,23 +55,11 @@ pub fn low_sm_verdict(
 }
 
 fn code_sentence(functions: &[FunctionStat]) -> String {
-    let named: Vec<String> = functions
-        .iter()
-        .filter(|f| f.self_samples > 0)
-        .enumerate()
-        .filter(|(i, f)| *i == 0 || f.self_share >= NAMED_MIN_SHARE)
-        .map(|(_, f)| f)
-        .take(NAMED_FUNCTIONS)
-        .map(|f| format!("{} ({}) {:.0}%", f.function, f.file, f.self_share * 100.0))
-        .collect();
-    if named.is_empty() {
-        "No stack samples were taken while SM activity was low.".to_owned()
-    } else {
-        format!(
-            "While SM activity was low, Python was mostly in {}.",
-            named.join(", ")
-        )
-    }
+    crate::verdict::code_sentence(
+        functions,
+        "while SM activity was low",
+        "While SM activity was low",
+    )
 }
 
 #[cfg(test)]

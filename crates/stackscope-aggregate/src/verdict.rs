@@ -130,6 +130,12 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
 }
 
 fn idle_code_sentence(functions: &[FunctionStat]) -> String {
+    code_sentence(functions, "while the GPU idled", "While the GPU idled")
+}
+
+/// "While `when`, Python was mostly in f (file) 60%, g (file) 20%.": the top function, and up
+/// to [`NAMED_FUNCTIONS`] with at least [`NAMED_MIN_SHARE`] of the samples `functions` counts.
+pub(crate) fn code_sentence(functions: &[FunctionStat], when: &str, when_capital: &str) -> String {
     let named: Vec<String> = functions
         .iter()
         .filter(|f| f.self_samples > 0)
@@ -140,12 +146,9 @@ fn idle_code_sentence(functions: &[FunctionStat]) -> String {
         .map(|f| format!("{} ({}) {:.0}%", f.function, f.file, f.self_share * 100.0))
         .collect();
     if named.is_empty() {
-        "No stack samples were taken while the GPU idled.".to_owned()
+        format!("No stack samples were taken {when}.")
     } else {
-        format!(
-            "While the GPU idled, Python was mostly in {}.",
-            named.join(", ")
-        )
+        format!("{when_capital}, Python was mostly in {}.", named.join(", "))
     }
 }
 
