@@ -557,8 +557,9 @@ fn record_follows_a_child_that_runs_in_a_namespace() {
     assert!(num(&spinner["samples"], "samples") >= 30.0, "{spinner}");
     let host_tid = spinner["os_thread_id"].as_u64().expect("os_thread_id");
     assert_ne!(host_tid, spinner_ns, "the spinner is named by its host id");
-    // The job's main thread waits in join() once it has started: idle, never sampled there
-    // (it may be sampled before, while it starts up).
+    // The job's main thread waits in join() once it has started: idle, left out (it may be
+    // sampled before, while it starts up, and once or twice in join itself: the idle rule reads
+    // the OS state, and a thread caught on its way into the wait is still running).
     let folded = out.folded();
     let of_job = || {
         folded
@@ -575,7 +576,7 @@ fn record_follows_a_child_that_runs_in_a_namespace() {
         .filter(|s| s.has_function("Thread.join"))
         .map(|s| s.count)
         .sum();
-    assert_eq!(in_join, 0, "idle samples kept:\n{}", folded.excerpt());
+    assert!(in_join <= 2, "idle samples kept:\n{}", folded.excerpt());
 }
 
 #[test]
