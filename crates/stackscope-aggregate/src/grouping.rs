@@ -192,7 +192,8 @@ fn odd_ones_out(peers: &[(&ProcessDump, &ThreadDump)], name_threads: bool) -> Ve
         .collect()
 }
 
-fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
+/// The thread that stands for its process: `MainThread`, else the first one read.
+pub(crate) fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
     process
         .threads
         .iter()

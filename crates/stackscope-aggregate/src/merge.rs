@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::grouping::main_thread;
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump, ThreadState};
 
@@ -314,14 +315,6 @@ fn rank_leaders(processes: &[HostedProcess<'_>]) -> Vec<bool> {
             !inherited && !launcher
         })
         .collect()
-}
-
-fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
-    process
-        .threads
-        .iter()
-        .find(|t| t.name.as_deref() == Some("MainThread"))
-        .or_else(|| process.threads.first())
 }
 
 fn innermost(thread: &ThreadDump) -> String {
