@@ -81,11 +81,14 @@ fn check(python: &str, options: &TargetOptions) {
             "{python} ({reader}): waiting thread {name} active in {active} of {n} reads"
         );
     }
+    // A working thread shares the GIL with two others on two cores: while it waits for the GIL
+    // it sleeps in the OS, and is rightly idle then. A third of the reads still sets it far
+    // apart from the waiting threads (at most a tenth).
     for name in BUSY {
         let (active, n) = seen.get(name).copied().unwrap_or_default();
         assert!(n >= 20, "{python}: thread {name} seen {n} times");
         assert!(
-            active * 2 >= n,
+            active * 3 >= n,
             "{python} ({reader}): working thread {name} active in only {active} of {n} reads"
         );
     }
