@@ -292,6 +292,7 @@ fn threads_that_come_and_go_are_followed() {
         let deadline = Instant::now() + Duration::from_secs(3);
         let (mut reads, mut failed, mut short_named) = (0, 0, 0);
         let (mut stacks_seen, mut no_os_id) = (0, 0);
+        let mut why_failed = std::collections::BTreeMap::<String, usize>::new();
         while Instant::now() < deadline {
             reads += 1;
             match target.read_stacks() {
@@ -314,13 +315,17 @@ fn threads_that_come_and_go_are_followed() {
                         .filter(|s| s.thread.os_thread_id.is_none())
                         .count();
                 }
-                Err(SampleFailure::Transient { .. }) => failed += 1,
+                Err(SampleFailure::Transient { message, .. }) => {
+                    failed += 1;
+                    *why_failed.entry(message).or_insert(0) += 1;
+                }
                 Err(e) => panic!("{python}: {e}"),
             }
         }
         eprintln!(
             "{python}: {reads} reads, {failed} failed, {short_named} short-lived threads \
-             named, {no_os_id} of {stacks_seen} stacks without an OS thread id"
+             named, {no_os_id} of {stacks_seen} stacks without an OS thread id; failures: \
+             {why_failed:?}"
         );
         let most = if minor_of(&python) == "3.10" { 2 } else { 0 };
         assert!(

@@ -165,6 +165,9 @@ pub(crate) mod common {
     pub const GIL_LEN: usize = 32;
 }
 
+/// 3.10: where a frame object keeps its generator (`f_gen`, NULL for a function's frame).
+pub(crate) const FRAME_OBJECT_GEN: usize = 88;
+
 /// 3.10: frames are heap objects (Include/cpython/frameobject.h), no qualified names, no
 /// native thread id; the GIL and `tstate_current` sit in `_PyRuntime` as in 3.11.
 pub(crate) static PY310: Layout = Layout {

@@ -64,6 +64,11 @@ use remote::Remote;
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
 
+/// The thread list changed under every one of a sample's reads.
+#[derive(Debug, thiserror::Error)]
+#[error("Failed to read PyThreadState list: it keeps changing")]
+pub(crate) struct ListKeepsChanging;
+
 /// How the reader keeps stacks consistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Strategy {
@@ -287,7 +292,20 @@ impl FastReader {
             }
         }
         self.likely_holders = likely;
-        let result = self.read_threads(blocking, stop.is_some(), &states);
+        let mut result = self.read_threads(blocking, stop.is_some(), &states);
+        if stop.is_none()
+            && blocking
+            && result
+                .as_ref()
+                .is_err_and(|e| e.downcast_ref::<ListKeepsChanging>().is_some())
+        {
+            // Threads start and end faster than we read them (a pool that spawns a thread
+            // per task): with the whole process stopped the list holds still.
+            self.stats.process_stops += 1;
+            let stopped = self.process.lock().context("Failed to suspend process")?;
+            result = self.read_threads(blocking, true, &states);
+            drop(stopped);
+        }
         drop(stop);
         let read = result.inspect_err(|_| self.stats.errors += 1)?;
         if self.threads.iter().any(|k| k.ts.native_thread_id == 0) {
@@ -392,16 +410,24 @@ impl FastReader {
         'list: loop {
             if rebuilds > 0 {
                 if rebuilds > 3 {
-                    anyhow::bail!("Failed to read PyThreadState list: it keeps changing");
+                    return Err(ListKeepsChanging.into());
                 }
                 self.stats.list_rebuilds += 1;
-                self.threads = threads::rebuild(
+                match threads::rebuild(
                     &mut self.remote,
                     self.layout,
                     &self.globals,
                     &self.threads,
                     None,
-                )?;
+                ) {
+                    Ok(fresh) => self.threads = fresh,
+                    // A thread state freed while we walked the list: walk it again.
+                    Err(_) if !process_stopped => {
+                        rebuilds += 1;
+                        continue 'list;
+                    }
+                    Err(e) => return Err(e),
+                }
                 self.fill_os_thread_ids();
             }
             rebuilds += 1;

@@ -2,8 +2,12 @@
 //! from thread ident to `Thread` object, and each object's `_name`.
 //!
 //! A lookup walks a few dicts, so names are cached by thread ident and looked up only when a
-//! thread appears that has no name yet, and again at most once a second while some thread
-//! has none (it may be named later, or `threading` imported later), as py-spy does.
+//! thread appears that has no name yet, and again while some thread has none: at most every
+//! [`NEW_THREAD_RETRY`] in a thread's first [`NEW_THREAD_WINDOW`] (a thread enters the
+//! interpreter's list a moment before `threading` registers it, and a pool's short-lived
+//! threads live no longer than that), then at most once a second (it may be named later, or
+//! `threading` imported later), as py-spy does. A lookup that fails (the dicts changed under
+//! it, as they do while threads come and go) keeps the names known so far.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,6 +17,10 @@ use super::layout::{common, usize_at, DictKeys, Layout, ManagedDict};
 use super::remote::{Batch, Remote, Slot};
 
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// How soon a thread new to us, still without a name, is looked up again.
+const NEW_THREAD_RETRY: Duration = Duration::from_millis(10);
+/// How long a thread counts as new.
+const NEW_THREAD_WINDOW: Duration = Duration::from_millis(250);
 /// Bounds on what a lookup believes, against dicts read mid-change.
 const MAX_ENTRIES: usize = 1 << 16;
 /// 3.13: a type whose instances keep their attribute values inline, after the object.
@@ -22,6 +30,8 @@ const TP_BASICSIZE: usize = 32;
 
 pub(crate) struct ThreadNames {
     names: HashMap<u64, Option<String>>,
+    /// When each thread without a name was first seen.
+    first_seen: HashMap<u64, Instant>,
     looked_up: Instant,
     pub lookups: u64,
 }
@@ -30,6 +40,7 @@ impl ThreadNames {
     pub(crate) fn new() -> ThreadNames {
         ThreadNames {
             names: HashMap::new(),
+            first_seen: HashMap::new(),
             looked_up: Instant::now(),
             lookups: 0,
         }
@@ -39,6 +50,7 @@ impl ThreadNames {
     /// next sample looks the name up again.
     pub(crate) fn forget(&mut self, ident: u64) {
         self.names.remove(&ident);
+        self.first_seen.remove(&ident);
     }
 
     /// The names of `idents`, looking them up (once) if any is unknown or due a retry.
@@ -49,22 +61,42 @@ impl ThreadNames {
         modules_dict_ptr: usize,
         idents: &[u64],
     ) -> Vec<Option<String>> {
+        let now = Instant::now();
+        let since_lookup = now.saturating_duration_since(self.looked_up);
         let due = idents.iter().any(|id| match self.names.get(id) {
             Some(Some(_)) => false,
-            Some(None) => self.looked_up.elapsed() >= RETRY_INTERVAL,
+            Some(None) => {
+                let new = self
+                    .first_seen
+                    .get(id)
+                    .is_some_and(|t| now.saturating_duration_since(*t) < NEW_THREAD_WINDOW);
+                since_lookup
+                    >= if new {
+                        NEW_THREAD_RETRY
+                    } else {
+                        RETRY_INTERVAL
+                    }
+            }
             None => true,
         });
         if due {
             self.lookups += 1;
-            // A failed lookup (the dicts changed under us) leaves every thread unnamed
-            // until the next retry, as py-spy's does.
-            let found = lookup(remote, layout, modules_dict_ptr).unwrap_or_default();
-            self.names = found.into_iter().map(|(k, v)| (k, Some(v))).collect();
-            self.looked_up = Instant::now();
+            if let Some(found) = lookup(remote, layout, modules_dict_ptr) {
+                self.names = found.into_iter().map(|(k, v)| (k, Some(v))).collect();
+            }
+            self.looked_up = now;
+            // Threads gone since: forgotten (a lookup is rare, this quadratic pass with it).
+            self.first_seen.retain(|id, _| idents.contains(id));
         }
         idents
             .iter()
-            .map(|id| self.names.entry(*id).or_insert(None).clone())
+            .map(|id| {
+                let name = self.names.entry(*id).or_insert(None).clone();
+                if name.is_none() {
+                    self.first_seen.entry(*id).or_insert(now);
+                }
+                name
+            })
             .collect()
     }
 }

@@ -8,7 +8,7 @@
 //! older chunk, whose address the current chunk's header gives, is copied whole when the walk
 //! first reaches below it.
 
-use super::layout::{common, i32_at, usize_at, FrameDesign, Layout};
+use super::layout::{self, common, i32_at, usize_at, FrameDesign, Layout};
 
 /// A copied range of the target's memory.
 #[derive(Debug, Clone)]
@@ -84,6 +84,8 @@ pub(crate) struct Walk {
     regions: Vec<Copied>,
     /// The older chunk below the ones copied, not yet copied itself.
     older_chunk: Option<usize>,
+    /// 3.10: the last frame read belongs to a generator (`f_gen` set).
+    last_in_generator: bool,
 }
 
 impl Walk {
@@ -101,6 +103,7 @@ impl Walk {
                 used: true,
             }],
             older_chunk,
+            last_in_generator: false,
         }
     }
 
@@ -141,6 +144,11 @@ impl Walk {
                     as isize as usize,
             };
             let owner = header.get(layout.fr_owner).copied();
+            if layout.frames == FrameDesign::Objects {
+                self.last_in_generator = usize_at(header, layout::FRAME_OBJECT_GEN)
+                    .ok_or(WalkError::Garbage(addr))?
+                    != 0;
+            }
             if previous & 7 != 0 {
                 return Err(WalkError::Garbage(previous));
             }
@@ -237,10 +245,13 @@ impl Walk {
     /// then the walk ends early. Threads whose stack starts elsewhere (a generator driven by C
     /// code with no Python frame under it) fail this too.
     pub(crate) fn ends_at_first_frame(&self, layout: &Layout) -> bool {
-        // 3.10: a frame object links its caller when it is made, before it becomes the
-        // thread's current frame: every walk that ends, ends at the first frame.
+        // 3.10: a frame object links its caller when it is made, and a generator's frame
+        // when it is resumed, before either becomes the thread's current frame; a suspended
+        // generator's frame has no caller. So a walk that ends, ends at the first frame,
+        // unless it ends in a generator: a resumed frame read after it was suspended again
+        // (a thread runs no generator at its base, but for one driven from C).
         if layout.frames == FrameDesign::Objects {
-            return true;
+            return !self.last_in_generator;
         }
         let Some(last) = self.frames.last() else {
             return true;
@@ -299,7 +310,7 @@ pub(crate) fn coalesce(mut ranges: Vec<Extra>) -> Vec<Extra> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fast::layout::{PY311, PY312};
+    use crate::fast::layout::{PY310, PY311, PY312};
 
     /// Writes a 3.11-style frame at `at` (an offset in `mem`, whose address is `base`).
     fn frame(mem: &mut [u8], base: usize, at: usize, code: usize, previous: usize, instr: usize) {
@@ -438,5 +449,47 @@ mod tests {
         );
         assert_eq!(walk.advance(l), Ok(None));
         assert_eq!(walk.frames.len(), 1);
+    }
+
+    /// 3.10 frame objects: a walk ending in a function's frame reaches the thread's first
+    /// frame; one ending in a generator's frame (a resumed generator read after it was
+    /// suspended again, its caller link cleared) does not.
+    #[test]
+    fn a_3_10_walk_that_ends_in_a_generator_is_not_whole() {
+        let l = &PY310;
+        let walk_of = |gen_of_last: u64| {
+            let base = 0x10_0000;
+            let mut mem = vec![0u8; 512];
+            let put = |mem: &mut Vec<u8>, at: usize, code: u64, back: u64, gen: u64| {
+                mem[at + l.fr_code..at + l.fr_code + 8].copy_from_slice(&code.to_le_bytes());
+                mem[at + l.fr_previous..at + l.fr_previous + 8]
+                    .copy_from_slice(&back.to_le_bytes());
+                mem[at + layout::FRAME_OBJECT_GEN..at + layout::FRAME_OBJECT_GEN + 8]
+                    .copy_from_slice(&gen.to_le_bytes());
+            };
+            // The innermost frame is a function's; its caller the last, maybe a generator's.
+            put(&mut mem, 256, 0xc000, (base + 128) as u64, 0);
+            put(&mut mem, 128, 0xd000, 0, gen_of_last);
+            let mut walk = Walk::new(
+                0,
+                Region {
+                    addr: 0,
+                    bytes: Vec::new(),
+                },
+            );
+            walk.next = base + 256;
+            walk.add_region(
+                Region {
+                    addr: base,
+                    bytes: mem,
+                },
+                false,
+            );
+            assert_eq!(walk.advance(l), Ok(None));
+            assert_eq!(walk.frames.len(), 2);
+            walk
+        };
+        assert!(walk_of(0).ends_at_first_frame(l));
+        assert!(!walk_of(0x7f00_0000).ends_at_first_frame(l));
     }
 }
