@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
-use stackscope_event::Event;
+use stackscope_event::Batch;
 use stackscope_gpu::{GpuConfig, GpuPoller, GpuSelection};
 
 use crate::config::GpuSettings;
@@ -32,7 +32,7 @@ impl GpuHandle {
     pub fn start(
         settings: &GpuSettings,
         pid: u32,
-        sender: Sender<Event>,
+        sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> GpuHandle {
         if matches!(settings.selection, GpuSelection::Off) {
@@ -60,7 +60,7 @@ impl GpuHandle {
     /// `phase_file`.
     pub fn simulated(
         phase_file: std::path::PathBuf,
-        sender: Sender<Event>,
+        sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> GpuHandle {
         match crate::demo::sim_gpu::SimulatedGpu::start(phase_file, sender, stop) {
@@ -114,7 +114,7 @@ impl GpuReport {
         }
     }
 
-    fn unavailable(why: &str) -> GpuReport {
+    pub(crate) fn unavailable(why: &str) -> GpuReport {
         GpuReport {
             devices: Vec::new(),
             unavailable: Some(why.to_owned()),

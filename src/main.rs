@@ -14,6 +14,7 @@ mod metrics;
 mod recorder;
 mod recording;
 mod report;
+mod session;
 mod signals;
 mod top;
 mod watch;

@@ -1,26 +1,20 @@
-//! The aggregator's thread and the files it writes: it folds every event from the channel, and
-//! on request (every `--flush-interval`, SIGUSR1, the end) writes the whole output directory.
+//! The aggregate of a recording and the files it writes: it folds every batch the session
+//! hands it, and on request (every `--flush-interval`, SIGUSR1, the end) writes the whole
+//! output directory. It runs on the consumer's thread: folding and writing never overlap, so
+//! nothing is shared and nothing is locked.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use anyhow::Context;
-use crossbeam_channel::Receiver;
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
-use stackscope_event::{Event, Timestamp};
+use stackscope_event::{Batch, Event, Timestamp};
 use stackscope_report::OutputFiles;
 use stackscope_samplelog::{LogHeader, SampleLogWriter};
 
 use crate::metrics::{self, SharedMetrics};
 
-/// Events taken under one lock: the lock is the checkpoint writer's way in, so it is taken per
-/// batch, not per event, and never held while waiting for the channel.
-const BATCH: usize = 4096;
-
 pub struct Recorder {
-    state: Arc<Mutex<State>>,
-    thread: JoinHandle<()>,
+    state: State,
     out_dir: PathBuf,
 }
 
@@ -67,59 +61,53 @@ impl State {
 }
 
 impl Recorder {
-    /// Starts folding `receiver`'s events; the thread ends when every producer has dropped
-    /// its sender.
-    pub fn spawn(
+    /// Creates the sample log; the outputs are written at checkpoints and at the end.
+    pub fn create(
         config: AggregateConfig,
         start: Timestamp,
-        receiver: Receiver<Event>,
         out_dir: &Path,
         log_header: &LogHeader,
         metrics: Option<SharedMetrics>,
     ) -> anyhow::Result<Recorder> {
         let log = SampleLogWriter::create(out_dir, log_header)
             .with_context(|| format!("cannot create the sample log in {}", out_dir.display()))?;
-        let state = Arc::new(Mutex::new(State {
-            aggregator: Aggregator::new(config, start),
-            log: Some(log),
-            log_failure: None,
-            metrics,
-        }));
-        let shared = state.clone();
-        let thread = std::thread::Builder::new()
-            .name("stackscope-aggregate".into())
-            .spawn(move || fold(&receiver, &shared))
-            .context("cannot start the aggregator thread")?;
         Ok(Recorder {
-            state,
-            thread,
+            state: State {
+                aggregator: Aggregator::new(config, start),
+                log: Some(log),
+                log_failure: None,
+                metrics,
+            },
             out_dir: out_dir.to_owned(),
         })
     }
 
-    /// Writes every output as it stands now; the recording goes on.
-    pub fn checkpoint(&self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
-        let mut state = lock(&self.state);
-        state.flush_log();
-        let meta = state.meta_with_log_notice(meta);
-        write(&self.out_dir, &state.aggregator, &meta)
+    /// Folds one batch of events.
+    pub fn handle(&mut self, batch: Batch) {
+        let metrics = self.state.metrics.clone();
+        // The metrics' lock is taken once per batch: the server waits at most a batch.
+        let mut metrics = metrics.as_ref().map(metrics::lock);
+        for event in batch {
+            if let Some(m) = metrics.as_mut() {
+                m.observe(&event);
+            }
+            self.state.handle(event);
+        }
     }
 
-    /// Waits for the producers' last events, then writes the final outputs.
-    pub fn finish(self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
-        let Recorder {
-            state,
-            thread,
-            out_dir,
-        } = self;
-        thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("the aggregator thread panicked"))?;
-        let mut state = lock(&state);
-        state.flush_log();
-        state.aggregator.finish();
-        let meta = state.meta_with_log_notice(meta);
-        write(&out_dir, &state.aggregator, &meta)
+    /// Writes every output as it stands now; the recording goes on.
+    pub fn checkpoint(&mut self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
+        self.state.flush_log();
+        let meta = self.state.meta_with_log_notice(meta);
+        write(&self.out_dir, &self.state.aggregator, &meta)
+    }
+
+    /// Writes the final outputs, once the producers' last events have been handled.
+    pub fn finish(mut self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
+        self.state.flush_log();
+        self.state.aggregator.finish();
+        let meta = self.state.meta_with_log_notice(meta);
+        write(&self.out_dir, &self.state.aggregator, &meta)
     }
 }
 
@@ -130,31 +118,4 @@ fn write(
 ) -> anyhow::Result<OutputFiles> {
     stackscope_report::write_outputs(out_dir, aggregator, meta)
         .with_context(|| format!("cannot write the recording to {}", out_dir.display()))
-}
-
-fn fold(receiver: &Receiver<Event>, state: &Mutex<State>) {
-    while let Ok(first) = receiver.recv() {
-        let mut state = lock(state);
-        let metrics = state.metrics.clone();
-        // The metrics' lock is taken once per batch too: the server waits at most a batch.
-        let mut metrics = metrics.as_ref().map(metrics::lock);
-        if let Some(m) = metrics.as_mut() {
-            m.observe(&first);
-        }
-        state.handle(first);
-        for event in receiver.try_iter().take(BATCH) {
-            if let Some(m) = metrics.as_mut() {
-                m.observe(&event);
-            }
-            state.handle(event);
-        }
-    }
-}
-
-/// A panic elsewhere must not cost the recording: the aggregate is still consistent between
-/// events, so a poisoned lock is taken as it is.
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

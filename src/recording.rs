@@ -2,40 +2,28 @@
 //! the end (duration, Ctrl-C, SIGTERM, the target's exit), and writes the output directory.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use crossbeam_channel::bounded;
 use stackscope_aggregate::{AggregateConfig, RecordingMeta};
 use stackscope_event::Timestamp;
 use stackscope_samplelog::LogHeader;
 use stackscope_sampler::{
-    Root, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
+    Root, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
 use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
-use crate::gpu::{GpuHandle, GpuReport};
+use crate::gpu::GpuReport;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
-use crate::signals::Signals;
-
-/// Room for a few seconds of samples at the highest rate: enough to ride out a slow write of
-/// the aggregator without the producers ever waiting.
-const CHANNEL_CAPACITY: usize = 1 << 16;
+pub use crate::session::GpuSource;
+use crate::session::{Producers, Session, Wake};
+use crate::signals::{Request, Signals};
 
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where a recording's GPU readings come from.
-pub enum GpuSource {
-    /// NVML, as `--gpu` and `--nvml-lib` say.
-    Nvml,
-    /// `stackscope demo`'s simulated GPU, following the phases its loop writes to this file.
-    Simulated(PathBuf),
-}
 
 pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
     run_with(config, GpuSource::Nvml)
@@ -128,23 +116,32 @@ fn record(
         rate_hz: config.rate_hz,
     };
 
-    let (sender, receiver) = bounded(CHANNEL_CAPACITY);
-    let producers_stop = Arc::new(AtomicBool::new(false));
-    let gpu = match gpu_source {
-        GpuSource::Nvml => GpuHandle::start(
-            &config.gpu,
-            meta.pid,
-            sender.clone(),
-            producers_stop.clone(),
-        ),
-        GpuSource::Simulated(phase_file) => {
-            GpuHandle::simulated(phase_file, sender.clone(), producers_stop.clone())
-        }
-    };
+    let pid = meta.pid;
+    let mut session = Session::start(
+        signals,
+        Producers {
+            pid,
+            gpu: &config.gpu,
+            gpu_source,
+            sampler: Some((
+                target,
+                SamplerConfig {
+                    rate_hz: config.rate_hz,
+                    duration: config.duration,
+                    follow_children: config.subprocesses,
+                    options: TargetOptions {
+                        blocking: config.blocking,
+                        locals: false,
+                        native: config.native,
+                    },
+                },
+            )),
+        },
+    )?;
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.gpu.idle_below,
-        gpu_enabled: gpu.is_enabled(),
+        gpu_enabled: session.gpu_enabled(),
         process_root: config.subprocesses,
     };
     let log_header = LogHeader {
@@ -165,58 +162,50 @@ fn record(
         DEFAULT_HANG_AFTER_SECS,
         config.gpu.idle_below,
     )?;
-    let recorder = Recorder::spawn(
+    let mut recorder = Recorder::create(
         aggregate_config,
         start,
-        receiver,
         &out_dir,
         &log_header,
         metrics.as_ref().map(|m| m.state.clone()),
     )?;
-    let sampler = Sampler::spawn(
-        target,
-        SamplerConfig {
-            rate_hz: config.rate_hz,
-            duration: config.duration,
-            follow_children: config.subprocesses,
-            options: TargetOptions {
-                blocking: config.blocking,
-                locals: false,
-                native: config.native,
-            },
-        },
-        sender,
-        producers_stop.clone(),
-    )
-    .context("cannot start the sampling thread")?;
 
     let mut next_checkpoint = Instant::now() + config.flush_interval;
     let mut reported_stop = false;
-    while !signals.stop_requested() && !sampler.is_finished() {
-        std::thread::sleep(Duration::from_millis(20));
-        if let Some(m) = &metrics {
-            let dropped = sampler.stats().dropped.load(Ordering::Relaxed);
-            crate::metrics::lock(&m.state).set_dropped(dropped);
-        }
-        let stopped = sampler.stats().stopped_now.load(Ordering::Relaxed);
-        if stopped != reported_stop {
-            reported_stop = stopped;
-            if stopped {
-                eprintln!(
-                    "stackscope: process {} is stopped (SIGSTOP or a debugger); not sampling it, \
-                     and leaving it stopped",
-                    meta.pid
-                );
-            } else {
-                eprintln!(
-                    "stackscope: process {} runs again; sampling resumed",
-                    meta.pid
-                );
+    // A signal that came before the session started (during a slow attach) counts too.
+    let mut stopping = session.signals().stop_requested();
+    while !stopping {
+        let checkpoint = match session.wait(Some(next_checkpoint)) {
+            Wake::Batch(batch) => {
+                recorder.handle(batch);
+                // The sampler's counters move with its batches: look at them now.
+                let stats = session.sampler_stats();
+                if let Some(m) = &metrics {
+                    let dropped = stats.dropped.load(Ordering::Relaxed);
+                    crate::metrics::lock(&m.state).set_dropped(dropped);
+                }
+                let stopped = stats.stopped_now.load(Ordering::Relaxed);
+                if stopped != reported_stop {
+                    reported_stop = stopped;
+                    say_stopped(pid, stopped);
+                }
+                None
             }
-        }
-        let asked = signals.take_checkpoint_request();
-        if asked || Instant::now() >= next_checkpoint {
-            let snapshot = meta.live(sampler.stats(), &gpu.snapshot());
+            Wake::Signal(Request::Stop) | Wake::SamplerEnded => {
+                stopping = true;
+                None
+            }
+            Wake::Signal(Request::Checkpoint) => Some(true),
+            Wake::Deadline => Some(false),
+            Wake::Extra(()) => None,
+        };
+        if let Some(asked) = checkpoint {
+            // A SIGUSR1 answered here needs no second checkpoint from the flag it also set.
+            session.signals().take_checkpoint_request();
+            let gpu = session
+                .gpu_snapshot()
+                .unwrap_or_else(|| GpuReport::unavailable(""));
+            let snapshot = meta.live(session.sampler_stats(), &gpu);
             match recorder.checkpoint(&snapshot) {
                 Ok(_) if asked => {
                     eprintln!("stackscope: checkpoint written to {}", out_dir.display())
@@ -224,18 +213,23 @@ fn record(
                 Ok(_) => {}
                 Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
             }
-            // Outside the recorder's lock: the exports re-read the log it just flushed.
             if let Err(e) = crate::export::write_formats(&out_dir, &config.formats) {
                 eprintln!("stackscope: checkpoint exports failed: {e:#}");
             }
             next_checkpoint = Instant::now() + config.flush_interval;
         }
     }
-    producers_stop.store(true, Ordering::Relaxed);
-    let report = sampler.join();
+    let stopped = session.stop();
+    // Both producers have ended: everything they sent is waiting, the sampler's last batch too.
+    for batch in session.waiting() {
+        recorder.handle(batch);
+    }
+    let Some(report) = stopped.sampler else {
+        bail!("the sampling thread was stopped twice");
+    };
+    let gpu_report = stopped.gpu;
     // The time sampled, not the time ending the command took after.
     meta.sampled = Some(meta.started.elapsed());
-    let gpu_report = gpu.join();
     let target_exited = report.stop == StopReason::TargetExited;
     if let StopReason::Fatal(why) = &report.stop {
         eprintln!("stackscope: sampling stopped early: {why}");
@@ -266,6 +260,17 @@ fn record(
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;
     Ok(())
+}
+
+fn say_stopped(pid: u32, stopped: bool) {
+    if stopped {
+        eprintln!(
+            "stackscope: process {pid} is stopped (SIGSTOP or a debugger); not sampling it, \
+             and leaving it stopped"
+        );
+    } else {
+        eprintln!("stackscope: process {pid} runs again; sampling resumed");
+    }
 }
 
 /// How long `record` waits for its command to be reaped once the sampler saw it go.

@@ -5,21 +5,18 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::Context;
-use crossbeam_channel::{bounded, Receiver};
 use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent};
-use stackscope_event::{Event, ProcessDump, Timestamp};
+use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
 };
 
 use crate::config::{ensure_writable_dir, WatchConfig};
-use crate::gpu::GpuHandle;
 use crate::metrics::{self, MetricsEndpoint, SharedMetrics};
-use crate::signals::Signals;
+use crate::session::{GpuSource, Producers, Session, Wake};
+use crate::signals::{Request, Signals};
 
 pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let signals = Signals::install()?;
@@ -33,9 +30,16 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     )?;
     let metrics = metrics.as_ref().map(|m| &m.state);
     let mut set = ProcessSet::from_root(root, config.subprocesses, options);
-    let (sender, receiver) = bounded(4096);
-    let stop = Arc::new(AtomicBool::new(false));
-    let gpu = GpuHandle::start(&config.gpu, config.pid, sender, stop.clone());
+    // The GPU side and the signals; watch reads the stacks itself, at its own low rate.
+    let mut session = Session::start(
+        signals,
+        Producers {
+            pid: config.pid,
+            gpu: &config.gpu,
+            gpu_source: GpuSource::Nvml,
+            sampler: None,
+        },
+    )?;
     let mut gpu_readings = GpuReadings::default();
     let mut detector = HangDetector::new(config.hang_after_secs);
     // A busy loop that spends most of its time on a few lines repeats a stack by chance now and
@@ -53,11 +57,17 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         config.hang_after_secs
     );
     let mut reports = 0u32;
-    while !signals.stop_requested() {
-        if timer.wait(None).is_none() {
-            continue;
+    while !session.signals().stop_requested() {
+        match session.wait(Some(timer.next_tick())) {
+            Wake::Batch(batch) => {
+                gpu_readings.take(batch, metrics);
+                continue;
+            }
+            Wake::Signal(Request::Stop) => break,
+            Wake::Deadline => {}
+            Wake::Signal(Request::Checkpoint) | Wake::SamplerEnded | Wake::Extra(()) => continue,
         }
-        gpu_readings.take(&receiver, metrics);
+        timer.tick_now();
         let now = Timestamp::now();
         set.rescan(now);
         let Some(signature) = read_signature(&mut set, now, metrics) else {
@@ -95,8 +105,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             None => {}
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    drop(gpu.join());
+    session.stop();
     eprintln!("stackscope: {reports} hang report(s) written");
     Ok(())
 }
@@ -174,9 +183,9 @@ struct GpuReadings {
 }
 
 impl GpuReadings {
-    fn take(&mut self, receiver: &Receiver<Event>, metrics: Option<&SharedMetrics>) {
+    fn take(&mut self, batch: Batch, metrics: Option<&SharedMetrics>) {
         let mut metrics = metrics.map(metrics::lock);
-        for event in receiver.try_iter() {
+        for event in batch {
             if let Some(m) = metrics.as_mut() {
                 m.observe(&event);
             }

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use stackscope_event::{Event, GpuSample, Timestamp};
+use stackscope_event::{Batch, Event, GpuSample, Timestamp};
 
 pub const DEVICE_NAME: &str = "simulated GPU (stackscope demo)";
 /// report.html says "simulated" for a device whose UUID starts so.
@@ -39,7 +39,7 @@ pub struct SimulatedGpu {
 impl SimulatedGpu {
     pub fn start(
         phase_file: PathBuf,
-        sender: Sender<Event>,
+        sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<SimulatedGpu> {
         let dropped = Arc::new(AtomicU64::new(0));
@@ -69,7 +69,7 @@ pub fn device_info() -> stackscope_aggregate::GpuDeviceInfo {
     }
 }
 
-fn run(phase_file: &PathBuf, sender: &Sender<Event>, stop: &AtomicBool, dropped: &AtomicU64) {
+fn run(phase_file: &PathBuf, sender: &Sender<Batch>, stop: &AtomicBool, dropped: &AtomicU64) {
     let mut reads = 0u32;
     let mut busy_reads = 0u32;
     let mut next_report = Instant::now() + REPORT_EVERY;
@@ -98,7 +98,7 @@ fn run(phase_file: &PathBuf, sender: &Sender<Event>, stop: &AtomicBool, dropped:
             power_watts: Some(60.0 + 2.4 * utilization),
             ..GpuSample::default()
         };
-        if sender.try_send(Event::Gpu(sample)).is_err() {
+        if sender.try_send(vec![Event::Gpu(sample)]).is_err() {
             dropped.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -12,18 +12,15 @@ mod tui;
 mod view;
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use crossbeam_channel::{bounded, Receiver};
-use stackscope_event::Event;
-use stackscope_sampler::{Root, Sampler, SamplerConfig, SamplerStats, StopReason, TargetOptions};
+use stackscope_event::Batch;
+use stackscope_sampler::{Root, SamplerConfig, StopReason, TargetOptions};
 
 use crate::config::TopConfig;
-use crate::gpu::GpuHandle;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
+use crate::session::{GpuSource, Producers, Session};
 use crate::signals::Signals;
 
 use format::Status;
@@ -31,14 +28,6 @@ use model::TopModel;
 
 /// How often the view refreshes and the interval columns roll over.
 const INTERVAL: Duration = Duration::from_secs(1);
-
-/// As in a recording: a few seconds of samples at the highest rate, so the producers never
-/// wait while the view draws.
-const CHANNEL_CAPACITY: usize = 1 << 16;
-
-/// Events folded per call of [`Session::pump`], so that a flood cannot keep the loop from
-/// answering keys.
-const PUMP_LIMIT: usize = 100_000;
 
 pub fn run(config: TopConfig) -> anyhow::Result<()> {
     let signals = Signals::install()?;
@@ -50,22 +39,19 @@ pub fn run(config: TopConfig) -> anyhow::Result<()> {
     // Attaching can fail (no such process, not Python, permission): fail before the terminal
     // changes, so the error is one plain line.
     let target = Root::attach(config.pid, &options, config.subprocesses)?;
-    let session = Session::start(&config, target, options)?;
+    let live = Live::start(&config, target, options, signals)?;
     if std::io::stdout().is_terminal() {
-        tui::run(session, &signals, config.include_idle)
+        tui::run(live, config.include_idle)
     } else {
-        plain::run(session, &signals, config.include_idle)
+        plain::run(live, config.include_idle)
     }
 }
 
-/// The producers, the channel and the model of one `top` run. Dropping it stops the producers
-/// and waits for them, so the target is never left stopped whatever way `top` ends.
-pub struct Session {
-    receiver: Receiver<Event>,
-    sampler: Option<Sampler>,
-    sampler_stats: Arc<SamplerStats>,
-    gpu: Option<GpuHandle>,
-    producers_stop: Arc<AtomicBool>,
+/// The session (producers, channel, signals) and the model of one `top` run. Dropping it
+/// drops the session, which stops the producers and waits for them, so the target is never
+/// left stopped whatever way `top` ends.
+pub struct Live {
+    pub session: Session,
     pub model: TopModel,
     pub status: Status,
     idle_code: idle_code::IdleCode,
@@ -76,8 +62,13 @@ pub struct Session {
     ticks_at_interval_start: u64,
 }
 
-impl Session {
-    fn start(config: &TopConfig, target: Root, options: TargetOptions) -> anyhow::Result<Session> {
+impl Live {
+    fn start(
+        config: &TopConfig,
+        target: Root,
+        options: TargetOptions,
+        signals: Signals,
+    ) -> anyhow::Result<Live> {
         let status = Status {
             pid: target.pid(),
             rank: stackscope_event::RankInfo::of_process(target.pid()).rank,
@@ -90,42 +81,35 @@ impl Session {
             processes: 1,
             ..Status::default()
         };
-        let (sender, receiver) = bounded(CHANNEL_CAPACITY);
-        let producers_stop = Arc::new(AtomicBool::new(false));
         // Started before the terminal changes: a missing NVML says why in one line that stays
         // on the screen after `top` ends (and in the view's GPU line).
-        let gpu = GpuHandle::start(
-            &config.gpu,
-            status.pid,
-            sender.clone(),
-            producers_stop.clone(),
-        );
-        let model = TopModel::new(config.gpu.idle_below, gpu.is_enabled());
-        let gpu_enabled = gpu.is_enabled();
+        let session = Session::start(
+            signals,
+            Producers {
+                pid: status.pid,
+                gpu: &config.gpu,
+                gpu_source: GpuSource::Nvml,
+                sampler: Some((
+                    target,
+                    SamplerConfig {
+                        rate_hz: config.rate_hz,
+                        duration: None,
+                        follow_children: config.subprocesses,
+                        options,
+                    },
+                )),
+            },
+        )?;
+        let gpu_enabled = session.gpu_enabled();
+        let model = TopModel::new(config.gpu.idle_below, gpu_enabled);
         let metrics = MetricsEndpoint::start(
             config.metrics_addr.as_deref(),
             DEFAULT_HANG_AFTER_SECS,
             config.gpu.idle_below,
         )?;
-        let sampler = Sampler::spawn(
-            target,
-            SamplerConfig {
-                rate_hz: config.rate_hz,
-                duration: None,
-                follow_children: config.subprocesses,
-                options,
-            },
-            sender,
-            producers_stop.clone(),
-        )
-        .context("cannot start the sampling thread")?;
         let now = Instant::now();
-        let mut session = Session {
-            receiver,
-            sampler_stats: sampler.stats().clone(),
-            sampler: Some(sampler),
-            gpu: Some(gpu),
-            producers_stop,
+        let mut live = Live {
+            session,
             idle_code: idle_code::IdleCode::new(config.gpu.idle_below, gpu_enabled),
             model,
             status,
@@ -134,17 +118,17 @@ impl Session {
             metrics,
             ticks_at_interval_start: 0,
         };
-        session.refresh_status(0.0);
-        Ok(session)
+        live.refresh_status(0.0);
+        Ok(live)
     }
 
-    /// Folds the events waiting on the channel into the model.
-    pub fn pump(&mut self) {
+    /// Folds one batch of events into the model.
+    pub fn handle(&mut self, batch: Batch) {
         let mut metrics = self
             .metrics
             .as_ref()
             .map(|m| crate::metrics::lock(&m.state));
-        for event in self.receiver.try_iter().take(PUMP_LIMIT) {
+        for event in batch {
             self.idle_code.handle(&event);
             if let Some(m) = metrics.as_mut() {
                 m.observe(&event);
@@ -153,14 +137,12 @@ impl Session {
         }
     }
 
-    /// Whether the interval in progress has run its length.
-    pub fn interval_due(&self) -> bool {
-        self.status.ended.is_none() && self.interval_started.elapsed() >= INTERVAL
-    }
-
-    /// How long until the interval in progress ends.
-    pub fn until_interval_end(&self) -> Duration {
-        INTERVAL.saturating_sub(self.interval_started.elapsed())
+    /// The instant the interval in progress ends: the view's one deadline.
+    pub fn interval_end(&self) -> Option<Instant> {
+        self.status
+            .ended
+            .is_none()
+            .then(|| self.interval_started + INTERVAL)
     }
 
     /// Ends the interval in progress: the model rolls over and the header's figures are
@@ -173,7 +155,7 @@ impl Session {
     }
 
     fn refresh_status(&mut self, interval_secs: f64) {
-        let stats = &self.sampler_stats;
+        let stats = self.session.sampler_stats();
         let ticks = stats.ticks.load(Ordering::Relaxed);
         if interval_secs > 0.0 {
             self.status.achieved_hz =
@@ -186,8 +168,7 @@ impl Session {
         self.status.target_stopped = stats.stopped_now.load(Ordering::Relaxed);
         self.status.all_secs = self.all_started.elapsed().as_secs_f64();
         let mut dropped = stats.dropped.load(Ordering::Relaxed);
-        if let Some(gpu) = &self.gpu {
-            let report = gpu.snapshot();
+        if let Some(report) = self.session.gpu_snapshot() {
             dropped += report.dropped;
             self.status.gpu_unavailable = report.unavailable;
             let devices: Vec<(u32, String)> = report
@@ -212,43 +193,26 @@ impl Session {
         self.status.all_secs = 0.0;
     }
 
-    /// Notices, once, that the sampler has ended by itself (the target exited, or sampling
-    /// could not go on): folds what is left, ends the last interval, stops the GPU poller and
-    /// says so in `status.ended`. True the one time it happens.
-    pub fn check_ended(&mut self) -> bool {
-        if !self.sampler.as_ref().is_some_and(Sampler::is_finished) {
-            return false;
+    /// Once the sampler has ended by itself (the target exited, or sampling could not go on):
+    /// stops the GPU poller, folds what is left, ends the last interval and says so in
+    /// `status.ended`.
+    pub fn sampler_ended(&mut self) {
+        if self.status.ended.is_some() {
+            return;
         }
-        let Some(sampler) = self.sampler.take() else {
-            return false;
-        };
-        let report = sampler.join();
-        self.producers_stop.store(true, Ordering::Relaxed);
-        if let Some(gpu) = self.gpu.take() {
-            gpu.join();
-        }
+        let stopped = self.session.stop();
         // Both producers are done: everything they sent is on the channel now.
-        self.pump();
+        let waiting: Vec<Batch> = self.session.waiting().collect();
+        for batch in waiting {
+            self.handle(batch);
+        }
         self.model.flush();
         self.idle_code.finish();
         self.end_interval();
         let pid = self.status.pid;
-        self.status.ended = Some(match report.stop {
-            StopReason::Fatal(why) => format!("sampling of process {pid} stopped: {why}"),
+        self.status.ended = Some(match stopped.sampler.map(|r| r.stop) {
+            Some(StopReason::Fatal(why)) => format!("sampling of process {pid} stopped: {why}"),
             _ => format!("process {pid} ended"),
         });
-        true
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.producers_stop.store(true, Ordering::Relaxed);
-        if let Some(sampler) = self.sampler.take() {
-            sampler.join();
-        }
-        if let Some(gpu) = self.gpu.take() {
-            gpu.join();
-        }
     }
 }

@@ -2,12 +2,12 @@
 //! every interval, the final totals when the target ends or on Ctrl-C/SIGTERM, then exit 0.
 
 use std::io::Write;
-use std::time::Duration;
 
 use super::format::{self, location, Columns, Status, PERCENT_WIDTH};
 use super::model::{SortKey, TopModel, ViewOptions};
-use super::Session;
-use crate::signals::Signals;
+use super::Live;
+use crate::session::Wake;
+use crate::signals::Request;
 
 /// Rows per interval's table: the top of it is what a reader of a log looks for.
 const ROWS: usize = 20;
@@ -16,26 +16,31 @@ const FINAL_ROWS: usize = 40;
 /// Width the GPU lines are laid out for.
 const GPU_WIDTH: usize = 120;
 
-pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyhow::Result<()> {
+pub fn run(mut session: Live, include_idle: bool) -> anyhow::Result<()> {
     let options = ViewOptions {
         include_idle,
         ..ViewOptions::default()
     };
     let stdout = std::io::stdout();
-    loop {
-        session.pump();
-        if session.check_ended() || signals.stop_requested() {
-            break;
-        }
-        if session.interval_due() {
-            session.end_interval();
-            let text = table(&session.model, &session.status, &options, ROWS);
-            // A reader that went away (`| head`) ends `top` quietly, as it would `cat`.
-            if write_all(&stdout, &text).is_err() {
-                return Ok(());
+    let mut stopping = session.session.signals().stop_requested();
+    while !stopping {
+        match session.session.wait(session.interval_end()) {
+            Wake::Batch(batch) => session.handle(batch),
+            Wake::Signal(Request::Stop) => stopping = true,
+            Wake::Signal(Request::Checkpoint) | Wake::Extra(()) => {}
+            Wake::SamplerEnded => {
+                session.sampler_ended();
+                stopping = true;
+            }
+            Wake::Deadline => {
+                session.end_interval();
+                let text = table(&session.model, &session.status, &options, ROWS);
+                // A reader that went away (`| head`) ends `top` quietly, as it would `cat`.
+                if write_all(&stdout, &text).is_err() {
+                    return Ok(());
+                }
             }
         }
-        std::thread::sleep(session.until_interval_end().min(Duration::from_millis(20)));
     }
     if session.status.ended.is_none() {
         session.end_interval();

@@ -5,7 +5,6 @@
 use std::io::{stdout, Stdout};
 use std::sync::OnceLock;
 use std::thread::ThreadId;
-use std::time::Duration;
 
 use anyhow::Context;
 use ratatui::backend::CrosstermBackend;
@@ -20,15 +19,13 @@ use ratatui::Terminal;
 use super::format::Status;
 use super::model::{SortKey, TopModel, ViewOptions};
 use super::view::{self, Screen};
-use super::Session;
-use crate::signals::Signals;
+use super::Live as Session;
+use crate::session::Wake;
+use crate::signals::Request;
 
-/// How long the loop waits for a key before it looks at the channel again: short enough that
-/// events never pile up, long enough to cost nothing.
-const KEY_POLL: Duration = Duration::from_millis(50);
-
-pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyhow::Result<()> {
+pub fn run(mut session: Session, include_idle: bool) -> anyhow::Result<()> {
     let mut terminal = TerminalGuard::enter()?;
+    let keys = read_keys()?;
     let mut ui = Ui {
         options: ViewOptions {
             include_idle,
@@ -38,23 +35,7 @@ pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyho
         help: false,
     };
     let mut redraw = true;
-    while !signals.stop_requested() {
-        session.pump();
-        if session.interval_due() {
-            session.end_interval();
-            redraw = true;
-        }
-        if session.check_ended() {
-            // The final totals are what matter now, not a last interval cut short.
-            ui.frozen = None;
-            if matches!(
-                ui.options.sort,
-                SortKey::OwnInterval | SortKey::TotalInterval
-            ) {
-                ui.options.sort = SortKey::OwnAll;
-            }
-            redraw = true;
-        }
+    while !session.session.signals().stop_requested() {
         if redraw {
             let (model, status) = match &ui.frozen {
                 Some((model, status)) => (model, status),
@@ -74,23 +55,61 @@ pub fn run(mut session: Session, signals: &Signals, include_idle: bool) -> anyho
             redraw = false;
             panic_if_asked_in_tests();
         }
-        let wait = KEY_POLL.min(session.until_interval_end());
-        if !event::poll(wait).context("cannot read the terminal")? {
-            continue;
-        }
-        match event::read().context("cannot read the terminal")? {
-            Event::Key(key) if key.kind == KeyEventKind::Press => match ui.key(key, &mut session) {
-                KeyOutcome::Quit => break,
-                KeyOutcome::Redraw => redraw = true,
-                KeyOutcome::Nothing => {}
+        let deadline = session.interval_end();
+        match session.session.wait_with(deadline, &keys) {
+            Wake::Batch(batch) => session.handle(batch),
+            Wake::Signal(Request::Stop) => break,
+            Wake::Signal(Request::Checkpoint) => {}
+            Wake::Deadline => {
+                session.end_interval();
+                redraw = true;
+            }
+            Wake::SamplerEnded => {
+                session.sampler_ended();
+                // The final totals are what matter now, not a last interval cut short.
+                ui.frozen = None;
+                if matches!(
+                    ui.options.sort,
+                    SortKey::OwnInterval | SortKey::TotalInterval
+                ) {
+                    ui.options.sort = SortKey::OwnAll;
+                }
+                redraw = true;
+            }
+            Wake::Extra(read) => match read.context("cannot read the terminal")? {
+                Event::Key(key) if key.kind == KeyEventKind::Press => {
+                    match ui.key(key, &mut session) {
+                        KeyOutcome::Quit => break,
+                        KeyOutcome::Redraw => redraw = true,
+                        KeyOutcome::Nothing => {}
+                    }
+                }
+                // `draw` resizes the buffers to the new size and clears the screen first.
+                Event::Resize(..) => redraw = true,
+                _ => {}
             },
-            // `draw` resizes the buffers to the new size and clears the screen first.
-            Event::Resize(..) => redraw = true,
-            _ => {}
         }
     }
     drop(terminal);
     Ok(())
+}
+
+/// The terminal's events, read by a thread of their own that sleeps until one comes, so the
+/// view's loop waits on keys and samples at once. The thread ends at the first error; one
+/// still waiting for a key when `top` ends goes with the process.
+fn read_keys() -> anyhow::Result<crossbeam_channel::Receiver<std::io::Result<Event>>> {
+    let (sender, keys) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("stackscope-keys".into())
+        .spawn(move || loop {
+            let read = event::read();
+            let failed = read.is_err();
+            if sender.send(read).is_err() || failed {
+                return;
+            }
+        })
+        .context("cannot start the key reader")?;
+    Ok(keys)
 }
 
 /// Lets the tests prove that a panic while drawing leaves the terminal usable; debug builds

@@ -29,6 +29,11 @@ pub enum Event {
     Process(ProcessEvent),
 }
 
+/// What a producer hands over at once: the events of several samples (the sampler sends what
+/// it read every 100 ms or 64 samples, the GPU poller one poll's readings), so that the
+/// consumer wakes once per batch, not once per sample.
+pub type Batch = Vec<Event>;
+
 /// A process the sampler started or stopped reading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessEvent {

@@ -11,7 +11,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use serde::Serialize;
-use stackscope_event::{Event, Timestamp};
+use stackscope_event::{Batch, Event, Timestamp};
 
 use crate::clock::ClockOffset;
 use crate::config::{GpuConfig, GpuSelection};
@@ -77,7 +77,7 @@ impl GpuPoller {
     pub fn start(
         config: &GpuConfig,
         target_pids: TargetPids,
-        sender: Sender<Event>,
+        sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> Result<GpuPoller, GpuError> {
         if config.selection == GpuSelection::Off {
@@ -275,7 +275,7 @@ struct Worker {
     states: Vec<Option<DeviceState>>,
     polled: Vec<u32>,
     target_pids: TargetPids,
-    sender: Sender<Event>,
+    sender: Sender<Batch>,
     stop: Arc<AtomicBool>,
     shared: Arc<Shared>,
 }
@@ -339,6 +339,7 @@ impl Worker {
                 reader.reset();
             }
         }
+        let mut batch = Batch::new();
         for &index in &self.polled {
             let (Some(Some(device)), Some(Some(state)), Some(gpm)) = (
                 handles.get(index as usize),
@@ -350,17 +351,26 @@ impl Worker {
             if state.metrics.is_lost() {
                 continue;
             }
-            for sample in state.poll(device, gpm, &pids, self.clock, notices) {
-                match self.sender.try_send(Event::Gpu(sample)) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(_)) => {
-                        self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(TrySendError::Disconnected(_)) => return false,
-                }
-            }
+            batch.extend(
+                state
+                    .poll(device, gpm, &pids, self.clock, notices)
+                    .into_iter()
+                    .map(Event::Gpu),
+            );
         }
-        true
+        // One hand-over per poll, whatever the number of devices and readings.
+        if batch.is_empty() {
+            return true;
+        }
+        let count = batch.len() as u64;
+        match self.sender.try_send(batch) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                self.shared.dropped.fetch_add(count, Ordering::Relaxed);
+                true
+            }
+            Err(TrySendError::Disconnected(_)) => false,
+        }
     }
 
     /// `Auto`: narrows (or moves) polling to the devices the target now shows up on. While it

@@ -7,6 +7,7 @@
 //! [`stackscope_event::Event`]s to the aggregator without ever blocking; [`dump`] reads every
 //! thread once, for the `dump` command.
 
+pub mod batch;
 mod dump;
 mod error;
 mod fast;

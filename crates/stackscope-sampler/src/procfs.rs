@@ -56,6 +56,48 @@ pub fn is_stopped(pid: u32) -> bool {
     matches!(state, Some('T') | Some('t'))
 }
 
+/// [`is_stopped`] for a process asked every sample: the leader's stat file stays open and is
+/// re-read in place (`pread` at offset 0 makes procfs render it afresh), one system call
+/// instead of open, statx, read and close. A file that cannot be read any more (the leader
+/// exited) is opened again next time, and meanwhile [`is_stopped`] answers.
+pub struct StopCheck {
+    pid: u32,
+    file: Option<fs::File>,
+    buf: Vec<u8>,
+}
+
+impl StopCheck {
+    pub fn new(pid: u32) -> StopCheck {
+        StopCheck {
+            pid,
+            file: None,
+            buf: vec![0; 1024],
+        }
+    }
+
+    pub fn is_stopped(&mut self) -> bool {
+        match self.leader_state() {
+            Some(state) => matches!(state, 'T' | 't'),
+            None => is_stopped(self.pid),
+        }
+    }
+
+    fn leader_state(&mut self) -> Option<char> {
+        use std::os::unix::fs::FileExt;
+        if self.file.is_none() {
+            self.file = fs::File::open(format!("/proc/{0}/task/{0}/stat", self.pid)).ok();
+        }
+        let read = self.file.as_ref()?.read_at(&mut self.buf, 0);
+        match read {
+            Ok(n) if n > 0 => state_in(&String::from_utf8_lossy(&self.buf[..n])),
+            _ => {
+                self.file = None;
+                None
+            }
+        }
+    }
+}
+
 /// The executable, as `/proc/PID/exe` resolves.
 pub fn exe(pid: u32) -> io::Result<PathBuf> {
     fs::read_link(format!("/proc/{pid}/exe"))
@@ -167,7 +209,10 @@ fn blocked_state(syscall: &str) -> ThreadState {
 /// The state letter of a `stat` file. The command name is in parentheses and may itself contain
 /// ") ", so the state follows the last one.
 fn state_of(stat_path: &str) -> Option<char> {
-    let stat = fs::read_to_string(stat_path).ok()?;
+    state_in(&fs::read_to_string(stat_path).ok()?)
+}
+
+fn state_in(stat: &str) -> Option<char> {
     let after = &stat[stat.rfind(')')? + 1..];
     after.trim_start().chars().next()
 }
@@ -213,6 +258,40 @@ mod tests {
         let me = std::process::id();
         let tid = nix::unistd::gettid().as_raw() as u64;
         assert_eq!(thread_state(me, tid), ThreadState::Running);
+    }
+
+    #[test]
+    fn a_kept_open_stat_file_reads_afresh_each_time() {
+        let me = std::process::id();
+        let mut check = StopCheck::new(me);
+        for _ in 0..3 {
+            assert!(!check.is_stopped());
+        }
+        assert!(check.file.is_some(), "the file stays open");
+        // The same open file follows a process that is stopped and resumed.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let pid = child.id();
+        let mut check = StopCheck::new(pid);
+        assert!(!check.is_stopped());
+        let nix_pid = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(nix_pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !check.is_stopped() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(check.is_stopped());
+        nix::sys::signal::kill(nix_pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+        while check.is_stopped() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!check.is_stopped());
+        let _ = child.kill();
+        let _ = child.wait();
+        // A pid that cannot exist: no file, and not stopped.
+        assert!(!StopCheck::new(u32::MAX - 1).is_stopped());
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The sampling thread: reads the target at a fixed rate and streams events, never blocking.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError};
-use stackscope_event::{Event, SampleError, StackSample, Timestamp};
+use crossbeam_channel::{Receiver, Sender};
+use stackscope_event::{Batch, Event, SampleError, StackSample, Timestamp};
 
+use crate::batch::{Batcher, Flushed};
 use crate::error::SampleFailure;
 use crate::procfs;
 use crate::root::Root;
@@ -116,25 +118,48 @@ pub struct SamplerReport {
 pub struct Sampler {
     handle: JoinHandle<StopReason>,
     stats: Arc<SamplerStats>,
+    /// Disconnected when the thread ends: a consumer can `select!` on it.
+    done: Receiver<()>,
 }
 
 impl Sampler {
     /// Starts sampling `target` on a new thread. It stops when `stop` is set, the duration has
-    /// passed, or the target exits; the channel's sender is dropped when it ends.
+    /// passed, or the target exits; it sends what it read in batches ([`crate::batch`]), the
+    /// last one as it ends, and the channel's sender is dropped when it ends.
     pub fn spawn(
         root: impl Into<Root>,
         config: SamplerConfig,
-        sender: Sender<Event>,
+        sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<Sampler> {
         let stats = Arc::new(SamplerStats::default());
         let thread_stats = stats.clone();
         let set =
             ProcessSet::from_root(root.into(), config.follow_children, config.options.clone());
+        let (done_sender, done) = crossbeam_channel::bounded::<()>(0);
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
-            .spawn(move || run(set, &config, &sender, &stop, &thread_stats))?;
-        Ok(Sampler { handle, stats })
+            .spawn(move || {
+                let mut out = Output {
+                    batcher: Batcher::new(sender),
+                    stats: &thread_stats,
+                };
+                let stop = run(set, &config, &mut out, &stop);
+                out.flush();
+                drop(done_sender);
+                stop
+            })?;
+        Ok(Sampler {
+            handle,
+            stats,
+            done,
+        })
+    }
+
+    /// A channel that never carries anything and is disconnected once the thread has ended:
+    /// `recv` on it (in a `select!`) returns an error then.
+    pub fn done(&self) -> &Receiver<()> {
+        &self.done
     }
 
     pub fn stats(&self) -> &Arc<SamplerStats> {
@@ -167,26 +192,71 @@ impl Sampler {
     }
 }
 
+/// Where the sampler's events go: the batch in progress, and the counts of what became of
+/// them.
+struct Output<'a> {
+    batcher: Batcher,
+    stats: &'a SamplerStats,
+}
+
+impl Output<'_> {
+    fn offer(&mut self, event: Event) {
+        self.batcher.push(event);
+    }
+
+    fn end_sample(&mut self) {
+        let flushed = self.batcher.end_sample();
+        self.count(flushed);
+    }
+
+    fn flush_before(&mut self, next: Instant) {
+        let flushed = self.batcher.flush_before(next);
+        self.count(flushed);
+    }
+
+    fn flush(&mut self) {
+        let flushed = self.batcher.flush();
+        self.count(flushed);
+    }
+
+    fn count(&self, flushed: Flushed) {
+        match flushed {
+            Flushed::Sent { stacks } => {
+                self.stats.stacks_sent.fetch_add(stacks, Ordering::Relaxed);
+            }
+            Flushed::Dropped { events } => {
+                self.stats.dropped.fetch_add(events, Ordering::Relaxed);
+            }
+            // The aggregator is gone: the recording is ending, nothing to count.
+            Flushed::Empty | Flushed::Disconnected => {}
+        }
+    }
+}
+
 fn run(
     mut set: ProcessSet,
     config: &SamplerConfig,
-    sender: &Sender<Event>,
+    out: &mut Output<'_>,
     stop: &AtomicBool,
-    stats: &SamplerStats,
 ) -> StopReason {
+    let stats = out.stats;
     let mut timer = SampleTimer::new(config.rate_hz);
     let deadline = config.duration.map(|d| Instant::now() + d);
     if let Some(event) = set.other_root_event(Timestamp::now()) {
-        offer(sender, Event::Process(event), stats);
+        out.offer(Event::Process(event));
     }
     for target in set.targets() {
         let event = ProcessSet::attached_event(target, Timestamp::now());
-        offer(sender, Event::Process(event), stats);
+        out.offer(Event::Process(event));
     }
+    // Each target's stat file, kept open: asked every sample whether someone stopped it.
+    let mut stop_checks: HashMap<u32, procfs::StopCheck> = HashMap::new();
     loop {
         if stop.load(Ordering::Relaxed) {
             return StopReason::Requested;
         }
+        // What waits goes out before a sleep that would make it older than a batch may get.
+        out.flush_before(timer.next_tick());
         let Some(tick) = timer.wait(deadline) else {
             return StopReason::DurationElapsed;
         };
@@ -197,25 +267,29 @@ fn run(
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
         for event in set.rescan(time) {
-            offer(sender, Event::Process(event), stats);
+            out.offer(Event::Process(event));
         }
         let mut gone = Vec::new();
         let mut any_stopped = false;
         for target in set.targets_mut() {
-            match sample_one(target, time, sender, stats) {
+            let check = stop_checks
+                .entry(target.pid())
+                .or_insert_with(|| procfs::StopCheck::new(target.pid()));
+            match sample_one(target, check, time, out) {
                 Outcome::Read => {}
                 Outcome::Stopped => any_stopped = true,
                 Outcome::Gone => gone.push(target.pid()),
                 Outcome::Fatal(why) => return StopReason::Fatal(why),
             }
         }
-        stats.stopped_now.store(any_stopped, Ordering::Relaxed);
+        let was_stopped = stats.stopped_now.swap(any_stopped, Ordering::Relaxed);
         if any_stopped {
             stats.stopped_ticks.fetch_add(1, Ordering::Relaxed);
         }
         for pid in gone {
+            stop_checks.remove(&pid);
             if let Some(event) = set.remove(pid, time) {
-                offer(sender, Event::Process(event), stats);
+                out.offer(Event::Process(event));
             }
         }
         stats
@@ -223,6 +297,12 @@ fn run(
             .store(set.targets().len() as u64, Ordering::Relaxed);
         if !set.has_root() {
             return StopReason::TargetExited;
+        }
+        out.end_sample();
+        if was_stopped != any_stopped {
+            // The consumer learns of the change with the batch: hand it over now, even empty.
+            let flushed = out.batcher.flush_even_empty();
+            out.count(flushed);
         }
     }
 }
@@ -238,14 +318,15 @@ enum Outcome {
 /// Reads one process once and sends what it found.
 fn sample_one(
     target: &mut PythonTarget,
+    stop_check: &mut procfs::StopCheck,
     time: Timestamp,
-    sender: &Sender<Event>,
-    stats: &SamplerStats,
+    out: &mut Output<'_>,
 ) -> Outcome {
     let pid = target.pid();
+    let stats = out.stats;
     // A process stopped by SIGSTOP or held by a debugger belongs to whoever stopped it:
     // reading it would mean attaching and, on detach, possibly resuming it.
-    if procfs::is_stopped(pid) {
+    if stop_check.is_stopped() {
         return Outcome::Stopped;
     }
     let own = target.reader() == "stackscope";
@@ -264,9 +345,7 @@ fn sample_one(
                     thread: stack.thread,
                     frames: stack.frames,
                 });
-                if offer(sender, event, stats) {
-                    stats.stacks_sent.fetch_add(1, Ordering::Relaxed);
-                }
+                out.offer(event);
             }
             Outcome::Read
         }
@@ -292,7 +371,7 @@ fn sample_one(
                 kind,
                 message,
             });
-            offer(sender, event, stats);
+            out.offer(event);
             Outcome::Read
         }
     }
@@ -307,18 +386,5 @@ fn reattach(target: &mut PythonTarget) -> Outcome {
             Outcome::Read
         }
         Err(_) => Outcome::Gone,
-    }
-}
-
-/// Hands an event over without waiting; a full channel costs the event, which is counted.
-fn offer(sender: &Sender<Event>, event: Event, stats: &SamplerStats) -> bool {
-    match sender.try_send(event) {
-        Ok(()) => true,
-        Err(TrySendError::Full(_)) => {
-            stats.dropped.fetch_add(1, Ordering::Relaxed);
-            false
-        }
-        // The aggregator is gone: the recording is ending, nothing to count.
-        Err(TrySendError::Disconnected(_)) => false,
     }
 }

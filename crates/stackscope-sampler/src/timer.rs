@@ -45,6 +45,11 @@ impl SampleTimer {
         self.period
     }
 
+    /// The instant the next tick is due.
+    pub fn next_tick(&self) -> Instant {
+        self.next
+    }
+
     /// Sleeps until the next tick, waking early when `deadline` (if any) comes first: then it
     /// returns `None`.
     pub fn wait(&mut self, deadline: Option<Instant>) -> Option<Tick> {
@@ -61,6 +66,12 @@ impl SampleTimer {
             std::thread::sleep(self.next - now);
         }
         Some(self.fire(Instant::now()))
+    }
+
+    /// Fires the tick now, for a caller that waited for [`SampleTimer::next_tick`] itself
+    /// (on a channel, with that deadline).
+    pub fn tick_now(&mut self) -> Tick {
+        self.fire(Instant::now())
     }
 
     /// Accounts for a tick that fires at `now`.

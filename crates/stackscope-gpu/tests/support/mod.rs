@@ -156,7 +156,7 @@ pub fn config(lib: PathBuf) -> GpuConfig {
 /// A poller started against the fake, with what it sent.
 pub struct Run {
     pub poller: GpuPoller,
-    pub receiver: crossbeam_channel::Receiver<Event>,
+    pub receiver: crossbeam_channel::Receiver<stackscope_event::Batch>,
     pub stop: Arc<AtomicBool>,
     pub started: Timestamp,
 }
@@ -194,6 +194,7 @@ impl Run {
     pub fn take(&self) -> Vec<GpuSample> {
         self.receiver
             .try_iter()
+            .flatten()
             .filter_map(|event| match event {
                 Event::Gpu(sample) => Some(sample),
                 _ => None,
@@ -215,6 +216,7 @@ impl Run {
         let samples = self
             .receiver
             .try_iter()
+            .flatten()
             .filter_map(|event| match event {
                 Event::Gpu(sample) => Some(sample),
                 _ => None,
