@@ -112,7 +112,15 @@ pub struct StackTable {
     overflow: TableOverflow,
     /// Reused between calls so interning a sample does not allocate once its stack is known.
     scratch: Vec<FrameId>,
+    /// Each thread's (each root list's) last stack, as read and as interned: a thread that
+    /// sits in the same place sample after sample (a worker in its loop, a thread asleep)
+    /// costs a comparison of frame pointers instead of hashing every frame's strings.
+    last: HashMap<[FrameId; 2], (Vec<Frame>, StackId)>,
 }
+
+/// Threads whose last stack is kept; past it the memory starts again (a churn of short
+/// threads must not grow it without end).
+const MAX_LAST_STACKS: usize = 4096;
 
 impl Default for StackTable {
     fn default() -> Self {
@@ -141,12 +149,44 @@ impl StackTable {
             specials: [None; Special::ALL],
             overflow: TableOverflow::default(),
             scratch: Vec::new(),
+            last: HashMap::new(),
         }
     }
 
     /// Interns one sample's stack under `roots` (a process root, a thread root, outermost
     /// first). `frames` is innermost first, as the sampler reads it.
     pub fn intern(&mut self, roots: &[FrameId], frames: &[Frame]) -> StackId {
+        let last_key = match roots {
+            [thread] => Some([*thread, FrameId::MAX]),
+            [process, thread] => Some([*process, *thread]),
+            _ => None,
+        };
+        if let Some((last_frames, id)) = last_key.and_then(|k| self.last.get(&k)) {
+            // `Arc<str>` equality looks at the pointers first: the sampler hands out the same
+            // strings for the same code, so this is a pointer and a line per frame.
+            if last_frames.as_slice() == frames {
+                return *id;
+            }
+        }
+        let overflowed = (self.overflow.frame_samples, self.overflow.stack_samples);
+        let id = self.intern_uncached(roots, frames);
+        // A sample that met a full table is counted each time: it is never taken from memory.
+        if let Some(k) = last_key {
+            if overflowed == (self.overflow.frame_samples, self.overflow.stack_samples) {
+                if self.last.len() >= MAX_LAST_STACKS && !self.last.contains_key(&k) {
+                    self.last.clear();
+                }
+                let (last_frames, last_id) = self.last.entry(k).or_default();
+                // The thread's vector is reused: no allocation once it has grown.
+                last_frames.clear();
+                last_frames.extend_from_slice(frames);
+                *last_id = id;
+            }
+        }
+        id
+    }
+
+    fn intern_uncached(&mut self, roots: &[FrameId], frames: &[Frame]) -> StackId {
         let mut key = std::mem::take(&mut self.scratch);
         key.clear();
         key.extend_from_slice(roots);
@@ -451,6 +491,32 @@ mod tests {
         intern(&mut table, "t", &[Frame::python("f", "a.py", 2)]);
         intern(&mut table, "t", &[Frame::python("f", "b.py", 2)]);
         assert_eq!(table.function_count(), 2);
+        assert_eq!(table.stacks().len(), 3);
+    }
+
+    #[test]
+    fn a_thread_that_stays_put_gets_its_last_stack_back() {
+        let mut table = StackTable::default();
+        let deep: Vec<Frame> = (1..=31)
+            .map(|n| Frame::python(&format!("f{n}"), "a.py", n))
+            .collect();
+        let first = intern(&mut table, "t", &deep);
+        // The same frames (the same strings), and equal ones built afresh: the same stack.
+        assert_eq!(intern(&mut table, "t", &deep), first);
+        let rebuilt: Vec<Frame> = (1..=31)
+            .map(|n| Frame::python(&format!("f{n}"), "a.py", n))
+            .collect();
+        assert_eq!(intern(&mut table, "t", &rebuilt), first);
+        // One line moved: another stack; and back: the first one again.
+        let mut moved = deep.clone();
+        moved[0].line = 99;
+        let other = intern(&mut table, "t", &moved);
+        assert_ne!(other, first);
+        assert_eq!(intern(&mut table, "t", &deep), first);
+        // Another thread in the same place: its own stack, under its own root.
+        let elsewhere = intern(&mut table, "u", &deep);
+        assert_ne!(elsewhere, first);
+        assert_eq!(line_of(&table, elsewhere).split(';').next(), Some("u"));
         assert_eq!(table.stacks().len(), 3);
     }
 
