@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use serde::Serialize;
@@ -24,7 +24,7 @@ use crate::poll::DeviceState;
 /// The target's pids (the process and its descendants), asked again whenever needed.
 pub type TargetPids = Arc<dyn Fn() -> Vec<u32> + Send + Sync>;
 
-/// The longest the thread sleeps without looking at the stop flag.
+/// The longest the thread sleeps without looking at the stop flag once its handle is gone.
 const STOP_CHECK: Duration = Duration::from_millis(20);
 
 /// The handle of a running poller.
@@ -37,6 +37,8 @@ pub struct GpuPoller {
     devices: Vec<GpuDeviceInfo>,
     shared: Arc<Shared>,
     thread: JoinHandle<()>,
+    /// Dropped by [`GpuPoller::join`]: wakes the thread from its wait between polls at once.
+    wake: Sender<()>,
 }
 
 /// What the poller reports when it ends.
@@ -138,6 +140,7 @@ impl GpuPoller {
         let shared = Arc::new(Shared::default());
         lock(&shared.notices).extend(notices);
         *lock(&shared.current) = devices.clone();
+        let (wake, wake_receiver) = crossbeam_channel::bounded(0);
         let worker = Worker {
             auto: config.selection == GpuSelection::Auto,
             pids_match: config.unmatched_pids.is_none() || !with_target.is_empty(),
@@ -149,6 +152,7 @@ impl GpuPoller {
             target_pids,
             sender,
             stop,
+            wake: wake_receiver,
             shared: Arc::clone(&shared),
         };
         let thread = std::thread::Builder::new()
@@ -159,6 +163,7 @@ impl GpuPoller {
             devices,
             shared,
             thread,
+            wake,
         })
     }
 
@@ -189,7 +194,13 @@ impl GpuPoller {
 
     /// Waits for the thread (after the caller set `stop`) and reports.
     pub fn join(self) -> PollerReport {
-        let GpuPoller { shared, thread, .. } = self;
+        let GpuPoller {
+            shared,
+            thread,
+            wake,
+            ..
+        } = self;
+        drop(wake);
         if thread.join().is_err() {
             lock(&shared.notices).push("the GPU poller thread failed; GPU data ends early".into());
         }
@@ -277,6 +288,8 @@ struct Worker {
     target_pids: TargetPids,
     sender: Sender<Batch>,
     stop: Arc<AtomicBool>,
+    /// Disconnected when the handle is joined or dropped.
+    wake: Receiver<()>,
     shared: Arc<Shared>,
 }
 
@@ -403,14 +416,22 @@ impl Worker {
             .all(|&i| self.state(i).map_or(true, |s| s.metrics.is_lost()))
     }
 
-    /// Sleeps until `deadline`, waking early when told to stop.
+    /// Sleeps until `deadline`, waking early when told to stop: at once when the handle is
+    /// joined (the usual way: the flag, then [`GpuPoller::join`]), else at the next look at
+    /// the flag.
     fn wait_until(&self, deadline: Instant) {
         while !self.stop.load(Ordering::SeqCst) {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
-            std::thread::sleep((deadline - now).min(STOP_CHECK));
+            match self.wake.recv_deadline(deadline) {
+                Err(RecvTimeoutError::Timeout) | Ok(()) => {}
+                // Joined, or the handle dropped: the flag says whether to stop.
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep((deadline - now).min(STOP_CHECK));
+                }
+            }
         }
     }
 }
