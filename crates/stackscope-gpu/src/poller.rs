@@ -96,10 +96,9 @@ impl GpuPoller {
         let mut states = Vec::with_capacity(count as usize);
         for index in 0..count {
             match nvml.device_by_index(index) {
-                Ok(device) => states.push(Some(DeviceState::new(
-                    read_info(index, &device),
-                    since_us,
-                ))),
+                Ok(device) => {
+                    states.push(Some(DeviceState::new(read_info(index, &device), since_us)))
+                }
                 Err(source) => {
                     if let GpuSelection::Devices(list) = &config.selection {
                         if list.contains(&index) {
