@@ -68,8 +68,8 @@ struct Window {
     entries: HashMap<(ThreadId, FnKey), Counts>,
     samples: [u64; 2],
     gpu_idle_samples: [u64; 2],
-    /// Threads sampled, and whether any of their samples was active.
-    threads: HashMap<ThreadId, bool>,
+    /// Threads sampled, and their samples `[active, idle]`.
+    threads: HashMap<ThreadId, [u64; 2]>,
 }
 
 impl Window {
@@ -80,7 +80,7 @@ impl Window {
         if gpu_idle {
             self.gpu_idle_samples[kind] += 1;
         }
-        *self.threads.entry(thread).or_insert(false) |= sample.thread.active;
+        self.threads.entry(thread).or_default()[kind] += 1;
         // A stack is a handful of frames: a linear scan beats hashing for "seen already?".
         let mut seen: Vec<FnKey> = Vec::with_capacity(sample.frames.len());
         for (depth, frame) in sample.frames.iter().enumerate() {
@@ -376,8 +376,27 @@ impl TopModel {
             },
             gpu_idle_samples: sum(self.all.gpu_idle_samples),
             threads: self.interval.threads.len(),
-            active_threads: self.interval.threads.values().filter(|&&a| a).count(),
+            active_threads: self
+                .interval
+                .threads
+                .values()
+                .filter(|c| c[ACTIVE] > 0)
+                .count(),
         }
+    }
+
+    /// Samples per thread since start (or the last reset), under the options' idle-thread
+    /// choice, by thread: what `summary.json`'s `threads[].samples` counts.
+    pub fn thread_samples(&self, options: &ViewOptions) -> Vec<(ThreadId, u64)> {
+        let kinds = kinds(options.include_idle);
+        let mut threads: Vec<(ThreadId, u64)> = self
+            .all
+            .threads
+            .iter()
+            .map(|(&t, c)| (t, kinds.iter().map(|&k| c[k]).sum()))
+            .collect();
+        threads.sort_unstable();
+        threads
     }
 
     pub fn gpu_lines(&self) -> Vec<GpuLine> {
