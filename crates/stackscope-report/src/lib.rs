@@ -33,7 +33,7 @@ pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
     MergedFiles, MergedSummary, RANKS_TXT,
 };
-pub use outputs::{file_names, write_outputs, OutputFiles};
+pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
 pub use summary::{write_summary_json, write_text_summary};
 
 #[cfg(test)]
