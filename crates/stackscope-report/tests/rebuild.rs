@@ -4,6 +4,8 @@
 // Helpers outside #[test] functions unwrap too: a test fails loudly on any error.
 #![allow(clippy::unwrap_used)]
 
+// The sample log's synthetic recordings: one definition, shared with its own tests.
+#[path = "../../stackscope-samplelog/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -12,9 +14,9 @@ use std::path::Path;
 use common::{header, Typical, SEC, START};
 use stackscope_aggregate::{Aggregator, GpuDeviceInfo, RecordingMeta, StackView};
 use stackscope_event::{Event, Timestamp};
+use stackscope_report::{aggregate_config, rebuild, RebuildError, RebuildOptions};
 use stackscope_samplelog::{
-    rebuild, report_dir, LogEnd, LogHeader, RebuildError, RebuildOptions, SampleLogWriter, Window,
-    GPU_COVER_SECS,
+    report_dir, LogEnd, LogHeader, SampleLogWriter, Window, GPU_COVER_SECS,
 };
 
 const SECS: u64 = 60;
@@ -22,7 +24,7 @@ const SECS: u64 = 60;
 /// Records `events` as the binary does: each event to the aggregator and to the log.
 fn record(dir: &Path, header: &LogHeader, events: impl Iterator<Item = Event>) -> Aggregator {
     let mut writer = SampleLogWriter::create(dir, header).unwrap();
-    let mut agg = Aggregator::new(header.aggregate_config(), header.start);
+    let mut agg = Aggregator::new(aggregate_config(header), header.start);
     for event in events {
         writer.append(&event).unwrap();
         agg.handle(event);
