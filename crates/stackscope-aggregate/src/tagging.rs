@@ -21,19 +21,21 @@
 //! `top` once had its own copy with a 1.5 s hold, a 200k cap and devices that had not reported
 //! skipped; the recording's rules won, so that `top` and `summary.json` agree on one run:
 //!
-//! - **Hold 5 s.** The answer must not depend on how late the readings came: a sample released
-//!   before its covering reading arrives is tagged from the previous interval's. On a loaded
-//!   machine the poller's drain plus the channel can be seconds late; 5 s keeps the tag a
-//!   function of the events alone (a replay of the sample log gives the same tags), and costs
-//!   `top` a lag only while a device has stopped reporting.
-//! - **Cap 500k held samples**, about 5 s of 100 threads at 1000 Hz: past it the oldest goes
-//!   untagged-late ([`GpuTagger::forced`]). The only input on which two holders of the same events
-//!   can differ is what they hold: `top` also holds idle-thread samples, so it reaches the cap
-//!   sooner, which a real recording does not come near.
+//! - **Hold 5 s.** Readings reach the channel after the stacks they cover, by the poller's
+//!   drain interval (500 ms) and more on a loaded machine; a sample released before its covering
+//!   reading arrives is tagged from the previous interval's, so a short hold makes the tag depend
+//!   on the machine's load. 5 s covers the delay with room. While readings flow no sample waits
+//!   that long (`top` shows a sample about one drain interval late); only a device that stopped
+//!   reporting makes samples wait out the limit.
+//! - **Cap 500k held samples**, about 5 s of 100 threads at 1000 Hz: past it the oldest is
+//!   tagged before its readings are in ([`GpuTagger::forced`]). This is the one point where two
+//!   holders of the same events can differ, since it counts what they hold: `top` also holds
+//!   idle-thread samples and so reaches the cap sooner. Real runs do not come near it.
 //! - **Which devices are awaited**: every device that has sent a reading, and those named by
-//!   [`GpuTagger::expect_device`] (a replay names what the recording named). No holder learns of
-//!   devices outside the event stream (the poller's current device list only names `top`'s GPU
-//!   lines), since a tag that depended on when a side channel was read could not be replayed.
+//!   [`GpuTagger::expect_device`] (a replay names what the recording named); a device that never
+//!   reports utilization (NOT_SUPPORTED) holds nothing back. No holder learns of devices outside
+//!   the event stream (the poller's current device list only names `top`'s GPU lines): a tag that
+//!   depended on when a side channel was read could not be replayed from the sample log.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -107,11 +109,6 @@ impl<T> GpuTagger<T> {
         if let Some(sm) = sample.sm_active {
             self.add_sm_reading(sample.device, sample.time, sm);
         }
-    }
-
-    /// The `--idle-below` threshold, percent.
-    pub fn idle_below(&self) -> f32 {
-        self.idle_below
     }
 
     /// A utilization reading (percent) of `device`, covering the time since its previous one.
