@@ -131,7 +131,7 @@ impl MetricsState {
     /// The page, in Prometheus's text exposition format (version 0.0.4).
     pub fn render(&self, now: Timestamp) -> String {
         let mut out = String::new();
-        let gpu_busy = matches!(self.gpu.tag_at(now), GpuTag::Busy | GpuTag::BusyLowSm);
+        let gpu_busy = self.gpu.tag_at(now).idle() == Some(false);
         let header = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");

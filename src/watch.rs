@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver};
-use stackscope_aggregate::{find_stragglers, GpuTag, GpuTagger, HangDetector, HangEvent};
+use stackscope_aggregate::{find_stragglers, GpuTagger, HangDetector, HangEvent};
 use stackscope_event::{Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
@@ -35,7 +35,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let (sender, receiver) = bounded(4096);
     let stop = Arc::new(AtomicBool::new(false));
     let gpu = GpuHandle::start(&config.gpu, config.pid, sender, stop.clone());
-    let mut gpu_readings = GpuReadings::new(config.gpu.idle_below);
+    let mut gpu_state = GpuTagger::<()>::new(config.gpu.idle_below);
     let mut detector = HangDetector::new(config.hang_after_secs);
     // A busy loop that spends most of its time on a few lines repeats a stack by chance now and
     // then; a hang must be seen unchanged at least this many times, whatever --hang-after is.
@@ -56,7 +56,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if timer.wait(None).is_none() {
             continue;
         }
-        gpu_readings.take(&receiver, metrics);
+        take_gpu_readings(&mut gpu_state, &receiver, metrics);
         let now = Timestamp::now();
         set.rescan(now);
         let Some(signature) = read_signature(&mut set, now, metrics) else {
@@ -71,10 +71,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if set.targets().is_empty() {
             continue;
         }
-        let gpu_idle = gpu_readings.idle_at(now);
+        let gpu_idle = gpu_state.tag_at(now).idle();
         match detector.observe(now, signature, gpu_idle) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let utilization = gpu_readings.utilization_at(now);
+                let utilization = gpu_state.utilization_at(now);
                 let path = write_hang_report(&config, unchanged_secs, gpu_idle, utilization)?;
                 reports += 1;
                 println!(
@@ -167,45 +167,26 @@ fn key(pid: u32, stack: ThreadStack) -> ThreadKey {
     )
 }
 
-/// The GPU readings, in the same tagger that tags a recording's samples: `watch` asks it for
-/// the GPU state at the instant it read the stacks, by the same rule (the mean of the devices
-/// with a reading covering that instant, or the nearest within reach).
-struct GpuReadings {
-    tagger: GpuTagger<()>,
-}
-
-impl GpuReadings {
-    fn new(idle_below: f32) -> GpuReadings {
-        GpuReadings {
-            tagger: GpuTagger::new(idle_below),
+/// Takes the GPU readings waiting on the channel into the tagger that tags a recording's
+/// samples: `watch` asks it for the GPU state at the instant it read the stacks, by the same
+/// rule (the mean of the devices with a reading covering that instant, or the nearest within
+/// reach).
+fn take_gpu_readings(
+    gpu: &mut GpuTagger<()>,
+    receiver: &Receiver<Event>,
+    metrics: Option<&SharedMetrics>,
+) {
+    let mut metrics = metrics.map(metrics::lock);
+    for event in receiver.try_iter() {
+        if let Some(m) = metrics.as_mut() {
+            m.observe(&event);
+        }
+        if let Event::Gpu(sample) = event {
+            gpu.add_gpu(&sample);
         }
     }
-
-    fn take(&mut self, receiver: &Receiver<Event>, metrics: Option<&SharedMetrics>) {
-        let mut metrics = metrics.map(metrics::lock);
-        for event in receiver.try_iter() {
-            if let Some(m) = metrics.as_mut() {
-                m.observe(&event);
-            }
-            if let Event::Gpu(sample) = event {
-                self.tagger.add_gpu(&sample);
-            }
-        }
-        // Nothing is held: releasing only forgets readings too old to matter.
-        self.tagger.release(|_, (), _| {});
-    }
-
-    fn idle_at(&self, time: Timestamp) -> Option<bool> {
-        match self.tagger.tag_at(time) {
-            GpuTag::Idle => Some(true),
-            GpuTag::Busy | GpuTag::BusyLowSm => Some(false),
-            GpuTag::Unknown => None,
-        }
-    }
-
-    fn utilization_at(&self, time: Timestamp) -> Option<f32> {
-        self.tagger.utilization_at(time)
-    }
+    // Nothing is held: releasing only forgets readings too old to matter.
+    gpu.release(|_, (), _| {});
 }
 
 fn write_hang_report(
@@ -262,4 +243,43 @@ fn write_atomic(dir: &std::path::Path, name: &str, bytes: &[u8]) -> anyhow::Resu
     Ok(stackscope_report::write_atomic(dir, name, |w| {
         Ok(w.write_all(bytes)?)
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::GpuSample;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn reading(time: u64, device: u32, utilization: f32) -> Event {
+        Event::Gpu(GpuSample {
+            time: Timestamp(time),
+            device,
+            utilization: Some(utilization),
+            ..GpuSample::default()
+        })
+    }
+
+    #[test]
+    fn the_gpu_state_at_an_instant_is_the_recordings_rule() {
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        for event in [
+            reading(SEC, 0, 10.0),
+            reading(SEC, 1, 30.0),
+            reading(2 * SEC, 0, 90.0),
+            reading(2 * SEC, 1, 90.0),
+        ] {
+            sender.send(event).unwrap();
+        }
+        let mut gpu = GpuTagger::<()>::new(30.0);
+        take_gpu_readings(&mut gpu, &receiver, None);
+        // The readings covering the instant decide, by the devices' mean: 20% is idle.
+        assert_eq!(gpu.tag_at(Timestamp(SEC / 2)).idle(), Some(true));
+        assert_eq!(gpu.utilization_at(Timestamp(SEC / 2)), Some(20.0));
+        assert_eq!(gpu.tag_at(Timestamp(3 * SEC / 2)).idle(), Some(false));
+        // Long after the last reading there is no GPU data: no veto of a hang, whatever the
+        // last reading said.
+        assert_eq!(gpu.tag_at(Timestamp(10 * SEC)).idle(), None);
+    }
 }

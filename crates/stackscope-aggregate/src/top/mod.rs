@@ -341,11 +341,7 @@ impl TopModel {
         if !self.gpu_enabled {
             return None;
         }
-        match self.tagger.tag_at(Timestamp(time)) {
-            GpuTag::Idle => Some(true),
-            GpuTag::Busy | GpuTag::BusyLowSm => Some(false),
-            GpuTag::Unknown => None,
-        }
+        self.tagger.tag_at(Timestamp(time)).idle()
     }
 
     /// Stack samples waiting for the GPU readings that cover them.
