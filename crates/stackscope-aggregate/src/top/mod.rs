@@ -7,7 +7,8 @@
 //! Each stack sample is tagged with the GPU state at its instant by the recording's own
 //! [`GpuTagger`] (held until the readings that cover it are in, with the same limits), so that
 //! over one event stream this table and `summary.json` count the same GPU-idle samples and
-//! the same per-thread and per-function samples (`tests.rs` replays one stream through both).
+//! the same per-thread and per-function samples (`tests/top_agrees.rs` replays one stream
+//! through both; `stackscope-report`'s `tests/rebuild.rs` a recorded sample log).
 //!
 //! Pure: no terminal, no clock, no threads. Time comes in with the events; the caller says when
 //! an interval ends.
@@ -342,11 +343,6 @@ impl TopModel {
             return None;
         }
         self.tagger.tag_at(Timestamp(time)).idle()
-    }
-
-    /// Stack samples waiting for the GPU readings that cover them.
-    pub fn pending(&self) -> usize {
-        self.tagger.pending_len()
     }
 
     /// Ends the interval in progress: its counts become what the interval columns show.
