@@ -330,8 +330,10 @@ impl TopModel {
         });
     }
 
-    /// Names the GPUs the poller watches now, for the GPU lines; see [`Gpus::set_devices`].
-    /// Tagging does not use it: it waits for the devices the events show, as a recording does.
+    /// Names the GPUs the poller watches now, for the GPU lines, and forgets the lines of the
+    /// others (in `auto` the poller follows the target from device to device); an empty list
+    /// changes nothing. Tagging does not use it: it waits for the devices the events show, as a
+    /// recording does.
     pub fn set_devices(&mut self, devices: &[(u32, String)]) {
         self.gpus.set_devices(devices);
     }
