@@ -454,7 +454,10 @@ pub(super) fn write_rank_table<W: Write>(
         )?;
     }
     writeln!(w, "</table>")?;
-    if !merged.verdicts.is_empty() {
+    // A few recordings' verdicts are the headline itself when no rank stands out.
+    let in_headline =
+        merged.most_different.is_none() && merged.verdicts.len() <= VERDICTS_IN_HEADLINE;
+    if !merged.verdicts.is_empty() && !in_headline {
         writeln!(w, "<ul class=\"rank-verdicts\" id=\"rank-verdicts\">")?;
         for v in &merged.verdicts {
             writeln!(w, "<li><b>{}:</b> {}</li>", escape(&v.who), escape(&v.text))?;
