@@ -11,8 +11,8 @@ use serde::Serialize;
 use stackscope_aggregate::{
     MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
 };
-use stackscope_samplelog::LOG_FILE_NAME;
 use stackscope_event::ThreadState;
+use stackscope_samplelog::LOG_FILE_NAME;
 
 use crate::outputs::{
     write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,

@@ -211,7 +211,8 @@ pub fn merged_page_data(
         },
         simulated: pages.clone().any(|p| p.simulated),
         idle_below: pages.clone().map(|p| p.idle_below).next().unwrap_or(30.0),
-        mean_utilization: (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64),
+        mean_utilization: (!means.is_empty())
+            .then(|| means.iter().sum::<f64>() / means.len() as f64),
         verdict_class: verdict.as_ref().map(|v| v.class),
         verdict,
         idle_path: None,
@@ -354,7 +355,10 @@ impl Cells {
                 .into_iter()
                 .flat_map(|(s, [a, b, c])| [u64::from(s), a, b, c])
                 .collect(),
-            l: lanes.into_iter().flat_map(|(l, [a, b])| [l, a, b]).collect(),
+            l: lanes
+                .into_iter()
+                .flat_map(|(l, [a, b])| [l, a, b])
+                .collect(),
         }
     }
 }
