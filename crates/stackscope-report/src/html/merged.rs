@@ -16,13 +16,17 @@ use std::path::PathBuf;
 use serde::Serialize;
 use stackscope_aggregate::{
     rerooted, MergedRecordings, OddRank, ProcessPlace, RankRow, RecordingInput, Verdict,
-    VerdictClass, MAX_BUCKETS,
+    VerdictClass, MAX_BUCKETS, MAX_ENTRIES,
 };
 
-use super::data::{PageBucket, PageData, PageLane};
+use super::data::{PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
 use super::escape;
 use crate::ReportError;
 
+/// GPU points of all devices together: a merged page of many nodes' devices stays bounded.
+const MAX_MERGED_GPU_POINTS: usize = 8 * MAX_GPU_POINTS;
+/// Points per device however many devices: enough to see the dips.
+const MIN_GPU_POINTS: usize = 200;
 /// Recordings whose verdicts the headline spells out in full; past this it points at the list.
 const VERDICTS_IN_HEADLINE: usize = 4;
 
@@ -90,12 +94,10 @@ pub fn merged_page_data(
     }
 
     let mut dense = Dense::default();
-    let mut buckets: BTreeMap<u64, Cells> = BTreeMap::new();
     let mut lanes: Vec<PageLane> = Vec::new();
-    let mut gpus = Vec::new();
-    for (part, &offset) in parts.iter().zip(&offsets) {
-        // On a multiple of the merged width, so a recording's bucket falls in one merged one.
-        let offset = (offset / width).round() * width;
+    // Per recording: its page's stacks in the merged numbering, and where its lanes begin.
+    let mut renumbered: Vec<(Vec<u32>, u64)> = Vec::with_capacity(parts.len());
+    for part in parts {
         let page = &part.page;
         let frames: Vec<u32> = (0..page.frames.len())
             .map(|f| dense.frame_of(page, f))
@@ -117,7 +119,7 @@ pub fn merged_page_data(
                 dense.stack(out)
             })
             .collect();
-        let lane_base = lanes.len() as u64;
+        renumbered.push((stacks, lanes.len() as u64));
         for lane in &page.lanes {
             let place = place_of(part.input, lane.pid);
             lanes.push(PageLane {
@@ -128,35 +130,32 @@ pub fn merged_page_data(
                 idle: lane.idle,
             });
         }
-        for bucket in &page.buckets {
-            let at = offset + bucket.i as f64 * page.bucket_secs;
-            let cells = buckets.entry((at / width + 1e-9) as u64).or_default();
-            for s in bucket.s.chunks_exact(4) {
-                let Some(&stack) = stacks.get(s[0] as usize) else {
-                    continue;
-                };
-                let c = cells.stacks.entry(stack).or_default();
-                for k in 0..3 {
-                    c[k] += s[k + 1];
-                }
-            }
-            for l in bucket.l.chunks_exact(3) {
-                let c = cells.lanes.entry(lane_base + l[0]).or_default();
-                c[0] += l[1];
-                c[1] += l[2];
-            }
+    }
+    // Many recordings hold more entries than one: wider buckets keep the page bounded as the
+    // aggregate keeps one recording's.
+    let buckets = loop {
+        let buckets = rebucket(parts, &offsets, &renumbered, width);
+        let entries: usize = buckets
+            .values()
+            .map(|c| c.stacks.len() + c.lanes.len())
+            .sum();
+        if entries <= MAX_ENTRIES || width >= span {
+            break buckets;
         }
-        for gpu in &page.gpus {
-            gpus.push(super::data::PageGpu {
-                index: gpu.index,
-                name: gpu.name.clone(),
-                owner: Some(owner(part.input)),
-                t: gpu.t.iter().map(|t| round3(t + offset)).collect(),
-                utilization: gpu.utilization.clone(),
-                memory: gpu.memory.clone(),
-                power_watts: gpu.power_watts.clone(),
-                sm_active: gpu.sm_active.clone(),
-            });
+        width *= 2.0;
+    };
+    let points = (MAX_MERGED_GPU_POINTS
+        / parts
+            .iter()
+            .map(|p| p.page.gpus.len())
+            .sum::<usize>()
+            .max(1))
+    .max(MIN_GPU_POINTS);
+    let mut gpus = Vec::new();
+    for (part, &offset) in parts.iter().zip(&offsets) {
+        let offset = on_width(offset, width);
+        for gpu in &part.page.gpus {
+            gpus.push(shifted(gpu, offset, owner(part.input), points));
         }
     }
 
@@ -292,6 +291,75 @@ fn headline_verdict(
         },
         text,
     })
+}
+
+/// A recording's offset on a multiple of the merged width, so each of its buckets falls in
+/// one merged bucket whole.
+fn on_width(offset: f64, width: f64) -> f64 {
+    (offset / width).round() * width
+}
+
+/// The recordings' buckets summed into buckets of `width` seconds.
+fn rebucket(
+    parts: &[RankPage<'_>],
+    offsets: &[f64],
+    renumbered: &[(Vec<u32>, u64)],
+    width: f64,
+) -> BTreeMap<u64, Cells> {
+    let mut buckets: BTreeMap<u64, Cells> = BTreeMap::new();
+    for ((part, &offset), (stacks, lane_base)) in parts.iter().zip(offsets).zip(renumbered) {
+        let offset = on_width(offset, width);
+        let page = &part.page;
+        for bucket in &page.buckets {
+            let at = offset + bucket.i as f64 * page.bucket_secs;
+            let cells = buckets.entry((at / width + 1e-9) as u64).or_default();
+            for s in bucket.s.chunks_exact(4) {
+                let Some(&stack) = stacks.get(s[0] as usize) else {
+                    continue;
+                };
+                let c = cells.stacks.entry(stack).or_default();
+                for k in 0..3 {
+                    c[k] += s[k + 1];
+                }
+            }
+            for l in bucket.l.chunks_exact(3) {
+                let c = cells.lanes.entry(lane_base + l[0]).or_default();
+                c[0] += l[1];
+                c[1] += l[2];
+            }
+        }
+    }
+    buckets
+}
+
+/// A device's series moved `offset` seconds later, named by whose it is, and averaged into at
+/// most `points` points.
+fn shifted(gpu: &PageGpu, offset: f64, owner: String, points: usize) -> PageGpu {
+    let per = gpu.t.len().div_ceil(points).max(1);
+    let mean = |values: &[Option<f32>]| -> Vec<Option<f32>> {
+        values
+            .chunks(per)
+            .map(|c| {
+                let some: Vec<f32> = c.iter().flatten().copied().collect();
+                (!some.is_empty()).then(|| some.iter().sum::<f32>() / some.len() as f32)
+            })
+            .collect()
+    };
+    PageGpu {
+        index: gpu.index,
+        name: gpu.name.clone(),
+        owner: Some(owner),
+        // A point stands at its last reading, as on a single recording's page.
+        t: gpu
+            .t
+            .chunks(per)
+            .map(|c| round3(c.last().copied().unwrap_or(0.0) + offset))
+            .collect(),
+        utilization: mean(&gpu.utilization),
+        memory: mean(&gpu.memory),
+        power_watts: mean(&gpu.power_watts),
+        sm_active: mean(&gpu.sm_active),
+    }
 }
 
 /// Whether `place` is a process of this recording.
@@ -469,4 +537,35 @@ pub(super) fn write_rank_table<W: Write>(
         writeln!(w, "</ul>")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_devices_share_a_bounded_number_of_points() {
+        let n = 1000;
+        let gpu = PageGpu {
+            index: 3,
+            name: "H100".into(),
+            owner: None,
+            t: (1..=n).map(|i| f64::from(i) / 10.0).collect(),
+            utilization: (0..n)
+                .map(|i| Some(if i % 2 == 0 { 0.0 } else { 100.0 }))
+                .collect(),
+            memory: vec![None; n as usize],
+            power_watts: vec![Some(300.0); n as usize],
+            sm_active: vec![None; n as usize],
+        };
+        let out = shifted(&gpu, 2.0, "rank 5 on node-c".into(), 100);
+        assert_eq!(out.t.len(), 100);
+        assert_eq!(out.owner.as_deref(), Some("rank 5 on node-c"));
+        // Each point at its last reading, moved 2 s; values averaged; gaps stay gaps.
+        assert_eq!(out.t[0], 3.0);
+        assert_eq!(out.t[99], 102.0);
+        assert!(out.utilization.iter().all(|u| *u == Some(50.0)));
+        assert!(out.memory.iter().all(Option::is_none));
+        assert_eq!(out.power_watts[7], Some(300.0));
+    }
 }
