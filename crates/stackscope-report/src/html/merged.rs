@@ -27,6 +27,8 @@ use crate::ReportError;
 const MAX_MERGED_GPU_POINTS: usize = 8 * MAX_GPU_POINTS;
 /// Points per device however many devices: enough to see the dips.
 const MIN_GPU_POINTS: usize = 200;
+/// The recordings' notices shown before the rest are counted.
+const NOTICES_SHOWN: usize = 20;
 /// Recordings whose verdicts the headline spells out in full; past this it points at the list.
 const VERDICTS_IN_HEADLINE: usize = 4;
 
@@ -186,6 +188,13 @@ pub fn merged_page_data(
                 notices.push(n);
             }
         }
+    }
+    if notices.len() > NOTICES_SHOWN {
+        let more = notices.len() - NOTICES_SHOWN;
+        notices.truncate(NOTICES_SHOWN);
+        notices.push(format!(
+            "{more} more notices: see each recording's summary.json"
+        ));
     }
     PageData {
         pid: 0,
