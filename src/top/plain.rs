@@ -4,10 +4,10 @@
 use std::io::Write;
 
 use super::format::{self, location, Columns, Status, PERCENT_WIDTH};
-use super::model::{SortKey, TopModel, ViewOptions};
 use super::Live;
 use crate::session::Wake;
 use crate::signals::Request;
+use stackscope_aggregate::top::{SortKey, TopModel, ViewOptions};
 
 /// Rows per interval's table: the top of it is what a reader of a log looks for.
 const ROWS: usize = 20;

@@ -17,11 +17,11 @@ use ratatui::crossterm::terminal::{
 use ratatui::Terminal;
 
 use super::format::Status;
-use super::model::{SortKey, TopModel, ViewOptions};
 use super::view::{self, Screen};
 use super::Live as Session;
 use crate::session::Wake;
 use crate::signals::Request;
+use stackscope_aggregate::top::{SortKey, TopModel, ViewOptions};
 
 pub fn run(mut session: Session, include_idle: bool) -> anyhow::Result<()> {
     let mut terminal = TerminalGuard::enter()?;
