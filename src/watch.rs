@@ -268,17 +268,14 @@ mod tests {
 
     #[test]
     fn the_gpu_state_at_an_instant_is_the_recordings_rule() {
-        let (sender, receiver) = crossbeam_channel::unbounded();
-        for event in [
+        let batch = vec![
             reading(SEC, 0, 10.0),
             reading(SEC, 1, 30.0),
             reading(2 * SEC, 0, 90.0),
             reading(2 * SEC, 1, 90.0),
-        ] {
-            sender.send(event).unwrap();
-        }
+        ];
         let mut gpu = GpuTagger::<()>::new(30.0);
-        take_gpu_readings(&mut gpu, &receiver, None);
+        take_gpu_readings(&mut gpu, batch, None);
         // The readings covering the instant decide, by the devices' mean: 20% is idle.
         assert_eq!(gpu.tag_at(Timestamp(SEC / 2)).idle(), Some(true));
         assert_eq!(gpu.utilization_at(Timestamp(SEC / 2)), Some(20.0));
