@@ -33,6 +33,7 @@ mod addrmap;
 mod attempt;
 mod code;
 mod debug_offsets;
+mod error;
 mod filenames;
 mod gil;
 mod holder;
@@ -47,7 +48,6 @@ mod stack;
 mod stats;
 mod threads;
 
-use anyhow::Context;
 use py_spy::PythonSpy;
 use stackscope_event::Frame;
 
@@ -58,16 +58,12 @@ use filenames::FileNames;
 use gil::GilWords;
 use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
+pub(crate) use error::{Misfits, ReadError};
 pub(crate) use ostid::OsTids;
 use remote::Remote;
 
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
-
-/// The thread list changed under every one of a sample's reads.
-#[derive(Debug, thiserror::Error)]
-#[error("Failed to read PyThreadState list: it keeps changing")]
-pub(crate) struct ListKeepsChanging;
 
 /// How the reader keeps stacks consistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +147,7 @@ impl FastReader {
         pid: u32,
         spy: &PythonSpy,
         strategy: Strategy,
-    ) -> anyhow::Result<Option<FastReader>> {
+    ) -> Result<Option<FastReader>, ReadError> {
         let (major, minor) = (spy.version.major, spy.version.minor);
         let layout = match Layout::for_version(major, minor) {
             Some(layout) => layout,
@@ -187,7 +183,9 @@ impl FastReader {
             .ok()
             .and_then(|b| GilWords::parse(&b));
         if found == 0 || !gil.is_some_and(|g| g.plausible()) {
-            anyhow::bail!("no GIL where the layout table puts it");
+            return Err(ReadError::Layout(
+                "no GIL where the layout table puts it".to_owned(),
+            ));
         }
         let mut reader = FastReader {
             pid,
@@ -196,7 +194,7 @@ impl FastReader {
             modules_ptr: spy.addresses.imports_modules_address,
             remote,
             process: remoteprocess::Process::new(pid as remoteprocess::Pid)
-                .context("cannot open the process")?,
+                .map_err(ReadError::stop)?,
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
@@ -233,14 +231,14 @@ impl FastReader {
 
     /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
     /// threads, or the process); without it nothing is stopped.
-    pub(crate) fn read(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+    pub(crate) fn read(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         let started = std::time::Instant::now();
         let out = self.read_inner(blocking);
         self.stats.read_ns += started.elapsed().as_nanos() as u64;
         out
     }
 
-    fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+    fn read_inner(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         self.stats.samples += 1;
         self.fill_os_thread_ids();
         // The OS's view first: once we stop a thread, it reads as stopped. A thread that
@@ -279,7 +277,7 @@ impl FastReader {
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
-            Some(self.process.lock().context("Failed to suspend process")?)
+            Some(self.process.lock().map_err(ReadError::stop)?)
         } else {
             None
         };
@@ -295,14 +293,12 @@ impl FastReader {
         let mut result = self.read_threads(blocking, stop.is_some(), &states);
         if stop.is_none()
             && blocking
-            && result
-                .as_ref()
-                .is_err_and(|e| e.downcast_ref::<ListKeepsChanging>().is_some())
+            && matches!(result, Err(ReadError::ListKeepsChanging))
         {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
             self.stats.process_stops += 1;
-            let stopped = self.process.lock().context("Failed to suspend process")?;
+            let stopped = self.process.lock().map_err(ReadError::stop)?;
             result = self.read_threads(blocking, true, &states);
             drop(stopped);
         }
@@ -405,12 +401,12 @@ impl FastReader {
         blocking: bool,
         process_stopped: bool,
         states: &[(u64, Option<u8>)],
-    ) -> anyhow::Result<Read> {
+    ) -> Result<Read, ReadError> {
         let mut rebuilds = 0;
         'list: loop {
             if rebuilds > 0 {
                 if rebuilds > 3 {
-                    return Err(ListKeepsChanging.into());
+                    return Err(ReadError::ListKeepsChanging);
                 }
                 self.stats.list_rebuilds += 1;
                 match threads::rebuild(
@@ -484,12 +480,14 @@ impl FastReader {
             });
             let again = std::mem::take(&mut settled.again);
             if process_stopped && !again.is_empty() {
-                anyhow::bail!("Failed to read the frames of a stopped process");
+                return Err(ReadError::Layout(
+                    "a thread of the stopped process never read whole".to_owned(),
+                ));
             }
             if !blocking {
                 if !again.is_empty() {
                     self.stats.torn += 1;
-                    anyhow::bail!("Failed to read a consistent stack: a thread kept moving");
+                    return Err(ReadError::Torn);
                 }
                 // Not ours to stop: keep what was read, torn or not.
                 self.stats.unverified += ran.len() as u64;
@@ -518,8 +516,8 @@ impl FastReader {
             }
             let frames = results
                 .into_iter()
-                .map(|r| r.ok_or_else(|| anyhow::anyhow!("Failed to read a thread's frames")))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .map(|r| r.ok_or(ReadError::Torn))
+                .collect::<Result<Vec<_>, _>>()?;
             return Ok(Read { frames, gil_holder });
         }
     }
@@ -531,7 +529,7 @@ impl FastReader {
         &mut self,
         which: &[usize],
         results: &mut [Option<Vec<ReadFrame>>],
-    ) -> anyhow::Result<Vec<usize>> {
+    ) -> Result<Vec<usize>, ReadError> {
         let started = std::time::Instant::now();
         let mut left = which.to_vec();
         let mut midway = Vec::new();
@@ -568,7 +566,9 @@ impl FastReader {
             drop(locks);
             if !again.is_empty() {
                 self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
-                anyhow::bail!("Failed to read a stopped thread's frames");
+                return Err(ReadError::Layout(
+                    "a stopped thread's frames never read whole".to_owned(),
+                ));
             }
             left = midway.iter().map(|(i, _)| *i).collect();
             if left.is_empty() {
@@ -592,7 +592,7 @@ impl FastReader {
         which: &[usize],
         with_list: bool,
         stopped: bool,
-    ) -> std::io::Result<Attempt> {
+    ) -> Result<Attempt, ReadError> {
         self.stats.attempts += 1;
         let req = Request {
             layout: self.layout,
@@ -615,6 +615,10 @@ impl FastReader {
             &req,
             &mut self.walk_stats,
         )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
+            _ => ReadError::io("Failed to read the process's memory", e),
+        })
     }
 
     /// See [`ThreadNames::forget`].
@@ -707,7 +711,7 @@ fn settle(
     which: &[usize],
     attempt: Attempt,
     results: &mut [Option<Vec<ReadFrame>>],
-) -> anyhow::Result<Settled> {
+) -> Result<Settled, ReadError> {
     let mut settled = Settled::default();
     for (&i, outcome) in which.iter().zip(attempt.outcomes) {
         match outcome {
@@ -716,7 +720,7 @@ fn settle(
             Outcome::Midway(frames) => settled.midway.push((i, frames)),
             Outcome::Again => settled.again.push(i),
             Outcome::Gone => settled.gone = true,
-            Outcome::Broken(why) => anyhow::bail!("Failed to copy a thread's frames: {why}"),
+            Outcome::Broken(why) => return Err(ReadError::Layout(why)),
         }
     }
     Ok(settled)
