@@ -249,6 +249,7 @@ impl PythonTarget {
             reused: s.stat_reused,
             decisions: s.idle_decisions,
             disagreed: s.idle_disagreed,
+            unchanged: s.unchanged,
         })
     }
 
@@ -471,6 +472,9 @@ pub struct IdleAudit {
     pub reused: u64,
     pub decisions: u64,
     pub disagreed: u64,
+    /// Stacks of still threads taken from their last read, after a read of what proves they
+    /// did not move.
+    pub unchanged: u64,
 }
 
 /// Our own reader for this interpreter, if its version has one and a first read agrees with

@@ -46,6 +46,7 @@ mod remote;
 mod snapshot;
 mod stack;
 mod stats;
+mod still;
 mod threads;
 
 use py_spy::PythonSpy;
@@ -633,6 +634,7 @@ impl FastReader {
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
         s.late_rounds = self.walk_stats.rounds;
+        s.unchanged = self.walk_stats.unchanged;
         s.code_hits = self.codes.hits;
         s.code_misses = self.codes.misses;
         s.code_replaced = self.codes.replaced;

@@ -50,18 +50,16 @@ pub(crate) fn rebuild(
         }
         let bytes = remote.read(addr, layout.ts_read_len).map_err(gone)?;
         let mut ts = TsWords::parse(layout, addr, &bytes).ok_or(ReadError::ThreadGone)?;
-        let (extra, codes, sig) = match old.iter().find(|k| k.tstate == addr) {
+        let (extra, codes, sig, proof) = match old.iter().find(|k| k.tstate == addr) {
             Some(k) => {
                 if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
                     ts.native_thread_id = k.ts.native_thread_id;
                 }
                 // A thread state reused by a new thread is a thread that changed.
-                let sig = if ts.thread_id == k.ts.thread_id {
-                    k.sig
-                } else {
-                    0
-                };
-                (k.extra.clone(), k.codes.clone(), sig)
+                let same = ts.thread_id == k.ts.thread_id;
+                let sig = if same { k.sig } else { 0 };
+                let proof = k.proof.clone().filter(|_| same);
+                (k.extra.clone(), k.codes.clone(), sig, proof)
             }
             None => Default::default(),
         };
@@ -72,6 +70,7 @@ pub(crate) fn rebuild(
             codes,
             sig,
             still: false,
+            proof,
         });
         addr = ts.next;
     }

@@ -1,0 +1,273 @@
+//! A still thread, read for what proves it did not move, not for its frames.
+//!
+//! Most threads of a training process sleep for the whole recording (a pool's idle workers, a
+//! watchdog). For a thread that slept at its last reading and is not the GIL's expected
+//! holder ([`super::attempt::Known::still`]), the sample copies, in the same system call as
+//! every other thread's reads, only
+//!
+//! - its thread state (as for every thread: the list check needs its `next`), whose
+//!   current-frame holder, data-stack chunk and data-stack top must be what they were;
+//! - its current-frame pointer (3.11 and 3.12: in the `cframe` on its C stack; 3.10 and 3.13:
+//!   in the thread state, so no range of its own), which must name the same frame;
+//! - that frame's header (code object, caller, instruction, owner, and the rest of the
+//!   header: every byte must be the same),
+//!
+//! about 400 bytes instead of the chunk's used part (one to several KiB), no walk, no code
+//! object checks, and its stack as last read ([`Proof`]). A thread that woke and came back
+//! to a frame at the same address runs other code or another instruction there, or another
+//! caller, or moved the data-stack top: it is read in full. What this cannot see is a change
+//! under an innermost frame that is the same in every header byte and at the same data-stack
+//! top (its callers returned and others of exactly the same frame sizes called the same
+//! function from the same place); such a thread is read in full at the latest when its OS
+//! state is read again ([`super::activity::REUSE_FOR`], 100 ms), since it is only taken as
+//! still between two of those readings (docs/performance.md).
+
+use super::attempt::ReadFrame;
+use super::layout::{usize_at, Layout};
+use super::remote::{Batch, Slot};
+use super::snapshot::TsWords;
+
+/// What a thread's last full read showed, enough to tell whether it moved since.
+#[derive(Debug, Clone)]
+pub(crate) struct Proof {
+    /// Its thread state's words.
+    pub ts: TsWords,
+    /// Its current-frame pointer (0: no Python running).
+    pub current_frame: usize,
+    /// The header of the frame at `current_frame`, as copied (empty when there is none).
+    pub header: Vec<u8>,
+    /// The stack it had.
+    pub frames: Vec<ReadFrame>,
+}
+
+/// Where a still thread's reads went in the batch.
+pub(crate) struct Planned {
+    tstate: Slot,
+    tstate_addr: usize,
+    pointer: Pointer,
+    header: Option<Slot>,
+}
+
+enum Pointer {
+    /// A range of its own (on the thread's C stack).
+    Read(Slot),
+    /// At this offset in the thread state's copy.
+    InTstate(usize),
+    /// No current-frame holder at all (a thread that has not started).
+    None,
+}
+
+/// Adds a still thread's reads to `batch`: the current-frame pointer, the header of the frame
+/// it named last time, then the thread state, in that order (a thread that runs meanwhile is
+/// told by the GIL read around the whole batch, as for every thread).
+pub(crate) fn plan(batch: &mut Batch, layout: &Layout, tstate: usize, proof: &Proof) -> Planned {
+    let cframe = proof.ts.cframe;
+    let pointer_offset = layout.cframe_current_frame;
+    let pointer = if cframe == 0 {
+        Pointer::None
+    } else if cframe == tstate {
+        Pointer::InTstate(pointer_offset)
+    } else {
+        Pointer::Read(batch.add(cframe + pointer_offset, 8))
+    };
+    let header =
+        (proof.current_frame != 0).then(|| batch.add(proof.current_frame, layout.fr_header_len));
+    let tstate_len = match pointer {
+        Pointer::InTstate(at) => layout.ts_read_len.max(at + 8),
+        _ => layout.ts_read_len,
+    };
+    Planned {
+        tstate: batch.add(tstate, tstate_len),
+        tstate_addr: tstate,
+        pointer,
+        header,
+    }
+}
+
+/// What a still thread's reads say.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Where it was: its stack is the one in the proof.
+    Unchanged(TsWords),
+    /// It moved (or this could not be told): read it in full, with these words.
+    Moved(TsWords),
+    /// The thread state itself could not be read.
+    Unreadable,
+}
+
+pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned, proof: &Proof) -> Verdict {
+    let Some(ts_bytes) = batch.get(planned.tstate) else {
+        return Verdict::Unreadable;
+    };
+    let Some(ts) = TsWords::parse(layout, planned.tstate_addr, ts_bytes) else {
+        return Verdict::Unreadable;
+    };
+    let last = proof.ts;
+    if ts.cframe != last.cframe
+        || ts.chunk != last.chunk
+        || ts.top != last.top
+        || ts.thread_id != last.thread_id
+    {
+        return Verdict::Moved(ts);
+    }
+    let pointer = match planned.pointer {
+        Pointer::Read(slot) => batch.get(slot).and_then(|b| usize_at(b, 0)),
+        Pointer::InTstate(at) => usize_at(ts_bytes, at),
+        Pointer::None => Some(0),
+    };
+    if pointer != Some(proof.current_frame) {
+        return Verdict::Moved(ts);
+    }
+    let same_header = match planned.header {
+        Some(slot) => batch.get(slot) == Some(&proof.header[..]),
+        None => proof.header.is_empty(),
+    };
+    if !same_header {
+        return Verdict::Moved(ts);
+    }
+    Verdict::Unchanged(ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fast::layout::{PY310, PY311};
+    use crate::fast::remote::Remote;
+
+    fn put(mem: &mut [u8], at: usize, v: usize) {
+        mem[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());
+    }
+
+    /// A 3.11 thread in our own memory: thread state, cframe (its C stack) and a chunk with
+    /// one frame.
+    struct Fake311 {
+        ts: Vec<u8>,
+        cframe: Box<[u64; 2]>,
+        chunk: Vec<u8>,
+    }
+
+    const FRAME_AT: usize = 64;
+
+    impl Fake311 {
+        fn new() -> Fake311 {
+            let l = &PY311;
+            let mut f = Fake311 {
+                ts: vec![0u8; l.ts_read_len],
+                cframe: Box::new([0, 0]),
+                chunk: vec![0u8; 4096],
+            };
+            let base = f.chunk.as_ptr() as usize;
+            f.cframe[l.cframe_current_frame / 8] = (base + FRAME_AT) as u64;
+            put(&mut f.ts, l.ts_cframe, f.cframe.as_ptr() as usize);
+            put(&mut f.ts, l.ts_thread_id, 7);
+            put(&mut f.ts, l.ts_datastack_chunk, base);
+            put(&mut f.ts, l.ts_datastack_top, base + 200);
+            put(&mut f.ts, l.ts_datastack_limit, base + 4096);
+            f.set_frame(0xc000, 0xc0f0);
+            f
+        }
+
+        fn set_frame(&mut self, code: usize, instr: usize) {
+            let l = &PY311;
+            put(&mut self.chunk, FRAME_AT + l.fr_code, code);
+            put(&mut self.chunk, FRAME_AT + l.fr_prev_instr, instr);
+        }
+
+        fn tstate(&self) -> usize {
+            self.ts.as_ptr() as usize
+        }
+
+        fn words(&self) -> TsWords {
+            TsWords::parse(&PY311, self.tstate(), &self.ts).expect("words")
+        }
+
+        /// What a full read of it now would record.
+        fn proof(&self) -> Proof {
+            let l = &PY311;
+            Proof {
+                ts: self.words(),
+                current_frame: self.chunk.as_ptr() as usize + FRAME_AT,
+                header: self.chunk[FRAME_AT..FRAME_AT + l.fr_header_len].to_vec(),
+                frames: Vec::new(),
+            }
+        }
+    }
+
+    fn read(layout: &Layout, tstate: usize, proof: &Proof) -> (Verdict, usize) {
+        let mut batch = Batch::default();
+        let planned = plan(&mut batch, layout, tstate, proof);
+        let mut remote = Remote::new(std::process::id());
+        batch.run(&mut remote).expect("our own memory");
+        (check(&batch, layout, &planned, proof), remote.bytes as usize)
+    }
+
+    #[test]
+    fn a_thread_that_did_not_move_reads_unchanged_from_a_few_hundred_bytes() {
+        let fake = Fake311::new();
+        let proof = fake.proof();
+        let (verdict, bytes) = read(&PY311, fake.tstate(), &proof);
+        assert_eq!(verdict, Verdict::Unchanged(fake.words()));
+        assert_eq!(bytes, 8 + PY311.fr_header_len + PY311.ts_read_len);
+    }
+
+    /// Woke, returned, and called again: the frame at the same address now runs other code,
+    /// or the same code at another instruction, or the data stack grew or shrank.
+    #[test]
+    fn any_change_of_the_innermost_frame_or_the_stack_top_is_a_move() {
+        let mut fake = Fake311::new();
+        let proof = fake.proof();
+        fake.set_frame(0xd000, 0xc0f0);
+        assert!(matches!(
+            read(&PY311, fake.tstate(), &proof).0,
+            Verdict::Moved(_)
+        ));
+        fake.set_frame(0xc000, 0xc0f2);
+        assert!(matches!(
+            read(&PY311, fake.tstate(), &proof).0,
+            Verdict::Moved(_)
+        ));
+        fake.set_frame(0xc000, 0xc0f0);
+        assert!(matches!(
+            read(&PY311, fake.tstate(), &proof).0,
+            Verdict::Unchanged(_)
+        ));
+        // A call pushed a frame: the pointer names it.
+        let base = fake.chunk.as_ptr() as usize;
+        fake.cframe[PY311.cframe_current_frame / 8] = (base + 400) as u64;
+        assert!(matches!(
+            read(&PY311, fake.tstate(), &proof).0,
+            Verdict::Moved(_)
+        ));
+        fake.cframe[PY311.cframe_current_frame / 8] = (base + FRAME_AT) as u64;
+        put(&mut fake.ts, PY311.ts_datastack_top, base + 264);
+        match read(&PY311, fake.tstate(), &proof).0 {
+            Verdict::Moved(ts) => assert_eq!(ts.top, base + 264),
+            other => panic!("expected a move, got {other:?}"),
+        }
+    }
+
+    /// 3.10 keeps the current frame in the thread state: two ranges, not three.
+    #[test]
+    fn a_pointer_in_the_thread_state_needs_no_range_of_its_own() {
+        let l = &PY310;
+        let mut frame = vec![0u8; l.fr_header_len];
+        put(&mut frame, l.fr_code, 0xc000);
+        let mut ts = vec![0u8; l.ts_read_len];
+        put(&mut ts, l.ts_thread_id, 7);
+        put(&mut ts, l.cframe_current_frame, frame.as_ptr() as usize);
+        let tstate = ts.as_ptr() as usize;
+        let words = TsWords::parse(l, tstate, &ts).expect("words");
+        let proof = Proof {
+            ts: words,
+            current_frame: frame.as_ptr() as usize,
+            header: frame.clone(),
+            frames: Vec::new(),
+        };
+        let (verdict, bytes) = read(l, tstate, &proof);
+        assert_eq!(verdict, Verdict::Unchanged(words));
+        assert_eq!(bytes, l.fr_header_len + l.ts_read_len);
+        // f_lasti moved.
+        frame[l.fr_prev_instr] ^= 1;
+        assert!(matches!(read(l, tstate, &proof).0, Verdict::Moved(_)));
+    }
+}
