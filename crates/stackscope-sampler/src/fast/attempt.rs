@@ -117,6 +117,8 @@ pub(crate) struct Request<'a> {
     pub stopped: bool,
     /// Which threads to read with a check: those likely to hold the GIL during the read.
     pub check: Check<'a>,
+    /// Whether a still thread is read for its proof alone ([`still`]).
+    pub still_reads: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -445,7 +447,7 @@ pub(crate) fn attempt(
                 0 => Some(Vec::new()),
                 start => walk.header(start, layout).map(<[u8]>::to_vec),
             };
-            if let (None, Some(header)) = (&w.later, header) {
+            if let (true, None, Some(header)) = (req.still_reads, &w.later, header) {
                 known.proof = Some(Proof {
                     ts: w.ts,
                     current_frame: w.start,

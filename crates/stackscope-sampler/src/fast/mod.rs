@@ -129,6 +129,9 @@ pub(crate) struct FastReader {
     /// Whether a sleeping thread whose Python state did not change keeps its last OS state
     /// for a while ([`activity::REUSE_FOR`]); `STACKSCOPE_IDLE_REUSE=0` reads it every time.
     reuse_states: bool,
+    /// Whether a still thread is read only for what proves it did not move ([`still`]);
+    /// `STACKSCOPE_STILL_READS=0` copies its frames every sample (for comparisons).
+    still_reads: bool,
     /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
     /// it would have changed (docs/performance.md).
     audit: bool,
@@ -209,6 +212,7 @@ impl FastReader {
             reuse_states: strategy == Strategy::StopGilHolders
                 && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
             audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
+            still_reads: std::env::var_os("STACKSCOPE_STILL_READS").is_none_or(|v| v != "0"),
             tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
@@ -607,6 +611,7 @@ impl FastReader {
             } else {
                 Check::All
             },
+            still_reads: self.still_reads,
         };
         attempt(
             &mut self.remote,
