@@ -192,6 +192,15 @@ pub(crate) fn attempt(
                 .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
         }
     }
+    let mut plans = plans;
+    let still_plans: Vec<&mut still::Planned> = plans
+        .iter_mut()
+        .filter_map(|p| match p {
+            Plan::Still(s) => Some(s),
+            Plan::Full(_) => None,
+        })
+        .collect();
+    still::add_tstates(&mut batch, still_plans);
     let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
     batch.run(remote)?;
 

@@ -13,7 +13,14 @@
 //!   header: every byte must be the same),
 //!
 //! about 400 bytes instead of the chunk's used part (one to several KiB), no walk, no code
-//! object checks, and its stack as last read ([`Proof`]). A thread that woke and came back
+//! object checks, and its stack as last read ([`Proof`]). The kernel's cost of a read is
+//! mostly per range and page (it pins each page of each range), not per byte: the thread
+//! states of still threads, allocated one after another by the thread that started them,
+//! are read as few ranges ([`add_tstates`]), so that a still thread of 3.10 or 3.13 costs
+//! about one range of its own (its frame's header), and one of 3.11 or 3.12 two (and the
+//! `cframe` on its C stack).
+//!
+//! A thread that woke and came back
 //! to a frame at the same address runs other code or another instruction there, or another
 //! caller, or moved the data-stack top: it is read in full. What this cannot see is a change
 //! under an innermost frame that is the same in every header byte and at the same data-stack
@@ -42,11 +49,19 @@ pub(crate) struct Proof {
 
 /// Where a still thread's reads went in the batch.
 pub(crate) struct Planned {
-    tstate: Slot,
+    /// The range its thread state is in, and where in that range (see [`add_tstates`]).
+    tstate: Option<(Slot, usize)>,
     tstate_addr: usize,
+    tstate_len: usize,
     pointer: Pointer,
     header: Option<Slot>,
 }
+
+/// Thread states at most this far apart are read as one range: less than a page, so that
+/// every page of the range holds one of them and is mapped wherever they are.
+const MAX_GAP: usize = 1024;
+/// The longest range made of thread states.
+const MAX_SPAN: usize = 64 * 1024;
 
 enum Pointer {
     /// A range of its own (on the thread's C stack).
@@ -57,9 +72,10 @@ enum Pointer {
     None,
 }
 
-/// Adds a still thread's reads to `batch`: the current-frame pointer, the header of the frame
-/// it named last time, then the thread state, in that order (a thread that runs meanwhile is
-/// told by the GIL read around the whole batch, as for every thread).
+/// Adds a still thread's reads to `batch`: the current-frame pointer and the header of the
+/// frame it named last time; its thread state comes with the others', after them
+/// ([`add_tstates`]). The order does not matter here: a thread that runs meanwhile is told by
+/// the GIL read around the whole batch, as for every thread.
 pub(crate) fn plan(batch: &mut Batch, layout: &Layout, tstate: usize, proof: &Proof) -> Planned {
     let cframe = proof.ts.cframe;
     let pointer_offset = layout.cframe_current_frame;
@@ -77,10 +93,37 @@ pub(crate) fn plan(batch: &mut Batch, layout: &Layout, tstate: usize, proof: &Pr
         _ => layout.ts_read_len,
     };
     Planned {
-        tstate: batch.add(tstate, tstate_len),
+        tstate: None,
         tstate_addr: tstate,
+        tstate_len,
         pointer,
         header,
+    }
+}
+
+/// Adds the thread states of `still` threads to `batch`: those at most [`MAX_GAP`] apart as
+/// one range.
+pub(crate) fn add_tstates(batch: &mut Batch, mut still: Vec<&mut Planned>) {
+    still.sort_by_key(|p| p.tstate_addr);
+    let mut i = 0;
+    while i < still.len() {
+        let start = still[i].tstate_addr;
+        let mut end = start + still[i].tstate_len;
+        let mut j = i + 1;
+        while j < still.len() {
+            let next = &still[j];
+            let next_end = end.max(next.tstate_addr + next.tstate_len);
+            if next.tstate_addr > end + MAX_GAP || next_end - start > MAX_SPAN {
+                break;
+            }
+            end = next_end;
+            j += 1;
+        }
+        let slot = batch.add(start, end - start);
+        for p in &mut still[i..j] {
+            p.tstate = Some((slot, p.tstate_addr - start));
+        }
+        i = j;
     }
 }
 
@@ -96,7 +139,11 @@ pub(crate) enum Verdict {
 }
 
 pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned, proof: &Proof) -> Verdict {
-    let Some(ts_bytes) = batch.get(planned.tstate) else {
+    let Some(ts_bytes) = planned.tstate.and_then(|(slot, at)| {
+        batch
+            .get(slot)
+            .and_then(|b| b.get(at..at + planned.tstate_len))
+    }) else {
         return Verdict::Unreadable;
     };
     let Some(ts) = TsWords::parse(layout, planned.tstate_addr, ts_bytes) else {
@@ -195,7 +242,8 @@ mod tests {
 
     fn read(layout: &Layout, tstate: usize, proof: &Proof) -> (Verdict, usize) {
         let mut batch = Batch::default();
-        let planned = plan(&mut batch, layout, tstate, proof);
+        let mut planned = plan(&mut batch, layout, tstate, proof);
+        add_tstates(&mut batch, vec![&mut planned]);
         let mut remote = Remote::new(std::process::id());
         batch.run(&mut remote).expect("our own memory");
         (check(&batch, layout, &planned, proof), remote.bytes as usize)
@@ -269,5 +317,58 @@ mod tests {
         // f_lasti moved.
         frame[l.fr_prev_instr] ^= 1;
         assert!(matches!(read(l, tstate, &proof).0, Verdict::Moved(_)));
+    }
+
+    /// Thread states close together are one range; one far away another; each thread reads
+    /// its own words from its range.
+    #[test]
+    fn thread_states_close_together_are_read_as_one_range() {
+        let l = &PY310;
+        let stride = l.ts_read_len + 200;
+        let mut mem = vec![0u8; 16384];
+        let base = mem.as_ptr() as usize;
+        for t in 0..3 {
+            put(&mut mem, t * stride + l.ts_thread_id, 100 + t);
+        }
+        let mut tstates: Vec<usize> = (0..3).map(|t| base + t * stride).collect();
+        tstates.push(base + 8192);
+        let proofs: Vec<Proof> = tstates
+            .iter()
+            .map(|&a| {
+                // SAFETY: `a` is the start of `ts_read_len` bytes of `mem`, alive.
+                let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, l.ts_read_len) };
+                Proof {
+                    ts: TsWords::parse(l, a, bytes).expect("words"),
+                    current_frame: 0,
+                    header: Vec::new(),
+                    frames: Vec::new(),
+                }
+            })
+            .collect();
+        let mut batch = Batch::default();
+        // Asked for out of order: the far one first.
+        let mut planned: Vec<Planned> = tstates
+            .iter()
+            .zip(&proofs)
+            .rev()
+            .map(|(&t, p)| plan(&mut batch, l, t, p))
+            .collect();
+        planned.reverse();
+        add_tstates(&mut batch, planned.iter_mut().collect());
+        let mut remote = Remote::new(std::process::id());
+        batch.run(&mut remote).expect("our own memory");
+        assert_eq!(remote.syscalls, 1);
+        assert_eq!(
+            remote.bytes as usize,
+            2 * stride + l.ts_read_len + l.ts_read_len,
+            "two ranges: three thread states with their gaps, and the far one"
+        );
+        for ((p, proof), t) in planned.iter().zip(&proofs).zip(0..) {
+            match check(&batch, l, p, proof) {
+                Verdict::Unchanged(ts) if t < 3 => assert_eq!(ts.thread_id, 100 + t as u64),
+                Verdict::Unchanged(ts) => assert_eq!(ts.thread_id, 0),
+                other => panic!("thread {t}: {other:?}"),
+            }
+        }
     }
 }
