@@ -58,8 +58,11 @@ pub(crate) struct Planned {
 }
 
 /// Thread states at most this far apart are read as one range: less than a page, so that
-/// every page of the range holds one of them and is mapped wherever they are.
-const MAX_GAP: usize = 1024;
+/// every page of the range holds one of them and is mapped wherever they are. Copying the
+/// gap must cost less than the range it saves: here a range (its page pinned) costs about
+/// as much as copying 700 bytes of the target's memory (perf, docs/performance.md). 3.11's
+/// thread states, 1.2-1.3 KiB apart when started one after another, are read one by one.
+const MAX_GAP: usize = 512;
 /// The longest range made of thread states.
 const MAX_SPAN: usize = 64 * 1024;
 
