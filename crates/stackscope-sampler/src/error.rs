@@ -296,11 +296,17 @@ mod tests {
             SampleErrorKind::TornRead
         );
         for gone in [ReadError::ThreadGone, ReadError::ListKeepsChanging] {
-            assert_eq!(kind_of(read_failure(me, &gone)), SampleErrorKind::ThreadGone);
+            assert_eq!(
+                kind_of(read_failure(me, &gone)),
+                SampleErrorKind::ThreadGone
+            );
         }
         // ESRCH from a process that is still there: the thread we read through ended.
         let esrch = ReadError::io("read", errno(libc::ESRCH));
-        assert_eq!(kind_of(read_failure(me, &esrch)), SampleErrorKind::ThreadGone);
+        assert_eq!(
+            kind_of(read_failure(me, &esrch)),
+            SampleErrorKind::ThreadGone
+        );
         assert!(matches!(
             read_failure(u32::MAX - 1, &esrch),
             SampleFailure::ProcessGone(_)

@@ -381,18 +381,20 @@ impl PythonTarget {
                     })
                     .collect()))
             }
-            Err(e) => {
-                let failure = read_failure(self.pid, &e);
-                // A layout that does not match this build of the interpreter fails every
-                // sample the same way; a torn read, a thread gone, a thread list that kept
-                // changing come and go, however many in a row.
-                if matches!(failure, SampleFailure::Transient { .. }) && self.misfits.failed(&e)
-                {
-                    self.fast = None;
-                }
-                Some(Err(failure))
-            }
+            Err(e) => Some(Err(self.fast_failed(&e))),
         }
+    }
+
+    /// What a failed read of our reader means, and whether the reader is given up for
+    /// py-spy's: a layout that does not match this build of the interpreter fails every
+    /// sample the same way; a torn read, a thread gone, a thread list that kept changing
+    /// come and go, however many in a row.
+    fn fast_failed(&mut self, e: &crate::fast::ReadError) -> SampleFailure {
+        let failure = read_failure(self.pid, e);
+        if matches!(failure, SampleFailure::Transient { .. }) && self.misfits.failed(e) {
+            self.fast = None;
+        }
+        failure
     }
 
     /// Stops the process once for both reads: the Python frames, then each thread's native
@@ -576,6 +578,9 @@ impl StringCache {
         }
     }
 }
+
+#[cfg(test)]
+mod fast_failures;
 
 #[cfg(test)]
 mod tests {

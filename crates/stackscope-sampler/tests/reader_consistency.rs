@@ -221,14 +221,22 @@ fn shapes_hold(code: &str) {
                 }
                 // A sleeper (`Thread.run` calling `time.sleep`, which is C) has three frames,
                 // whether read or reused.
-                let sleeper = stack.thread.name.as_deref().is_some_and(|n| n.contains("(sleep)"));
+                let sleeper = stack
+                    .thread
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.contains("(sleep)"));
                 if sleeper {
                     let functions: Vec<&str> = stack
                         .frames
                         .iter()
                         .map(|f| f.function.rsplit('.').next().unwrap_or(&f.function))
                         .collect();
-                    assert_eq!(functions, ["run", "_bootstrap_inner", "_bootstrap"], "{python}");
+                    assert_eq!(
+                        functions,
+                        ["run", "_bootstrap_inner", "_bootstrap"],
+                        "{python}"
+                    );
                     sleepers += 1;
                 }
                 if let Some(why) = shape_error(stack) {
@@ -261,7 +269,10 @@ fn shapes_hold(code: &str) {
         if with_sleepers {
             let audit = target.idle_audit().expect("our reader");
             eprintln!("{python}: {sleepers} sleeper stacks, {audit:?}");
-            assert!(sleepers >= 60 * reads / 2, "{python}: {sleepers} sleeper stacks");
+            assert!(
+                sleepers >= 60 * reads / 2,
+                "{python}: {sleepers} sleeper stacks"
+            );
             assert!(audit.unchanged > 0, "{python}: {audit:?}");
         }
         drop(target);

@@ -170,8 +170,9 @@ pub(crate) fn attempt(
                 }
                 _ => {
                     let check = with_check.then_some(&mut seed);
-                    let full =
-                        snapshot::plan(&mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still);
+                    let full = snapshot::plan(
+                        &mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still,
+                    );
                     Plan::Full(full)
                 }
             }

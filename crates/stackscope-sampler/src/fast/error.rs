@@ -110,7 +110,10 @@ mod tests {
             ReadError::io("read", io::Error::from_raw_os_error(libc::EIO)),
         ];
         for i in 0..1000 {
-            assert!(!misfits.failed(&transient[i % transient.len()]), "given up at {i}");
+            assert!(
+                !misfits.failed(&transient[i % transient.len()]),
+                "given up at {i}"
+            );
         }
         // Transient failures do not break a run of misfits either.
         for _ in 0..Misfits::LIMIT - 1 {

@@ -55,11 +55,11 @@ use stackscope_event::Frame;
 use activity::Activity;
 use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, ReadFrame, Request, WalkStats};
 use code::CodeCache;
+pub(crate) use error::{Misfits, ReadError};
 use filenames::FileNames;
 use gil::GilWords;
 use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
-pub(crate) use error::{Misfits, ReadError};
 pub(crate) use ostid::OsTids;
 use remote::Remote;
 
@@ -296,10 +296,7 @@ impl FastReader {
         }
         self.likely_holders = likely;
         let mut result = self.read_threads(blocking, stop.is_some(), &states);
-        if stop.is_none()
-            && blocking
-            && matches!(result, Err(ReadError::ListKeepsChanging))
-        {
+        if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
             self.stats.process_stops += 1;

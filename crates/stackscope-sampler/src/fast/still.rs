@@ -249,7 +249,10 @@ mod tests {
         add_tstates(&mut batch, vec![&mut planned]);
         let mut remote = Remote::new(std::process::id());
         batch.run(&mut remote).expect("our own memory");
-        (check(&batch, layout, &planned, proof), remote.bytes as usize)
+        (
+            check(&batch, layout, &planned, proof),
+            remote.bytes as usize,
+        )
     }
 
     #[test]
