@@ -6,6 +6,9 @@
 //! the GPU timeline coarsens with age, and every table has a cap ([`Limits`]) past which
 //! samples are still counted, in placeholders, and the summary says so.
 //!
+//! [`top`] holds `stackscope top`'s live table, tagged by the same [`GpuTagger`] as the
+//! recording, so the two agree on one run.
+//!
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
@@ -31,6 +34,7 @@ mod summary;
 mod tagging;
 mod threads;
 mod timeline;
+pub mod top;
 mod trace;
 mod verdict;
 
@@ -56,11 +60,12 @@ pub use merge::{
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use oscillation::oscillation_period;
 pub use processes::ROOT_COMMAND_CHARS;
-pub use ranks::{merge_recordings, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
 pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use tagging::{GpuTagger, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS};
 pub use trace::{GpuState, Run, SampleTrace, TraceThread};
 pub use verdict::{Verdict, VerdictClass};
 
