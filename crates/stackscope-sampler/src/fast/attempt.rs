@@ -139,7 +139,7 @@ pub(crate) fn attempt(
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
     let bracket = !req.stopped;
-    let mut batch = Batch::default();
+    let mut batch = remote.batch();
     // First the GIL, then everything else, then the GIL again: the kernel copies the ranges
     // in order.
     let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
@@ -310,7 +310,7 @@ pub(crate) fn attempt(
             }
         }
     }
-    drop(batch);
+    remote.recycle(batch);
 
     // Walk every thread as far as the copies go, then read what the walks still need,
     // all threads together, until every walk is complete.
