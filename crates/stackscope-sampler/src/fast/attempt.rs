@@ -19,7 +19,7 @@ use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
-use super::still::{self, Proof, Verdict};
+use super::still::{self, Proof};
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
@@ -237,41 +237,9 @@ pub(crate) fn attempt(
         let planned = match plan {
             Plan::Full(planned) => planned,
             Plan::Still(planned) => {
-                let k = &mut threads[i];
-                let Some(proof) = k.proof.as_ref() else {
-                    states.push(None);
-                    outcomes.push(Some(Outcome::Again));
-                    continue;
-                };
-                let outcome = match still::check(&batch, layout, planned, proof) {
-                    Verdict::Unchanged(ts) => {
-                        states.push(Some(ts));
-                        let frames = proof.frames.clone();
-                        k.refresh(ts);
-                        stats.unchanged += 1;
-                        // As for every thread: one that may have run during the read is
-                        // read again.
-                        if ran.may_have_run(k.tstate) {
-                            Outcome::Ran(frames)
-                        } else {
-                            Outcome::Done(frames)
-                        }
-                    }
-                    Verdict::Moved(ts) => {
-                        states.push(Some(ts));
-                        k.refresh(ts);
-                        // Read in full next, from where it is now.
-                        k.still = false;
-                        k.proof = None;
-                        Outcome::Again
-                    }
-                    Verdict::Unreadable => {
-                        states.push(None);
-                        k.still = false;
-                        k.proof = None;
-                        Outcome::Gone
-                    }
-                };
+                let (ts, outcome) = still::settle(&batch, layout, planned, &mut threads[i], &ran);
+                stats.unchanged += u64::from(ts.is_some() && matches!(outcome, Outcome::Done(_)));
+                states.push(ts);
                 outcomes.push(Some(outcome));
                 continue;
             }

@@ -29,7 +29,8 @@
 //! state is read again ([`super::activity::REUSE_FOR`], 100 ms), since it is only taken as
 //! still between two of those readings (docs/performance.md).
 
-use super::attempt::ReadFrame;
+use super::attempt::{Known, Outcome, ReadFrame};
+use super::gil::Ran;
 use super::layout::{usize_at, Layout};
 use super::remote::{Batch, Slot};
 use super::snapshot::TsWords;
@@ -176,6 +177,45 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned, proof: &P
         return Verdict::Moved(ts);
     }
     Verdict::Unchanged(ts)
+}
+
+/// Files a still thread's read: its thread state's words as read (None: unreadable), and how
+/// its try ended. Unchanged, its stack is the proof's (read again, like any thread's, if it
+/// may have run during the read); moved or unreadable, it is read in full next.
+pub(crate) fn settle(
+    batch: &Batch,
+    layout: &Layout,
+    planned: &Planned,
+    k: &mut Known,
+    ran: &Ran,
+) -> (Option<TsWords>, Outcome) {
+    let Some(proof) = k.proof.as_ref() else {
+        return (None, Outcome::Again);
+    };
+    let verdict = check(batch, layout, planned, proof);
+    match verdict {
+        Verdict::Unchanged(ts) => {
+            let frames = proof.frames.clone();
+            k.refresh(ts);
+            let outcome = if ran.may_have_run(k.tstate) {
+                Outcome::Ran(frames)
+            } else {
+                Outcome::Done(frames)
+            };
+            (Some(ts), outcome)
+        }
+        Verdict::Moved(ts) => {
+            k.refresh(ts);
+            k.still = false;
+            k.proof = None;
+            (Some(ts), Outcome::Again)
+        }
+        Verdict::Unreadable => {
+            k.still = false;
+            k.proof = None;
+            (None, Outcome::Gone)
+        }
+    }
 }
 
 #[cfg(test)]
