@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use stackscope_event::SampleErrorKind;
 use thiserror::Error;
 
+use crate::fast::ReadError;
 use crate::permission::{self, Refusal};
 use crate::procfs;
 
@@ -144,7 +145,38 @@ pub enum SampleFailure {
     },
 }
 
-/// Classifies an error from reading a process's stacks.
+/// Classifies a failed read by stackscope's own reader, by its type.
+pub(crate) fn read_failure(pid: u32, cause: &ReadError) -> SampleFailure {
+    let errno = cause.errno();
+    // The kernel's ESRCH is about the id we read through: the process is gone only if
+    // /proc says so (a process whose leader exited is read through one of its threads).
+    let gone = matches!(cause, ReadError::ProcessGone(_)) || errno == Some(libc::ESRCH);
+    if gone && !procfs::is_alive(pid) {
+        return SampleFailure::ProcessGone(pid);
+    }
+    if errno == Some(libc::EPERM) || errno == Some(libc::EACCES) {
+        // A process that exited between our reads answers EPERM too.
+        if !procfs::is_alive(pid) {
+            return SampleFailure::ProcessGone(pid);
+        }
+        return SampleFailure::PermissionLost(pid);
+    }
+    let kind = match cause {
+        ReadError::Torn => SampleErrorKind::TornRead,
+        // Threads that start and end under the read, or the thread we read through.
+        ReadError::ThreadGone | ReadError::ListKeepsChanging => SampleErrorKind::ThreadGone,
+        ReadError::ProcessGone(_) => SampleErrorKind::ThreadGone,
+        ReadError::Io { .. } if errno == Some(libc::ESRCH) => SampleErrorKind::ThreadGone,
+        ReadError::Io { .. } | ReadError::Layout(_) => SampleErrorKind::Other,
+    };
+    SampleFailure::Transient {
+        kind,
+        message: cause.to_string(),
+    }
+}
+
+/// Classifies an error from py-spy's reader, which are `anyhow` strings: by the I/O errors in
+/// their chain, and else by their words (the only place that sorts errors by text).
 pub fn classify_sample_error(pid: u32, cause: &anyhow::Error) -> SampleFailure {
     if !procfs::is_alive(pid) {
         return SampleFailure::ProcessGone(pid);
@@ -246,6 +278,70 @@ mod tests {
             SampleFailure::Transient { kind, .. } => assert_eq!(kind, SampleErrorKind::TornRead),
             other => panic!("expected transient, got {other:?}"),
         }
+    }
+
+    fn kind_of(failure: SampleFailure) -> SampleErrorKind {
+        match failure {
+            SampleFailure::Transient { kind, .. } => kind,
+            other => panic!("expected transient, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn our_readers_errors_map_by_their_type() {
+        let me = std::process::id();
+        let errno = |e| std::io::Error::from_raw_os_error(e);
+        assert_eq!(
+            kind_of(read_failure(me, &ReadError::Torn)),
+            SampleErrorKind::TornRead
+        );
+        for gone in [ReadError::ThreadGone, ReadError::ListKeepsChanging] {
+            assert_eq!(
+                kind_of(read_failure(me, &gone)),
+                SampleErrorKind::ThreadGone
+            );
+        }
+        // ESRCH from a process that is still there: the thread we read through ended.
+        let esrch = ReadError::io("read", errno(libc::ESRCH));
+        assert_eq!(
+            kind_of(read_failure(me, &esrch)),
+            SampleErrorKind::ThreadGone
+        );
+        assert!(matches!(
+            read_failure(u32::MAX - 1, &esrch),
+            SampleFailure::ProcessGone(_)
+        ));
+        assert!(matches!(
+            read_failure(u32::MAX - 1, &ReadError::ProcessGone(u32::MAX - 1)),
+            SampleFailure::ProcessGone(_)
+        ));
+        assert_eq!(
+            kind_of(read_failure(me, &ReadError::ProcessGone(me))),
+            SampleErrorKind::ThreadGone
+        );
+        assert!(matches!(
+            read_failure(me, &ReadError::io("read", errno(libc::EPERM))),
+            SampleFailure::PermissionLost(_)
+        ));
+        let eio = ReadError::io("read", errno(libc::EIO));
+        assert_eq!(kind_of(read_failure(me, &eio)), SampleErrorKind::Other);
+        let misfit = ReadError::Layout("a thread's walk reads garbage".into());
+        match read_failure(me, &misfit) {
+            SampleFailure::Transient { kind, message } => {
+                assert_eq!(kind, SampleErrorKind::Other);
+                assert!(message.contains("garbage"), "{message}");
+            }
+            other => panic!("expected transient, got {other:?}"),
+        }
+    }
+
+    /// The text is not looked at: "thread" holds "read", which the py-spy classifier would
+    /// call a torn read.
+    #[test]
+    fn words_in_the_message_do_not_decide_the_kind() {
+        let me = std::process::id();
+        let e = ReadError::Layout("Failed to read a thread: No such process".into());
+        assert_eq!(kind_of(read_failure(me, &e)), SampleErrorKind::Other);
     }
 
     #[test]

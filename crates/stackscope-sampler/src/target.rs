@@ -9,8 +9,8 @@ use py_spy::{Config, PythonSpy, StackTrace};
 use stackscope_event::{Frame, ThreadInfo};
 use stackscope_native::{merge, NativeUnwinder};
 
-use crate::error::{classify_sample_error, AttachError, SampleFailure};
-use crate::fast::{FastReader, OsTids, Strategy};
+use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
+use crate::fast::{FastReader, Misfits, OsTids, Strategy};
 use crate::idle;
 use crate::leader::{self, LiveThreadsStop};
 use crate::names::ThreadNames;
@@ -88,8 +88,9 @@ pub struct PythonTarget {
     /// Our own reader, for the versions it knows (without locals or native frames, which
     /// py-spy reads); py-spy's reader otherwise.
     fast: Option<FastReader>,
-    /// Consecutive samples the fast reader failed; past a limit py-spy takes over.
-    fast_failures: u32,
+    /// Samples in a row the fast reader failed for a misfit of its layout; past a limit
+    /// py-spy's reader takes over.
+    misfits: Misfits,
     /// OS thread ids for py-spy's reads of 3.10 and older, made when first needed.
     os_tids: Option<OsTids>,
     /// The interpreter's thread ids (its namespace's) to ours, for a process in a container.
@@ -156,7 +157,7 @@ impl PythonTarget {
             names: ThreadNames::default(),
             strings: StringCache::default(),
             fast,
-            fast_failures: 0,
+            misfits: Misfits::default(),
             os_tids: None,
             tids: TidMap::new(pid),
             ns_pid: crate::namespace::own_pid(pid),
@@ -248,6 +249,7 @@ impl PythonTarget {
             reused: s.stat_reused,
             decisions: s.idle_decisions,
             disagreed: s.idle_disagreed,
+            unchanged: s.unchanged,
         })
     }
 
@@ -358,7 +360,7 @@ impl PythonTarget {
         let fast = self.fast.as_mut()?;
         match fast.read(self.blocking) {
             Ok(threads) => {
-                self.fast_failures = 0;
+                self.misfits.read_ok();
                 Some(Ok(threads
                     .into_iter()
                     .map(|t| {
@@ -379,19 +381,20 @@ impl PythonTarget {
                     })
                     .collect()))
             }
-            Err(e) => {
-                let failure = classify_sample_error(self.pid, &e);
-                if matches!(failure, SampleFailure::Transient { .. }) {
-                    self.fast_failures += 1;
-                    // A layout that does not match this build of the interpreter fails
-                    // every sample; transient failures come and go.
-                    if self.fast_failures >= FAST_FAILURE_LIMIT {
-                        self.fast = None;
-                    }
-                }
-                Some(Err(failure))
-            }
+            Err(e) => Some(Err(self.fast_failed(&e))),
         }
+    }
+
+    /// What a failed read of our reader means, and whether the reader is given up for
+    /// py-spy's: a layout that does not match this build of the interpreter fails every
+    /// sample the same way; a torn read, a thread gone, a thread list that kept changing
+    /// come and go, however many in a row.
+    fn fast_failed(&mut self, e: &crate::fast::ReadError) -> SampleFailure {
+        let failure = read_failure(self.pid, e);
+        if matches!(failure, SampleFailure::Transient { .. }) && self.misfits.failed(e) {
+            self.fast = None;
+        }
+        failure
     }
 
     /// Stops the process once for both reads: the Python frames, then each thread's native
@@ -471,10 +474,10 @@ pub struct IdleAudit {
     pub reused: u64,
     pub decisions: u64,
     pub disagreed: u64,
+    /// Stacks of still threads taken from their last read, after a read of what proves they
+    /// did not move.
+    pub unchanged: u64,
 }
-
-/// Consecutive failed samples after which the fast reader is given up for py-spy's.
-const FAST_FAILURE_LIMIT: u32 = 50;
 
 /// Our own reader for this interpreter, if its version has one and a first read agrees with
 /// py-spy's on which threads there are (a build whose layout differs from the tables, say a
@@ -575,6 +578,9 @@ impl StringCache {
         }
     }
 }
+
+#[cfg(test)]
+mod fast_failures;
 
 #[cfg(test)]
 mod tests {

@@ -183,6 +183,7 @@ fn stacks_stay_whole_among_many_sleeping_threads() {
 }
 
 fn shapes_hold(code: &str) {
+    let with_sleepers = code.contains("range(60)");
     for python in pythons() {
         let fixture = Fixture::start(&python, code);
         let mut target =
@@ -196,7 +197,7 @@ fn shapes_hold(code: &str) {
         let py312 = target.python_version().starts_with("3.12");
         let deadline = Instant::now() + Duration::from_secs(4);
         let (mut reads, mut errors, mut checked) = (0, 0, 0);
-        let (mut gen_reads, mut bare_generator) = (0, 0);
+        let (mut gen_reads, mut bare_generator, mut sleepers) = (0, 0, 0);
         let mut seen_leaf = false;
         while Instant::now() < deadline {
             reads += 1;
@@ -217,6 +218,26 @@ fn shapes_hold(code: &str) {
                         bare_generator += 1;
                         continue;
                     }
+                }
+                // A sleeper (`Thread.run` calling `time.sleep`, which is C) has three frames,
+                // whether read or reused.
+                let sleeper = stack
+                    .thread
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.contains("(sleep)"));
+                if sleeper {
+                    let functions: Vec<&str> = stack
+                        .frames
+                        .iter()
+                        .map(|f| f.function.rsplit('.').next().unwrap_or(&f.function))
+                        .collect();
+                    assert_eq!(
+                        functions,
+                        ["run", "_bootstrap_inner", "_bootstrap"],
+                        "{python}"
+                    );
+                    sleepers += 1;
                 }
                 if let Some(why) = shape_error(stack) {
                     panic!(
@@ -245,6 +266,15 @@ fn shapes_hold(code: &str) {
             seen_leaf,
             "{python}: the threads were caught inside their calls"
         );
+        if with_sleepers {
+            let audit = target.idle_audit().expect("our reader");
+            eprintln!("{python}: {sleepers} sleeper stacks, {audit:?}");
+            assert!(
+                sleepers >= 60 * reads / 2,
+                "{python}: {sleepers} sleeper stacks"
+            );
+            assert!(audit.unchanged > 0, "{python}: {audit:?}");
+        }
         drop(target);
         assert!(!procfs::is_stopped(fixture.pid), "{python}: left running");
     }

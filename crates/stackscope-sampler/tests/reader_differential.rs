@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use py_spy::config::{Config, LineNo, LockingStrategy};
 use py_spy::PythonSpy;
-use stackscope_sampler::{PythonTarget, TargetOptions};
+use stackscope_sampler::{IdleAudit, PythonTarget, TargetOptions};
 
 mod common;
 use common::{pythons, Fixture};
@@ -79,7 +79,8 @@ fn theirs(spy: &mut PythonSpy) -> Vec<Thread> {
 
 /// Stops the fixture `rounds` times and compares both readers each time; answers every
 /// reading, for fixture-specific checks.
-fn compare(python: &str, code: &str, rounds: usize) -> Vec<Vec<Thread>> {
+/// Compares the readers `rounds` times; answers our readings and our reader's counters.
+fn compare(python: &str, code: &str, rounds: usize) -> (Vec<Vec<Thread>>, IdleAudit) {
     let fixture = Fixture::start(python, code);
     let config = Config {
         // The test holds the stop itself.
@@ -100,6 +101,10 @@ fn compare(python: &str, code: &str, rounds: usize) -> Vec<Vec<Thread>> {
     let process = remoteprocess::Process::new(fixture.pid as remoteprocess::Pid).expect("open");
     let mut readings = Vec::new();
     for round in 0..rounds {
+        // A read while it runs first, as a recording reads: sleeping threads read as asleep
+        // there, so that in the stopped read after it (within 100 ms) the reader takes them
+        // as still and reads only what proves they did not move.
+        let _ = target.read_stacks();
         let stop = process.lock().expect("stop the fixture");
         let a = ours(&mut target);
         let b = theirs(&mut spy);
@@ -122,7 +127,9 @@ fn compare(python: &str, code: &str, rounds: usize) -> Vec<Vec<Thread>> {
         readings.push(a);
         std::thread::sleep(Duration::from_millis(30));
     }
-    readings
+    let audit = target.idle_audit().expect("our reader");
+    eprintln!("{python}: {audit:?}");
+    (readings, audit)
 }
 
 const SHAPES: &str = r#"
@@ -241,7 +248,7 @@ while True:
 #[test]
 fn both_readers_agree_on_every_shape_of_stack() {
     for python in pythons() {
-        let threads = compare(&python, SHAPES, 8).pop().expect("a reading");
+        let threads = compare(&python, SHAPES, 8).0.pop().expect("a reading");
         // Before 3.11 code objects have no qualified name: the last part is the name.
         let has = |thread: &str, function: &str| {
             let name = function.rsplit('.').next().unwrap_or(function);
@@ -295,9 +302,14 @@ stop.wait()
 #[test]
 fn both_readers_agree_on_many_threads() {
     for python in pythons() {
-        let threads = compare(&python, MANY, 6).pop().expect("a reading");
+        let (mut readings, audit) = compare(&python, MANY, 6);
+        let threads = readings.pop().expect("a reading");
         // 64 threads: most asleep, whose OS states and stacks the reader reuses.
         assert_eq!(threads.len(), 64, "{python}");
+        assert!(
+            audit.unchanged > 0,
+            "{python}: no still thread was read for its proof alone: {audit:?}"
+        );
         assert!(
             threads.iter().filter(|t| t.3).count() <= 1,
             "{python}: one GIL holder"
@@ -339,7 +351,7 @@ while True:
 #[test]
 fn both_readers_agree_while_code_objects_come_and_go() {
     for python in pythons() {
-        let readings = compare(&python, CODE_CHURN, 40);
+        let (readings, _) = compare(&python, CODE_CHURN, 40);
         // The thread was caught inside the generated functions, not only between them.
         let inside = readings
             .iter()

@@ -19,6 +19,7 @@ use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
+use super::still::{self, Proof};
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
@@ -34,8 +35,11 @@ pub(crate) struct Known {
     /// whether the thread moved, which decides how fresh its OS state must be.
     pub sig: u64,
     /// Set by the reader before a sample: asleep at its last reading and not the GIL's
-    /// expected holder, so most likely where it was ([`snapshot::plan`]).
+    /// expected holder, so most likely where it was: read for what proves that ([`still`]).
     pub still: bool,
+    /// What its last full read showed, when that read is one to prove the next ones against
+    /// (read whole, without a check, not caught mid-call).
+    pub proof: Option<Proof>,
 }
 
 impl Known {
@@ -99,6 +103,8 @@ pub(crate) struct Globals {
 pub(crate) struct WalkStats {
     /// Reads after the snapshot, for frames outside the copies.
     pub rounds: u64,
+    /// Still threads found where they were, their stacks taken from their last read.
+    pub unchanged: u64,
 }
 
 /// What an attempt reads and how.
@@ -111,6 +117,8 @@ pub(crate) struct Request<'a> {
     pub stopped: bool,
     /// Which threads to read with a check: those likely to hold the GIL during the read.
     pub check: Check<'a>,
+    /// Whether a still thread is read for its proof alone ([`still`]).
+    pub still_reads: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +139,7 @@ pub(crate) fn attempt(
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
     let bracket = !req.stopped;
-    let mut batch = Batch::default();
+    let mut batch = remote.batch();
     // First the GIL, then everything else, then the GIL again: the kernel copies the ranges
     // in order.
     let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
@@ -147,7 +155,7 @@ pub(crate) fn attempt(
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
-    let plans: Vec<_> = which
+    let plans: Vec<Plan> = which
         .iter()
         .map(|&i| {
             let k = &threads[i];
@@ -156,21 +164,44 @@ pub(crate) fn attempt(
                     Check::All => true,
                     Check::Threads(t) => t.contains(&k.tstate),
                 };
-            let check = with_check.then_some(&mut seed);
-            snapshot::plan(&mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still)
+            match &k.proof {
+                Some(proof) if k.still && !with_check => {
+                    Plan::Still(still::plan(&mut batch, layout, k.tstate, proof))
+                }
+                _ => {
+                    let check = with_check.then_some(&mut seed);
+                    let full = snapshot::plan(
+                        &mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still,
+                    );
+                    Plan::Full(full)
+                }
+            }
         })
         .collect();
     // The code objects the threads ran last time, most likely still on their stacks: their
-    // identity comes with the snapshot, so a steady sample needs no second call.
+    // identity comes with the snapshot, so a steady sample needs no second call. (A still
+    // thread's stack comes with its names: a code object on a stack cannot be freed.)
     let (id_start, id_end) = layout.code_identity_range();
     let mut code_slots: AddrMap<Slot> = AddrMap::default();
-    for &i in which {
+    for (&i, plan) in which.iter().zip(&plans) {
+        if matches!(plan, Plan::Still(_)) {
+            continue;
+        }
         for &code in &threads[i].codes {
             code_slots
                 .entry(code)
                 .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
         }
     }
+    let mut plans = plans;
+    let still_plans: Vec<&mut still::Planned> = plans
+        .iter_mut()
+        .filter_map(|p| match p {
+            Plan::Still(s) => Some(s),
+            Plan::Full(_) => None,
+        })
+        .collect();
+    still::add_tstates(&mut batch, still_plans);
     let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
     batch.run(remote)?;
 
@@ -202,7 +233,17 @@ pub(crate) fn attempt(
     let mut states = Vec::with_capacity(which.len());
     let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(which.len());
     let mut walks: Vec<Walking> = Vec::new();
-    for (pos, (&i, planned)) in which.iter().zip(&plans).enumerate() {
+    for (pos, (&i, plan)) in which.iter().zip(&plans).enumerate() {
+        let planned = match plan {
+            Plan::Full(planned) => planned,
+            Plan::Still(planned) => {
+                let (ts, outcome) = still::settle(&batch, layout, planned, &mut threads[i], &ran);
+                stats.unchanged += u64::from(ts.is_some() && matches!(outcome, Outcome::Done(_)));
+                states.push(ts);
+                outcomes.push(Some(outcome));
+                continue;
+            }
+        };
         match snapshot::check(&batch, layout, planned) {
             Checked::Walkable {
                 ts,
@@ -217,7 +258,13 @@ pub(crate) fn attempt(
                 for (region, is_chunk) in extra {
                     walk.add_region(region, is_chunk);
                 }
-                walks.push(Walking { pos, walk, later });
+                walks.push(Walking {
+                    pos,
+                    walk,
+                    later,
+                    ts,
+                    start: current_frame,
+                });
                 outcomes.push(None);
             }
             Checked::Again(fresh) => {
@@ -231,7 +278,7 @@ pub(crate) fn attempt(
             }
         }
     }
-    drop(batch);
+    remote.recycle(batch);
 
     // Walk every thread as far as the copies go, then read what the walks still need,
     // all threads together, until every walk is complete.
@@ -328,6 +375,7 @@ pub(crate) fn attempt(
             continue;
         }
         let known = &mut threads[which[*pos]];
+        known.proof = None;
         let checked_ok =
             passes_check(layout, w) && instructions_in_code(layout, &ids, &walk.frames);
         let may_have_run = (ran.may_have_run(known.tstate) && !checked_ok)
@@ -369,6 +417,21 @@ pub(crate) fn attempt(
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
                     known.codes.push(f.code);
                 }
+            }
+        }
+        if let Outcome::Done(frames) = &outcome {
+            // A stack read whole from one copy is what later still reads are checked against.
+            let header = match w.start {
+                0 => Some(Vec::new()),
+                start => walk.header(start, layout).map(<[u8]>::to_vec),
+            };
+            if let (true, None, Some(header)) = (req.still_reads, &w.later, header) {
+                known.proof = Some(Proof {
+                    ts: w.ts,
+                    current_frame: w.start,
+                    header,
+                    frames: frames.clone(),
+                });
             }
         }
         outcomes[*pos] = Some(outcome);
@@ -432,6 +495,18 @@ struct Walking {
     walk: Walk,
     /// The later readings, for a thread read with a check.
     later: Option<Later>,
+    /// Its thread state's words, as read.
+    ts: TsWords,
+    /// Where the walk started: the current-frame pointer as read.
+    start: usize,
+}
+
+/// One thread's part of an attempt.
+enum Plan {
+    /// Its frames copied, to be walked.
+    Full(snapshot::Planned),
+    /// A still thread: only what proves it did not move.
+    Still(still::Planned),
 }
 
 /// Whether a thread read with a check passes it ([`holder`]).

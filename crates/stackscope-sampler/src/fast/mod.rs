@@ -33,6 +33,7 @@ mod addrmap;
 mod attempt;
 mod code;
 mod debug_offsets;
+mod error;
 mod filenames;
 mod gil;
 mod holder;
@@ -45,15 +46,16 @@ mod remote;
 mod snapshot;
 mod stack;
 mod stats;
+mod still;
 mod threads;
 
-use anyhow::Context;
 use py_spy::PythonSpy;
 use stackscope_event::Frame;
 
 use activity::Activity;
 use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, ReadFrame, Request, WalkStats};
 use code::CodeCache;
+pub(crate) use error::{Misfits, ReadError};
 use filenames::FileNames;
 use gil::GilWords;
 use layout::{common, GilHolder, Layout};
@@ -63,11 +65,6 @@ use remote::Remote;
 
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
-
-/// The thread list changed under every one of a sample's reads.
-#[derive(Debug, thiserror::Error)]
-#[error("Failed to read PyThreadState list: it keeps changing")]
-pub(crate) struct ListKeepsChanging;
 
 /// How the reader keeps stacks consistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +129,9 @@ pub(crate) struct FastReader {
     /// Whether a sleeping thread whose Python state did not change keeps its last OS state
     /// for a while ([`activity::REUSE_FOR`]); `STACKSCOPE_IDLE_REUSE=0` reads it every time.
     reuse_states: bool,
+    /// Whether a still thread is read only for what proves it did not move ([`still`]);
+    /// `STACKSCOPE_STILL_READS=0` copies its frames every sample (for comparisons).
+    still_reads: bool,
     /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
     /// it would have changed (docs/performance.md).
     audit: bool,
@@ -151,7 +151,7 @@ impl FastReader {
         pid: u32,
         spy: &PythonSpy,
         strategy: Strategy,
-    ) -> anyhow::Result<Option<FastReader>> {
+    ) -> Result<Option<FastReader>, ReadError> {
         let (major, minor) = (spy.version.major, spy.version.minor);
         let layout = match Layout::for_version(major, minor) {
             Some(layout) => layout,
@@ -187,7 +187,9 @@ impl FastReader {
             .ok()
             .and_then(|b| GilWords::parse(&b));
         if found == 0 || !gil.is_some_and(|g| g.plausible()) {
-            anyhow::bail!("no GIL where the layout table puts it");
+            return Err(ReadError::Layout(
+                "no GIL where the layout table puts it".to_owned(),
+            ));
         }
         let mut reader = FastReader {
             pid,
@@ -196,7 +198,7 @@ impl FastReader {
             modules_ptr: spy.addresses.imports_modules_address,
             remote,
             process: remoteprocess::Process::new(pid as remoteprocess::Pid)
-                .context("cannot open the process")?,
+                .map_err(ReadError::stop)?,
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
@@ -210,6 +212,7 @@ impl FastReader {
             reuse_states: strategy == Strategy::StopGilHolders
                 && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
             audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
+            still_reads: std::env::var_os("STACKSCOPE_STILL_READS").is_none_or(|v| v != "0"),
             tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
@@ -233,14 +236,14 @@ impl FastReader {
 
     /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
     /// threads, or the process); without it nothing is stopped.
-    pub(crate) fn read(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+    pub(crate) fn read(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         let started = std::time::Instant::now();
         let out = self.read_inner(blocking);
         self.stats.read_ns += started.elapsed().as_nanos() as u64;
         out
     }
 
-    fn read_inner(&mut self, blocking: bool) -> anyhow::Result<Vec<ThreadRead>> {
+    fn read_inner(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         self.stats.samples += 1;
         self.fill_os_thread_ids();
         // The OS's view first: once we stop a thread, it reads as stopped. A thread that
@@ -279,7 +282,7 @@ impl FastReader {
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             self.stats.process_stops += 1;
-            Some(self.process.lock().context("Failed to suspend process")?)
+            Some(self.process.lock().map_err(ReadError::stop)?)
         } else {
             None
         };
@@ -293,16 +296,11 @@ impl FastReader {
         }
         self.likely_holders = likely;
         let mut result = self.read_threads(blocking, stop.is_some(), &states);
-        if stop.is_none()
-            && blocking
-            && result
-                .as_ref()
-                .is_err_and(|e| e.downcast_ref::<ListKeepsChanging>().is_some())
-        {
+        if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
             self.stats.process_stops += 1;
-            let stopped = self.process.lock().context("Failed to suspend process")?;
+            let stopped = self.process.lock().map_err(ReadError::stop)?;
             result = self.read_threads(blocking, true, &states);
             drop(stopped);
         }
@@ -405,12 +403,12 @@ impl FastReader {
         blocking: bool,
         process_stopped: bool,
         states: &[(u64, Option<u8>)],
-    ) -> anyhow::Result<Read> {
+    ) -> Result<Read, ReadError> {
         let mut rebuilds = 0;
         'list: loop {
             if rebuilds > 0 {
                 if rebuilds > 3 {
-                    return Err(ListKeepsChanging.into());
+                    return Err(ReadError::ListKeepsChanging);
                 }
                 self.stats.list_rebuilds += 1;
                 match threads::rebuild(
@@ -484,12 +482,14 @@ impl FastReader {
             });
             let again = std::mem::take(&mut settled.again);
             if process_stopped && !again.is_empty() {
-                anyhow::bail!("Failed to read the frames of a stopped process");
+                return Err(ReadError::Layout(
+                    "a thread of the stopped process never read whole".to_owned(),
+                ));
             }
             if !blocking {
                 if !again.is_empty() {
                     self.stats.torn += 1;
-                    anyhow::bail!("Failed to read a consistent stack: a thread kept moving");
+                    return Err(ReadError::Torn);
                 }
                 // Not ours to stop: keep what was read, torn or not.
                 self.stats.unverified += ran.len() as u64;
@@ -518,8 +518,8 @@ impl FastReader {
             }
             let frames = results
                 .into_iter()
-                .map(|r| r.ok_or_else(|| anyhow::anyhow!("Failed to read a thread's frames")))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .map(|r| r.ok_or(ReadError::Torn))
+                .collect::<Result<Vec<_>, _>>()?;
             return Ok(Read { frames, gil_holder });
         }
     }
@@ -531,7 +531,7 @@ impl FastReader {
         &mut self,
         which: &[usize],
         results: &mut [Option<Vec<ReadFrame>>],
-    ) -> anyhow::Result<Vec<usize>> {
+    ) -> Result<Vec<usize>, ReadError> {
         let started = std::time::Instant::now();
         let mut left = which.to_vec();
         let mut midway = Vec::new();
@@ -568,7 +568,9 @@ impl FastReader {
             drop(locks);
             if !again.is_empty() {
                 self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
-                anyhow::bail!("Failed to read a stopped thread's frames");
+                return Err(ReadError::Layout(
+                    "a stopped thread's frames never read whole".to_owned(),
+                ));
             }
             left = midway.iter().map(|(i, _)| *i).collect();
             if left.is_empty() {
@@ -592,7 +594,7 @@ impl FastReader {
         which: &[usize],
         with_list: bool,
         stopped: bool,
-    ) -> std::io::Result<Attempt> {
+    ) -> Result<Attempt, ReadError> {
         self.stats.attempts += 1;
         let req = Request {
             layout: self.layout,
@@ -606,6 +608,7 @@ impl FastReader {
             } else {
                 Check::All
             },
+            still_reads: self.still_reads,
         };
         attempt(
             &mut self.remote,
@@ -615,6 +618,10 @@ impl FastReader {
             &req,
             &mut self.walk_stats,
         )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
+            _ => ReadError::io("Failed to read the process's memory", e),
+        })
     }
 
     /// See [`ThreadNames::forget`].
@@ -629,6 +636,7 @@ impl FastReader {
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
         s.late_rounds = self.walk_stats.rounds;
+        s.unchanged = self.walk_stats.unchanged;
         s.code_hits = self.codes.hits;
         s.code_misses = self.codes.misses;
         s.code_replaced = self.codes.replaced;
@@ -707,7 +715,7 @@ fn settle(
     which: &[usize],
     attempt: Attempt,
     results: &mut [Option<Vec<ReadFrame>>],
-) -> anyhow::Result<Settled> {
+) -> Result<Settled, ReadError> {
     let mut settled = Settled::default();
     for (&i, outcome) in which.iter().zip(attempt.outcomes) {
         match outcome {
@@ -716,7 +724,7 @@ fn settle(
             Outcome::Midway(frames) => settled.midway.push((i, frames)),
             Outcome::Again => settled.again.push(i),
             Outcome::Gone => settled.gone = true,
-            Outcome::Broken(why) => anyhow::bail!("Failed to copy a thread's frames: {why}"),
+            Outcome::Broken(why) => return Err(ReadError::Layout(why)),
         }
     }
     Ok(settled)

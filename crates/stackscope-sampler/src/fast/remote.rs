@@ -39,6 +39,9 @@ pub(crate) struct Remote {
     pid: libc::pid_t,
     pub syscalls: u64,
     pub bytes: u64,
+    /// A sample's batch, kept for the next one: its buffer (tens of KiB at many threads)
+    /// then does not grow again, copying itself at each doubling, every sample.
+    spare: Option<Batch>,
 }
 
 impl Remote {
@@ -47,7 +50,20 @@ impl Remote {
             pid: pid as libc::pid_t,
             syscalls: 0,
             bytes: 0,
+            spare: None,
         }
+    }
+
+    /// An empty batch, with the room of the last one handed back.
+    pub(crate) fn batch(&mut self) -> Batch {
+        let mut batch = self.spare.take().unwrap_or_default();
+        batch.clear();
+        batch
+    }
+
+    /// Hands a batch back for the next [`Remote::batch`].
+    pub(crate) fn recycle(&mut self, batch: Batch) {
+        self.spare = Some(batch);
     }
 
     /// Reads one range at once, outside any batch.

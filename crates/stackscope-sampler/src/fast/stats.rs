@@ -35,6 +35,8 @@ pub(crate) struct ReaderStats {
     pub idle_disagreed: u64,
     /// Reads after the snapshot for frames outside the copies.
     pub late_rounds: u64,
+    /// Still threads read only for what proves they did not move, found so ([`super::still`]).
+    pub unchanged: u64,
     pub code_hits: u64,
     pub code_misses: u64,
     pub code_replaced: u64,
@@ -51,7 +53,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused per sample, idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused and {:.2} stacks found unchanged per sample, idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -62,6 +64,7 @@ impl fmt::Display for ReaderStats {
             per(self.stat_reads),
             per(self.bytes),
             per(self.stat_reused),
+            per(self.unchanged),
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,

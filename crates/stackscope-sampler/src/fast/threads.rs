@@ -4,9 +4,8 @@
 //! is walked afresh (a read per thread) only when those no longer link up: a thread started
 //! or ended.
 
-use anyhow::Context;
-
 use super::attempt::{Attempt, Globals, Known};
+use super::error::ReadError;
 use super::layout::{usize_at, Layout};
 use super::remote::Remote;
 use super::snapshot::TsWords;
@@ -36,34 +35,31 @@ pub(crate) fn rebuild(
     globals: &Globals,
     old: &[Known],
     head: Option<usize>,
-) -> anyhow::Result<Vec<Known>> {
+) -> Result<Vec<Known>, ReadError> {
     let mut addr = match head {
         Some(h) => h,
-        None => usize_at(&remote.read(globals.head_ptr, 8)?, 0)
-            .context("Failed to copy PyThreadState head pointer")?,
+        None => usize_at(&remote.read(globals.head_ptr, 8).map_err(gone)?, 0)
+            .ok_or(ReadError::ThreadGone)?,
     };
     let mut fresh = Vec::new();
     while addr != 0 {
         if fresh.len() >= MAX_THREADS {
-            anyhow::bail!("Max thread recursion depth reached");
+            return Err(ReadError::Layout(format!(
+                "the thread list is longer than {MAX_THREADS}: a loop"
+            )));
         }
-        let bytes = remote
-            .read(addr, layout.ts_read_len)
-            .context("Failed to copy PyThreadState")?;
-        let mut ts =
-            TsWords::parse(layout, addr, &bytes).context("Failed to copy PyThreadState")?;
-        let (extra, codes, sig) = match old.iter().find(|k| k.tstate == addr) {
+        let bytes = remote.read(addr, layout.ts_read_len).map_err(gone)?;
+        let mut ts = TsWords::parse(layout, addr, &bytes).ok_or(ReadError::ThreadGone)?;
+        let (extra, codes, sig, proof) = match old.iter().find(|k| k.tstate == addr) {
             Some(k) => {
                 if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
                     ts.native_thread_id = k.ts.native_thread_id;
                 }
                 // A thread state reused by a new thread is a thread that changed.
-                let sig = if ts.thread_id == k.ts.thread_id {
-                    k.sig
-                } else {
-                    0
-                };
-                (k.extra.clone(), k.codes.clone(), sig)
+                let same = ts.thread_id == k.ts.thread_id;
+                let sig = if same { k.sig } else { 0 };
+                let proof = k.proof.clone().filter(|_| same);
+                (k.extra.clone(), k.codes.clone(), sig, proof)
             }
             None => Default::default(),
         };
@@ -74,8 +70,19 @@ pub(crate) fn rebuild(
             codes,
             sig,
             still: false,
+            proof,
         });
         addr = ts.next;
     }
     Ok(fresh)
+}
+
+/// A thread state that cannot be read (EFAULT: unmapped) was freed while we followed the
+/// list; any other failure is the system call's.
+fn gone(e: std::io::Error) -> ReadError {
+    if e.raw_os_error() == Some(libc::EFAULT) {
+        ReadError::ThreadGone
+    } else {
+        ReadError::io("Failed to read the thread list", e)
+    }
 }
