@@ -373,3 +373,96 @@ fn threads_that_come_and_go_are_followed() {
         assert!(!procfs::is_stopped(fixture.pid), "{python}: left running");
     }
 }
+
+const TOGGLER: &str = r#"
+import os, threading, time
+
+def in_a():
+    time.sleep(0.03)
+
+def in_b():
+    time.sleep(0.03)
+
+def toggler():
+    while True:
+        in_a()
+        in_b()
+
+def spin():
+    x = 0
+    while True:
+        x += 1
+
+def sleeper():
+    time.sleep(3600)
+
+threading.Thread(target=spin, name="busy", daemon=True).start()
+threading.Thread(target=toggler, name="toggler", daemon=True).start()
+for i in range(20):
+    threading.Thread(target=sleeper, name=f"sleeper-{i}", daemon=True).start()
+time.sleep(0.3)
+print("ready", os.getpid(), flush=True)
+while True:
+    time.sleep(3600)
+"#;
+
+/// Sleeping threads are taken as where they were without being read while the GIL shows
+/// that none of them ran; one that wakes every 30 ms to sleep in another function is seen in
+/// each, about as often as it switches: never kept where it was for the 100 ms that a
+/// sleeping thread's OS state is trusted.
+#[test]
+fn a_sleeper_that_moves_is_seen_moving_among_still_ones() {
+    for python in pythons() {
+        let fixture = Fixture::start(&python, TOGGLER);
+        let mut target =
+            PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
+        let started = Instant::now();
+        let (mut reads, mut switches, mut sleeper_stacks) = (0, 0, 0);
+        let mut last: Option<String> = None;
+        while started.elapsed() < Duration::from_secs(3) {
+            let Ok(stacks) = target.read_stacks() else {
+                continue;
+            };
+            reads += 1;
+            for stack in &stacks {
+                let name = stack.thread.name.as_deref().unwrap_or("");
+                let functions: Vec<&str> = stack.frames.iter().map(|f| &*f.function).collect();
+                if name.starts_with("sleeper-") {
+                    sleeper_stacks += 1;
+                    assert_eq!(
+                        functions.first().copied(),
+                        Some("sleeper"),
+                        "{python}: {name} read as {functions:?}"
+                    );
+                }
+                if name == "toggler" {
+                    let now = functions.first().map(|f| f.to_string());
+                    assert!(
+                        matches!(now.as_deref(), Some("in_a" | "in_b" | "toggler")),
+                        "{python}: toggler read as {functions:?}"
+                    );
+                    if now.as_deref() != Some("toggler") {
+                        if last.is_some() && now != last {
+                            switches += 1;
+                        }
+                        last = now;
+                    }
+                }
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        eprintln!(
+            "{python}: {reads} reads, {sleeper_stacks} sleeper stacks, the toggler seen \
+             switching {switches} times in {elapsed:.1} s (it switches every 30 ms)"
+        );
+        assert!(reads > 300, "{python}: only {reads} reads");
+        // Every 30 ms is 100 in 3 s; a thread kept where it was for 100 ms at a time would
+        // be seen switching at most 30 times.
+        assert!(
+            switches as f64 >= 15.0 * elapsed,
+            "{python}: the toggler was seen switching {switches} times in {elapsed:.1} s"
+        );
+        drop(target);
+        assert!(!procfs::is_stopped(fixture.pid), "{python}: left running");
+    }
+}
