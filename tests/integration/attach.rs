@@ -1,6 +1,6 @@
 //! `stackscope attach --pid`: the real binary against live Python fixtures.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

@@ -5,8 +5,8 @@
 //! Needs root and util-linux's `unshare`/`nsenter`; each test says "skipping" in one line where
 //! they are missing (or the kernel refuses new namespaces).
 
-mod common;
-#[path = "containers/support.rs"]
+use crate::common;
+#[macro_use]
 mod support;
 
 use std::fs;

@@ -1,6 +1,6 @@
 //! `stackscope dump --pid`: every thread once, fast, the target left running.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Bad input: one clear line, the right exit code, never a panic, never a
 //! target left stopped. And a target exiting mid-recording is not an error.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

@@ -6,11 +6,11 @@
 //! The speedscope schema is vendored from the npm package `speedscope` 1.25.0
 //! (`dist/release/file-format-schema.json`) at `tests/data/speedscope-file-format-schema.json`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -21,25 +21,6 @@ use stackscope_report::pprof_proto::Profile;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 const RATE_HZ: f64 = 100.0;
-
-/// The fake driver library, built beside the binary (on demand when only this test was built).
-fn fake_nvml() -> PathBuf {
-    let dir = PathBuf::from(bin())
-        .parent()
-        .expect("the binary has a directory")
-        .to_path_buf();
-    let lib = dir.join("libfake_nvml.so");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "fake-nvml"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p fake-nvml failed");
-    }
-    lib
-}
 
 // ------------------------------------------------------------------ pprof
 

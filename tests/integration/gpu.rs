@@ -2,36 +2,13 @@
 //! `--nvml-lib`, so the real nvml-wrapper path runs, and a Python fixture drives the fake GPU's
 //! utilization from its own phases.
 
-mod common;
+use crate::common;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The fake driver libraries, built beside the binary under test; built on demand when a plain
-/// `cargo test --test gpu` did not build the workspace's cdylibs.
-fn fake_library(name: &str) -> PathBuf {
-    let dir = PathBuf::from(bin())
-        .parent()
-        .expect("the binary has a directory")
-        .to_path_buf();
-    let lib = dir.join(format!("lib{}.so", name.replace('-', "_")));
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", name])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p {name} failed");
-    }
-    assert!(lib.exists(), "{} was not built", lib.display());
-    lib
-}
 
 /// `record` of a fixture with the fake NVML scripted by `script`.
 fn record_with_fake(script: &str, library: &str, out: &OutDir, fixture_args: &[&str]) -> Run {

@@ -6,7 +6,7 @@
 //! report take `serial()`, so that on a 2-core machine they do not slow each
 //! other past the deadlines.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A dump of up to five processes (a debug build, a loaded 2-core machine);
-/// tests/dump.rs holds a single process to "well under a second".
+/// tests/integration/dump.rs holds a single process to "well under a second".
 const DUMP_LIMIT: Duration = Duration::from_secs(10);
 /// Native function names one of which a thread blocked on a
 /// `threading.Lock` has under its Python frame.

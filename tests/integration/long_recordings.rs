@@ -2,10 +2,10 @@
 //! SIGINT/SIGTERM/kill -9 mid-recording, the target exiting or being stopped
 //! by someone else, and a target that churns threads.
 //!
-//! (tests/attach.rs covers a plain SIGINT/SIGTERM; tests/errors.rs a target
-//! exiting without checkpoints; tests/record.rs `record` ended by SIGINT.)
+//! (tests/integration/attach.rs covers a plain SIGINT/SIGTERM; tests/integration/errors.rs a target
+//! exiting without checkpoints; tests/integration/record.rs `record` ended by SIGINT.)
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

@@ -8,7 +8,7 @@
 //! Needs root and `unshare`; the Prometheus test also Debian's `prometheus` package. Each test
 //! says so in one line and passes without them.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -292,7 +292,7 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
         let dir = out.path().join(&node.name);
         // node-a's GPU idles at 10%, node-b's is busy at 90% (the fake NVML).
         let utilization = if node.name == "node-a" { 10 } else { 90 };
-        let lib = fake_nvml();
+        let lib = common::fake_nvml();
         let mut cmd = node.stackscope(&["attach", "--nvml-lib", lib.to_str().expect("utf8")]);
         cmd.env(
             "STACKSCOPE_FAKE_NVML",
@@ -536,26 +536,6 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// The fake NVML library, built beside the binary under test (on demand when a plain
-/// `cargo test --test multinode` did not build the workspace's cdylibs).
-fn fake_nvml() -> PathBuf {
-    let dir = PathBuf::from(common::bin())
-        .parent()
-        .expect("the binary has a directory")
-        .to_path_buf();
-    let lib = dir.join("libfake_nvml.so");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "fake-nvml"])
-            .current_dir(common::repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p fake-nvml failed");
-    }
-    lib
-}
-
 fn tool_available(path: &Path) -> bool {
     path.is_file()
 }
@@ -672,7 +652,7 @@ fn attach_serves_metrics_per_rank_while_it_records() {
     let launcher = fixture.pid.to_string();
     // A GPU idling at 10% (the fake NVML): GPU utilization and GPU-idle samples are served too.
     let mut cmd = common::stackscope(&["attach", "--nvml-lib"]);
-    cmd.arg(fake_nvml())
+    cmd.arg(common::fake_nvml())
         .env(
             "STACKSCOPE_FAKE_NVML",
             r#"{"devices":[{"utilization":10}],"sample_period_ms":20}"#,

@@ -3,9 +3,9 @@
 //! thread exited, thread names that arrive late, reused thread ids, and the dump's small print.
 //!
 //! Every `record` run here (as everywhere in the suite) is checked afterwards for processes it
-//! left behind (tests/common/leftovers.rs).
+//! left behind (tests/integration/common/leftovers.rs).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

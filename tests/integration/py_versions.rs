@@ -3,7 +3,7 @@
 //! profile by the one idle rule, and `dump`, `--locals` included, shows the same stacks.
 //! A version that is not installed is skipped with one line.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

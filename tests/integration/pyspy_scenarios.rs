@@ -11,7 +11,7 @@
 //! | test_delayed_subprocess              | proc_trees: record_subprocesses_follows_python_started_late_by_a_shell_script |
 //! | test_thread_reuse                    | proc_trees: threads_that_reuse_a_python_thread_id_are_separate_summary_entries |
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashSet;

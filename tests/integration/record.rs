@@ -1,7 +1,7 @@
 //! `stackscope record -- COMMAND`: start a Python program and profile it until
 //! it exits.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

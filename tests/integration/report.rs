@@ -1,7 +1,7 @@
 //! `stackscope report DIR`: rebuild every output from the recording's
 //! samples.log, for the whole recording or a window of it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

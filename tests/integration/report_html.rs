@@ -3,7 +3,7 @@
 //! rebuilt into a report within the size bound. Without Chromium the browser checks are
 //! skipped with one printed line; the rest still runs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

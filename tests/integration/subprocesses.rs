@@ -1,7 +1,7 @@
 //! `--subprocesses`: children created after stackscope attached are sampled,
 //! each process a root frame (`process PID COMMAND`) of the flamegraph.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::fs;

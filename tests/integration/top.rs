@@ -4,7 +4,7 @@
 //!
 //! Needs `tmux` on the PATH (`apt-get install -y tmux`).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::Read;
@@ -19,26 +19,6 @@ use common::*;
 /// How long a condition on the screen may take to appear: generous, since a test machine of two
 /// cores may be busy with other test binaries.
 const SCREEN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The fake driver library, built beside the binary under test (as in tests/gpu.rs).
-fn fake_nvml() -> PathBuf {
-    let dir = PathBuf::from(bin())
-        .parent()
-        .expect("the binary has a directory")
-        .to_path_buf();
-    let lib = dir.join("libfake_nvml.so");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "fake-nvml"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p fake-nvml failed");
-    }
-    assert!(lib.exists(), "{} was not built", lib.display());
-    lib
-}
 
 /// One tmux server of its own (`-L`, a unique socket name) running one session; Drop kills
 /// the server and with it whatever still runs in the session.

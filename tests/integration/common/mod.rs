@@ -1050,3 +1050,35 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// A fake driver library of the workspace (`fake-nvml`, `fake-nvml-minimal`), built beside the
+/// binary under test; built here, once per test run, when `cargo test --test integration` alone
+/// did not build the workspace's cdylibs.
+pub fn fake_library(package: &str) -> PathBuf {
+    static BUILD: Mutex<()> = Mutex::new(());
+    let dir = Path::new(bin())
+        .parent()
+        .expect("the binary has a directory")
+        .to_path_buf();
+    let lib = dir.join(format!("lib{}.so", package.replace('-', "_")));
+    // Tests of several areas ask at once: one builds, the others wait for it.
+    let _building = BUILD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !lib.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", package])
+            .current_dir(repo_root())
+            .status()
+            .expect("cargo build runs");
+        assert!(status.success(), "cargo build -p {package} failed");
+    }
+    assert!(lib.exists(), "{} was not built", lib.display());
+    lib
+}
+
+/// The fake NVML library (`crates/fake-nvml`), for `--nvml-lib`.
+pub fn fake_nvml() -> PathBuf {
+    fake_library("fake-nvml")
+}

@@ -1,4 +1,4 @@
-//! What tests/containers.rs builds its jobs with: a Python job in a PID and mount namespace of
+//! What the containers tests build its jobs with: a Python job in a PID and mount namespace of
 //! its own, the checks that such namespaces can be made here, and the fake NVML and seccomp
 //! helpers.
 
@@ -41,7 +41,6 @@ pub fn unavailable() -> Option<&'static str> {
     })
 }
 
-#[macro_export]
 macro_rules! require_namespaces {
     () => {
         if let Some(why) = unavailable() {
@@ -303,22 +302,6 @@ pub fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
-}
-
-/// The fake driver library, built beside the binary under test.
-pub fn fake_nvml() -> PathBuf {
-    let dir = Path::new(bin()).parent().expect("binary dir").to_path_buf();
-    let lib = dir.join("libfake_nvml.so");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "fake-nvml"])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p fake-nvml failed");
-    }
-    lib
 }
 
 pub fn polled_devices(summary: &serde_json::Value) -> Vec<String> {

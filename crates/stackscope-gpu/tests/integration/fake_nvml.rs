@@ -1,7 +1,7 @@
 //! The poller against the fake NVML libraries: the real `nvml-wrapper` code path, real dynamic
 //! loading, scripted driver answers. Each scenario runs in a process of its own (see `support`).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -28,63 +28,67 @@ fn ring_samples_follow_a_square_wave() {
         "uuid": "GPU-fake-0", "memory_total_mib": 81920, "memory_used_mib": 1000,
         "power_w": 250.0, "sm_clock_mhz": 1755,
         "utilization": {"square": {"period_s": 0.4, "low": 3, "high": 97}} } ] }"#;
-    isolated("ring_samples_follow_a_square_wave", script(SCRIPT), |_| {
-        let out = run_polls(&config(fake_lib()), vec![], 13);
-        assert_eq!(out.devices.len(), 1);
-        assert_eq!(out.devices[0].name, "Fake H100");
-        assert_eq!(out.devices[0].uuid, "GPU-fake-0");
-        let notices = without_gpm(&out.report.notices);
-        assert!(notices.is_empty(), "{notices:?}");
-        assert_eq!(out.report.dropped, 0);
-        assert!(out.report.polls >= 5, "polls: {}", out.report.polls);
+    isolated(
+        "fake_nvml::ring_samples_follow_a_square_wave",
+        script(SCRIPT),
+        |_| {
+            let out = run_polls(&config(fake_lib()), vec![], 13);
+            assert_eq!(out.devices.len(), 1);
+            assert_eq!(out.devices[0].name, "Fake H100");
+            assert_eq!(out.devices[0].uuid, "GPU-fake-0");
+            let notices = without_gpm(&out.report.notices);
+            assert!(notices.is_empty(), "{notices:?}");
+            assert_eq!(out.report.dropped, 0);
+            assert!(out.report.polls >= 5, "polls: {}", out.report.polls);
 
-        let utilization: Vec<f32> = out.samples.iter().filter_map(|s| s.utilization).collect();
-        // 1.3 s of 20 ms ticks: about 65 ring samples; allow for a loaded machine.
-        assert!(
-            utilization.len() >= 30,
-            "{} ring samples",
-            utilization.len()
-        );
-        assert!(
-            utilization.iter().all(|&u| u == 3.0 || u == 97.0),
-            "{utilization:?}"
-        );
-        let transitions = utilization.windows(2).filter(|w| w[0] != w[1]).count();
-        // A 0.4 s period over 1.3 s changes level about 6 times.
-        assert!(
-            (3..=10).contains(&transitions),
-            "{transitions} transitions: {utilization:?}"
-        );
-        out.assert_monotonic();
-        out.assert_times_within_run();
+            let utilization: Vec<f32> = out.samples.iter().filter_map(|s| s.utilization).collect();
+            // 1.3 s of 20 ms ticks: about 65 ring samples; allow for a loaded machine.
+            assert!(
+                utilization.len() >= 30,
+                "{} ring samples",
+                utilization.len()
+            );
+            assert!(
+                utilization.iter().all(|&u| u == 3.0 || u == 97.0),
+                "{utilization:?}"
+            );
+            let transitions = utilization.windows(2).filter(|w| w[0] != w[1]).count();
+            // A 0.4 s period over 1.3 s changes level about 6 times.
+            assert!(
+                (3..=10).contains(&transitions),
+                "{transitions} transitions: {utilization:?}"
+            );
+            out.assert_monotonic();
+            out.assert_times_within_run();
 
-        // Ring samples keep the driver's own spacing (20 ms), not the poll interval (100 ms).
-        let times: Vec<u64> = out.samples.iter().map(|s| s.time.as_nanos()).collect();
-        let mut gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
-        gaps.sort_unstable();
-        let median = gaps[gaps.len() / 2];
-        assert!(
-            (10_000_000..=40_000_000).contains(&median),
-            "median gap {median} ns"
-        );
+            // Ring samples keep the driver's own spacing (20 ms), not the poll interval (100 ms).
+            let times: Vec<u64> = out.samples.iter().map(|s| s.time.as_nanos()).collect();
+            let mut gaps: Vec<u64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+            gaps.sort_unstable();
+            let median = gaps[gaps.len() / 2];
+            assert!(
+                (10_000_000..=40_000_000).contains(&median),
+                "median gap {median} ns"
+            );
 
-        // The point-in-time metrics ride on the newest sample of each poll.
-        let full: Vec<_> = out
-            .samples
-            .iter()
-            .filter(|s| s.power_watts.is_some())
-            .collect();
-        assert!(full.len() >= 5);
-        for s in full {
-            assert_eq!(s.power_watts, Some(250.0));
-            assert_eq!(s.memory_total_bytes, Some(81920 * 1024 * 1024));
-            assert_eq!(s.memory_used_bytes, Some(1000 * 1024 * 1024));
-            assert_eq!(s.sm_clock_mhz, Some(1755));
-            assert_eq!(s.throttle_reasons, Some(0));
-            assert_eq!(s.memory_utilization, Some(0.0));
-            assert_eq!(s.process_utilization, None, "no target pids given");
-        }
-    });
+            // The point-in-time metrics ride on the newest sample of each poll.
+            let full: Vec<_> = out
+                .samples
+                .iter()
+                .filter(|s| s.power_watts.is_some())
+                .collect();
+            assert!(full.len() >= 5);
+            for s in full {
+                assert_eq!(s.power_watts, Some(250.0));
+                assert_eq!(s.memory_total_bytes, Some(81920 * 1024 * 1024));
+                assert_eq!(s.memory_used_bytes, Some(1000 * 1024 * 1024));
+                assert_eq!(s.sm_clock_mhz, Some(1755));
+                assert_eq!(s.throttle_reasons, Some(0));
+                assert_eq!(s.memory_utilization, Some(0.0));
+                assert_eq!(s.process_utilization, None, "no target pids given");
+            }
+        },
+    );
 }
 
 #[test]
@@ -95,7 +99,7 @@ fn utilization_follows_a_file() {
             json_path(&dir.join("util"))
         )
     };
-    isolated("utilization_follows_a_file", make, |dir| {
+    isolated("fake_nvml::utilization_follows_a_file", make, |dir| {
         let file = dir.join("util");
         std::fs::write(&file, "0").expect("write");
         let run = start(&config(fake_lib()), vec![]);
@@ -138,39 +142,43 @@ fn two_devices_are_both_reported() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [
         { "name": "Fake A100", "uuid": "GPU-aaaa", "utilization": 10 },
         { "name": "Fake H100", "uuid": "GPU-bbbb", "utilization": 90 } ] }"#;
-    isolated("two_devices_are_both_reported", script(SCRIPT), |_| {
-        let out = run_polls(&config(fake_lib()), vec![], 7);
-        let names: Vec<(u32, &str, &str)> = out
-            .devices
-            .iter()
-            .map(|d| (d.index, d.name.as_str(), d.uuid.as_str()))
-            .collect();
-        assert_eq!(
-            names,
-            vec![(0, "Fake A100", "GPU-aaaa"), (1, "Fake H100", "GPU-bbbb")]
-        );
-        assert_eq!(out.report.devices, out.devices);
-        for (device, value) in [(0, 10.0), (1, 90.0)] {
-            let utilization: Vec<f32> = out
-                .of_device(device)
+    isolated(
+        "fake_nvml::two_devices_are_both_reported",
+        script(SCRIPT),
+        |_| {
+            let out = run_polls(&config(fake_lib()), vec![], 7);
+            let names: Vec<(u32, &str, &str)> = out
+                .devices
                 .iter()
-                .filter_map(|s| s.utilization)
+                .map(|d| (d.index, d.name.as_str(), d.uuid.as_str()))
                 .collect();
-            assert!(utilization.len() >= 10, "device {device}: {utilization:?}");
-            assert!(
-                utilization.iter().all(|&u| u == value),
-                "device {device}: {utilization:?}"
+            assert_eq!(
+                names,
+                vec![(0, "Fake A100", "GPU-aaaa"), (1, "Fake H100", "GPU-bbbb")]
             );
-        }
-        out.assert_monotonic();
-    });
+            assert_eq!(out.report.devices, out.devices);
+            for (device, value) in [(0, 10.0), (1, 90.0)] {
+                let utilization: Vec<f32> = out
+                    .of_device(device)
+                    .iter()
+                    .filter_map(|s| s.utilization)
+                    .collect();
+                assert!(utilization.len() >= 10, "device {device}: {utilization:?}");
+                assert!(
+                    utilization.iter().all(|&u| u == value),
+                    "device {device}: {utilization:?}"
+                );
+            }
+            out.assert_monotonic();
+        },
+    );
 }
 
 #[test]
 fn explicit_device_list_polls_only_those() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [ {}, {}, {} ] }"#;
     isolated(
-        "explicit_device_list_polls_only_those",
+        "fake_nvml::explicit_device_list_polls_only_those",
         script(SCRIPT),
         |_| {
             let mut cfg = config(fake_lib());
@@ -202,7 +210,7 @@ fn unsupported_metrics_give_notices_and_none() {
           "unsupported": ["power", "clock", "process_utilization"] },
         { "utilization": 42, "unsupported": ["samples"] } ] }"#;
     isolated(
-        "unsupported_metrics_give_notices_and_none",
+        "fake_nvml::unsupported_metrics_give_notices_and_none",
         script(SCRIPT),
         |_| {
             let mut cfg = config(fake_lib());
@@ -243,7 +251,7 @@ fn unsupported_ring_falls_back_to_rates() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "unsupported": ["samples"],
         "devices": [ { "utilization": 42, "memory_utilization": 7 } ] }"#;
     isolated(
-        "unsupported_ring_falls_back_to_rates",
+        "fake_nvml::unsupported_ring_falls_back_to_rates",
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(fake_lib()), vec![], 7);
@@ -267,7 +275,7 @@ fn minimal_library_falls_back_with_notices() {
     const SCRIPT: &str =
         r#"{ "sample_period_ms": 20, "devices": [ { "utilization": 64, "processes": [77] } ] }"#;
     isolated(
-        "minimal_library_falls_back_with_notices",
+        "fake_nvml::minimal_library_falls_back_with_notices",
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(minimal_lib()), vec![77], 7);
@@ -312,7 +320,7 @@ fn per_process_utilization_of_the_target() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [
         { "utilization": 70, "processes": [4242, 5000] } ] }"#;
     isolated(
-        "per_process_utilization_of_the_target",
+        "fake_nvml::per_process_utilization_of_the_target",
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(fake_lib()), vec![4242], 6);
@@ -348,57 +356,65 @@ fn auto_narrows_when_the_target_appears() {
             json_path(&dir.join("pids"))
         )
     };
-    isolated("auto_narrows_when_the_target_appears", make, |dir| {
-        let pid_file = dir.join("pids");
-        let run = start(&config(fake_lib()), vec![4242]);
-        let all: Vec<u32> = run.poller.devices().iter().map(|d| d.index).collect();
-        assert_eq!(all, vec![0, 1], "target on no GPU yet: all of them");
-        run.wait_polls(3);
-        let first = run.take();
-        assert!(
-            first.iter().any(|s| s.device == 0),
-            "device 0 polled at first"
-        );
+    isolated(
+        "fake_nvml::auto_narrows_when_the_target_appears",
+        make,
+        |dir| {
+            let pid_file = dir.join("pids");
+            let run = start(&config(fake_lib()), vec![4242]);
+            let all: Vec<u32> = run.poller.devices().iter().map(|d| d.index).collect();
+            assert_eq!(all, vec![0, 1], "target on no GPU yet: all of them");
+            run.wait_polls(3);
+            let first = run.take();
+            assert!(
+                first.iter().any(|s| s.device == 0),
+                "device 0 polled at first"
+            );
 
-        // The job opens its CUDA context on GPU 1.
-        std::fs::write(&pid_file, "1 4242\n").expect("write");
-        wait_for("narrowing", || run.poller.current_devices().len() == 1);
-        assert_eq!(run.poller.current_devices()[0].index, 1);
-        // The poll under way when the devices changed may still have read device 0.
-        run.wait_polls(1);
-        run.take();
-        run.wait_polls(4);
-        let later = run.take();
-        assert!(
-            !later.is_empty() && later.iter().all(|s| s.device == 1),
-            "{later:?}"
-        );
-        let out = run.finish();
-        assert_eq!(
-            without_gpm(&out.report.notices),
-            vec!["the target appeared on device 1; polling only it from now on"]
-        );
-        let indices: Vec<u32> = out.report.devices.iter().map(|d| d.index).collect();
-        assert_eq!(indices, vec![1]);
-    });
+            // The job opens its CUDA context on GPU 1.
+            std::fs::write(&pid_file, "1 4242\n").expect("write");
+            wait_for("narrowing", || run.poller.current_devices().len() == 1);
+            assert_eq!(run.poller.current_devices()[0].index, 1);
+            // The poll under way when the devices changed may still have read device 0.
+            run.wait_polls(1);
+            run.take();
+            run.wait_polls(4);
+            let later = run.take();
+            assert!(
+                !later.is_empty() && later.iter().all(|s| s.device == 1),
+                "{later:?}"
+            );
+            let out = run.finish();
+            assert_eq!(
+                without_gpm(&out.report.notices),
+                vec!["the target appeared on device 1; polling only it from now on"]
+            );
+            let indices: Vec<u32> = out.report.devices.iter().map(|d| d.index).collect();
+            assert_eq!(indices, vec![1]);
+        },
+    );
 }
 
 #[test]
 fn auto_starts_on_the_targets_device() {
     const SCRIPT: &str =
         r#"{ "devices": [ {}, { "processes": [10, 11] }, { "graphics_processes": [11] } ] }"#;
-    isolated("auto_starts_on_the_targets_device", script(SCRIPT), |_| {
-        let run = start(&config(fake_lib()), vec![11, 12]);
-        let indices: Vec<u32> = run.poller.devices().iter().map(|d| d.index).collect();
-        assert_eq!(
-            indices,
-            vec![1, 2],
-            "compute or graphics process of the target"
-        );
-        let out = run.finish();
-        let notices = without_gpm(&out.report.notices);
-        assert!(notices.is_empty(), "{notices:?}");
-    });
+    isolated(
+        "fake_nvml::auto_starts_on_the_targets_device",
+        script(SCRIPT),
+        |_| {
+            let run = start(&config(fake_lib()), vec![11, 12]);
+            let indices: Vec<u32> = run.poller.devices().iter().map(|d| d.index).collect();
+            assert_eq!(
+                indices,
+                vec![1, 2],
+                "compute or graphics process of the target"
+            );
+            let out = run.finish();
+            let notices = without_gpm(&out.report.notices);
+            assert!(notices.is_empty(), "{notices:?}");
+        },
+    );
 }
 
 #[test]
@@ -406,7 +422,7 @@ fn a_lost_device_is_a_notice_and_the_others_go_on() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [
         { "utilization": 1, "lost_after_s": 0.3 }, { "utilization": 2 } ] }"#;
     isolated(
-        "a_lost_device_is_a_notice_and_the_others_go_on",
+        "fake_nvml::a_lost_device_is_a_notice_and_the_others_go_on",
         script(SCRIPT),
         |_| {
             let run = start(&config(fake_lib()), vec![]);
@@ -435,7 +451,7 @@ fn a_lost_device_is_a_notice_and_the_others_go_on() {
 #[test]
 fn a_full_channel_counts_drops_without_blocking() {
     isolated(
-        "a_full_channel_counts_drops_without_blocking",
+        "fake_nvml::a_full_channel_counts_drops_without_blocking",
         script(r#"{"sample_period_ms": 10}"#),
         |_| {
             let (sender, _receiver) = crossbeam_channel::bounded(1);
@@ -458,7 +474,7 @@ fn a_full_channel_counts_drops_without_blocking() {
 #[test]
 fn failed_init_is_an_error() {
     isolated(
-        "failed_init_is_an_error",
+        "fake_nvml::failed_init_is_an_error",
         script(r#"{"fail_init": true}"#),
         |_| {
             let e = start_err(&config(fake_lib()));
@@ -473,7 +489,7 @@ fn failed_init_is_an_error() {
 #[test]
 fn no_devices_is_an_error() {
     isolated(
-        "no_devices_is_an_error",
+        "fake_nvml::no_devices_is_an_error",
         script(r#"{"devices": []}"#),
         |_| {
             let e = start_err(&config(fake_lib()));
@@ -486,7 +502,7 @@ fn no_devices_is_an_error() {
 #[test]
 fn a_bad_script_fails_init_loudly() {
     isolated(
-        "a_bad_script_fails_init_loudly",
+        "fake_nvml::a_bad_script_fails_init_loudly",
         script(r#"{"devics": []}"#),
         |_| {
             let e = start_err(&config(fake_lib()));

@@ -2,7 +2,7 @@
 //! the device has it, where it does not, a metric it lacks, and a device lost between the two
 //! samples. Each scenario runs in a process of its own (see `support`).
 
-mod support;
+use crate::support;
 
 use stackscope_gpu::GpuSelection;
 use support::{config, fake_lib, isolated, run_polls, script, start, wait_for};
@@ -16,7 +16,7 @@ fn gpm_readings_come_every_poll_after_the_first() {
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [ { "utilization": 97,
         "gpm": { "sm_active": 20, "sm_occupancy": 12, "tensor_active": 3, "dram_bw": 41 } } ] }"#;
     isolated(
-        "gpm_readings_come_every_poll_after_the_first",
+        "gpm::gpm_readings_come_every_poll_after_the_first",
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(fake_lib()), vec![], 6);
@@ -50,37 +50,41 @@ fn a_device_without_gpm_says_so_once() {
     // Device 0 is pre-Hopper (no `gpm`); device 1 answers NOT_SUPPORTED (a MIG setup).
     const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [ { "utilization": 60 },
         { "utilization": 61, "gpm": { "sm_active": 50 }, "unsupported": ["gpm"] } ] }"#;
-    isolated("a_device_without_gpm_says_so_once", script(SCRIPT), |_| {
-        let mut cfg = config(fake_lib());
-        cfg.selection = GpuSelection::Devices(vec![0, 1]);
-        let out = run_polls(&cfg, vec![], 6);
-        let mut notices = out.report.notices.clone();
-        notices.sort();
-        assert_eq!(
-            notices,
-            vec![
-                format!(
+    isolated(
+        "gpm::a_device_without_gpm_says_so_once",
+        script(SCRIPT),
+        |_| {
+            let mut cfg = config(fake_lib());
+            cfg.selection = GpuSelection::Devices(vec![0, 1]);
+            let out = run_polls(&cfg, vec![], 6);
+            let mut notices = out.report.notices.clone();
+            notices.sort();
+            assert_eq!(
+                notices,
+                vec![
+                    format!(
                     "{NO_GPM} 0 (no GPM counters on this device: they need Hopper or later, and \
                      not every MIG setup has them); continuing with utilization alone"
                 ),
-                format!("{NO_GPM} 1 (NOT_SUPPORTED); continuing with utilization alone"),
-            ]
-        );
-        assert!(out.samples.iter().all(|s| s.sm_active.is_none()
-            && s.sm_occupancy.is_none()
-            && s.tensor_active.is_none()
-            && s.dram_bw.is_none()));
-        for device in [0, 1] {
-            assert!(
-                out.of_device(device)
-                    .iter()
-                    .filter(|s| s.utilization.is_some())
-                    .count()
-                    >= 6,
-                "device {device} goes on"
+                    format!("{NO_GPM} 1 (NOT_SUPPORTED); continuing with utilization alone"),
+                ]
             );
-        }
-    });
+            assert!(out.samples.iter().all(|s| s.sm_active.is_none()
+                && s.sm_occupancy.is_none()
+                && s.tensor_active.is_none()
+                && s.dram_bw.is_none()));
+            for device in [0, 1] {
+                assert!(
+                    out.of_device(device)
+                        .iter()
+                        .filter(|s| s.utilization.is_some())
+                        .count()
+                        >= 6,
+                    "device {device} goes on"
+                );
+            }
+        },
+    );
 }
 
 #[test]
@@ -89,7 +93,7 @@ fn an_unsupported_gpm_metric_is_switched_off_alone() {
         "gpm": { "sm_active": 75, "sm_occupancy": 30, "tensor_active": 60, "dram_bw": 10,
                  "unsupported_metrics": ["sm_occupancy", "dram_bw"] } } ] }"#;
     isolated(
-        "an_unsupported_gpm_metric_is_switched_off_alone",
+        "gpm::an_unsupported_gpm_metric_is_switched_off_alone",
         script(SCRIPT),
         |_| {
             let out = run_polls(&config(fake_lib()), vec![], 6);
@@ -125,7 +129,7 @@ fn a_device_lost_between_the_two_samples_is_a_notice() {
         { "utilization": 80, "gpm": { "sm_active": 10, "lost_after_samples": 1 } },
         { "utilization": 70, "gpm": { "sm_active": 65 } } ] }"#;
     isolated(
-        "a_device_lost_between_the_two_samples_is_a_notice",
+        "gpm::a_device_lost_between_the_two_samples_is_a_notice",
         script(SCRIPT),
         |_| {
             let mut cfg = config(fake_lib());

@@ -3,7 +3,7 @@
 //! Set `STACKSCOPE_BLESS=1` to rewrite the files under `tests/golden/` after an intended change;
 //! review the diff before committing it.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! The whole output directory: which files, written atomically, with consistent content.
 
-mod common;
+use crate::common;
 
 use std::fs;
 

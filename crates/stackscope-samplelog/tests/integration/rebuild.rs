@@ -4,7 +4,7 @@
 // Helpers outside #[test] functions unwrap too: a test fails loudly on any error.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

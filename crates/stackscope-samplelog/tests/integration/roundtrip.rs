@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: a test fails loudly on any error.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 // Helpers outside #[test] functions unwrap too: a test fails loudly on any error.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
@@ -124,7 +124,7 @@ fn a_typical_target_costs_a_few_megabytes_an_hour() {
 }
 
 /// The full hour, written and measured: `cargo test --release -p stackscope-samplelog --test
-/// size -- --ignored`.
+/// integration size:: -- --ignored`.
 #[test]
 #[ignore = "writes a full hour; slow in debug builds"]
 fn a_typical_hour_measured_in_full() {

@@ -3,24 +3,19 @@
 //! a fresh reading, on threads that switch between sleeping and computing in C with the GIL
 //! released (`fixtures/sleep_compute.py`): the decisions must agree but for a small share.
 
-// Only the fixture runner is used here.
-#[allow(dead_code)]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Fixture;
+use crate::common::Fixture;
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
-const FIXTURE: &str = include_str!("../../../fixtures/sleep_compute.py");
+const FIXTURE: &str = include_str!("../../../../fixtures/sleep_compute.py");
 
 #[test]
 fn reused_thread_states_agree_with_fresh_readings() {
-    // Read when the reader is made; nothing else in this test binary reads it.
-    std::env::set_var("STACKSCOPE_IDLE_AUDIT", "1");
     let fixture = Fixture::start("python3", FIXTURE);
     let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
     assert_eq!(target.reader(), "stackscope");
+    target.audit_idle_decisions();
     let (mut busy, mut idle, mut reads) = (0u64, 0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(4);
     while Instant::now() < deadline {

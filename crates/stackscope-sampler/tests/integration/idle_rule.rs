@@ -4,7 +4,7 @@
 //! busy. Whichever reader reads the version: ours (3.10 and later), py-spy's (3.9, and any
 //! version when locals are asked for).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{pythons, pythons_of, Fixture, VERSIONS};
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
-const FIXTURE: &str = include_str!("../../../fixtures/idle_threads.py");
+const FIXTURE: &str = include_str!("../../../../fixtures/idle_threads.py");
 const IDLE: [&str; 8] = [
     "MainThread",
     "sleeper",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use stackscope_sampler::{procfs, PythonTarget, SampleFailure, TargetOptions, ThreadStack};
 
-mod common;
+use crate::common;
 use common::{pythons, Fixture};
 
 const SHAPES: &str = r#"

@@ -12,7 +12,7 @@ use py_spy::config::{Config, LineNo, LockingStrategy};
 use py_spy::PythonSpy;
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
-mod common;
+use crate::common;
 use common::{pythons, Fixture};
 
 type Thread = (

@@ -1,14 +1,14 @@
 //! Each way of keeping stacks consistent, on the benchmark's known-depth target: every worker
 //! stack read has the known shape, and the target is left running.
 //!
-//! One test in this file: it sets `STACKSCOPE_READER`, which every attach in the process
-//! reads.
+//! The reader is chosen per attach ([`ReaderChoice`]), as `STACKSCOPE_READER` chooses it for
+//! the benchmarks, so this runs beside the other tests of the binary.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use stackscope_sampler::{procfs, PythonTarget, TargetOptions, ThreadStack};
+use stackscope_sampler::{procfs, PythonTarget, ReaderChoice, TargetOptions, ThreadStack};
 
 const DEPTH: usize = 12;
 
@@ -80,8 +80,14 @@ fn known_shape(stack: &ThreadStack) -> bool {
 }
 
 /// Reads the target for a while; answers (worker stacks read, failed reads).
-fn read_for(target: &Target, options: &TargetOptions, reader: &str) -> (usize, usize) {
-    let mut attached = PythonTarget::attach(target.pid, options).expect("attach");
+fn read_for(
+    target: &Target,
+    options: &TargetOptions,
+    choice: ReaderChoice,
+    reader: &str,
+) -> (usize, usize) {
+    let mut attached =
+        PythonTarget::attach_with_reader(target.pid, options, choice).expect("attach");
     assert_eq!(attached.reader(), reader);
     let deadline = Instant::now() + Duration::from_secs(2);
     let (mut workers, mut failed) = (0, 0);
@@ -116,20 +122,18 @@ fn every_strategy_reads_the_known_shape_and_leaves_the_target_running() {
         blocking: false,
         ..TargetOptions::default()
     };
-    for (env, options, reader) in [
-        ("gil", &blocking, "stackscope"),
-        ("stop", &blocking, "stackscope"),
-        ("gil", &nonblocking, "stackscope"),
-        ("py-spy", &blocking, "py-spy"),
+    for (choice, options, reader) in [
+        (ReaderChoice::StopGilHolders, &blocking, "stackscope"),
+        (ReaderChoice::StopProcess, &blocking, "stackscope"),
+        (ReaderChoice::StopGilHolders, &nonblocking, "stackscope"),
+        (ReaderChoice::PySpy, &blocking, "py-spy"),
     ] {
-        std::env::set_var("STACKSCOPE_READER", env);
-        let (workers, failed) = read_for(&target, options, reader);
+        let (workers, failed) = read_for(&target, options, choice, reader);
         eprintln!(
-            "{env} (blocking {}): {workers} worker stacks, {failed} failed reads",
+            "{choice:?} (blocking {}): {workers} worker stacks, {failed} failed reads",
             options.blocking
         );
-        assert!(workers > 30, "{env}: {workers} worker stacks");
-        assert_eq!(failed, 0, "{env}");
+        assert!(workers > 30, "{choice:?}: {workers} worker stacks");
+        assert_eq!(failed, 0, "{choice:?}");
     }
-    std::env::remove_var("STACKSCOPE_READER");
 }

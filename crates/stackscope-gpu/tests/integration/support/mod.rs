@@ -22,7 +22,8 @@ const CHILD_ENV: &str = "STACKSCOPE_GPU_TEST_CHILD";
 /// Set in the re-run process: a scratch directory the parent created for the scenario.
 const DIR_ENV: &str = "STACKSCOPE_GPU_TEST_DIR";
 
-/// Runs `body` in a fresh process whose fake NVML follows the JSON that `script` makes.
+/// Runs `body` in a fresh process whose fake NVML follows the JSON that `script` makes. `name`
+/// is the test's path in this binary (`module::function`), which the re-run selects exactly.
 ///
 /// Both get the same scratch directory (for files a script refers to). In the parent, this
 /// spawns the child and fails with its output if it fails; in the child, it runs `body`.
@@ -291,7 +292,7 @@ impl Outcome {
 }
 
 /// The notices other than GPM's: every device the fake scripts without `gpm` says once that it
-/// has none, which scenarios about other metrics leave aside (`tests/gpm.rs` checks them).
+/// has none, which scenarios about other metrics leave aside (`tests/integration/gpm.rs` checks them).
 pub fn without_gpm(notices: &[String]) -> Vec<String> {
     notices
         .iter()
