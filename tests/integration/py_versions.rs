@@ -6,91 +6,33 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{fixture_path, run_stackscope, OutDir};
+use common::{run_stackscope, Fixture, OutDir};
+use stackscope_testkit::python::{pyenv_interpreters, VERSIONS};
 
-const VERSIONS: [&str; 5] = ["3.10", "3.11", "3.12", "3.13", "3.14"];
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// pyenv's interpreters of `VERSIONS`, newest patch release of each.
+/// pyenv's interpreters of each version, newest patch release of each.
 fn interpreters() -> Vec<(String, PathBuf)> {
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let out = Command::new("pyenv").arg("root").output().ok()?;
-            let root = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            (out.status.success() && !root.is_empty()).then(|| PathBuf::from(root))
-        })
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
-    let mut installed: Vec<String> = root
-        .as_ref()
-        .and_then(|r| std::fs::read_dir(r.join("versions")).ok())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    installed.sort_by_key(|v| {
-        v.split('.')
-            .map(|p| p.parse::<u32>().unwrap_or(0))
-            .collect::<Vec<_>>()
-    });
-    let mut out = Vec::new();
-    for minor in VERSIONS {
-        let found = installed
-            .iter()
-            .rev()
-            .filter(|v| v.strip_prefix(minor).is_some_and(|r| r.starts_with('.')))
-            .filter_map(|v| {
-                let p = root.as_ref()?.join("versions").join(v).join("bin/python3");
-                p.exists().then_some(p)
-            })
-            .next();
-        match found {
-            Some(p) => out.push((minor.to_owned(), p)),
-            None => eprintln!("skipped: Python {minor} is not installed under pyenv"),
-        }
-    }
-    out
+    pyenv_interpreters(&VERSIONS)
 }
 
 /// The fixture under one interpreter, killed on Drop.
-struct Target {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
+struct Target(Fixture);
 
 impl Target {
     fn start(python: &Path) -> Target {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let ready = dir.path().join("ready");
-        let child = Command::new(python)
-            .arg(fixture_path("versions_target.py"))
-            .arg(&ready)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("python starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !std::fs::read_to_string(&ready).is_ok_and(|t| !t.trim().is_empty()) {
-            assert!(Instant::now() < deadline, "{python:?}: no ready file");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Target { child, _dir: dir }
+        Target(
+            Fixture::script("versions_target.py")
+                .python(python)
+                .timeout(Duration::from_secs(30))
+                .start(),
+        )
     }
 
     fn pid(&self) -> String {
-        self.child.id().to_string()
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.pid.to_string()
     }
 }
 

@@ -24,23 +24,13 @@ fn frame(function: &Arc<str>, file: &Arc<str>, line: u32) -> Frame {
 }
 
 fn thread(id: u64) -> ThreadInfo {
-    ThreadInfo {
-        os_thread_id: Some(id),
-        python_thread_id: id,
-        // What churning threads look like: every name new.
-        name: Some(format!("Thread-{id} (worker)")),
-        active: true,
-        owns_gil: true,
-    }
+    // What churning threads look like: every name new.
+    let name = format!("Thread-{id} (worker)");
+    stackscope_testkit::events::thread(id, Some(id), Some(&name), true)
 }
 
 fn gpu(time: u64, utilization: f32) -> Event {
-    Event::Gpu(GpuSample {
-        time: Timestamp(time),
-        device: 0,
-        utilization: Some(utilization),
-        ..GpuSample::default()
-    })
+    stackscope_testkit::events::gpu_event(Timestamp(time), 0, utilization)
 }
 
 fn folded_total(agg: &Aggregator, view: StackView) -> u64 {

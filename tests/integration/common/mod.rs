@@ -7,19 +7,17 @@
 
 mod leftovers;
 pub use leftovers::*;
+// The Python fixture process (ready file, deadline, killed on Drop) is the workspace's one.
+pub use stackscope_testkit::python::{fixture_path, Fixture, READY_TIMEOUT};
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// How long a fixture may take to write its ready file.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Path of the binary under test.
 pub fn bin() -> &'static str {
@@ -28,10 +26,6 @@ pub fn bin() -> &'static str {
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-pub fn fixture_path(name: &str) -> PathBuf {
-    repo_root().join("fixtures").join(name)
 }
 
 pub fn fixture_source(name: &str) -> String {
@@ -45,165 +39,6 @@ pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
     let lock = LOCK.get_or_init(|| Mutex::new(()));
     lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A running fixture process. Its exit is reaped in the background (as a real
-/// parent would), so a fixture that exits disappears from /proc instead of
-/// staying a zombie. Dropping the guard kills it and waits for it.
-pub struct Fixture {
-    pub pid: u32,
-    pub name: String,
-    child: Arc<Mutex<Child>>,
-    exited: Arc<Mutex<Option<ExitStatus>>>,
-    stop_reaper: Arc<AtomicBool>,
-    reaper: Option<thread::JoinHandle<()>>,
-    pub dir: tempfile::TempDir,
-    pub ready_path: PathBuf,
-    stderr_path: PathBuf,
-}
-
-impl Fixture {
-    /// Starts `python3 fixtures/NAME READY_FILE ARGS...` and waits until the
-    /// fixture has written its ready file.
-    pub fn start(name: &str, args: &[&str]) -> Fixture {
-        let fixture = Fixture::spawn(name, args);
-        fixture.wait_ready();
-        fixture
-    }
-
-    /// Like `start`, without waiting for the ready file.
-    pub fn spawn(name: &str, args: &[&str]) -> Fixture {
-        let dir = tempfile::Builder::new()
-            .prefix("stackscope-fixture-")
-            .tempdir()
-            .expect("temp dir");
-        let ready_path = dir.path().join("ready");
-        let stderr_path = dir.path().join("stderr");
-        let stderr = fs::File::create(&stderr_path).expect("fixture stderr file");
-        let child = Command::new("python3")
-            .arg(fixture_path(name))
-            .arg(&ready_path)
-            .args(args)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start python3 {name}: {e}"));
-        let pid = child.id();
-        let child = Arc::new(Mutex::new(child));
-        let exited = Arc::new(Mutex::new(None));
-        let stop_reaper = Arc::new(AtomicBool::new(false));
-        let reaper = {
-            let child = Arc::clone(&child);
-            let exited = Arc::clone(&exited);
-            let stop = Arc::clone(&stop_reaper);
-            thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    if let Ok(Some(status)) = lock(&child).try_wait() {
-                        *lock(&exited) = Some(status);
-                        return;
-                    }
-                    thread::sleep(Duration::from_millis(10));
-                }
-            })
-        };
-        Fixture {
-            pid,
-            name: name.to_string(),
-            child,
-            exited,
-            stop_reaper,
-            reaper: Some(reaper),
-            dir,
-            ready_path,
-            stderr_path,
-        }
-    }
-
-    /// Polls for the ready file every 20 ms; panics with the fixture's stderr
-    /// after READY_TIMEOUT or when the fixture exits first.
-    pub fn wait_ready(&self) -> String {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(text) = fs::read_to_string(&self.ready_path) {
-                if !text.trim().is_empty() {
-                    return text;
-                }
-            }
-            if let Some(status) = self.exit_status() {
-                panic!(
-                    "fixture {} exited ({status}) before it was ready; stderr:\n{}",
-                    self.name,
-                    self.stderr()
-                );
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "fixture {} not ready after {:?}; stderr:\n{}",
-                    self.name,
-                    READY_TIMEOUT,
-                    self.stderr()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The ready file's content parsed as JSON (named_threads, deadlock).
-    pub fn ready_json(&self) -> serde_json::Value {
-        let text = fs::read_to_string(&self.ready_path).expect("ready file");
-        serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("ready file of {} is not JSON ({e}): {text}", self.name))
-    }
-
-    /// OS thread id of the fixture thread with this Python name (from the
-    /// JSON ready file).
-    pub fn native_id(&self, thread_name: &str) -> u64 {
-        self.ready_json()["threads"][thread_name]["native_id"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no thread {thread_name} in ready file"))
-    }
-
-    pub fn stderr(&self) -> String {
-        fs::read_to_string(&self.stderr_path).unwrap_or_default()
-    }
-
-    /// The exit status once the fixture has exited (and been reaped).
-    pub fn exit_status(&self) -> Option<ExitStatus> {
-        *lock(&self.exited)
-    }
-
-    /// Waits up to `timeout` for the fixture to exit by itself.
-    pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(status) = self.exit_status() {
-                return Some(status);
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        self.exit_status()
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        self.stop_reaper.store(true, Ordering::SeqCst);
-        if let Some(reaper) = self.reaper.take() {
-            let _ = reaper.join();
-        }
-        if lock(&self.exited).is_none() {
-            let mut child = lock(&self.child);
-            // A fixture left ptrace-stopped still dies of SIGKILL.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a finished run of a command gave.
@@ -752,17 +587,6 @@ pub fn num(v: &serde_json::Value, what: &str) -> f64 {
 
 // ---------------------------------------------------------------- long recordings
 
-impl Fixture {
-    /// The pid the fixture wrote into its ready file: the interpreter's own
-    /// pid (`python3` may be a shim that is not the process sampled).
-    pub fn ready_pid(&self) -> u32 {
-        let text = fs::read_to_string(&self.ready_path).expect("ready file");
-        text.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("ready file of {} is not a pid: {text:?}", self.name))
-    }
-}
-
 /// Polls `probe` every 20 ms until it gives a value; panics with `what`
 /// after `timeout`.
 pub fn wait_until<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
@@ -1051,31 +875,10 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// A fake driver library of the workspace (`fake-nvml`, `fake-nvml-minimal`), built beside the
-/// binary under test; built here, once per test run, when `cargo test --test integration` alone
-/// did not build the workspace's cdylibs.
+/// A fake driver library of the workspace (`fake-nvml`, `fake-nvml-minimal`), built beside
+/// the binary under test when `cargo test --test integration` alone did not build it.
 pub fn fake_library(package: &str) -> PathBuf {
-    static BUILD: Mutex<()> = Mutex::new(());
-    let dir = Path::new(bin())
-        .parent()
-        .expect("the binary has a directory")
-        .to_path_buf();
-    let lib = dir.join(format!("lib{}.so", package.replace('-', "_")));
-    // Tests of several areas ask at once: one builds, the others wait for it.
-    let _building = BUILD
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", package])
-            .current_dir(repo_root())
-            .status()
-            .expect("cargo build runs");
-        assert!(status.success(), "cargo build -p {package} failed");
-    }
-    assert!(lib.exists(), "{} was not built", lib.display());
-    lib
+    stackscope_testkit::cdylib::cdylib(package)
 }
 
 /// The fake NVML library (`crates/fake-nvml`), for `--nvml-lib`.

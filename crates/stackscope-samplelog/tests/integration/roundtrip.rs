@@ -10,9 +10,10 @@ use std::sync::Arc;
 use common::{header, same, Typical, MS, START};
 use stackscope_event::{
     Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
-    StackSample, ThreadInfo, Timestamp,
+    ThreadInfo, Timestamp,
 };
 use stackscope_samplelog::{LogEnd, LogError, LogHeader, SampleLogReader, SampleLogWriter};
+use stackscope_testkit::events;
 
 fn write(dir: &std::path::Path, header: &LogHeader, events: &[Event]) -> SampleLogWriter {
     let mut writer = SampleLogWriter::create(dir, header).unwrap();
@@ -31,21 +32,13 @@ fn read_all(dir: &std::path::Path) -> (LogHeader, Vec<Event>, LogEnd) {
 }
 
 fn stack(time: u64, pid: u32, thread: ThreadInfo, frames: Vec<Frame>) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time),
-        pid,
-        thread,
-        frames,
-    })
+    events::stack_of(Timestamp(time), pid, thread, frames)
 }
 
 fn thread(tid: u64, os: Option<u64>, name: Option<&str>, active: bool, gil: bool) -> ThreadInfo {
     ThreadInfo {
-        os_thread_id: os,
-        python_thread_id: tid,
-        name: name.map(String::from),
-        active,
         owns_gil: gil,
+        ..events::thread(tid, os, name, active)
     }
 }
 

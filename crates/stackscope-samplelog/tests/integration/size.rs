@@ -8,22 +8,17 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{header, stacks, Typical, MS, START};
-use stackscope_event::{Event, Frame, StackSample, ThreadInfo, Timestamp};
+use stackscope_event::{Event, Frame, ThreadInfo, Timestamp};
 use stackscope_samplelog::SampleLogWriter;
+use stackscope_testkit::events;
 
 fn sample(time: u64, thread: u64, frames: &[Frame]) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time),
-        pid: 4242,
-        thread: ThreadInfo {
-            os_thread_id: Some(4242 + thread),
-            python_thread_id: thread,
-            name: Some(format!("thread-{thread}")),
-            active: true,
-            owns_gil: thread == 0,
-        },
-        frames: frames.to_vec(),
-    })
+    let name = format!("thread-{thread}");
+    let info = ThreadInfo {
+        owns_gil: thread == 0,
+        ..events::thread(thread, Some(4242 + thread), Some(&name), true)
+    };
+    events::stack_of(Timestamp(time), 4242, info, frames.to_vec())
 }
 
 /// Bytes the log grew by per sample after the first, once flushed.

@@ -47,7 +47,7 @@ fn the_same_rule_holds_for_py_spys_reader() {
 }
 
 fn check(python: &str, options: &TargetOptions) {
-    let fixture = Fixture::start(python, FIXTURE);
+    let fixture = Fixture::start_code(python, FIXTURE);
     let mut target = PythonTarget::attach(fixture.pid, options).expect("attach");
     // Counts of (active, seen) per thread name.
     let mut seen: HashMap<String, (u32, u32)> = HashMap::new();

@@ -1,47 +1,22 @@
 //! The sampler against a real interpreter: attach, read, and leave it running.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::common::Fixture;
 
 use stackscope_sampler::{dump_process, procfs, AttachError, PythonTarget, TargetOptions};
 
-/// A Python process, killed on Drop. Its stdout pipe is kept open: closing it early would
-/// kill it with a BrokenPipeError at its next write.
-struct Python {
-    child: Child,
-    _stdout: std::process::ChildStdout,
-}
+/// A Python process (`python3 -c CODE`), ready when it prints its first line, killed on Drop.
+struct Python(Fixture);
 
 impl Python {
-    /// Starts `code` and waits until it prints its first line, its sign of being ready.
     fn start(code: &str) -> Python {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(code)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 starts");
-        let mut stdout = child.stdout.take().expect("stdout");
-        let mut line = [0u8; 6];
-        use std::io::Read;
-        stdout
-            .read_exact(&mut line)
-            .expect("python3 says it is ready");
-        Python {
-            child,
-            _stdout: stdout,
-        }
+        Python(Fixture::start_code("python3", code))
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Python {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.pid
     }
 }
 

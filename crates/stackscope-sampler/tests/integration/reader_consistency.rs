@@ -184,7 +184,7 @@ fn stacks_stay_whole_among_many_sleeping_threads() {
 
 fn shapes_hold(code: &str) {
     for python in pythons() {
-        let fixture = Fixture::start(&python, code);
+        let fixture = Fixture::start_code(&python, code);
         let mut target =
             PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
         assert_eq!(target.reader(), "stackscope", "{python}");
@@ -286,7 +286,7 @@ fn minor_of(python: &str) -> String {
 #[test]
 fn threads_that_come_and_go_are_followed() {
     for python in pythons() {
-        let fixture = Fixture::start(&python, COME_AND_GO);
+        let fixture = Fixture::start_code(&python, COME_AND_GO);
         let mut target =
             PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
         let deadline = Instant::now() + Duration::from_secs(3);

@@ -80,7 +80,7 @@ fn theirs(spy: &mut PythonSpy) -> Vec<Thread> {
 /// Stops the fixture `rounds` times and compares both readers each time; answers every
 /// reading, for fixture-specific checks.
 fn compare(python: &str, code: &str, rounds: usize) -> Vec<Vec<Thread>> {
-    let fixture = Fixture::start(python, code);
+    let fixture = Fixture::start_code(python, code);
     let config = Config {
         // The test holds the stop itself.
         blocking: LockingStrategy::NonBlocking,

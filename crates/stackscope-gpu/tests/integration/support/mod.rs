@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use stackscope_event::{Event, GpuSample, Timestamp};
 use stackscope_gpu::{GpuConfig, GpuDeviceInfo, GpuPoller, PollerReport};
+use stackscope_testkit::cdylib::{cdylib, profile_dir};
 
 /// Set in the re-run process: the name of the test whose body runs there.
 const CHILD_ENV: &str = "STACKSCOPE_GPU_TEST_CHILD";
@@ -64,32 +65,14 @@ pub fn json_path(path: &Path) -> String {
 }
 
 /// `target/<profile>/`, where cargo leaves the workspace's cdylibs, with both fake libraries
-/// built and newer than their sources.
+/// built and newer than their sources (`cargo test -p stackscope-gpu` alone does not build
+/// other packages).
 pub fn fake_lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // The test executable is target/<profile>/deps/<name>-<hash>.
-        let exe = std::env::current_exe().expect("test executable path");
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps")
-            .to_path_buf();
-        let libs = [
-            dir.join("libfake_nvml.so"),
-            dir.join("libfake_nvml_minimal.so"),
-        ];
-        if libs.iter().any(|lib| is_stale(lib)) {
-            build_fakes(&dir);
-        }
-        for lib in &libs {
-            assert!(
-                lib.exists(),
-                "{} is missing after building it",
-                lib.display()
-            );
-        }
-        dir
+        cdylib("fake-nvml");
+        cdylib("fake-nvml-minimal");
+        profile_dir()
     })
 }
 
@@ -99,49 +82,6 @@ pub fn fake_lib() -> PathBuf {
 
 pub fn minimal_lib() -> PathBuf {
     fake_lib_dir().join("libfake_nvml_minimal.so")
-}
-
-/// Missing, or older than any source file of the fake (`cargo test -p stackscope-gpu` alone
-/// does not rebuild other packages).
-fn is_stale(lib: &Path) -> bool {
-    let Ok(built) = lib.metadata().and_then(|m| m.modified()) else {
-        return true;
-    };
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut newest = SystemTime::UNIX_EPOCH;
-    for dir in ["fake-nvml/src", "fake-nvml-minimal/src"] {
-        if let Ok(entries) = std::fs::read_dir(crates.join(dir)) {
-            for entry in entries.flatten() {
-                if let Ok(modified) = entry.metadata().and_then(|m| m.modified()) {
-                    newest = newest.max(modified);
-                }
-            }
-        }
-    }
-    newest > built
-}
-
-fn build_fakes(profile_dir: &Path) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let target_dir = profile_dir.parent().expect("target dir");
-    let mut command = Command::new(cargo);
-    command
-        .args(["build", "-p", "fake-nvml", "-p", "fake-nvml-minimal"])
-        .env("CARGO_TARGET_DIR", target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => {}
-        Some("release") => {
-            command.arg("--release");
-        }
-        Some(profile) => {
-            command.args(["--profile", profile]);
-        }
-    }
-    let status = command
-        .status()
-        .expect("run cargo to build the fake NVML libraries");
-    assert!(status.success(), "building the fake NVML libraries failed");
 }
 
 /// A config for the fake library, polling fast so tests are short.

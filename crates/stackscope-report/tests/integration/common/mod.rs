@@ -3,52 +3,37 @@
 
 use stackscope_aggregate::{AggregateConfig, Aggregator, GpuDeviceInfo, RecordingMeta};
 use stackscope_event::{
-    Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
-    StackSample, ThreadInfo, Timestamp,
+    Event, GpuSample, ProcessEventKind, SampleErrorKind, ThreadInfo, Timestamp,
 };
+use stackscope_testkit::events;
 
 pub const START: Timestamp = Timestamp(1_000_000_000);
 const MS: u64 = 1_000_000;
 
 fn thread(name: &str, id: u64, active: bool) -> ThreadInfo {
-    ThreadInfo {
-        os_thread_id: Some(4000 + id),
-        python_thread_id: 0x7f00 + id,
-        name: Some(name.to_owned()),
-        active,
-        owns_gil: active,
-    }
+    events::thread(0x7f00 + id, Some(4000 + id), Some(name), active)
+}
+
+fn at(t_ms: u64) -> Timestamp {
+    Timestamp(START.0 + t_ms * MS)
 }
 
 fn stack(t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
-    stack_of(4242, t_ms, thread, frames)
+    events::stack(at(t_ms), 4242, thread, frames)
 }
 
 fn stack_of(pid: u32, t_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
-    Event::Stack(StackSample {
-        time: START.plus(std::time::Duration::from_millis(t_ms)),
-        pid,
-        thread: thread.clone(),
-        frames: frames
-            .iter()
-            .map(|&(f, file, line)| Frame::python(f, file, line))
-            .collect(),
-    })
+    events::stack(at(t_ms), pid, thread, frames)
 }
 
 fn gpu(t_ms: u64, utilization: f32) -> Event {
     Event::Gpu(GpuSample {
-        time: Timestamp(START.0 + t_ms * MS),
-        device: 0,
-        utilization: Some(utilization),
         memory_utilization: Some(utilization / 2.0),
         memory_used_bytes: Some(3 << 30),
         memory_total_bytes: Some(16 << 30),
         power_watts: Some(if utilization > 50.0 { 250.0 } else { 60.0 }),
         sm_clock_mhz: Some(1400),
-        throttle_reasons: None,
-        process_utilization: None,
-        ..GpuSample::default()
+        ..events::gpu(at(t_ms), 0, utilization)
     })
 }
 
@@ -109,12 +94,12 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
             }
         }
         if t == 1_000 {
-            agg.handle(Event::SampleError(SampleError {
-                time: START,
-                pid: 4242,
-                kind: SampleErrorKind::TornRead,
-                message: "torn".to_owned(),
-            }));
+            agg.handle(events::sample_error(
+                START,
+                4242,
+                SampleErrorKind::TornRead,
+                "torn",
+            ));
         }
     }
     for event in ring.drain(..) {
@@ -154,13 +139,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
 }
 
 fn process(t_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -> Event {
-    Event::Process(ProcessEvent {
-        time: Timestamp(START.0 + t_ms * MS),
-        pid,
-        command_line: command_line.to_owned(),
-        kind,
-        rank: Default::default(),
-    })
+    events::process(at(t_ms), pid, command_line, kind)
 }
 
 /// The command line of a DataLoader worker, long and with a ';' in it.

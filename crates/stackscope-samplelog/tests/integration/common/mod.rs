@@ -13,8 +13,7 @@ use stackscope_event::{
 use stackscope_samplelog::LogHeader;
 
 pub const START: u64 = 1_000_000_000_000;
-pub const MS: u64 = 1_000_000;
-pub const SEC: u64 = 1_000_000_000;
+pub use stackscope_testkit::events::{MS, SEC};
 
 pub fn header(include_idle: bool, gpu: bool) -> LogHeader {
     LogHeader {
@@ -209,16 +208,4 @@ impl Iterator for Typical {
     }
 }
 
-pub fn event_time(event: &Event) -> Timestamp {
-    match event {
-        Event::Stack(s) => s.time,
-        Event::SampleError(e) => e.time,
-        Event::Gpu(g) => g.time,
-        Event::Process(p) => p.time,
-    }
-}
-
-/// Events compare by their `Debug` form (`Event` has no `PartialEq`).
-pub fn same(a: &Event, b: &Event) -> bool {
-    format!("{a:?}") == format!("{b:?}")
-}
+pub use stackscope_testkit::events::same;

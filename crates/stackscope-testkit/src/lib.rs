@@ -1,0 +1,18 @@
+//! What stackscope's tests share, in one dev-only place (a dev-dependency of the workspace's
+//! packages, never published):
+//!
+//! - [`python`]: a Python fixture process that says when it is ready (a ready file, or its
+//!   first line on stdout), waited for with a deadline and killed on Drop; and the interpreters
+//!   the tests run on (`python3` plus each pyenv minor version installed, one printed line for
+//!   each that is missing).
+//! - [`events`]: builders of the sampler's events (stack samples, GPU readings, process
+//!   events) for the aggregate, report and sample log tests.
+//! - [`cdylib`]: the workspace's fake driver libraries, built on demand beside the test.
+//!
+//! Panics are how a test helper fails: this crate is for tests only.
+
+#![allow(clippy::unwrap_used)]
+
+pub mod cdylib;
+pub mod events;
+pub mod python;
