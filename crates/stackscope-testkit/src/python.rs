@@ -5,9 +5,11 @@
 //! inline `-c` programs of the reader tests, `ready PID ...`: the pid from the interpreter
 //! itself, as `python3` may be a launcher that is not the interpreter). Either is waited for
 //! with a deadline, and the test fails with the fixture's stderr when it exits first or is late.
-//! Its exit is reaped in the background, as a real parent would, so a fixture that exits leaves
-//! `/proc` instead of staying a zombie. Dropping it kills it (and the interpreter, when that is
-//! another process) and waits for it.
+//! A script fixture's exit is reaped in the background, as a real parent would, so a fixture
+//! that exits leaves `/proc` instead of staying a zombie. A `-c` fixture is not: the reader tests
+//! ptrace it from the test process itself, and a wait from another thread of the tracer would
+//! take the ptrace stops meant for the tracer ([`FixtureBuilder::reap`]). Dropping a fixture
+//! kills it (and the interpreter, when that is another process) and waits for it.
 
 use std::ffi::OsString;
 use std::fs;
@@ -51,6 +53,7 @@ pub struct FixtureBuilder {
     args: Vec<OsString>,
     stdin: bool,
     timeout: Duration,
+    reap: bool,
 }
 
 impl FixtureBuilder {
@@ -69,6 +72,14 @@ impl FixtureBuilder {
     /// A pipe to the fixture's stdin, for [`Fixture::send`].
     pub fn stdin(mut self) -> Self {
         self.stdin = true;
+        self
+    }
+
+    /// Whether a thread of the test reaps the fixture's exit as soon as it happens (the default
+    /// for scripts, not for `-c` programs). Never for a fixture the test process ptraces itself:
+    /// the reaping wait would take the tracee's stops.
+    pub fn reap(mut self, reap: bool) -> Self {
+        self.reap = reap;
         self
     }
 
@@ -146,7 +157,7 @@ impl FixtureBuilder {
         let child = Arc::new(Mutex::new(child));
         let exited = Arc::new(Mutex::new(None));
         let stop_reaper = Arc::new(AtomicBool::new(false));
-        let reaper = {
+        let reaper = self.reap.then(|| {
             let child = Arc::clone(&child);
             let exited = Arc::clone(&exited);
             let stop = Arc::clone(&stop_reaper);
@@ -159,14 +170,14 @@ impl FixtureBuilder {
                     thread::sleep(Duration::from_millis(10));
                 }
             })
-        };
+        });
         Fixture {
             pid,
             name: self.name,
             child,
             exited,
             stop_reaper,
-            reaper: Some(reaper),
+            reaper,
             stdin,
             lines,
             ready_line: OnceLock::new(),
@@ -207,6 +218,7 @@ impl Fixture {
             args: Vec::new(),
             stdin: false,
             timeout: READY_TIMEOUT,
+            reap: true,
         }
     }
 
@@ -220,6 +232,7 @@ impl Fixture {
             args: Vec::new(),
             stdin: false,
             timeout: READY_TIMEOUT,
+            reap: false,
         }
     }
 
@@ -342,8 +355,14 @@ impl Fixture {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
-    /// The exit status once the fixture has exited (and been reaped).
+    /// The exit status once the fixture has exited (and been reaped). A fixture not reaped in
+    /// the background is asked now (not while the test ptraces it).
     pub fn exit_status(&self) -> Option<ExitStatus> {
+        if self.reaper.is_none() && lock(&self.exited).is_none() {
+            if let Ok(Some(status)) = lock(&self.child).try_wait() {
+                *lock(&self.exited) = Some(status);
+            }
+        }
         *lock(&self.exited)
     }
 
