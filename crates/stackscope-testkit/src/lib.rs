@@ -16,3 +16,13 @@
 pub mod cdylib;
 pub mod events;
 pub mod python;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Tests that measure shares or rates, and tests whose fixtures keep CPUs busy, take this lock,
+/// so that on a small machine two of them in one test binary do not compete: one lock per test
+/// binary, held for the test's length. Other tests run beside them.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

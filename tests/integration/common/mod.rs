@@ -9,13 +9,14 @@ mod leftovers;
 pub use leftovers::*;
 // The Python fixture process (ready file, deadline, killed on Drop) is the workspace's one.
 pub use stackscope_testkit::python::{fixture_path, Fixture, READY_TIMEOUT};
+// Tests that measure shares or rates, or keep CPUs busy, take it (one lock for the binary).
+pub use stackscope_testkit::serial;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -31,14 +32,6 @@ pub fn repo_root() -> PathBuf {
 pub fn fixture_source(name: &str) -> String {
     fs::read_to_string(fixture_path(name))
         .unwrap_or_else(|e| panic!("cannot read fixture {name}: {e}"))
-}
-
-/// Tests that measure shares or rates take this lock so that, on a small
-/// machine, two CPU-bound fixtures of the same test binary do not compete.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: OnceLock<Mutex<()>> = OnceLock::new();
-    let lock = LOCK.get_or_init(|| Mutex::new(()));
-    lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a finished run of a command gave.

@@ -12,6 +12,7 @@ const FIXTURE: &str = include_str!("../../../../fixtures/sleep_compute.py");
 
 #[test]
 fn reused_thread_states_agree_with_fresh_readings() {
+    let _serial = crate::common::serial();
     let fixture = Fixture::start_code("python3", FIXTURE);
     let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
     assert_eq!(target.reader(), "stackscope");

@@ -27,6 +27,7 @@ const BUSY: [&str; 3] = ["spinner", "compressor", "hasher"];
 
 #[test]
 fn waiting_threads_are_idle_and_working_ones_busy_on_every_version() {
+    let _serial = crate::common::serial();
     let mut versions = vec!["3.9"];
     versions.extend(VERSIONS);
     for python in pythons_of(&versions) {
@@ -37,6 +38,7 @@ fn waiting_threads_are_idle_and_working_ones_busy_on_every_version() {
 /// py-spy's reader (which `--locals` uses on every version) under the same rule.
 #[test]
 fn the_same_rule_holds_for_py_spys_reader() {
+    let _serial = crate::common::serial();
     for python in pythons() {
         let options = TargetOptions {
             locals: true,

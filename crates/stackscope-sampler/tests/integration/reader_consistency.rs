@@ -183,6 +183,7 @@ fn stacks_stay_whole_among_many_sleeping_threads() {
 }
 
 fn shapes_hold(code: &str) {
+    let _serial = crate::common::serial();
     for python in pythons() {
         let fixture = Fixture::start_code(&python, code);
         let mut target =
