@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use stackscope_report::{read_trace, RebuildOptions, TraceOutcome};
 use stackscope_report::{write_export_file, ExportFormat, ExportInfo};
-use stackscope_samplelog::{read_trace, report_dir, RebuildOptions, TraceOutcome, Window};
+use stackscope_samplelog::{report_dir, Window};
 
 use crate::config::ExportConfig;
 

@@ -12,7 +12,7 @@ use crate::config::GpuSettings;
 
 /// What the recording learns from the GPU side when it ends.
 pub struct GpuReport {
-    pub devices: Vec<stackscope_aggregate::GpuDeviceInfo>,
+    pub devices: Vec<stackscope_event::GpuDeviceInfo>,
     /// Why there is no GPU data, when there is none.
     pub unavailable: Option<String>,
     pub notices: Vec<String>,
@@ -77,7 +77,7 @@ impl GpuHandle {
     pub fn snapshot(&self) -> GpuReport {
         match self {
             GpuHandle::Polling(poller) => GpuReport {
-                devices: device_infos(poller.current_devices()),
+                devices: poller.current_devices(),
                 unavailable: None,
                 notices: poller.notices(),
                 dropped: poller.dropped(),
@@ -92,7 +92,7 @@ impl GpuHandle {
             GpuHandle::Polling(poller) => {
                 let report = poller.join();
                 GpuReport {
-                    devices: device_infos(report.devices),
+                    devices: report.devices,
                     unavailable: None,
                     notices: report.notices,
                     dropped: report.dropped,
@@ -122,19 +122,6 @@ impl GpuReport {
             dropped: 0,
         }
     }
-}
-
-fn device_infos(
-    devices: Vec<stackscope_gpu::GpuDeviceInfo>,
-) -> Vec<stackscope_aggregate::GpuDeviceInfo> {
-    devices
-        .into_iter()
-        .map(|d| stackscope_aggregate::GpuDeviceInfo {
-            index: d.index,
-            name: d.name,
-            uuid: d.uuid,
-        })
-        .collect()
 }
 
 /// The target and its descendants: a training job's CUDA context often lives in a child.

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
+use stackscope_aggregate::{GpuTag, GpuTagger};
 use stackscope_event::{Event, Frame, RankInfo, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
@@ -23,12 +24,15 @@ use stackscope_event::{Event, Frame, RankInfo, Timestamp};
 pub struct MetricsState {
     host: String,
     hang_after_nanos: u64,
-    idle_below: f32,
     processes: BTreeMap<u32, Progress>,
     samples: u64,
     errors: u64,
     dropped: u64,
+    /// The latest utilization of each GPU, for its gauge.
     gpu_utilization: BTreeMap<u32, f32>,
+    /// The GPU state of each stack read, by the recording's own rule: stacks are held (as
+    /// nothing else) until the readings covering them are in.
+    gpu: GpuTagger<()>,
     gpu_idle_samples: u64,
 }
 
@@ -45,12 +49,12 @@ impl MetricsState {
         MetricsState {
             host: stackscope_event::host_name().unwrap_or_default(),
             hang_after_nanos: (hang_after_secs * 1e9) as u64,
-            idle_below,
             processes: BTreeMap::new(),
             samples: 0,
             errors: 0,
             dropped: 0,
             gpu_utilization: BTreeMap::new(),
+            gpu: GpuTagger::new(idle_below),
             gpu_idle_samples: 0,
         }
     }
@@ -64,11 +68,17 @@ impl MetricsState {
                 &sample.frames,
                 sample.time,
             ),
-            Event::SampleError(_) => self.errors += 1,
+            Event::SampleError(error) => {
+                self.errors += 1;
+                self.gpu.observe(error.time);
+                self.count_gpu_idle();
+            }
             Event::Gpu(sample) => {
                 if let Some(u) = sample.utilization {
                     self.gpu_utilization.insert(sample.device, u);
                 }
+                self.gpu.add_gpu(sample);
+                self.count_gpu_idle();
             }
             Event::Process(process) => {
                 if process.kind == stackscope_event::ProcessEventKind::Exited {
@@ -81,9 +91,8 @@ impl MetricsState {
     /// One thread's stack at `time`: what `watch`, which reads stacks itself, calls directly.
     pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &[Frame], time: Timestamp) {
         self.samples += 1;
-        if self.gpu_idle() == Some(true) {
-            self.gpu_idle_samples += 1;
-        }
+        self.gpu.hold(time, ());
+        self.count_gpu_idle();
         let mut hasher = DefaultHasher::new();
         frames.hash(&mut hasher);
         let signature = hasher.finish();
@@ -112,18 +121,17 @@ impl MetricsState {
         self.dropped = dropped;
     }
 
-    fn gpu_idle(&self) -> Option<bool> {
-        if self.gpu_utilization.is_empty() {
-            return None;
-        }
-        let mean = self.gpu_utilization.values().sum::<f32>() / self.gpu_utilization.len() as f32;
-        Some(mean < self.idle_below)
+    /// Counts the held stacks whose GPU state is now known.
+    fn count_gpu_idle(&mut self) {
+        let idle = &mut self.gpu_idle_samples;
+        self.gpu
+            .release(|_, (), tag| *idle += u64::from(tag == GpuTag::Idle));
     }
 
     /// The page, in Prometheus's text exposition format (version 0.0.4).
     pub fn render(&self, now: Timestamp) -> String {
         let mut out = String::new();
-        let gpu_busy = self.gpu_idle() == Some(false);
+        let gpu_busy = self.gpu.tag_at(now).idle() == Some(false);
         let header = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -184,7 +192,8 @@ impl MetricsState {
             ),
             (
                 "stackscope_gpu_idle_samples_total",
-                "Thread stacks read while the GPUs' mean utilization was below --idle-below.",
+                "Thread stacks read while the GPUs' mean utilization was below --idle-below (counted \
+                 once the readings covering them are in).",
                 self.gpu_idle_samples,
             ),
         ] {
@@ -367,20 +376,25 @@ mod tests {
     #[test]
     fn a_busy_gpu_vetoes_a_hang_and_idle_samples_are_counted() {
         let mut m = MetricsState::new(1.0, 30.0);
-        m.observe(&Event::Gpu(stackscope_event::GpuSample {
-            device: 0,
-            utilization: Some(95.0),
-            ..Default::default()
-        }));
+        let reading = |time, utilization| {
+            Event::Gpu(stackscope_event::GpuSample {
+                time,
+                device: 0,
+                utilization: Some(utilization),
+                ..Default::default()
+            })
+        };
         m.observe_stack(1, 1, &frames(3), secs(0));
+        m.observe(&reading(secs(4), 95.0));
+        m.observe(&reading(secs(5), 95.0));
         assert!(m.render(secs(5)).contains("} 0\n"));
-        m.observe(&Event::Gpu(stackscope_event::GpuSample {
-            device: 0,
-            utilization: Some(5.0),
-            ..Default::default()
-        }));
-        m.observe_stack(1, 1, &frames(3), secs(5));
-        let page = m.render(secs(5));
+        // The stack at 5 s waits for the reading covering it (5 s to 6 s): idle.
+        m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001));
+        assert!(m
+            .render(secs(5))
+            .contains("stackscope_gpu_idle_samples_total 0\n"));
+        m.observe(&reading(secs(6), 5.0));
+        let page = m.render(secs(6));
         assert!(
             page.contains("stackscope_gpu_idle_samples_total 1\n"),
             "{page}"

@@ -2,7 +2,8 @@
 //! window of it, without recording again.
 
 use anyhow::Context;
-use stackscope_samplelog::{rebuild, report_dir, RebuildOptions, Window};
+use stackscope_report::{rebuild, RebuildOptions};
+use stackscope_samplelog::{report_dir, Window};
 
 use crate::config::ReportConfig;
 

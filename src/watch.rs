@@ -2,15 +2,14 @@
 //! hang report by itself when the job's stacks stop changing.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
 use crossbeam_channel::{bounded, Receiver};
-use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent};
+use stackscope_aggregate::{find_stragglers, GpuTagger, HangDetector, HangEvent};
 use stackscope_event::{Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
@@ -36,7 +35,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let (sender, receiver) = bounded(4096);
     let stop = Arc::new(AtomicBool::new(false));
     let gpu = GpuHandle::start(&config.gpu, config.pid, sender, stop.clone());
-    let mut gpu_readings = GpuReadings::default();
+    let mut gpu_state = GpuTagger::<()>::new(config.gpu.idle_below);
     let mut detector = HangDetector::new(config.hang_after_secs);
     // A busy loop that spends most of its time on a few lines repeats a stack by chance now and
     // then; a hang must be seen unchanged at least this many times, whatever --hang-after is.
@@ -57,7 +56,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if timer.wait(None).is_none() {
             continue;
         }
-        gpu_readings.take(&receiver, metrics);
+        take_gpu_readings(&mut gpu_state, &receiver, metrics);
         let now = Timestamp::now();
         set.rescan(now);
         let Some(signature) = read_signature(&mut set, now, metrics) else {
@@ -72,10 +71,11 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if set.targets().is_empty() {
             continue;
         }
-        let gpu_idle = gpu_readings.idle(config.gpu.idle_below);
+        let gpu_idle = gpu_state.tag_at(now).idle();
         match detector.observe(now, signature, gpu_idle) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let path = write_hang_report(&config, unchanged_secs, gpu_idle, &gpu_readings)?;
+                let utilization = gpu_state.utilization_at(now);
+                let path = write_hang_report(&config, unchanged_secs, gpu_idle, utilization)?;
                 reports += 1;
                 println!(
                     "stackscope: process {} looks hung (stacks unchanged for {:.0} s{}): report {}",
@@ -167,42 +167,33 @@ fn key(pid: u32, stack: ThreadStack) -> ThreadKey {
     )
 }
 
-/// The latest utilization of each GPU.
-#[derive(Default)]
-struct GpuReadings {
-    latest: HashMap<u32, f32>,
-}
-
-impl GpuReadings {
-    fn take(&mut self, receiver: &Receiver<Event>, metrics: Option<&SharedMetrics>) {
-        let mut metrics = metrics.map(metrics::lock);
-        for event in receiver.try_iter() {
-            if let Some(m) = metrics.as_mut() {
-                m.observe(&event);
-            }
-            if let Event::Gpu(sample) = event {
-                if let Some(u) = sample.utilization {
-                    self.latest.insert(sample.device, u);
-                }
-            }
+/// Takes the GPU readings waiting on the channel into the tagger that tags a recording's
+/// samples: `watch` asks it for the GPU state at the instant it read the stacks, by the same
+/// rule (the mean of the devices with a reading covering that instant, or the nearest within
+/// reach).
+fn take_gpu_readings(
+    gpu: &mut GpuTagger<()>,
+    receiver: &Receiver<Event>,
+    metrics: Option<&SharedMetrics>,
+) {
+    let mut metrics = metrics.map(metrics::lock);
+    for event in receiver.try_iter() {
+        if let Some(m) = metrics.as_mut() {
+            m.observe(&event);
+        }
+        if let Event::Gpu(sample) = event {
+            gpu.add_gpu(&sample);
         }
     }
-
-    fn mean(&self) -> Option<f32> {
-        (!self.latest.is_empty())
-            .then(|| self.latest.values().sum::<f32>() / self.latest.len() as f32)
-    }
-
-    fn idle(&self, idle_below: f32) -> Option<bool> {
-        self.mean().map(|m| m < idle_below)
-    }
+    // Nothing is held: releasing only forgets readings too old to matter.
+    gpu.release(|_, (), _| {});
 }
 
 fn write_hang_report(
     config: &WatchConfig,
     unchanged_secs: f64,
     gpu_idle: Option<bool>,
-    gpu: &GpuReadings,
+    gpu_utilization: Option<f32>,
 ) -> anyhow::Result<PathBuf> {
     // The report is the full picture: native frames under the Python ones, and locals.
     let options = TargetOptions {
@@ -217,16 +208,15 @@ fn write_hang_report(
     };
     let now = chrono::Local::now();
     let stamp = now.format("%Y%m%d-%H%M%S");
-    let base = config.out_dir.join(format!("hang-{stamp}"));
+    let base = format!("hang-{stamp}");
     let mut text = Vec::new();
-    use std::io::Write;
     writeln!(
         text,
         "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s{}\n",
         now.to_rfc3339(),
         config.pid,
         unchanged_secs,
-        match (gpu_idle, gpu.mean()) {
+        match (gpu_idle, gpu_utilization) {
             (Some(true), Some(m)) => format!(", GPU idle ({m:.0}% utilization)"),
             (Some(false), Some(m)) => format!(", GPU busy ({m:.0}% utilization)"),
             _ => String::new(),
@@ -239,21 +229,57 @@ fn write_hang_report(
         "unchanged_secs": unchanged_secs,
         "hang_after_secs": config.hang_after_secs,
         "gpu_idle": gpu_idle,
-        "gpu_mean_utilization": gpu.mean(),
+        "gpu_mean_utilization": gpu_utilization,
         "stragglers": find_stragglers(&processes),
         "processes": processes,
     });
-    let text_path = base.with_extension("txt");
-    write_atomically(&text_path, &text)?;
-    write_atomically(
-        &base.with_extension("json"),
-        &serde_json::to_vec_pretty(&json)?,
-    )?;
+    let json = serde_json::to_vec_pretty(&json)?;
+    let text_path = write_atomic(&config.out_dir, &format!("{base}.txt"), &text)?;
+    write_atomic(&config.out_dir, &format!("{base}.json"), &json)?;
     Ok(text_path)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+fn write_atomic(dir: &std::path::Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+    Ok(stackscope_report::write_atomic(dir, name, |w| {
+        Ok(w.write_all(bytes)?)
+    })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::GpuSample;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn reading(time: u64, device: u32, utilization: f32) -> Event {
+        Event::Gpu(GpuSample {
+            time: Timestamp(time),
+            device,
+            utilization: Some(utilization),
+            ..GpuSample::default()
+        })
+    }
+
+    #[test]
+    fn the_gpu_state_at_an_instant_is_the_recordings_rule() {
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        for event in [
+            reading(SEC, 0, 10.0),
+            reading(SEC, 1, 30.0),
+            reading(2 * SEC, 0, 90.0),
+            reading(2 * SEC, 1, 90.0),
+        ] {
+            sender.send(event).unwrap();
+        }
+        let mut gpu = GpuTagger::<()>::new(30.0);
+        take_gpu_readings(&mut gpu, &receiver, None);
+        // The readings covering the instant decide, by the devices' mean: 20% is idle.
+        assert_eq!(gpu.tag_at(Timestamp(SEC / 2)).idle(), Some(true));
+        assert_eq!(gpu.utilization_at(Timestamp(SEC / 2)), Some(20.0));
+        assert_eq!(gpu.tag_at(Timestamp(3 * SEC / 2)).idle(), Some(false));
+        // Long after the last reading there is no GPU data: no veto of a hang, whatever the
+        // last reading said.
+        assert_eq!(gpu.tag_at(Timestamp(10 * SEC)).idle(), None);
+    }
 }

@@ -2,8 +2,7 @@
 //! lines, the table's cells, and cutting text to a width. Pure, so the plain output and the
 //! view say the same things in the same words.
 
-use super::gpus::GpuLine;
-use super::model::{Row, SortKey, Totals, ViewOptions};
+use stackscope_aggregate::top::{GpuLine, Row, SortKey, Totals, ViewOptions};
 
 /// The state of the session the header shows, beside the model's counts.
 #[derive(Debug, Clone, Default)]

@@ -1,12 +1,11 @@
 //! `stackscope top`: the live view of a running job. Starts the same producers as a recording
 //! (the sampler thread and the GPU poller, on one channel) but folds their events into a table
-//! model instead of a recorder, and shows it every second: full-screen on a terminal
-//! ([`tui`]), as plain-text tables otherwise ([`plain`]).
+//! model (`stackscope_aggregate::top`, tagged as a recording is) instead of a recorder, and
+//! shows it every second: full-screen on a terminal ([`tui`]), as plain-text tables otherwise
+//! ([`plain`]).
 
 mod format;
-mod gpus;
 mod idle_code;
-mod model;
 mod plain;
 mod tui;
 mod view;
@@ -27,7 +26,7 @@ use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::signals::Signals;
 
 use format::Status;
-use model::TopModel;
+use stackscope_aggregate::top::TopModel;
 
 /// How often the view refreshes and the interval columns roll over.
 const INTERVAL: Duration = Duration::from_secs(1);

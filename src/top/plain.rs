@@ -5,9 +5,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::format::{self, location, Columns, Status, PERCENT_WIDTH};
-use super::model::{SortKey, TopModel, ViewOptions};
 use super::Session;
 use crate::signals::Signals;
+use stackscope_aggregate::top::{SortKey, TopModel, ViewOptions};
 
 /// Rows per interval's table: the top of it is what a reader of a log looks for.
 const ROWS: usize = 20;

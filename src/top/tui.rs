@@ -18,10 +18,10 @@ use ratatui::crossterm::terminal::{
 use ratatui::Terminal;
 
 use super::format::Status;
-use super::model::{SortKey, TopModel, ViewOptions};
 use super::view::{self, Screen};
 use super::Session;
 use crate::signals::Signals;
+use stackscope_aggregate::top::{SortKey, TopModel, ViewOptions};
 
 /// How long the loop waits for a key before it looks at the channel again: short enough that
 /// events never pile up, long enough to cost nothing.

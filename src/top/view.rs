@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, 
 use ratatui::Frame;
 
 use super::format::{self, location, truncate_end, truncate_start, Columns, Status, PERCENT_WIDTH};
-use super::model::{TopModel, ViewOptions};
+use stackscope_aggregate::top::{TopModel, ViewOptions};
 
 /// What one frame shows.
 pub struct Screen<'a> {

@@ -128,6 +128,62 @@ fn gpu_idle_samples_are_the_data_phase_and_busy_samples_the_compute_phase() {
     let idle_svg =
         std::fs::read_to_string(out.out.join("flamegraph-gpu-idle.svg")).expect("idle svg");
     assert!(idle_svg.contains("load_batch"));
+
+    top_agrees_with_the_summary(&out, &summary);
+}
+
+/// `top` and `summary.json` agree exactly on a recorded run: the recording's sample log,
+/// replayed through `top`'s table, gives the summary's GPU-idle samples, samples per thread
+/// and own and total samples per function.
+fn top_agrees_with_the_summary(out: &OutDir, summary: &serde_json::Value) {
+    use stackscope_aggregate::top::{TopModel, ViewOptions};
+    let log = out.out.join(stackscope_samplelog::LOG_FILE_NAME);
+    let reader = stackscope_samplelog::SampleLogReader::open(&log).expect("sample log");
+    let header = reader.header().clone();
+    let mut top = TopModel::new(header.idle_below, header.gpu_enabled);
+    for event in reader {
+        top.handle(event.expect("a whole log"));
+    }
+    top.flush();
+    let options = ViewOptions::default();
+    let totals = top.totals(&options);
+    let count = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("a count: {v}"));
+    assert_eq!(totals.all_samples, count(&summary["samples"]));
+    assert_eq!(
+        totals.gpu_idle_samples,
+        count(&summary["gpu"]["samples_gpu_idle"])
+    );
+    assert!(totals.gpu_idle_samples > 0);
+    let mut threads: Vec<(u64, u64)> = top
+        .thread_samples(&options)
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(t, n)| (t.id, n))
+        .collect();
+    let mut expected: Vec<(u64, u64)> = summary["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| (count(&t["python_thread_id"]), count(&t["samples"])))
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    threads.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(threads, expected);
+    let rows = top.rows(&options);
+    for list in ["by_self", "by_total"] {
+        for stat in summary["top_functions"][list].as_array().expect(list) {
+            let row = rows
+                .iter()
+                .find(|r| *r.function == stat["function"] && *r.file == stat["file"])
+                .unwrap_or_else(|| panic!("no row for {stat}"));
+            assert_eq!(
+                (row.counts.own, row.counts.total),
+                (count(&stat["self_samples"]), count(&stat["total_samples"])),
+                "{stat}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -188,22 +188,14 @@ impl Aggregator {
     }
 
     fn handle_gpu(&mut self, sample: GpuSample) {
-        if let Some(utilization) = sample.utilization {
-            self.tagger
-                .add_reading(sample.device, sample.time, utilization);
-        } else {
-            self.tagger.observe(sample.time);
-        }
-        if let Some(sm) = sample.sm_active {
-            self.tagger.add_sm_reading(sample.device, sample.time, sm);
-        }
+        self.tagger.add_gpu(&sample);
         self.timeline.push(sample);
     }
 
     fn release_tagged(&mut self) {
         let table = &mut self.table;
         let buckets = &mut self.buckets;
-        self.tagger.release_timed(|time, stack, tag| {
+        self.tagger.release(|time, stack, tag| {
             table.count_tag(stack, tag);
             buckets.count_stack(time, stack, tag);
         });
@@ -222,7 +214,7 @@ impl Aggregator {
     pub fn finish(&mut self) {
         let table = &mut self.table;
         let buckets = &mut self.buckets;
-        self.tagger.flush_timed(|time, stack, tag| {
+        self.tagger.flush(|time, stack, tag| {
             table.count_tag(stack, tag);
             buckets.count_stack(time, stack, tag);
         });

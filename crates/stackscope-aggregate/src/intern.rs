@@ -27,6 +27,17 @@ pub enum GpuTag {
     Unknown,
 }
 
+impl GpuTag {
+    /// Whether the GPU idled: `None` without GPU data (neither idle nor busy).
+    pub fn idle(self) -> Option<bool> {
+        match self {
+            GpuTag::Idle => Some(true),
+            GpuTag::Busy | GpuTag::BusyLowSm => Some(false),
+            GpuTag::Unknown => None,
+        }
+    }
+}
+
 /// Sample counts of one stack, by GPU state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StackCounts {

@@ -6,6 +6,9 @@
 //! the GPU timeline coarsens with age, and every table has a cap ([`Limits`]) past which
 //! samples are still counted, in placeholders, and the summary says so.
 //!
+//! [`top`] holds `stackscope top`'s live table, tagged by the same [`GpuTagger`] as the
+//! recording, so the two agree on one run.
+//!
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
@@ -31,6 +34,7 @@ mod summary;
 mod tagging;
 mod threads;
 mod timeline;
+pub mod top;
 mod trace;
 mod verdict;
 
@@ -61,6 +65,7 @@ pub use sm_activity::SM_LOW_SHARE;
 pub use summary::{
     ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
 };
+pub use tagging::{GpuTagger, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS};
 pub use trace::{GpuState, Run, SampleTrace, TraceThread};
 pub use verdict::{Verdict, VerdictClass};
 

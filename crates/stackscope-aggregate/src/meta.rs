@@ -1,6 +1,6 @@
 //! What the recording knows about itself that the samples do not say.
 
-use serde::{Deserialize, Serialize};
+pub use stackscope_event::GpuDeviceInfo;
 
 /// Facts about the recording, gathered by the binary and handed to [`crate::Aggregator::summary`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,13 +33,4 @@ pub struct RecordingMeta {
     /// Why there is no GPU data, when there is none.
     pub gpu_unavailable: Option<String>,
     pub notices: Vec<String>,
-}
-
-/// A GPU the poller watched.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuDeviceInfo {
-    /// NVML's device index, as in [`stackscope_event::GpuSample::device`].
-    pub index: u32,
-    pub name: String,
-    pub uuid: String,
 }

@@ -1,18 +1,45 @@
-//! Tagging stack samples with the GPU's state at the instant they were taken.
+//! Tagging stack samples with the GPU's state at the instant they were taken: the one
+//! definition of "GPU state at instant t" in stackscope. The recording's summary and
+//! flamegraph split, the `export` trace, `top`'s table, `watch` and the metrics endpoint all ask
+//! a [`GpuTagger`]; it is generic over what it holds, so each keeps its own payload (an
+//! interned stack, a whole sample, nothing) and gets it back tagged, in the order it was held.
 //!
 //! A GPU reading with utilization at time T describes the interval since that device's previous
 //! reading, (previous, T]. NVML hands its readings over late (the poller drains the driver's ring
 //! about twice a second), so a stack sample is held back until every device has a reading at or
 //! after it, and only then tagged from the reading that covers it. Samples wait at most
-//! [`HOLD_LIMIT`] behind the newest event, so a GPU that stops reporting delays nothing for long.
+//! [`HOLD_LIMIT_NANOS`] behind the newest event, so a GPU that stops reporting delays nothing for
+//! long. The state at an instant is the mean utilization of the devices with a reading covering
+//! it (or, within [`REACH_NANOS`], the nearest one) against `--idle-below`.
 //!
 //! Where the GPU has GPM, its SM activity readings (each on the newest reading of a poll) are
 //! held the same way, and a busy sample is tagged [`GpuTag::BusyLowSm`] when SM activity at its
 //! instant is low against utilization (`sm_activity.rs`).
+//!
+//! # Why these rules (and not `top`'s former ones)
+//!
+//! `top` once had its own copy with a 1.5 s hold, a 200k cap and devices that had not reported
+//! skipped; the recording's rules won, so that `top` and `summary.json` agree on one run:
+//!
+//! - **Hold 5 s.** Readings reach the channel after the stacks they cover, by the poller's
+//!   drain interval (500 ms) and more on a loaded machine; a sample released before its covering
+//!   reading arrives is tagged from the previous interval's, so a short hold makes the tag depend
+//!   on the machine's load. 5 s covers the delay with room. While readings flow no sample waits
+//!   that long (`top` shows a sample about one drain interval late); only a device that stopped
+//!   reporting makes samples wait out the limit.
+//! - **Cap 500k held samples**, about 5 s of 100 threads at 1000 Hz: past it the oldest is
+//!   tagged before its readings are in ([`GpuTagger::forced`]). This is the one point where two
+//!   holders of the same events can differ, since it counts what they hold: `top` also holds
+//!   idle-thread samples and so reaches the cap sooner. Real runs do not come near it.
+//! - **Which devices are awaited**: every device that has sent a reading, and those named by
+//!   [`GpuTagger::expect_device`] (a replay names what the recording named); a device that never
+//!   reports utilization (NOT_SUPPORTED) holds nothing back. No holder learns of devices outside
+//!   the event stream (the poller's current device list only names `top`'s GPU lines): a tag that
+//!   depended on when a side channel was read could not be replayed from the sample log.
 
 use std::collections::{BTreeMap, VecDeque};
 
-use stackscope_event::Timestamp;
+use stackscope_event::{GpuSample, Timestamp};
 
 use crate::intern::{GpuTag, StackId};
 use crate::sm_activity::is_low;
@@ -30,20 +57,23 @@ pub const MAX_READINGS_PER_DEVICE: usize = 10_000;
 /// not colour hours of samples with its last value.
 pub const REACH_NANOS: u64 = 2_000_000_000;
 
-#[derive(Debug)]
-struct Pending {
+#[derive(Debug, Clone)]
+struct Pending<T> {
     time: Timestamp,
-    stack: StackId,
+    item: T,
 }
 
-#[derive(Debug)]
-pub struct GpuTagger {
+/// Holds items stamped with a time until the GPU state at that time is known, then hands each
+/// back with its [`GpuTag`]. `T` is what the holder keeps per sample (the aggregate's interned
+/// stack by default).
+#[derive(Debug, Clone)]
+pub struct GpuTagger<T = StackId> {
     idle_below: f32,
     /// Recent utilization readings per device, in time order.
     readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
     /// Recent GPM SM activity readings per device, in time order.
     sm_readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
-    pending: VecDeque<Pending>,
+    pending: VecDeque<Pending<T>>,
     newest: Timestamp,
     /// Samples tagged before their readings arrived because the queue was full.
     forced: u64,
@@ -51,8 +81,8 @@ pub struct GpuTagger {
     dropped_readings: u64,
 }
 
-impl GpuTagger {
-    pub fn new(idle_below: f32) -> GpuTagger {
+impl<T> GpuTagger<T> {
+    pub fn new(idle_below: f32) -> GpuTagger<T> {
         GpuTagger {
             idle_below,
             readings: BTreeMap::new(),
@@ -69,6 +99,19 @@ impl GpuTagger {
         self.newest = self.newest.max(time);
     }
 
+    /// Takes one GPU sample: its utilization and GPM SM activity where it has them, else
+    /// only its time.
+    pub fn add_gpu(&mut self, sample: &GpuSample) {
+        match sample.utilization {
+            Some(u) => self.add_reading(sample.device, sample.time, u),
+            None => self.observe(sample.time),
+        }
+        if let Some(sm) = sample.sm_active {
+            self.add_sm_reading(sample.device, sample.time, sm);
+        }
+    }
+
+    /// A utilization reading (percent) of `device`, covering the time since its previous one.
     pub fn add_reading(&mut self, device: u32, time: Timestamp, utilization: f32) {
         self.observe(time);
         let series = self.readings.entry(device).or_default();
@@ -100,9 +143,10 @@ impl GpuTagger {
         self.readings.entry(device).or_default();
     }
 
-    pub fn hold(&mut self, time: Timestamp, stack: StackId) {
+    /// Holds `item`, taken at `time`, until the GPU state at `time` is known.
+    pub fn hold(&mut self, time: Timestamp, item: T) {
         self.observe(time);
-        self.pending.push_back(Pending { time, stack });
+        self.pending.push_back(Pending { time, item });
     }
 
     pub fn pending_len(&self) -> usize {
@@ -122,13 +166,9 @@ impl GpuTagger {
         self.dropped_readings
     }
 
-    /// Tags every held sample whose readings have all arrived, or that waited too long.
-    pub fn release(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
-        self.release_timed(|_, stack, tag| out(stack, tag));
-    }
-
-    /// As [`GpuTagger::release`], with each sample's time.
-    pub fn release_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
+    /// Hands back, tagged and in the order they were held, the held items whose readings have
+    /// all arrived or that waited too long.
+    pub fn release(&mut self, mut out: impl FnMut(Timestamp, T, GpuTag)) {
         while let Some(front) = self.pending.front() {
             let waited_too_long = self.newest.0.saturating_sub(front.time.0) > HOLD_LIMIT_NANOS;
             let ready = self.all_devices_reached(front.time) || waited_too_long;
@@ -138,23 +178,20 @@ impl GpuTagger {
                 }
                 self.forced += 1;
             }
-            let time = front.time;
-            let stack = front.stack;
-            self.pending.pop_front();
-            out(time, stack, self.tag_at(time));
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            let tag = self.tag_at(p.time);
+            out(p.time, p.item, tag);
         }
         self.trim();
     }
 
     /// Tags everything still held with what is known: the end of the recording.
-    pub fn flush(&mut self, mut out: impl FnMut(StackId, GpuTag)) {
-        self.flush_timed(|_, stack, tag| out(stack, tag));
-    }
-
-    /// As [`GpuTagger::flush`], with each sample's time.
-    pub fn flush_timed(&mut self, mut out: impl FnMut(Timestamp, StackId, GpuTag)) {
+    pub fn flush(&mut self, mut out: impl FnMut(Timestamp, T, GpuTag)) {
         while let Some(p) = self.pending.pop_front() {
-            out(p.time, p.stack, self.tag_at(p.time));
+            let tag = self.tag_at(p.time);
+            out(p.time, p.item, tag);
         }
         self.trim();
     }
@@ -171,7 +208,9 @@ impl GpuTagger {
             && self.sm_readings.values().all(reached)
     }
 
-    /// The state at `time` from the mean utilization of the devices that have a value there.
+    /// The state at `time` from the mean utilization of the devices that have a value there,
+    /// with what is known now: final once [`GpuTagger::release`] would hand a sample at `time`
+    /// back, else a best guess from the nearest earlier readings.
     pub fn tag_at(&self, time: Timestamp) -> GpuTag {
         match self.utilization_at(time) {
             Some(u) if u < self.idle_below => GpuTag::Idle,
@@ -193,6 +232,7 @@ impl GpuTagger {
         (!values.is_empty()).then(|| values.iter().sum::<f32>() / values.len() as f32)
     }
 
+    /// The mean utilization at `time` of the devices with a reading covering it.
     pub fn utilization_at(&self, time: Timestamp) -> Option<f32> {
         let values: Vec<f32> = self
             .readings
@@ -254,9 +294,9 @@ mod tests {
     fn collect(tagger: &mut GpuTagger, finish: bool) -> Vec<(StackId, GpuTag)> {
         let mut out = Vec::new();
         if finish {
-            tagger.flush(|s, t| out.push((s, t)));
+            tagger.flush(|_, s, t| out.push((s, t)));
         } else {
-            tagger.release(|s, t| out.push((s, t)));
+            tagger.release(|_, s, t| out.push((s, t)));
         }
         out
     }

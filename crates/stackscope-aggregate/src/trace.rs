@@ -100,8 +100,7 @@ impl TraceThread {
 /// Idle sample times kept per thread until the next run is placed; past this the oldest go.
 const MAX_IDLE_TIMES: usize = 10_000;
 
-/// A sample waiting for the GPU readings that cover it; the tagger releases samples in the
-/// order it was given them, so this queue pairs with its releases by position.
+/// A sample waiting (in the tagger) for the GPU readings that cover it.
 #[derive(Debug)]
 struct Pending {
     time: Timestamp,
@@ -115,8 +114,7 @@ struct Pending {
 pub struct SampleTrace {
     config: AggregateConfig,
     start: Timestamp,
-    tagger: GpuTagger,
-    pending: VecDeque<Pending>,
+    tagger: GpuTagger<Pending>,
     frames: Vec<Frame>,
     frame_ids: HashMap<Frame, u32>,
     stacks: Vec<Box<[u32]>>,
@@ -140,7 +138,6 @@ impl SampleTrace {
             tagger: GpuTagger::new(config.idle_below),
             config,
             start,
-            pending: VecDeque::new(),
             frames: Vec::new(),
             frame_ids: HashMap::new(),
             stacks: Vec::new(),
@@ -172,13 +169,7 @@ impl SampleTrace {
             Event::Stack(sample) => self.handle_stack(sample),
             Event::SampleError(error) => self.tagger.observe(error.time),
             Event::Gpu(sample) => {
-                match sample.utilization {
-                    Some(u) => self.tagger.add_reading(sample.device, sample.time, u),
-                    None => self.tagger.observe(sample.time),
-                }
-                if let Some(sm) = sample.sm_active {
-                    self.tagger.add_sm_reading(sample.device, sample.time, sm);
-                }
+                self.tagger.add_gpu(&sample);
                 self.gpu.push(sample);
             }
             Event::Process(process) => {
@@ -247,9 +238,7 @@ impl SampleTrace {
             name,
         };
         if self.config.gpu_enabled {
-            // The tagger's own payload is unused: releases come back in this queue's order.
-            self.tagger.hold(sample.time, 0);
-            self.pending.push_back(pending);
+            self.tagger.hold(sample.time, pending);
         } else {
             self.tagger.observe(sample.time);
             self.push_run(pending, GpuState::Unknown);
@@ -287,16 +276,14 @@ impl SampleTrace {
     }
 
     fn release(&mut self) {
-        let mut tags = Vec::new();
-        self.tagger.release(|_, tag| tags.push(tag));
-        self.apply(tags);
+        let mut tagged = Vec::new();
+        self.tagger.release(|_, p, tag| tagged.push((p, tag)));
+        self.apply(tagged);
     }
 
-    fn apply(&mut self, tags: Vec<GpuTag>) {
-        for tag in tags {
-            if let Some(pending) = self.pending.pop_front() {
-                self.push_run(pending, tag.into());
-            }
+    fn apply(&mut self, tagged: Vec<(Pending, GpuTag)>) {
+        for (pending, tag) in tagged {
+            self.push_run(pending, tag.into());
         }
     }
 
@@ -332,9 +319,9 @@ impl SampleTrace {
 
     /// The end of the input: tags every held sample with what is known.
     pub fn finish(&mut self) {
-        let mut tags = Vec::new();
-        self.tagger.flush(|_, tag| tags.push(tag));
-        self.apply(tags);
+        let mut tagged = Vec::new();
+        self.tagger.flush(|_, p, tag| tagged.push((p, tag)));
+        self.apply(tagged);
     }
 
     pub fn config(&self) -> &AggregateConfig {

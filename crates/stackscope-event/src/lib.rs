@@ -140,6 +140,16 @@ pub struct SampleError {
     pub message: String,
 }
 
+/// A GPU the poller watched, as the summary names it (`summary.json`'s `gpu_devices`). Defined
+/// here, where both the poller (which reads it) and the aggregate (which reports it) can see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuDeviceInfo {
+    /// NVML's device index, as in [`GpuSample::device`].
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+}
+
 /// One reading of one GPU, on the recording's clock.
 ///
 /// Every metric is optional: a driver that does not support one leaves it `None`.

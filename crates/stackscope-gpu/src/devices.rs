@@ -1,30 +1,20 @@
 //! Which GPUs to poll: what a device is called, and which devices the target uses.
 
 use nvml_wrapper::Device;
-use serde::{Deserialize, Serialize};
 
 use crate::config::GpuSelection;
 use crate::error::GpuError;
 use crate::metric::{Metric, MetricSet, Reading};
 
-/// A GPU as the summary names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuDeviceInfo {
-    /// NVML's index, as in `GpuSample::device`.
-    pub index: u32,
-    pub name: String,
-    pub uuid: String,
-}
+pub use stackscope_event::GpuDeviceInfo;
 
-impl GpuDeviceInfo {
-    /// Reads the name and UUID; a device that will not say gets a placeholder rather than being
-    /// dropped, since its utilization may still read fine.
-    pub fn read(index: u32, device: &Device<'_>) -> GpuDeviceInfo {
-        GpuDeviceInfo {
-            index,
-            name: device.name().unwrap_or_else(|_| format!("GPU {index}")),
-            uuid: device.uuid().unwrap_or_else(|_| "unknown".into()),
-        }
+/// Reads a device's name and UUID; a device that will not say gets a placeholder rather than
+/// being dropped, since its utilization may still read fine.
+pub fn read_info(index: u32, device: &Device<'_>) -> GpuDeviceInfo {
+    GpuDeviceInfo {
+        index,
+        name: device.name().unwrap_or_else(|_| format!("GPU {index}")),
+        uuid: device.uuid().unwrap_or_else(|_| "unknown".into()),
     }
 }
 

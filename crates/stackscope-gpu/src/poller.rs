@@ -15,7 +15,7 @@ use stackscope_event::{Event, Timestamp};
 
 use crate::clock::ClockOffset;
 use crate::config::{GpuConfig, GpuSelection};
-use crate::devices::{choose, lists_any, GpuDeviceInfo};
+use crate::devices::{choose, lists_any, read_info, GpuDeviceInfo};
 use crate::error::GpuError;
 use crate::gpm::GpmReader;
 use crate::metric::Metric;
@@ -96,10 +96,9 @@ impl GpuPoller {
         let mut states = Vec::with_capacity(count as usize);
         for index in 0..count {
             match nvml.device_by_index(index) {
-                Ok(device) => states.push(Some(DeviceState::new(
-                    GpuDeviceInfo::read(index, &device),
-                    since_us,
-                ))),
+                Ok(device) => {
+                    states.push(Some(DeviceState::new(read_info(index, &device), since_us)))
+                }
                 Err(source) => {
                     if let GpuSelection::Devices(list) = &config.selection {
                         if list.contains(&index) {

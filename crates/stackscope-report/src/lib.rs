@@ -5,6 +5,10 @@
 //! Each writer is a pure function of what the aggregator holds, over any `W: Write`;
 //! [`write_outputs`] writes a whole output directory, each file under a temporary name renamed
 //! into place, so a reader never sees half a file.
+//!
+//! [`rebuild`] and [`read_trace`] re-read a recording's sample log (`stackscope-samplelog`) into
+//! an aggregate or a trace for `report` and `export`: the one place where the log's codec and
+//! the aggregate meet, so that neither depends on the other.
 
 mod dump;
 mod error;
@@ -16,6 +20,7 @@ mod gpu_csv;
 pub mod html;
 mod merge;
 mod outputs;
+mod rebuild;
 mod summary;
 
 pub use dump::{write_dump_json, write_dump_text};
@@ -33,7 +38,11 @@ pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
     MergedFiles, MergedSummary, RANKS_TXT,
 };
-pub use outputs::{file_names, write_outputs, OutputFiles};
+pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
+pub use rebuild::{
+    aggregate_config, read_trace, rebuild, RebuildOptions, RebuildOutcome, TraceOutcome,
+};
+pub use stackscope_samplelog::RebuildError;
 pub use summary::{write_summary_json, write_text_summary};
 
 #[cfg(test)]

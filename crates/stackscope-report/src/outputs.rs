@@ -131,7 +131,9 @@ fn title_subject(meta: &RecordingMeta) -> String {
 
 /// Writes `name` in `dir` through a temporary file in the same directory, synced and then
 /// renamed over the old one: a reader, or a `kill -9` mid-write, never leaves half a file.
-pub(crate) fn write_atomic(
+/// The one atomic write of the project: every output file, `watch`'s hang reports and the
+/// exports go through it.
+pub fn write_atomic(
     dir: &Path,
     name: &str,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<(), ReportError>,

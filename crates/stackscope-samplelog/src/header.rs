@@ -1,6 +1,5 @@
 //! The log's header: what the recording was, stored once at the start of the file.
 
-use stackscope_aggregate::AggregateConfig;
 use stackscope_event::Timestamp;
 
 use crate::error::DecodeError;
@@ -33,16 +32,6 @@ pub struct LogHeader {
 }
 
 impl LogHeader {
-    /// The aggregator configuration the recording ran with.
-    pub fn aggregate_config(&self) -> AggregateConfig {
-        AggregateConfig {
-            include_idle: self.include_idle,
-            idle_below: self.idle_below,
-            gpu_enabled: self.gpu_enabled,
-            process_root: self.process_root,
-        }
-    }
-
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         put_varint(out, self.start.as_nanos());
         put_str(out, &self.started_at);
@@ -93,9 +82,9 @@ impl LogHeader {
 }
 
 impl Default for LogHeader {
-    /// An empty header with the aggregator's defaults.
+    /// An empty header with the command line's defaults (`AggregateConfig::default()`'s):
+    /// idle threads left out, 30% idle threshold, GPU on, one process.
     fn default() -> Self {
-        let config = AggregateConfig::default();
         LogHeader {
             start: Timestamp(0),
             started_at: String::new(),
@@ -103,10 +92,10 @@ impl Default for LogHeader {
             command_line: String::new(),
             python_version: String::new(),
             rate_hz: 0.0,
-            include_idle: config.include_idle,
-            idle_below: config.idle_below,
-            gpu_enabled: config.gpu_enabled,
-            process_root: config.process_root,
+            include_idle: false,
+            idle_below: 30.0,
+            gpu_enabled: true,
+            process_root: false,
             expected_gpu_devices: Vec::new(),
         }
     }

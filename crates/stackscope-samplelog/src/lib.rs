@@ -1,10 +1,10 @@
-//! stackscope's on-disk sample log (`samples.log` in the output directory) and the rebuilding
-//! of a recording from it for `stackscope report`.
+//! stackscope's on-disk sample log (`samples.log` in the output directory): its codec, and
+//! which of its events belong to a time window.
 //!
 //! The aggregate a recording keeps in memory is folded: it can say where the time went over
 //! the whole recording but not over "the hour before the loss spiked". The sample log keeps
 //! every event (stack samples, sampling errors, GPU readings at full resolution, process
-//! events) compactly on disk, so that [`rebuild`] can aggregate any time window afterwards.
+//! events) compactly on disk, so that any time window can be aggregated afterwards.
 //!
 //! # Writing
 //!
@@ -34,45 +34,36 @@
 //!
 //! # Reports
 //!
-//! [`rebuild`] feeds the events of a [`Window`] into a fresh aggregator configured as the
-//! recording was (the header keeps `include_idle`, `idle_below`, `gpu_enabled`,
-//! `process_root`; `report` may override the first two), and builds the
-//! [`stackscope_aggregate::RecordingMeta`] from the header and the recording's `summary.json`.
-//! An event at `t` seconds after the start is in the window when `from <= t < to`; besides
-//! those, the attach events of processes alive at the window's start are fed first (so process
-//! roots keep their command), and each device's first GPU reading at or just after `to` (it
-//! covers the window's last moments). With no `from` and no `to` every event is fed in the
-//! recorded order, so the profiles are exactly the recording's.
-//!
-//! [`read_trace`] feeds the same events of a window, in the same order, to a
-//! [`stackscope_aggregate::SampleTrace`] instead (every kept sample in time order, GPU-tagged
-//! by the same rules) for `stackscope export`'s pprof, speedscope and Perfetto files.
-//!
-//! The caller writes the outputs with `stackscope_report::write_outputs` into [`report_dir`]:
+//! The codec stands alone: it does not know the aggregate. [`feed_window`] hands a callback the
+//! events of a [`Window`] in the recorded order (an event at `t` seconds after the start is in
+//! the window when `from <= t < to`; besides those, the attach events of processes alive at the
+//! window's start are fed first, so process roots keep their command, and each device's first
+//! GPU reading at or just after `to`, which covers the window's last moments). With no `from`
+//! and no `to` every event is fed in the recorded order. `stackscope_report::rebuild` and
+//! `stackscope_report::read_trace`, where the log and the aggregate meet, feed them to an
+//! aggregator or a trace configured as the recording was (the header keeps `include_idle`,
+//! `idle_below`, `gpu_enabled`, `process_root`), and write into [`report_dir`]:
 //! `DIR/report-FROM-TO/` by default (`report-0-end`, `report-600-1200`), never `DIR` itself,
 //! so a report never overwrites the recording's own files.
 
 mod block;
 mod error;
+mod feed;
 mod header;
 mod intern;
-mod meta;
 mod reader;
-mod rebuild;
 mod record;
 mod replay;
-mod trace;
 mod varint;
 mod window;
 mod writer;
 
 pub use block::{BLOCK_TARGET, FORMAT_VERSION, MAGIC};
 pub use error::{DecodeError, LogError, RebuildError};
+pub use feed::{feed_window, Fed, GPU_COVER_SECS, READ_PAST_END_SECS};
 pub use header::LogHeader;
 pub use intern::{InternLimits, TableSizes};
 pub use reader::{LogEnd, SampleLogReader};
-pub use rebuild::{rebuild, RebuildOptions, RebuildOutcome, GPU_COVER_SECS, READ_PAST_END_SECS};
-pub use trace::{read_trace, TraceOutcome};
 pub use window::{report_dir, Window};
 pub use writer::{SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN};
 

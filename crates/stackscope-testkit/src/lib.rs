@@ -7,6 +7,8 @@
 //!   each that is missing).
 //! - [`events`]: builders of the sampler's events (stack samples, GPU readings, process
 //!   events) for the aggregate, report and sample log tests.
+//! - [`synthetic`]: a synthetic training-like recording and its sample log header, for the
+//!   sample log's and the report's tests.
 //! - [`cdylib`]: the workspace's fake driver libraries, built on demand beside the test.
 //!
 //! Panics are how a test helper fails: this crate is for tests only.
@@ -16,6 +18,7 @@
 pub mod cdylib;
 pub mod events;
 pub mod python;
+pub mod synthetic;
 
 use std::sync::{Mutex, MutexGuard};
 

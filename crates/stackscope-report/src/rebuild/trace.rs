@@ -6,9 +6,9 @@ use std::path::Path;
 use stackscope_aggregate::{RecordingMeta, SampleTrace};
 use stackscope_event::Event;
 
-use crate::error::RebuildError;
-use crate::header::LogHeader;
-use crate::rebuild::{read_window, RebuildOptions, Sink};
+use stackscope_samplelog::{LogHeader, RebuildError};
+
+use super::{read_window, RebuildOptions, Sink};
 
 impl Sink for SampleTrace {
     fn handle(&mut self, event: Event) {
@@ -32,7 +32,7 @@ pub struct TraceOutcome {
 }
 
 /// Reads `dir/samples.log` and feeds the events of `options.window` to a trace exactly as
-/// [`crate::rebuild`] feeds its aggregator (same configuration, same events, same order), so
+/// [`super::rebuild`] feeds its aggregator (same configuration, same events, same order), so
 /// that the trace's samples are those of the window's `stacks.folded`.
 pub fn read_trace(dir: &Path, options: &RebuildOptions) -> Result<TraceOutcome, RebuildError> {
     let read = read_window(dir, options, |config, header| {

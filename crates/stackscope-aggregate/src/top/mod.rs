@@ -4,14 +4,27 @@
 //! and separately for idle-thread samples, so the keys that change the view (sort, idle threads,
 //! per-thread) act at once, without refolding anything.
 //!
-//! Pure: no terminal, no clock, no threads. The caller says when an interval ends.
+//! Each stack sample is tagged with the GPU state at its instant by the recording's own
+//! [`GpuTagger`] (held until the readings that cover it are in, with the same limits), so that
+//! over one event stream this table and `summary.json` count the same GPU-idle samples and
+//! the same per-thread and per-function samples (`tests/top_agrees.rs` replays one stream
+//! through both; `stackscope-report`'s `tests/integration/rebuild.rs` a recorded sample log).
+//!
+//! Pure: no terminal, no clock, no threads. Time comes in with the events; the caller says when
+//! an interval ends.
 
-use std::collections::{HashMap, VecDeque};
+mod gpus;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::{Event, GpuSample, StackSample};
+use stackscope_event::{Event, GpuSample, StackSample, Timestamp};
 
-use super::gpus::{GpuLine, Gpus};
+use crate::intern::GpuTag;
+use crate::tagging::GpuTagger;
+
+use gpus::Gpus;
+pub use gpus::{GpuLine, GPU_HISTORY_SECS};
 
 /// Past this many (thread, function) entries in a window, new ones are counted under one
 /// [`OTHER_FUNCTIONS`] entry per thread: a session of days over churning threads keeps bounded
@@ -19,12 +32,6 @@ use super::gpus::{GpuLine, Gpus};
 pub const MAX_ENTRIES: usize = 50_000;
 /// The function name of the entry that takes the samples past [`MAX_ENTRIES`].
 pub const OTHER_FUNCTIONS: &str = "(other functions)";
-/// How long, in nanoseconds of sample time behind the newest event, a stack sample waits for
-/// the GPU readings that cover its instant. The poller drains the driver's ring every 500 ms,
-/// so readings come that late; a device that stops reporting holds the table back no longer.
-const HOLD_NANOS: u64 = 1_500_000_000;
-/// A cap on held samples, so a flood of threads cannot grow the queue without bound.
-const MAX_PENDING: usize = 200_000;
 
 /// Index into the `[active, idle]` pairs of counts.
 const ACTIVE: usize = 0;
@@ -62,8 +69,8 @@ struct Window {
     entries: HashMap<(ThreadId, FnKey), Counts>,
     samples: [u64; 2],
     gpu_idle_samples: [u64; 2],
-    /// Threads sampled, and whether any of their samples was active.
-    threads: HashMap<ThreadId, bool>,
+    /// Threads sampled, and their samples `[active, idle]`.
+    threads: HashMap<ThreadId, [u64; 2]>,
 }
 
 impl Window {
@@ -74,7 +81,7 @@ impl Window {
         if gpu_idle {
             self.gpu_idle_samples[kind] += 1;
         }
-        *self.threads.entry(thread).or_insert(false) |= sample.thread.active;
+        self.threads.entry(thread).or_default()[kind] += 1;
         // A stack is a handful of frames: a linear scan beats hashing for "seen already?".
         let mut seen: Vec<FnKey> = Vec::with_capacity(sample.frames.len());
         for (depth, frame) in sample.frames.iter().enumerate() {
@@ -187,6 +194,20 @@ pub struct Row {
     /// The function's share of the samples taken while the GPU idled, since start; `None`
     /// without GPU data.
     pub gpu_idle: Option<f64>,
+    /// The sample counts behind the since-start shares.
+    pub counts: RowCounts,
+}
+
+/// A row's sample counts since start (or the last reset), under the options' idle-thread
+/// choice: what `summary.json`'s `self_samples` and `total_samples` count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RowCounts {
+    /// Samples with the function as the innermost frame.
+    pub own: u64,
+    /// Samples with the function anywhere on the stack.
+    pub total: u64,
+    /// Of `total`, those taken while the GPU idled.
+    pub gpu_idle: u64,
 }
 
 impl Row {
@@ -217,7 +238,6 @@ pub struct Totals {
 /// Everything `top` shows, folded from the events.
 #[derive(Debug, Clone)]
 pub struct TopModel {
-    idle_below: f32,
     gpu_enabled: bool,
     /// The interval in progress.
     current: Window,
@@ -226,25 +246,22 @@ pub struct TopModel {
     /// Since start or the last reset, including the interval in progress.
     all: Window,
     names: HashMap<ThreadId, Arc<str>>,
+    /// What the GPU lines show.
     gpus: Gpus,
-    /// Stack samples waiting for the GPU readings that cover them, in time order.
-    pending: VecDeque<StackSample>,
-    /// The newest time of any event: the clock held samples age by.
-    newest: u64,
+    /// Stack samples waiting for the GPU readings that cover them, and those readings.
+    tagger: GpuTagger<StackSample>,
 }
 
 impl TopModel {
     pub fn new(idle_below: f32, gpu_enabled: bool) -> TopModel {
         TopModel {
-            idle_below,
             gpu_enabled,
             current: Window::default(),
             interval: Window::default(),
             all: Window::default(),
             names: HashMap::new(),
             gpus: Gpus::default(),
-            pending: VecDeque::new(),
-            newest: 0,
+            tagger: GpuTagger::new(idle_below),
         }
     }
 
@@ -252,13 +269,21 @@ impl TopModel {
         self.gpu_enabled
     }
 
+    /// Takes one event from the channel, as the recording's aggregator would: every event's
+    /// time ages the held samples.
     pub fn handle(&mut self, event: Event) {
         match event {
             Event::Stack(sample) => self.add_stack(sample),
             Event::Gpu(sample) => self.add_gpu(&sample),
             // Errors and process changes are counted by the sampler's own statistics.
-            Event::SampleError(_) | Event::Process(_) => {}
+            Event::SampleError(error) => self.observe(error.time),
+            Event::Process(process) => self.observe(process.time),
         }
+    }
+
+    fn observe(&mut self, time: Timestamp) {
+        self.tagger.observe(time);
+        self.release();
     }
 
     /// Folds a stack sample: at once without GPU data, else once the GPU readings that cover
@@ -269,62 +294,57 @@ impl TopModel {
         if self.names.get(&id).is_none_or(|n| **n != *name) {
             self.names.insert(id, Arc::from(name));
         }
-        self.newest = self.newest.max(sample.time.as_nanos());
-        if self.gpu_enabled && (self.gpus.has_readings() || !self.pending.is_empty()) {
-            self.pending.push_back(sample);
-            self.release(false);
+        if self.gpu_enabled {
+            self.tagger.hold(sample.time, sample);
+            self.release();
         } else {
-            self.fold(&sample, false);
+            self.tagger.observe(sample.time);
+            self.current.add(&sample, false);
+            self.all.add(&sample, false);
         }
     }
 
     pub fn add_gpu(&mut self, sample: &GpuSample) {
-        self.newest = self.newest.max(sample.time.as_nanos());
+        self.tagger.add_gpu(sample);
         self.gpus.add(sample);
-        self.release(false);
+        self.release();
     }
 
     /// Folds every held sample with what is known now: the target has ended, no reading will
     /// come.
     pub fn flush(&mut self) {
-        self.release(true);
+        let (current, all) = (&mut self.current, &mut self.all);
+        self.tagger.flush(|_, sample, tag| {
+            let gpu_idle = tag == GpuTag::Idle;
+            current.add(&sample, gpu_idle);
+            all.add(&sample, gpu_idle);
+        });
     }
 
-    fn release(&mut self, all: bool) {
-        while let Some(front) = self.pending.front() {
-            let time = front.time.as_nanos();
-            let ready = all
-                || self.pending.len() > MAX_PENDING
-                || self.newest.saturating_sub(time) > HOLD_NANOS
-                || self.gpus.reached(time);
-            if !ready {
-                break;
-            }
-            let gpu_idle = self.gpu_idle_at(time) == Some(true);
-            if let Some(sample) = self.pending.pop_front() {
-                self.fold(&sample, gpu_idle);
-            }
-        }
+    fn release(&mut self) {
+        let (current, all) = (&mut self.current, &mut self.all);
+        self.tagger.release(|_, sample, tag| {
+            let gpu_idle = tag == GpuTag::Idle;
+            current.add(&sample, gpu_idle);
+            all.add(&sample, gpu_idle);
+        });
     }
 
-    fn fold(&mut self, sample: &StackSample, gpu_idle: bool) {
-        self.current.add(sample, gpu_idle);
-        self.all.add(sample, gpu_idle);
-    }
-
-    /// Names the GPUs the poller watches now; see [`Gpus::set_devices`].
+    /// Names the GPUs the poller watches now, for the GPU lines, and forgets the lines of the
+    /// others (in `auto` the poller follows the target from device to device); an empty list
+    /// changes nothing. Tagging does not use it: it waits for the devices the events show, as a
+    /// recording does.
     pub fn set_devices(&mut self, devices: &[(u32, String)]) {
         self.gpus.set_devices(devices);
-        self.release(false);
     }
 
-    /// Whether the target's GPUs idled at `time` (nanoseconds): the mean utilization of the
-    /// readings covering it below `--idle-below`. `None` without GPU data there.
+    /// Whether the target's GPUs idled at `time` (nanoseconds), by what is known now (see
+    /// [`GpuTagger::tag_at`]). `None` without GPU data there.
     pub fn gpu_idle_at(&self, time: u64) -> Option<bool> {
         if !self.gpu_enabled {
             return None;
         }
-        Some(self.gpus.utilization_at(time)? < self.idle_below)
+        self.tagger.tag_at(Timestamp(time)).idle()
     }
 
     /// Ends the interval in progress: its counts become what the interval columns show.
@@ -350,8 +370,27 @@ impl TopModel {
             },
             gpu_idle_samples: sum(self.all.gpu_idle_samples),
             threads: self.interval.threads.len(),
-            active_threads: self.interval.threads.values().filter(|&&a| a).count(),
+            active_threads: self
+                .interval
+                .threads
+                .values()
+                .filter(|c| c[ACTIVE] > 0)
+                .count(),
         }
+    }
+
+    /// Samples per thread since start (or the last reset), under the options' idle-thread
+    /// choice, by thread: what `summary.json`'s `threads[].samples` counts.
+    pub fn thread_samples(&self, options: &ViewOptions) -> Vec<(ThreadId, u64)> {
+        let kinds = kinds(options.include_idle);
+        let mut threads: Vec<(ThreadId, u64)> = self
+            .all
+            .threads
+            .iter()
+            .map(|(&t, c)| (t, kinds.iter().map(|&k| c[k]).sum()))
+            .collect();
+        threads.sort_unstable();
+        threads
     }
 
     pub fn gpu_lines(&self) -> Vec<GpuLine> {
@@ -406,6 +445,11 @@ impl TopModel {
                     own_all: percent(a.own_all, all_base),
                     total_all: percent(a.total_all, all_base),
                     gpu_idle: self.gpu_enabled.then(|| percent(a.gpu_idle, idle_base)),
+                    counts: RowCounts {
+                        own: a.own_all,
+                        total: a.total_all,
+                        gpu_idle: a.gpu_idle,
+                    },
                 }
             })
             .collect();
@@ -491,5 +535,4 @@ fn sort_rows(rows: &mut [Row], key: SortKey) {
 }
 
 #[cfg(test)]
-#[path = "model_tests.rs"]
 mod tests;

@@ -7,9 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use stackscope_aggregate::{GpuDeviceInfo, RecordingMeta};
-
-use crate::header::LogHeader;
-use crate::reader::LogEnd;
+use stackscope_samplelog::{LogEnd, LogHeader};
 
 /// The recording's `summary.json`, if it could be read.
 #[derive(Debug, Default)]

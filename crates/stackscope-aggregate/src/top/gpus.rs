@@ -1,11 +1,6 @@
-//! The GPU side of `top`'s model: per device, what its line shows (utilization now and over the
-//! last minute, memory, power) and the recent utilization readings that say whether the GPU
-//! idled at a stack sample's instant.
-//!
-//! A reading at time T describes the stretch since the device's previous reading, (previous, T]
-//! (as in the recording's tagger). NVML hands readings over late (the poller drains the
-//! driver's ring every 500 ms), so the model holds stack samples back until every device has a
-//! reading at or after them ([`Gpus::reached`]) and then asks [`Gpus::utilization_at`].
+//! The GPU lines of `top`'s table: per device, utilization now and over the last minute,
+//! memory, power. Whether the GPU idled at a stack sample's instant is the tagger's question
+//! (`tagging.rs`), not this one's.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -13,19 +8,12 @@ use stackscope_event::GpuSample;
 
 /// Seconds of per-second GPU utilization kept for the sparkline: the last minute.
 pub const GPU_HISTORY_SECS: usize = 60;
-/// How far a reading reaches past the newest one, or before the oldest, in nanoseconds: a
-/// device that stopped reporting does not colour later samples with its last value for long.
-const REACH_NANOS: u64 = 2_000_000_000;
-/// Readings older than this behind the newest are dropped; stack samples wait far less.
-const KEEP_NANOS: u64 = 5_000_000_000;
-/// A cap on one device's readings, for a device whose readings all carry one time.
-const MAX_READINGS: usize = 10_000;
 
 #[derive(Debug, Clone, Default)]
 struct GpuState {
     name: Option<String>,
-    /// Utilization readings in time order (nanoseconds, percent), the last few seconds.
-    readings: VecDeque<(u64, f32)>,
+    /// The newest utilization reading by time (nanoseconds, percent).
+    latest: Option<(u64, f32)>,
     memory_used: Option<u64>,
     memory_total: Option<u64>,
     power_watts: Option<f32>,
@@ -39,17 +27,8 @@ impl GpuState {
     fn add(&mut self, sample: &GpuSample) {
         let time = sample.time.as_nanos();
         if let Some(u) = sample.utilization {
-            // The ring comes in time order poll after poll; insert in place all the same.
-            let at = self.readings.partition_point(|&(t, _)| t <= time);
-            self.readings.insert(at, (time, u));
-            let newest = self.readings.back().map_or(time, |r| r.0);
-            while self.readings.len() > MAX_READINGS
-                || self
-                    .readings
-                    .front()
-                    .is_some_and(|r| r.0 + KEEP_NANOS < newest && self.readings.len() > 1)
-            {
-                self.readings.pop_front();
+            if self.latest.is_none_or(|(t, _)| t <= time) {
+                self.latest = Some((time, u));
             }
             self.add_to_history(time, u);
         }
@@ -77,20 +56,6 @@ impl GpuState {
         }
         while self.history.len() > GPU_HISTORY_SECS {
             self.history.pop_front();
-        }
-    }
-
-    /// The reading covering `time`: the first at or after it, else the last if close enough.
-    fn utilization_at(&self, time: u64) -> Option<f32> {
-        let i = self.readings.partition_point(|&(t, _)| t < time);
-        match self.readings.get(i) {
-            Some(&(t, u)) if i > 0 || t - time <= REACH_NANOS => Some(u),
-            Some(_) => None,
-            None => self
-                .readings
-                .back()
-                .filter(|&&(t, _)| time - t <= REACH_NANOS)
-                .map(|&(_, u)| u),
         }
     }
 }
@@ -137,37 +102,13 @@ impl Gpus {
         }
     }
 
-    /// Whether any device has utilization readings: until one has, stack samples need not
-    /// wait for them.
-    pub fn has_readings(&self) -> bool {
-        self.devices.values().any(|g| !g.readings.is_empty())
-    }
-
-    /// Whether every device that reports has a reading at or after `time`.
-    pub fn reached(&self, time: u64) -> bool {
-        self.devices
-            .values()
-            .filter(|g| !g.readings.is_empty())
-            .all(|g| g.readings.back().is_some_and(|r| r.0 >= time))
-    }
-
-    /// The mean utilization at `time` of the devices with a reading covering it.
-    pub fn utilization_at(&self, time: u64) -> Option<f32> {
-        let values: Vec<f32> = self
-            .devices
-            .values()
-            .filter_map(|g| g.utilization_at(time))
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum::<f32>() / values.len() as f32)
-    }
-
     pub fn lines(&self) -> Vec<GpuLine> {
         self.devices
             .iter()
             .map(|(&index, g)| GpuLine {
                 index,
                 name: g.name.clone(),
-                utilization: g.readings.back().map(|r| r.1),
+                utilization: g.latest.map(|r| r.1),
                 history: g
                     .history
                     .iter()

@@ -4,25 +4,24 @@
 // Helpers outside #[test] functions unwrap too: a test fails loudly on any error.
 #![allow(clippy::unwrap_used)]
 
-use crate::common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{header, Typical, SEC, START};
+// The sample log's synthetic recordings: one definition, shared with its own tests.
 use stackscope_aggregate::{Aggregator, GpuDeviceInfo, RecordingMeta, StackView};
 use stackscope_event::{Event, Timestamp};
+use stackscope_report::{aggregate_config, rebuild, RebuildError, RebuildOptions};
 use stackscope_samplelog::{
-    rebuild, report_dir, LogEnd, LogHeader, RebuildError, RebuildOptions, SampleLogWriter, Window,
-    GPU_COVER_SECS,
+    report_dir, LogEnd, LogHeader, SampleLogWriter, Window, GPU_COVER_SECS,
 };
+use stackscope_testkit::synthetic::{header, Typical, SEC, START};
 
 const SECS: u64 = 60;
 
 /// Records `events` as the binary does: each event to the aggregator and to the log.
 fn record(dir: &Path, header: &LogHeader, events: impl Iterator<Item = Event>) -> Aggregator {
     let mut writer = SampleLogWriter::create(dir, header).unwrap();
-    let mut agg = Aggregator::new(header.aggregate_config(), header.start);
+    let mut agg = Aggregator::new(aggregate_config(header), header.start);
     for event in events {
         writer.append(&event).unwrap();
         agg.handle(event);
@@ -351,4 +350,72 @@ fn a_window_names_process_roots_as_the_recording_does() {
     // The attach event, 4 threads at 100 Hz for 10 s, the error of tick 1497, and the GPU
     // readings at 10.0 s, 10.17 s ... 19.83 s, and the one at 20.0 s that covers the end.
     assert_eq!(rebuilt.events_used, 1 + 4_000 + 1 + 61);
+}
+
+/// `top` and the recording agree on a recorded run: the log's events, replayed into `top`'s
+/// table, give the rebuilt summary's GPU-idle samples, samples per thread and per function.
+#[test]
+fn top_replayed_from_the_log_agrees_with_the_summary() {
+    use stackscope_aggregate::top::{TopModel, ViewOptions};
+    use stackscope_samplelog::SampleLogReader;
+
+    let dir = tempfile::tempdir().unwrap();
+    let h = header(false, true);
+    record(dir.path(), &h, Typical::new(30, 31));
+    let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
+    let summary = rebuilt.aggregator.summary(&recording_meta());
+
+    let mut top = TopModel::new(h.idle_below, h.gpu_enabled);
+    let reader = SampleLogReader::open(&dir.path().join(stackscope_samplelog::LOG_FILE_NAME));
+    for event in reader.unwrap() {
+        top.handle(event.unwrap());
+    }
+    top.flush();
+    let options = ViewOptions::default();
+    let totals = top.totals(&options);
+    let gpu = summary.gpu.as_ref().unwrap();
+    assert!(
+        gpu.samples_gpu_idle > 0 && gpu.samples_gpu_busy > 0,
+        "{gpu:?}"
+    );
+    assert_eq!(totals.all_samples, summary.samples);
+    assert_eq!(totals.gpu_idle_samples, gpu.samples_gpu_idle);
+    let threads: BTreeMap<u64, u64> = top
+        .thread_samples(&options)
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(t, n)| (t.id, n))
+        .collect();
+    let expected: BTreeMap<u64, u64> = summary
+        .threads
+        .iter()
+        .filter(|t| t.samples > 0)
+        .map(|t| (t.python_thread_id, t.samples))
+        .collect();
+    assert_eq!(threads, expected);
+    let rows = top.rows(&options);
+    for stat in summary
+        .top_functions
+        .by_self
+        .iter()
+        .chain(&summary.top_functions.by_total)
+    {
+        let row = rows
+            .iter()
+            .find(|r| *r.function == stat.function && *r.file == stat.file)
+            .unwrap_or_else(|| panic!("no row {}", stat.function));
+        assert_eq!(
+            (row.counts.own, row.counts.total),
+            (stat.self_samples, stat.total_samples),
+            "{}",
+            stat.function
+        );
+    }
+    for stat in &gpu.top_idle_functions {
+        let row = rows
+            .iter()
+            .find(|r| *r.function == stat.function && *r.file == stat.file)
+            .unwrap_or_else(|| panic!("no row {}", stat.function));
+        assert_eq!(row.counts.gpu_idle, stat.total_samples, "{}", stat.function);
+    }
 }

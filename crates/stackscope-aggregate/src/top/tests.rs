@@ -2,7 +2,7 @@
 //! GPU-idle shares, GPU lines and the bound on entries.
 
 use super::*;
-use crate::top::gpus::GPU_HISTORY_SECS;
+use crate::tagging::HOLD_LIMIT_NANOS;
 use stackscope_event::{Frame, ThreadInfo, Timestamp};
 
 const SEC: u64 = 1_000_000_000;
@@ -225,8 +225,10 @@ fn per_thread_rows_split_a_function_by_thread() {
 #[test]
 fn gpu_idle_share_counts_the_samples_taken_below_the_threshold() {
     let mut model = TopModel::new(30.0, true);
-    // No reading yet: the GPU state is unknown, the sample is neither idle nor busy.
+    // No reading yet: held, as in a recording, until the first reading (1 s later, within
+    // its reach back) covers it: GPU idle.
     add_at(&mut model, 1, 0, &["startup"]);
+    assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
     model.add_gpu(&gpu(0, SEC, 10.0));
     add_at(&mut model, 3, SEC / 2, &["load_batch", "loop"]);
     // Taken after the newest reading: held until the reading that covers it comes.
@@ -236,11 +238,12 @@ fn gpu_idle_share_counts_the_samples_taken_below_the_threshold() {
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 6);
     model.end_interval();
     let rows = model.rows(&ViewOptions::default());
-    assert_eq!(row(&rows, "load_batch").gpu_idle, Some(100.0));
-    assert_eq!(row(&rows, "loop").gpu_idle, Some(100.0));
+    assert_eq!(row(&rows, "load_batch").gpu_idle, Some(75.0));
+    assert_eq!(row(&rows, "loop").gpu_idle, Some(75.0));
     assert_eq!(row(&rows, "train_step").gpu_idle, Some(0.0));
-    assert_eq!(row(&rows, "startup").gpu_idle, Some(0.0));
-    assert_eq!(model.totals(&ViewOptions::default()).gpu_idle_samples, 3);
+    assert_eq!(row(&rows, "startup").gpu_idle, Some(25.0));
+    assert_eq!(row(&rows, "loop").counts.gpu_idle, 3);
+    assert_eq!(model.totals(&ViewOptions::default()).gpu_idle_samples, 4);
 }
 
 #[test]
@@ -251,7 +254,7 @@ fn held_samples_go_after_the_hold_limit_or_at_the_end() {
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
     // A sample well after it ages the first past the hold limit: folded with the last reading,
     // 1 s before it and so still reaching it (GPU idle).
-    add_at(&mut model, 1, 2 * SEC + HOLD_NANOS + 1, &["later"]);
+    add_at(&mut model, 1, 2 * SEC + HOLD_LIMIT_NANOS + 1, &["later"]);
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 1);
     // The end of the target folds the rest with what is known: no reading reaches 2.5 s
     // forward, so the second is not counted as GPU idle.
