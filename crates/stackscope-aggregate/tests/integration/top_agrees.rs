@@ -11,11 +11,9 @@ use std::collections::BTreeMap;
 
 use stackscope_aggregate::top::{TopModel, ViewOptions};
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta, HOLD_LIMIT_NANOS};
-use stackscope_event::{
-    Event, Frame, GpuSample, SampleError, SampleErrorKind, StackSample, ThreadInfo, Timestamp,
-};
+use stackscope_event::{Event, GpuSample, SampleError, SampleErrorKind, Timestamp};
+use stackscope_testkit::events::{self, MS};
 
-const MS: u64 = 1_000_000;
 const PID: u32 = 4242;
 
 /// A small deterministic generator: the stream must be the same on every run.
@@ -32,30 +30,15 @@ impl Lcg {
 }
 
 fn stack(time: u64, thread: u64, active: bool, frames: &[(&str, &str, u32)]) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time),
-        pid: PID,
-        thread: ThreadInfo {
-            os_thread_id: Some(100 + thread),
-            python_thread_id: thread,
-            name: Some(format!("worker-{thread}")),
-            active,
-            owns_gil: active,
-        },
-        frames: frames
-            .iter()
-            .map(|(f, file, line)| Frame::python(f, file, *line))
-            .collect(),
-    })
+    let name = format!("worker-{thread}");
+    let info = events::thread(thread, Some(100 + thread), Some(&name), active);
+    events::stack(Timestamp(time), PID, &info, frames)
 }
 
 fn reading(time: u64, device: u32, utilization: f32, sm_active: Option<f32>) -> GpuSample {
     GpuSample {
-        time: Timestamp(time),
-        device,
-        utilization: Some(utilization),
         sm_active,
-        ..GpuSample::default()
+        ..events::gpu(Timestamp(time), device, utilization)
     }
 }
 
