@@ -96,6 +96,16 @@ fn merge_recording_dirs(dirs: &[PathBuf], out_dir: &Path, json: bool) -> anyhow:
     ensure_writable_dir(out_dir)?;
     let files = stackscope_report::write_merged_recordings(out_dir, &merged, dirs)
         .with_context(|| format!("cannot write the merged report to {}", out_dir.display()))?;
+    // report.html needs every recording's sample log (older recordings have none); the files
+    // above stand without it, so a log that cannot be read costs the page only.
+    match stackscope_report::write_merged_report_html(out_dir, &merged, dirs, &inputs) {
+        Ok(stackscope_report::MergedHtml::Written(_)) => {}
+        Ok(stackscope_report::MergedHtml::NoSampleLog(missing)) => eprintln!(
+            "stackscope: no report.html: {} is missing (the recording predates sample logs)",
+            missing.display()
+        ),
+        Err(e) => eprintln!("stackscope: no report.html: {e}"),
+    }
     let mut stdout = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut stdout, &files.summary)?;

@@ -429,6 +429,59 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
     for r in summary["ranks"].as_array().expect("ranks") {
         assert!(r["samples"].as_u64().is_some_and(|n| n > 0), "{r}");
     }
+
+    // report.html of the merged recordings: its embedded data roots every stack at its rank,
+    // carries each node's GPU, and its headline has the rank table with the stuck rank marked.
+    let html = std::fs::read_to_string(merged_dir.join("report.html")).expect("report.html");
+    let data = html
+        .split_once("id=\"stackscope-data\">")
+        .and_then(|(_, rest)| rest.split_once("</script>"))
+        .map(|(json, _)| json)
+        .expect("embedded data");
+    let data: Value = serde_json::from_str(data).expect("embedded data parses");
+    let frames = data["frames"].as_array().expect("frames");
+    let html_roots: std::collections::BTreeSet<&str> = data["stacks"]
+        .as_array()
+        .expect("stacks")
+        .iter()
+        .filter_map(|s| frames.get(s[0].as_u64()? as usize)?.as_str())
+        .collect();
+    let folded_roots: std::collections::BTreeSet<&str> = roots.keys().map(String::as_str).collect();
+    assert_eq!(
+        html_roots, folded_roots,
+        "the page's roots are the merged folded roots"
+    );
+    let owners: Vec<&str> = data["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .filter_map(|g| g["owner"].as_str())
+        .collect();
+    assert_eq!(owners, ["node-a", "node-b"]);
+    assert_eq!(data["merged"]["ranks"].as_array().map(Vec::len), Some(10));
+    for rank in 0..8u32 {
+        let (node, host) = if rank < 4 {
+            (&a, "node-a")
+        } else {
+            (&b, "node-b")
+        };
+        let cell = format!("<td>rank {rank} on {host} (pid {})", node.rank_pid(rank));
+        assert!(html.contains(&cell), "no row {cell}");
+    }
+    assert!(
+        html.contains(&format!(
+            "<tr class=\"odd\"><td>rank {STUCK_RANK} on node-b (pid {stuck_pid}) <b class=\"odd-mark\">"
+        )),
+        "the stuck rank marked in the rank table"
+    );
+    let verdict = &html[html.find("id=\"verdict\"").expect("verdict")..];
+    assert!(
+        verdict.starts_with(&format!(
+            "id=\"verdict\">rank {STUCK_RANK} on node-b (pid {stuck_pid}) differs most"
+        )),
+        "{}",
+        &verdict[..200.min(verdict.len())]
+    );
 }
 
 // ------------------------------------------------------------------ Prometheus

@@ -220,6 +220,67 @@ fn demo_report_joins_the_gpu_timeline_to_the_code_in_a_browser() {
     );
 }
 
+/// Two ranks' demo recordings merged (`merge DIR...`): the merged page runs its scripts without
+/// an error and draws one flamegraph root per rank and each rank's simulated GPU.
+#[test]
+fn merged_recordings_report_renders_both_ranks_in_a_browser() {
+    let _serial = serial();
+    let Some(browser) = Browser::find() else {
+        println!("skipped: no chromium on PATH");
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut dirs = Vec::new();
+    for rank in ["0", "1"] {
+        let dir = tmp.path().join(format!("rank{rank}"));
+        let mut cmd = stackscope(&["demo", "--seconds", "2", "-o", dir.to_str().expect("utf-8")]);
+        // The demo's training loop inherits the launcher's variables, as torchrun's ranks do.
+        cmd.env("RANK", rank).env("WORLD_SIZE", "2");
+        run_with_timeout(cmd, RUN_TIMEOUT).assert_success();
+        dirs.push(dir);
+    }
+    let merged = tmp.path().join("merged");
+    let run = run_stackscope(
+        &[
+            "merge",
+            dirs[0].to_str().expect("utf-8"),
+            dirs[1].to_str().expect("utf-8"),
+            "-o",
+            merged.to_str().expect("utf-8"),
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let report = merged.join("report.html");
+    let html = fs::read_to_string(&report).expect("merged report.html");
+    assert_self_contained(&html);
+
+    let (dom, stderr) = browser.run(&file_url(&report, ""), &["--dump-dom"]);
+    assert!(
+        !stderr.contains("Uncaught") && !stderr.contains("Content Security Policy"),
+        "script errors:\n{stderr}"
+    );
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page's script did not finish:\n{stderr}"
+    );
+    assert_eq!(element_text(&dom, "target"), "2 recordings merged, 2 ranks");
+    let devices = element_text(&dom, "devices");
+    assert!(
+        devices.contains("rank 0 on ") && devices.contains("rank 1 on "),
+        "{devices}"
+    );
+    let flame = &dom[dom.find("id=\"flamegraph\"").expect("flamegraph")..];
+    for rank in ["rank 0 on ", "rank 1 on "] {
+        assert!(
+            flame.contains(rank),
+            "no {rank}root in the drawn flamegraph"
+        );
+    }
+    assert!(flame.contains("decode_images"), "frames under the roots");
+    assert!(dom.contains("class=\"uplot"), "no timeline chart");
+}
+
 /// Distinct colours and the share of pixels that are not white.
 fn png_stats(path: &Path) -> (usize, f64) {
     let file = fs::File::open(path).expect("screenshot");

@@ -186,8 +186,10 @@ pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
     }
 }
 
-/// The process a folded line belongs to, and the line without a process root.
-fn rerooted<'s>(input: &RecordingInput, stack: &'s str) -> (ProcessPlace, &'s str) {
+/// The process a folded line belongs to, and the line without a process root. Given only a
+/// stack's first frame, the rest is empty when that frame was a process root (report.html's
+/// merged page re-roots its stacks this way, as the merged folded lines are).
+pub fn rerooted<'s>(input: &RecordingInput, stack: &'s str) -> (ProcessPlace, &'s str) {
     let (first, rest) = stack.split_once(';').unwrap_or((stack, ""));
     if let Some(pid) = process_root_pid(first) {
         let rank = input.process_ranks.get(&pid).copied().or_else(|| {

@@ -232,7 +232,7 @@
       xs.forEach(function (t, i) { pos[t] = i; });
       data = [xs];
       D.gpus.forEach(function (g, gi) {
-        var label = "GPU " + g.index + (g.name ? " " + g.name : "");
+        var label = (g.owner ? g.owner + ": " : "") + "GPU " + g.index + (g.name ? " " + g.name : "");
         // SM activity (GPM) sits beside utilization: kernels that run on a few SMs read high
         // on utilization alone.
         var cols = [["utilization", g.utilization, "%"], ["memory", g.memory, "%"], ["power", g.power_watts, "W"], ["SM activity", g.sm_active, "%"]];

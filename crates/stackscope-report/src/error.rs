@@ -11,6 +11,8 @@ pub enum ReportError {
     Io(#[from] io::Error),
     #[error("cannot encode the summary as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Rebuild(#[from] stackscope_samplelog::RebuildError),
     #[error("cannot draw the GPU timeline chart: {0}")]
     Chart(String),
 }

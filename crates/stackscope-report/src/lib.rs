@@ -35,8 +35,8 @@ pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
 pub use html::write_report_html;
 pub use merge::{
-    write_merged_dump_json, write_merged_dump_text, write_merged_recordings, write_rank_table,
-    MergedFiles, MergedSummary, RANKS_TXT,
+    write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
+    write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,
 };
 pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
 pub use rebuild::{

@@ -8,8 +8,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use stackscope_aggregate::{MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow};
+use stackscope_aggregate::{
+    MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
+};
 use stackscope_event::ThreadState;
+use stackscope_samplelog::LOG_FILE_NAME;
 
 use crate::outputs::{
     write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,
@@ -92,6 +95,45 @@ pub fn write_merged_recordings(
         Ok(())
     })?);
     Ok(MergedFiles { paths, summary })
+}
+
+/// Writes `report.html` of merged recordings into `dir`: each recording (`sources`, read by
+/// `merge` into `inputs`, in the same order) rebuilt from its sample log into its own page, the
+/// pages joined into one with a root per rank and the rank table (see
+/// [`crate::html::merged_page_data`]). Writes nothing when a recording has no sample log (one
+/// written before stackscope kept one).
+pub fn write_merged_report_html(
+    dir: &Path,
+    merged: &MergedRecordings,
+    sources: &[PathBuf],
+    inputs: &[RecordingInput],
+) -> Result<MergedHtml, ReportError> {
+    if let Some(missing) = sources.iter().find(|s| !s.join(LOG_FILE_NAME).is_file()) {
+        return Ok(MergedHtml::NoSampleLog(missing.join(LOG_FILE_NAME)));
+    }
+    let mut parts = Vec::with_capacity(sources.len());
+    for (source, input) in sources.iter().zip(inputs) {
+        // One recording's aggregate at a time: only its page is kept.
+        let rebuilt = crate::rebuild(source, &crate::RebuildOptions::default())?;
+        let summary = rebuilt.aggregator.summary(&rebuilt.meta);
+        let page = crate::html::page_data(&rebuilt.aggregator, &summary, &rebuilt.meta);
+        parts.push(crate::html::RankPage { input, page });
+    }
+    let data = crate::html::merged_page_data(&parts, merged, sources);
+    drop(parts);
+    let path = write_atomic(dir, crate::html::REPORT_FILE, |w| {
+        crate::html::write_page(&data, w)
+    })?;
+    Ok(MergedHtml::Written(path))
+}
+
+/// What [`write_merged_report_html`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergedHtml {
+    /// The page's path.
+    Written(PathBuf),
+    /// Not written: this sample log is missing.
+    NoSampleLog(PathBuf),
 }
 
 /// Longest rank-range list printed on a group's line.

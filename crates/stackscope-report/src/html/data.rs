@@ -53,6 +53,9 @@ pub struct PageData {
     pub buckets: Vec<PageBucket>,
     pub lanes: Vec<PageLane>,
     pub gpus: Vec<PageGpu>,
+    /// What a page of merged recordings (`stackscope merge DIR...`) adds: its rank table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged: Option<super::merged::MergedPage>,
 }
 
 /// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is
@@ -77,6 +80,9 @@ pub struct PageLane {
 pub struct PageGpu {
     pub index: u32,
     pub name: String,
+    /// Whose device it is, on a page of merged recordings: `rank 3 on node-b`, or the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Seconds since the recording's start.
     pub t: Vec<f64>,
     /// Percent; null where the reading had none.
@@ -173,6 +179,7 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         buckets: page_buckets,
         lanes,
         gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
+        merged: None,
     }
 }
 
@@ -264,6 +271,7 @@ fn series(index: u32, name: String, readings: &[&GpuSample], start: Timestamp) -
     let mut out = PageGpu {
         index,
         name,
+        owner: None,
         t: Vec::new(),
         utilization: Vec::new(),
         memory: Vec::new(),

@@ -10,12 +10,14 @@
 //! drawn by `assets/report.js` from the embedded data.
 
 mod data;
+mod merged;
 
 use std::io::Write;
 
 use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
+pub use merged::{merged_page_data, MergedPage, RankPage, RecordingVerdict};
 
 use crate::ReportError;
 
@@ -133,10 +135,14 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         .gpus
         .iter()
         .map(|g| {
-            if g.name.is_empty() {
+            let device = if g.name.is_empty() {
                 format!("GPU {}", g.index)
             } else {
                 format!("GPU {} ({})", g.index, g.name)
+            };
+            match &g.owner {
+                Some(owner) => format!("{owner}: {device}"),
+                None => device,
             }
         })
         .collect();
@@ -170,6 +176,9 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
             path.busy_share * 100.0
         )?;
     }
+    if let Some(merged) = &data.merged {
+        merged::write_rank_table(merged, w)?;
+    }
     if !data.notices.is_empty() {
         writeln!(w, "<ul class=\"notices\">")?;
         for notice in &data.notices {
@@ -182,6 +191,9 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
 }
 
 fn subject(data: &PageData) -> String {
+    if let Some(merged) = &data.merged {
+        return merged.title.clone();
+    }
     let command: String = data.command_line.chars().take(120).collect();
     if command.is_empty() {
         format!("pid {}", data.pid)
@@ -191,7 +203,7 @@ fn subject(data: &PageData) -> String {
 }
 
 /// Escapes text for HTML element content and attribute values.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

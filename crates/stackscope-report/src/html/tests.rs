@@ -277,3 +277,75 @@ fn sm_activity_is_a_series_beside_utilization() {
     assert_eq!(gpu.sm_active, vec![Some(40.0), None, Some(2.0)]);
     assert_eq!(gpu.utilization, vec![Some(99.0); 3]);
 }
+
+/// Two recordings of the loop, on two hosts, the second started 1 s after the first.
+#[test]
+fn merged_recordings_join_into_one_page_with_a_root_per_rank() {
+    use stackscope_aggregate::{merge_recordings, RecordingInput};
+    let inputs: Vec<RecordingInput> = [(0, "node-a"), (1, "node-b")]
+        .into_iter()
+        .map(|(rank, host)| RecordingInput {
+            host: host.to_owned(),
+            pid: 42,
+            rank: Some(rank),
+            all: vec![("MainThread;busy (train.py:1)".to_owned(), 1000)],
+            ..RecordingInput::default()
+        })
+        .collect();
+    let merged = merge_recordings(&inputs);
+    let parts: Vec<RankPage<'_>> = inputs
+        .iter()
+        .zip(["2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"])
+        .map(|(input, started_at)| {
+            let agg = training_loop();
+            let meta = RecordingMeta {
+                started_at: started_at.to_owned(),
+                ..meta()
+            };
+            let summary = agg.summary(&meta);
+            RankPage {
+                input,
+                page: page_data(&agg, &summary, &meta),
+            }
+        })
+        .collect();
+    let sources = vec!["a".into(), "b".into()];
+    let data = merged_page_data(&parts, &merged, &sources);
+
+    let roots: std::collections::BTreeSet<&str> = data
+        .stacks
+        .iter()
+        .map(|s| data.frames[s[0] as usize].as_str())
+        .collect();
+    let expected = ["rank 0 on node-a (pid 42)", "rank 1 on node-b (pid 42)"];
+    assert_eq!(roots.into_iter().collect::<Vec<_>>(), expected);
+    // The thread comes under the rank root, unchanged.
+    assert!(data
+        .stacks
+        .iter()
+        .all(|s| data.frames[s[1] as usize] == "MainThread"));
+    assert_eq!(data.samples, 2000);
+    let [i, b, u] = window(&data, 0.0, f64::INFINITY);
+    assert_eq!(i + b + u, 2000, "every sample of both, once");
+    // Rank 1 started 1 s later: its 10 s end at 11 s, and the first second is rank 0's alone.
+    assert!((data.duration_secs - 11.0).abs() < 1e-6);
+    let [i, b, u] = window(&data, 0.0, 1.0);
+    assert_eq!(i + b + u, 100);
+    assert_eq!(window(&data, 10.0, 11.0).iter().sum::<u64>(), 100);
+    let owners: Vec<Option<&str>> = data.gpus.iter().map(|g| g.owner.as_deref()).collect();
+    assert_eq!(owners, [Some("rank 0 on node-a"), Some("rank 1 on node-b")]);
+    assert!((data.gpus[1].t[0] - data.gpus[0].t[0] - 1.0).abs() < 1e-6);
+    assert!(data.lanes[0].name.starts_with("rank 0 on node-a: "));
+
+    let mut html = Vec::new();
+    write_page(&data, &mut html).expect("page");
+    let html = String::from_utf8(html).expect("utf-8");
+    assert!(html.contains("<td id=\"target\">2 recordings merged, 2 ranks</td>"));
+    assert!(
+        html.contains("<tr><td>rank 1 on node-b (pid 42)</td><td class=\"num\">1000</td>"),
+        "a row per rank"
+    );
+    // Two ranks: none is compared with its peers; both verdicts are the headline.
+    let verdict = &html[html.find("id=\"verdict\"").expect("verdict")..];
+    assert!(verdict.contains("rank 0 on node-a: ") && verdict.contains("rank 1 on node-b: "));
+}
