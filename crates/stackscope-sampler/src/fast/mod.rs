@@ -649,6 +649,11 @@ impl FastReader {
         self.names.forget(ident);
     }
 
+    /// Turns the idle audit on or off (see the `audit` field).
+    pub(crate) fn set_audit(&mut self, on: bool) {
+        self.audit = on;
+    }
+
     /// The counters so far, with the reads they took.
     pub(crate) fn stats(&self) -> ReaderStats {
         let mut s = self.stats.clone();
