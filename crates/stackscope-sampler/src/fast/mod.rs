@@ -372,7 +372,7 @@ impl FastReader {
                         }
                         states[j].1
                     } else {
-                        self.stats.stat_reused -= 1;
+                        self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
                         os_state(&mut self.tids, &mut self.activity, tid)
                     }
                 }
