@@ -1,43 +1,26 @@
 //! Tests of the aggregator as the binary drives it: events in, folded lines and summary out.
 
 use stackscope_event::{
-    Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
-    StackSample, ThreadInfo, Timestamp,
+    Event, Frame, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind, StackSample,
+    ThreadInfo, Timestamp,
 };
+
+use stackscope_testkit::events;
 
 use crate::{AggregateConfig, Aggregator, RecordingMeta, StackView, VerdictClass};
 
 const MS: u64 = 1_000_000;
 
 fn thread(name: Option<&str>, id: u64, active: bool) -> ThreadInfo {
-    ThreadInfo {
-        os_thread_id: Some(1000 + id),
-        python_thread_id: id,
-        name: name.map(str::to_owned),
-        active,
-        owns_gil: active,
-    }
+    events::thread(id, Some(1000 + id), name, active)
 }
 
 fn stack(time_ms: u64, thread: &ThreadInfo, frames: &[(&str, &str, u32)]) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time_ms * MS),
-        pid: 42,
-        thread: thread.clone(),
-        frames: frames
-            .iter()
-            .map(|&(f, file, line)| Frame::python(f, file, line))
-            .collect(),
-    })
+    events::stack(events::ms(time_ms), 42, thread, frames)
 }
 
 fn gpu(time_ms: u64, device: u32, utilization: f32) -> Event {
-    Event::Gpu(GpuSample {
-        time: Timestamp(time_ms * MS),
-        device,
-        utilization: Some(utilization),
-        ..GpuSample::default()
-    })
+    events::gpu_event(events::ms(time_ms), device, utilization)
 }
 
 fn no_gpu() -> AggregateConfig {

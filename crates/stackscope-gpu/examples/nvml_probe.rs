@@ -150,7 +150,7 @@ fn probe_device(nvml: &Nvml, index: u32, device: &Device, seconds: f64) {
                 let mut prev = last_seen;
                 let fresh: Vec<_> = fresh
                     .into_iter()
-                    .filter(|s| last_seen.map_or(true, |ls| s.timestamp > ls))
+                    .filter(|s| last_seen.is_none_or(|ls| s.timestamp > ls))
                     .collect();
                 per_call.push(fresh.len() as f64);
                 for sample in &fresh {

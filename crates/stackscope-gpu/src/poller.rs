@@ -412,7 +412,7 @@ impl Worker {
     fn all_lost(&self) -> bool {
         self.polled
             .iter()
-            .all(|&i| self.state(i).map_or(true, |s| s.metrics.is_lost()))
+            .all(|&i| self.state(i).is_none_or(|s| s.metrics.is_lost()))
     }
 
     /// Sleeps until `deadline`, waking early when told to stop: at once when the handle is

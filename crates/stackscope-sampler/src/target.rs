@@ -101,7 +101,19 @@ pub struct PythonTarget {
 
 impl PythonTarget {
     /// Attaches to `pid`: finds its interpreter and checks that its version is supported.
+    /// The stack reader is the default one, or the one `STACKSCOPE_READER` names
+    /// ([`ReaderChoice::from_env`], for benchmarks).
     pub fn attach(pid: u32, options: &TargetOptions) -> Result<PythonTarget, AttachError> {
+        PythonTarget::attach_with_reader(pid, options, ReaderChoice::from_env())
+    }
+
+    /// [`attach`](PythonTarget::attach) with the stack reader chosen by the caller, whatever the
+    /// environment says: tests compare the readers within one process.
+    pub fn attach_with_reader(
+        pid: u32,
+        options: &TargetOptions,
+        reader: ReaderChoice,
+    ) -> Result<PythonTarget, AttachError> {
         if !procfs::is_alive(pid) {
             return Err(AttachError::NoSuchProcess(pid));
         }
@@ -130,7 +142,7 @@ impl PythonTarget {
         let fast = if options.locals || options.native {
             None
         } else {
-            open_fast_reader(read_pid, &mut spy, options.blocking, leader_exited)
+            open_fast_reader(read_pid, &mut spy, options.blocking, leader_exited, reader)
         };
         let version = spy.version.to_string();
         let command_line = procfs::command_line(read_pid).unwrap_or_default();
@@ -241,6 +253,16 @@ impl PythonTarget {
     /// Our reader's idle bookkeeping so far, for tests and benchmarks: thread states reused
     /// from an earlier reading, and, with `STACKSCOPE_IDLE_AUDIT=1` set before attaching,
     /// idle decisions made and those a fresh reading would have changed.
+    /// From now on, also read every reused thread state and count the idle decisions that
+    /// differ from a fresh reading ([`idle_audit`](PythonTarget::idle_audit); our reader only;
+    /// `STACKSCOPE_IDLE_AUDIT=1` at attach does the same). It costs a `/proc` read per thread
+    /// per sample: for tests.
+    pub fn audit_idle_decisions(&mut self) {
+        if let Some(fast) = self.fast.as_mut() {
+            fast.set_audit(true);
+        }
+    }
+
     pub fn idle_audit(&self) -> Option<IdleAudit> {
         let s = self.fast.as_ref()?.stats();
         Some(IdleAudit {
@@ -479,22 +501,50 @@ pub struct IdleAudit {
     pub unchanged: u64,
 }
 
+/// Which stack reader a target is read with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReaderChoice {
+    /// Ours where the interpreter's version has one, stopping only the GIL's holders; py-spy's
+    /// otherwise.
+    #[default]
+    Default,
+    /// py-spy's reader, whatever the version.
+    PySpy,
+    /// Ours, stopping the whole process for each read (py-spy's way; not for a process whose
+    /// leader thread exited, which cannot be stopped whole: that one gets the default).
+    StopProcess,
+    /// Ours, stopping only the GIL's holders (the default strategy, named).
+    StopGilHolders,
+}
+
+impl ReaderChoice {
+    /// `STACKSCOPE_READER`, for benchmarks: `py-spy`, `stop` or `gil`; anything else (or
+    /// nothing) is the default.
+    pub fn from_env() -> ReaderChoice {
+        match std::env::var("STACKSCOPE_READER").as_deref() {
+            Ok("py-spy") => ReaderChoice::PySpy,
+            Ok("stop") => ReaderChoice::StopProcess,
+            Ok("gil") => ReaderChoice::StopGilHolders,
+            _ => ReaderChoice::Default,
+        }
+    }
+}
+
 /// Our own reader for this interpreter, if its version has one and a first read agrees with
 /// py-spy's on which threads there are (a build whose layout differs from the tables, say a
-/// debug build, fails that and keeps py-spy's reader). `STACKSCOPE_READER` overrides the
-/// choice for benchmarks: `py-spy`, `stop` (stop the whole process for each read) or
-/// `gil` (stop only the GIL's holders, the default).
+/// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's.
 fn open_fast_reader(
     pid: u32,
     spy: &mut PythonSpy,
     blocking: bool,
     leader_exited: bool,
+    reader: ReaderChoice,
 ) -> Option<FastReader> {
-    let strategy = match std::env::var("STACKSCOPE_READER").as_deref() {
-        Ok("py-spy") => return None,
+    let strategy = match reader {
+        ReaderChoice::PySpy => return None,
         // A process whose leader exited cannot be stopped whole.
-        Ok("stop") if !leader_exited => Strategy::StopProcess,
-        Ok("gil") => Strategy::StopGilHolders,
+        ReaderChoice::StopProcess if !leader_exited => Strategy::StopProcess,
+        ReaderChoice::StopGilHolders => Strategy::StopGilHolders,
         _ => Strategy::DEFAULT,
     };
     let mut fast = FastReader::new(pid, spy, strategy).ok()??;

@@ -7,8 +7,9 @@
 //! Each stack sample is tagged with the GPU state at its instant by the recording's own
 //! [`GpuTagger`] (held until the readings that cover it are in, with the same limits), so that
 //! over one event stream this table and `summary.json` count the same GPU-idle samples and
-//! the same per-thread and per-function samples (`tests/top_agrees.rs` replays one stream
-//! through both; `stackscope-report`'s `tests/rebuild.rs` a recorded sample log).
+//! the same per-thread and per-function samples (`tests/integration/top_agrees.rs` replays one
+//! stream through both; `stackscope-report`'s `tests/integration/rebuild.rs` a recorded sample
+//! log).
 //!
 //! Pure: no terminal, no clock, no threads. Time comes in with the events; the caller says when
 //! an interval ends.

@@ -1,9 +1,8 @@
-//! A Python fixture process for the tests: threads blocked on a lock, killed on Drop.
+//! A Python fixture process for the tests (the workspace's, `stackscope-testkit`): threads
+//! blocked on a lock, killed on Drop.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Holds a lock in the main thread forever; `worker` -> `wait_for_lock` blocks on it.
@@ -47,12 +46,9 @@ for line in sys.stdin:
         wait_in_select()
 "#;
 
+/// [`FIXTURE`] running, with a pipe to its stdin; killed on Drop.
 pub struct Fixture {
-    child: Child,
-    stdin: ChildStdin,
-    /// Kept open for the child's life: closing it would kill the child with BrokenPipe at its
-    /// next print.
-    stdout: BufReader<ChildStdout>,
+    process: stackscope_testkit::python::Fixture,
     /// The interpreter's own pid (python3 may be a shim that execs it).
     pub pid: u32,
     pub blocked_tid: u32,
@@ -61,41 +57,27 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn start() -> Fixture {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(FIXTURE)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 starts");
-        let stdin = child.stdin.take().expect("stdin piped");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout piped"));
-        let mut fixture = Fixture {
-            child,
-            stdin,
-            stdout,
-            pid: 0,
-            blocked_tid: 0,
-            deep_tid: 0,
-        };
-        let line = fixture.read_line();
+        let process = stackscope_testkit::python::Fixture::code(FIXTURE)
+            .stdin()
+            .start();
+        let line = process.wait_ready();
         let fields: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(fields.first(), Some(&"ready"), "fixture said {line:?}");
-        fixture.pid = fields[1].parse().expect("pid");
-        fixture.blocked_tid = fields[2].parse().expect("tid");
-        fixture.deep_tid = fields[3].parse().expect("tid");
-        fixture
+        Fixture {
+            pid: process.pid,
+            blocked_tid: fields[2].parse().expect("tid"),
+            deep_tid: fields[3].parse().expect("tid"),
+            process,
+        }
     }
 
+    /// The fixture's next line of output (within 20 s, a loaded machine).
     pub fn read_line(&mut self) -> String {
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).expect("fixture output");
-        line
+        self.process.read_line(Duration::from_secs(20))
     }
 
     pub fn send(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").expect("fixture input");
-        self.stdin.flush().expect("fixture input");
+        self.process.send(line);
     }
 
     /// Whether any thread of the fixture is stopped or traced.
@@ -118,17 +100,6 @@ impl Fixture {
             }
         }
         false
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if self.pid != 0 && self.pid != self.child.id() {
-            let pid = nix::unistd::Pid::from_raw(self.pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -2,11 +2,10 @@
 
 use stackscope_aggregate::{AggregateConfig, RecordingMeta, SampleTrace};
 use stackscope_event::{Event, Frame, GpuSample, StackSample, ThreadInfo, Timestamp};
+use stackscope_testkit::events::{self, MS};
 
 use super::perfetto::{function_of_frames, slices};
 use super::*;
-
-const MS: u64 = 1_000_000;
 
 fn sample(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
     with_activity(sample_of(time_ms, pid, tid, name, frames), true)
@@ -20,23 +19,14 @@ fn with_activity(mut event: Event, active: bool) -> Event {
 }
 
 fn sample_of(time_ms: u64, pid: u32, tid: u64, name: &str, frames: &[(&str, u32)]) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time_ms * MS),
-        pid,
-        thread: ThreadInfo {
-            os_thread_id: Some(tid),
-            python_thread_id: tid + 1000,
-            name: Some(name.to_owned()),
-            active: true,
-            owns_gil: true,
-        },
-        // Innermost first, as the sampler reads them.
-        frames: frames
-            .iter()
-            .rev()
-            .map(|&(f, line)| Frame::python(f, "app.py", line))
-            .collect(),
-    })
+    let thread = events::thread(tid + 1000, Some(tid), Some(name), true);
+    // Innermost first, as the sampler reads them.
+    let frames = frames
+        .iter()
+        .rev()
+        .map(|&(f, line)| Frame::python(f, "app.py", line))
+        .collect();
+    events::stack_of(events::ms(time_ms), pid, thread, frames)
 }
 
 fn meta() -> RecordingMeta {

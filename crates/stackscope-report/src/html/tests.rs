@@ -1,44 +1,30 @@
 //! Tests of report.html's data: buckets, windows, the difference view and the bound on size.
 
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta, StackView};
-use stackscope_event::{Event, Frame, GpuSample, StackSample, ThreadInfo, Timestamp};
+use stackscope_event::{Event, Frame, GpuSample, ThreadInfo, Timestamp};
+use stackscope_testkit::events::{self, MS};
 
 use super::*;
 
-const MS: u64 = 1_000_000;
-
 fn main_thread(active: bool) -> ThreadInfo {
-    ThreadInfo {
-        os_thread_id: Some(1001),
-        python_thread_id: 1,
-        name: Some("MainThread".to_owned()),
-        active,
-        owns_gil: active,
-    }
+    events::thread(1, Some(1001), Some("MainThread"), active)
 }
 
 fn stack(time_ms: u64, outer_first: &[&str], active: bool) -> Event {
-    Event::Stack(StackSample {
-        time: Timestamp(time_ms * MS),
-        pid: 42,
-        thread: main_thread(active),
-        frames: outer_first
-            .iter()
-            .rev()
-            .map(|f| Frame::python(f, "train.py", 1))
-            .collect(),
-    })
+    let frames = outer_first
+        .iter()
+        .rev()
+        .map(|f| Frame::python(f, "train.py", 1))
+        .collect();
+    events::stack_of(events::ms(time_ms), 42, main_thread(active), frames)
 }
 
 fn gpu(time_ms: u64, utilization: f32) -> Event {
     Event::Gpu(GpuSample {
-        time: Timestamp(time_ms * MS),
-        device: 0,
-        utilization: Some(utilization),
         memory_used_bytes: Some(1 << 30),
         memory_total_bytes: Some(4 << 30),
         power_watts: Some(100.0),
-        ..GpuSample::default()
+        ..events::gpu(events::ms(time_ms), 0, utilization)
     })
 }
 

@@ -16,6 +16,7 @@ use super::code::{CodeCache, CodeId};
 use super::gil::{GilWords, Ran};
 use super::holder::{self, Later};
 use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
+use super::quiet;
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
@@ -40,6 +41,9 @@ pub(crate) struct Known {
     /// What its last full read showed, when that read is one to prove the next ones against
     /// (read whole, without a check, not caught mid-call).
     pub proof: Option<Proof>,
+    /// The GIL's words read at the end of the read that last found its stack good (None:
+    /// not known): a thread that did not take the GIL since is still there ([`quiet`]).
+    pub proven_at: Option<GilWords>,
 }
 
 impl Known {
@@ -86,6 +90,9 @@ pub(crate) struct Attempt {
     pub gil_holder: Option<usize>,
     /// The GIL's last holder at the end of the read: likely the holder next time too.
     pub last_holder: Option<usize>,
+    /// A thread planned with no reads ([`quiet`]) may have run: this attempt is to be made
+    /// again without that bet.
+    pub quiet_failed: bool,
     pub outcomes: Vec<Outcome>,
 }
 
@@ -105,6 +112,8 @@ pub(crate) struct WalkStats {
     pub rounds: u64,
     /// Still threads found where they were, their stacks taken from their last read.
     pub unchanged: u64,
+    /// Still threads taken as still on the GIL's word, nothing of them read ([`quiet`]).
+    pub quiet: u64,
 }
 
 /// What an attempt reads and how.
@@ -119,6 +128,8 @@ pub(crate) struct Request<'a> {
     pub check: Check<'a>,
     /// Whether a still thread is read for its proof alone ([`still`]).
     pub still_reads: bool,
+    /// Whether a still thread may be taken as still on the GIL's word alone ([`quiet`]).
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +176,7 @@ pub(crate) fn attempt(
                     Check::Threads(t) => t.contains(&k.tstate),
                 };
             match &k.proof {
+                Some(_) if req.quiet && !with_check && bracket && quiet::possible(k) => Plan::Quiet,
                 Some(proof) if k.still && !with_check => {
                     Plan::Still(still::plan(&mut batch, layout, k.tstate, proof))
                 }
@@ -184,7 +196,7 @@ pub(crate) fn attempt(
     let (id_start, id_end) = layout.code_identity_range();
     let mut code_slots: AddrMap<Slot> = AddrMap::default();
     for (&i, plan) in which.iter().zip(&plans) {
-        if matches!(plan, Plan::Still(_)) {
+        if matches!(plan, Plan::Still(_) | Plan::Quiet) {
             continue;
         }
         for &code in &threads[i].codes {
@@ -198,7 +210,7 @@ pub(crate) fn attempt(
         .iter_mut()
         .filter_map(|p| match p {
             Plan::Still(s) => Some(s),
-            Plan::Full(_) => None,
+            Plan::Full(_) | Plan::Quiet => None,
         })
         .collect();
     still::add_tstates(&mut batch, still_plans);
@@ -230,12 +242,29 @@ pub(crate) fn attempt(
         .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
         .collect();
 
+    let mut quiet_failed = false;
     let mut states = Vec::with_capacity(which.len());
     let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(which.len());
     let mut walks: Vec<Walking> = Vec::new();
     for (pos, (&i, plan)) in which.iter().zip(&plans).enumerate() {
         let planned = match plan {
             Plan::Full(planned) => planned,
+            Plan::Quiet => {
+                let k = &threads[i];
+                // Its thread state as known (for the list check): unchanged if it did not run.
+                states.push(Some(k.ts));
+                match k.proof.as_ref().filter(|_| quiet::holds(k, after)) {
+                    Some(proof) => {
+                        stats.quiet += 1;
+                        outcomes.push(Some(Outcome::Done(proof.frames.clone())));
+                    }
+                    None => {
+                        quiet_failed = true;
+                        outcomes.push(Some(Outcome::Again));
+                    }
+                }
+                continue;
+            }
             Plan::Still(planned) => {
                 let (ts, outcome) = still::settle(&batch, layout, planned, &mut threads[i], &ran);
                 stats.unchanged += u64::from(ts.is_some() && matches!(outcome, Outcome::Done(_)));
@@ -444,11 +473,17 @@ pub(crate) fn attempt(
             }
         }
     }
+    // What this read found good is good as of the GIL read after it.
+    for (pos, &i) in which.iter().enumerate() {
+        let good = bracket && matches!(outcomes[pos], Some(Outcome::Done(_)));
+        threads[i].proven_at = if good { after } else { None };
+    }
     Ok(Attempt {
         head,
         states,
         gil_holder,
         last_holder: after.map(|g| g.last_holder),
+        quiet_failed,
         outcomes: outcomes
             .into_iter()
             .map(|o| o.unwrap_or(Outcome::Again))
@@ -507,6 +542,8 @@ enum Plan {
     Full(snapshot::Planned),
     /// A still thread: only what proves it did not move.
     Still(still::Planned),
+    /// A still thread taken as still if the GIL shows no switch: nothing read.
+    Quiet,
 }
 
 /// Whether a thread read with a check passes it ([`holder`]).

@@ -25,7 +25,7 @@ use super::stack::{Extra, Region, Walk};
 
 /// Copies of a checked thread's frames, the first included. Each copy a torn read must get
 /// past divides its odds by about the share of a loop iteration such a state lasts (a tenth,
-/// say); with four, the adversarial fixture of tests/reader_consistency.rs (a thread calling
+/// say); with four, the adversarial fixture of tests/integration/reader_consistency.rs (a thread calling
 /// two one-line functions in turn, as fast as Python goes) showed none in 82,000 reads.
 pub(crate) const COPIES: usize = 4;
 /// The random gap between copies is a read of up to this many bytes.

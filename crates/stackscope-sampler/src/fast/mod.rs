@@ -42,6 +42,7 @@ mod linetable;
 mod names;
 mod ostid;
 mod pystr;
+mod quiet;
 mod remote;
 mod snapshot;
 mod stack;
@@ -132,6 +133,11 @@ pub(crate) struct FastReader {
     /// Whether a still thread is read only for what proves it did not move ([`still`]);
     /// `STACKSCOPE_STILL_READS=0` copies its frames every sample (for comparisons).
     still_reads: bool,
+    /// Samples to go before still threads are again taken as still on the GIL's word
+    /// ([`quiet`]) after a sample where that did not hold.
+    quiet_backoff: u32,
+    /// Bets lost in a row.
+    quiet_losses: u32,
     /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
     /// it would have changed (docs/performance.md).
     audit: bool,
@@ -213,6 +219,8 @@ impl FastReader {
                 && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
             audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
             still_reads: std::env::var_os("STACKSCOPE_STILL_READS").is_none_or(|v| v != "0"),
+            quiet_backoff: 0,
+            quiet_losses: 0,
             tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
@@ -245,6 +253,7 @@ impl FastReader {
 
     fn read_inner(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         self.stats.samples += 1;
+        self.quiet_backoff = self.quiet_backoff.saturating_sub(1);
         self.fill_os_thread_ids();
         // The OS's view first: once we stop a thread, it reads as stopped. A thread that
         // slept a moment ago, still does if its Python state has not changed (checked after
@@ -363,7 +372,7 @@ impl FastReader {
                         }
                         states[j].1
                     } else {
-                        self.stats.stat_reused -= 1;
+                        self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
                         os_state(&mut self.tids, &mut self.activity, tid)
                     }
                 }
@@ -430,7 +439,17 @@ impl FastReader {
             }
             rebuilds += 1;
             let all: Vec<usize> = (0..self.threads.len()).collect();
-            let first = self.attempt(&all, true, process_stopped)?;
+            let betting = self.quiet_backoff == 0;
+            let mut first = self.attempt(&all, true, process_stopped)?;
+            if first.quiet_failed {
+                // A thread taken as still may have run: read them all as usual.
+                self.stats.quiet_misses += 1;
+                self.quiet_losses = self.quiet_losses.saturating_add(1);
+                self.quiet_backoff = quiet::backoff(self.quiet_losses);
+                first = self.attempt(&all, true, process_stopped)?;
+            } else if betting {
+                self.quiet_losses = 0;
+            }
             if let Some(holder) = first.last_holder {
                 self.expected_holder = holder;
             }
@@ -609,6 +628,7 @@ impl FastReader {
                 Check::All
             },
             still_reads: self.still_reads,
+            quiet: with_list && self.still_reads && self.quiet_backoff == 0,
         };
         attempt(
             &mut self.remote,
@@ -629,6 +649,11 @@ impl FastReader {
         self.names.forget(ident);
     }
 
+    /// Turns the idle audit on or off (see the `audit` field).
+    pub(crate) fn set_audit(&mut self, on: bool) {
+        self.audit = on;
+    }
+
     /// The counters so far, with the reads they took.
     pub(crate) fn stats(&self) -> ReaderStats {
         let mut s = self.stats.clone();
@@ -637,6 +662,7 @@ impl FastReader {
         s.stat_reads = self.activity.reads;
         s.late_rounds = self.walk_stats.rounds;
         s.unchanged = self.walk_stats.unchanged;
+        s.quiet = self.walk_stats.quiet;
         s.code_hits = self.codes.hits;
         s.code_misses = self.codes.misses;
         s.code_replaced = self.codes.replaced;

@@ -122,34 +122,38 @@ impl Batch {
     /// the process itself (gone, or no longer ours to read).
     pub(crate) fn run(&mut self, remote: &mut Remote) -> io::Result<()> {
         let mut next = 0;
+        let mut window = Vec::with_capacity(MAX_IOVECS.min(self.ranges.len()));
         while next < self.ranges.len() {
-            // Skip the ranges marked unreadable when added.
-            if self.ranges[next].addr == 0 {
-                next += 1;
-                continue;
-            }
-            let end = (next..self.ranges.len())
-                .take(MAX_IOVECS)
-                .take_while(|&i| self.ranges[i].addr != 0)
-                .last()
-                .map_or(next, |i| i + 1);
-            let done = self.readv(remote, next, end)?;
+            // Up to MAX_IOVECS ranges from `next`, passing over those marked unreadable when
+            // added: they hold no bytes of the buffer, so the others stay back to back in it
+            // and one call reads them all.
+            window.clear();
+            window.extend(
+                (next..self.ranges.len())
+                    .filter(|&i| self.ranges[i].addr != 0)
+                    .take(MAX_IOVECS),
+            );
+            let Some(&last) = window.last() else {
+                break;
+            };
+            let done = self.readv(remote, &window)?;
             // The kernel reads whole ranges in order: the first `done` succeeded, the one
             // after (if any, within this call) is the one it could not read.
-            for r in &mut self.ranges[next..next + done] {
-                r.ok = true;
+            for &i in &window[..done] {
+                self.ranges[i].ok = true;
             }
-            next += done;
-            if next < end {
-                next += 1;
-            }
+            next = match window.get(done) {
+                Some(&failed) => failed + 1,
+                None => last + 1,
+            };
         }
         Ok(())
     }
 
-    /// One system call for ranges `start..end`; answers how many were read in full.
-    fn readv(&mut self, remote: &mut Remote, start: usize, end: usize) -> io::Result<usize> {
-        let ranges = &self.ranges[start..end];
+    /// One system call for the ranges `which` (ascending, none marked unreadable); answers
+    /// how many of them, from the first, were read in full.
+    fn readv(&mut self, remote: &mut Remote, which: &[usize]) -> io::Result<usize> {
+        let ranges: Vec<&Range> = which.iter().map(|&i| &self.ranges[i]).collect();
         let total: usize = ranges.iter().map(|r| r.len).sum();
         let first = ranges.first().map_or(0, |r| r.offset);
         let remote_iov: Vec<libc::iovec> = ranges

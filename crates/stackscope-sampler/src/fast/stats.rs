@@ -37,6 +37,10 @@ pub(crate) struct ReaderStats {
     pub late_rounds: u64,
     /// Still threads read only for what proves they did not move, found so ([`super::still`]).
     pub unchanged: u64,
+    /// Still threads taken as still on the GIL's word, nothing of them read
+    /// ([`super::quiet`]), and samples where that bet was lost (read again).
+    pub quiet: u64,
+    pub quiet_misses: u64,
     pub code_hits: u64,
     pub code_misses: u64,
     pub code_replaced: u64,
@@ -53,7 +57,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused and {:.2} stacks found unchanged per sample, idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused, {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -65,6 +69,8 @@ impl fmt::Display for ReaderStats {
             per(self.bytes),
             per(self.stat_reused),
             per(self.unchanged),
+            per(self.quiet),
+            self.quiet_misses,
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,

@@ -71,6 +71,8 @@ pub(crate) fn rebuild(
             sig,
             still: false,
             proof,
+            // Known good again after this sample's read.
+            proven_at: None,
         });
         addr = ts.next;
     }

@@ -1,0 +1,10 @@
+//! The sample log end to end, one test binary (one link) for every area: round trips, bounded
+//! tables, damaged logs, size on disk (rebuilding a recording from its log is the report crate's). Run one area with
+//! `cargo test -p stackscope-samplelog --test integration damage::`.
+
+mod common;
+
+mod bounded;
+mod damage;
+mod roundtrip;
+mod size;

@@ -1,0 +1,97 @@
+//! The one idle rule on every interpreter: threads waiting (time.sleep, Event.wait,
+//! Queue.get, a pipe read, a socket recv, select, a lock) are idle; a thread spinning in
+//! Python and threads in C calls that released the GIL (zlib, hashlib on a big buffer) are
+//! busy. Whichever reader reads the version: ours (3.10 and later), py-spy's (3.9, and any
+//! version when locals are asked for).
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{pythons, pythons_of, Fixture, VERSIONS};
+use stackscope_sampler::{PythonTarget, TargetOptions};
+
+const FIXTURE: &str = include_str!("../../../../fixtures/idle_threads.py");
+const IDLE: [&str; 8] = [
+    "MainThread",
+    "sleeper",
+    "event_waiter",
+    "queue_getter",
+    "pipe_reader",
+    "socket_reader",
+    "selector",
+    "lock_waiter",
+];
+const BUSY: [&str; 3] = ["spinner", "compressor", "hasher"];
+
+#[test]
+fn waiting_threads_are_idle_and_working_ones_busy_on_every_version() {
+    let _serial = crate::common::serial();
+    let mut versions = vec!["3.9"];
+    versions.extend(VERSIONS);
+    for python in pythons_of(&versions) {
+        check(&python, &TargetOptions::default());
+    }
+}
+
+/// py-spy's reader (which `--locals` uses on every version) under the same rule.
+#[test]
+fn the_same_rule_holds_for_py_spys_reader() {
+    let _serial = crate::common::serial();
+    for python in pythons() {
+        let options = TargetOptions {
+            locals: true,
+            ..TargetOptions::default()
+        };
+        check(&python, &options);
+    }
+}
+
+fn check(python: &str, options: &TargetOptions) {
+    let fixture = Fixture::start_code(python, FIXTURE);
+    let mut target = PythonTarget::attach(fixture.pid, options).expect("attach");
+    // Counts of (active, seen) per thread name.
+    let mut seen: HashMap<String, (u32, u32)> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut reads = 0;
+    while Instant::now() < deadline || reads < 40 {
+        if let Ok(stacks) = target.read_stacks() {
+            reads += 1;
+            for s in stacks {
+                let name = s.thread.name.clone().unwrap_or_default();
+                let e = seen.entry(name).or_default();
+                e.0 += u32::from(s.thread.active);
+                e.1 += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reader = target.reader();
+    eprintln!(
+        "{python} ({}, reader {reader}): {reads} reads, (active, seen) {seen:?}",
+        target.python_version(),
+    );
+    // py-spy's reader stops the whole process for each read, which wakes waiting threads
+    // for a moment: on a loaded machine one can still be runnable at the next read.
+    let most = if reader == "py-spy" { 5 } else { 10 };
+    for name in IDLE {
+        let (active, n) = seen.get(name).copied().unwrap_or_default();
+        assert!(n >= 20, "{python}: thread {name} seen {n} times");
+        assert!(
+            active * most <= n,
+            "{python} ({reader}): waiting thread {name} active in {active} of {n} reads"
+        );
+    }
+    // A working thread shares the GIL with two others on two cores: while it waits for the GIL
+    // it sleeps in the OS, and is rightly idle then. A third of the reads still sets it far
+    // apart from the waiting threads (at most a tenth).
+    for name in BUSY {
+        let (active, n) = seen.get(name).copied().unwrap_or_default();
+        assert!(n >= 20, "{python}: thread {name} seen {n} times");
+        assert!(
+            active * 3 >= n,
+            "{python} ({reader}): working thread {name} active in only {active} of {n} reads"
+        );
+    }
+}

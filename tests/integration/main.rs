@@ -1,0 +1,29 @@
+//! The integration tests: the real `stackscope` binary against live Python fixtures from
+//! `fixtures/`, one module per area, all in one test binary (as ripgrep lays out its tests) so
+//! that the suite compiles and links one executable instead of one per file, and one test
+//! harness packs every test onto the machine's cores.
+//!
+//! Run one area with `cargo test --test integration attach::`, or one test by its name.
+//! Helpers every area shares live in `common`: they are the only state the areas share (the
+//! `serial()` lock that keeps CPU-bound fixtures from competing is one lock for the whole
+//! suite). No test changes the process's environment, current directory or signal handlers.
+
+mod common;
+
+mod attach;
+mod containers;
+mod dump;
+mod errors;
+mod export;
+mod gpu;
+mod hang_diagnosis;
+mod long_recordings;
+mod multinode;
+mod proc_trees;
+mod py_versions;
+mod pyspy_scenarios;
+mod record;
+mod report;
+mod report_html;
+mod subprocesses;
+mod top;

@@ -1,0 +1,140 @@
+//! `attach` and `dump` on every CPython that pyenv has here (3.10 to 3.14 and `python3`):
+//! our own reader reads them (summary.json says so), sleeping threads are left out of the
+//! profile by the one idle rule, and `dump`, `--locals` included, shows the same stacks.
+//! A version that is not installed is skipped with one line.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{run_stackscope, Fixture, OutDir};
+use stackscope_testkit::python::{pyenv_interpreters, VERSIONS};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// pyenv's interpreters of each version, newest patch release of each.
+fn interpreters() -> Vec<(String, PathBuf)> {
+    pyenv_interpreters(&VERSIONS)
+}
+
+/// The fixture under one interpreter, killed on Drop.
+struct Target(Fixture);
+
+impl Target {
+    fn start(python: &Path) -> Target {
+        Target(
+            Fixture::script("versions_target.py")
+                .python(python)
+                .timeout(Duration::from_secs(30))
+                .start(),
+        )
+    }
+
+    fn pid(&self) -> String {
+        self.0.pid.to_string()
+    }
+}
+
+#[test]
+fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
+    let _serial = common::serial();
+    let ran: Vec<String> = interpreters().into_iter().map(|(v, _)| v).collect();
+    eprintln!("versions: {ran:?}");
+    for (minor, python) in interpreters() {
+        let target = Target::start(&python);
+        let out = OutDir::new();
+        let run = run_stackscope(
+            &[
+                "attach",
+                "--pid",
+                &target.pid(),
+                "--duration",
+                "2",
+                "--rate",
+                "100",
+                "--gpu",
+                "off",
+                "-o",
+                out.arg(),
+            ],
+            TIMEOUT,
+        );
+        run.assert_success();
+        let summary = out.summary();
+        assert_eq!(summary["reader"], "stackscope", "{minor}: {summary:#}");
+        let version = summary["python_version"].as_str().unwrap_or("");
+        assert!(version.starts_with(&minor), "{minor}: {version}");
+        let folded = out.folded();
+        let busy = folded.thread_total("busy");
+        let total = folded.total();
+        assert!(busy >= 60, "{minor}: busy thread in {busy} samples");
+        // Sleepers wake twice a second, each time for a moment (longer on a loaded
+        // machine): a few samples each, where 3.10 read by py-spy gave each as many as the
+        // busy thread.
+        for i in 0..3 {
+            let sleeper = folded.thread_total(&format!("sleeper-{i}"));
+            assert!(
+                sleeper * 10 <= busy,
+                "{minor}: sleeper-{i} in {sleeper} samples, busy in {busy} of {total}\n{}",
+                folded.excerpt()
+            );
+        }
+        let deepest = folded
+            .of_thread("busy")
+            .map(|s| {
+                s.frames
+                    .iter()
+                    .filter(|f| f.function.ends_with("down"))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert_eq!(deepest, 31, "{minor}: down() frames on the busy stack");
+
+        for extra in [&[][..], &["--locals"][..]] {
+            let mut args = vec!["dump", "--pid"];
+            let pid = target.pid();
+            args.push(&pid);
+            args.extend_from_slice(extra);
+            // A sleeper reads as running for the moment it wakes (long on a loaded machine):
+            // a dump may catch one; three in a row do not.
+            let mut text = String::new();
+            for _ in 0..3 {
+                let run = run_stackscope(&args, TIMEOUT);
+                run.assert_success();
+                text = run.stdout.clone();
+                let sleepers_idle = (0..3).all(|i| {
+                    text.lines()
+                        .find(|l| l.contains(&format!("sleeper-{i}")))
+                        .is_some_and(|l| l.contains("idle"))
+                });
+                if sleepers_idle {
+                    break;
+                }
+            }
+            let text = &text;
+            let busy = text
+                .lines()
+                .find(|l| l.starts_with("Thread ") && l.contains("\"busy\""))
+                .unwrap_or_else(|| panic!("{minor}: no busy thread in\n{text}"));
+            assert!(busy.contains("active"), "{minor}: {busy}");
+            // Alone (`Thread TID "sleeper-0" (idle, ...)`) or grouped with the others
+            // (`3 threads: sleeper-0, ... (idle, ...)`).
+            for i in 0..3 {
+                let sleeper = text
+                    .lines()
+                    .find(|l| l.contains(&format!("sleeper-{i}")))
+                    .unwrap_or_else(|| panic!("{minor}: no sleeper-{i} in\n{text}"));
+                assert!(sleeper.contains("idle"), "{minor}: {sleeper}");
+            }
+            assert!(text.contains("hot"), "{minor}:\n{text}");
+            if !extra.is_empty() {
+                assert!(
+                    text.lines().any(|l| l.trim() == "n = 7"),
+                    "{minor}: no local n = 7 with --locals:\n{text}"
+                );
+            }
+        }
+    }
+}
