@@ -1,5 +1,6 @@
 //! [`SampleLogWriter`]: appends events to `samples.log` as the recording runs.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -57,6 +58,25 @@ pub struct SampleLogWriter {
     stats: WriterStats,
     /// Frame ids of the stack being written.
     scratch: Vec<u32>,
+    /// Each thread's last stack as written, and its id: a thread whose frames are the same
+    /// objects as last time (most threads of a sample, asleep where they were) needs no
+    /// lookup of its frames. Cleared with the tables.
+    last_stacks: HashMap<(u32, u64), (Vec<Frame>, u32)>,
+}
+
+/// Threads whose last stack is kept at most.
+const MAX_LAST_STACKS: usize = 4096;
+
+/// Whether two stacks are the same frames: the same strings (by address: the reader hands
+/// out one string per name) and lines.
+fn same_frames(a: &[Frame], b: &[Frame]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.line == y.line
+                && x.native == y.native
+                && Arc::ptr_eq(&x.function, &y.function)
+                && Arc::ptr_eq(&x.file, &y.file)
+        })
 }
 
 impl SampleLogWriter {
@@ -98,6 +118,7 @@ impl SampleLogWriter {
             poisoned: false,
             stats: WriterStats::default(),
             scratch: Vec::new(),
+            last_stacks: HashMap::new(),
         })
     }
 
@@ -178,7 +199,10 @@ impl SampleLogWriter {
             }
             _ => None,
         };
-        let stack = self.known_stack(frames);
+        let stack = match self.last_stacks.get(&key) {
+            Some((last, id)) if same_frames(last, frames) => Some(*id),
+            _ => self.known_stack(frames),
+        };
         let (thread, stack) = match (thread, stack) {
             (Some(thread), Some(stack)) => (thread, stack),
             (thread, stack) => {
@@ -202,6 +226,21 @@ impl SampleLogWriter {
                 (self.define_thread(sample), self.define_stack(frames))
             }
         };
+        match self.last_stacks.get_mut(&key) {
+            Some((last, id)) => {
+                if *id != stack || !same_frames(last, frames) {
+                    last.clear();
+                    last.extend_from_slice(frames);
+                    *id = stack;
+                }
+            }
+            None => {
+                if self.last_stacks.len() >= MAX_LAST_STACKS {
+                    self.last_stacks.clear();
+                }
+                self.last_stacks.insert(key, (frames.to_vec(), stack));
+            }
+        }
         let delta = delta(sample.time.0, &mut self.tick_base);
         let info = &sample.thread;
         put_sample(
@@ -239,6 +278,7 @@ impl SampleLogWriter {
     /// Forgets the tables and the time bases, as a reset record tells the reader to.
     fn clear_state(&mut self) {
         self.tables.clear();
+        self.last_stacks.clear();
         self.tick_base = 0;
         self.gpu_base = 0;
     }

@@ -259,3 +259,43 @@ fn what_is_not_a_log_is_refused_with_a_clear_error() {
         Err(LogError::Header { .. })
     ));
 }
+
+/// A thread's stack made of the very same frame objects as its last one is written from the
+/// writer's memory of it; every other stack (a line moved, or equal frames made anew, or
+/// another thread's) is looked up. What is read back is what was written, either way.
+#[test]
+fn unchanged_stacks_of_each_thread_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let frame = |f: &str, line| Frame::python(f, "work.py", line);
+    let asleep = vec![frame("wait", 10), frame("run", 20)];
+    let moved = vec![frame("wait", 11), frame("run", 20)];
+    let anew = vec![frame("wait", 10), frame("run", 20)];
+    let a = thread(1, Some(101), Some("a"), false, false);
+    let b = thread(2, Some(102), Some("b"), true, true);
+    let mut events = Vec::new();
+    for (i, frames) in [&asleep, &asleep, &moved, &asleep, &anew, &asleep, &moved]
+        .into_iter()
+        .enumerate()
+    {
+        let t = START + i as u64 * 10 * MS;
+        events.push(stack(t, 7, a.clone(), frames.clone()));
+        // Another thread in between, with the same frames as the first's last but one.
+        events.push(stack(
+            t + MS,
+            7,
+            b.clone(),
+            if i % 2 == 0 {
+                moved.clone()
+            } else {
+                asleep.clone()
+            },
+        ));
+    }
+    write(dir.path(), &header(false, false), &events);
+    let (_, read, end) = read_all(dir.path());
+    assert_eq!(end, LogEnd::Complete);
+    assert_eq!(read.len(), events.len());
+    for (i, (a, b)) in events.iter().zip(&read).enumerate() {
+        assert!(same(a, b), "event {i}:\n wrote {a:?}\n read  {b:?}");
+    }
+}

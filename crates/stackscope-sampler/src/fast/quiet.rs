@@ -12,10 +12,10 @@
 //! The bet is made before the read: a still thread with a proof is planned with no ranges,
 //! and the sample's read shows whether the bet held. When a switch happened meanwhile (some
 //! thread woke), the read is made again with the proofs of [`super::still`], one more system
-//! call, and the bet is not made for the next [`backoff`] samples: one after a first loss,
-//! doubling with each loss in a row up to [`MAX_BACKOFF`], so that a process whose threads
-//! wake all the time pays that extra call on one sample in 64, and one whose threads wake
-//! now and then loses one sample's bet per wake-up.
+//! call, and the bet is not made for the next [`backoff`] samples: none after a first loss,
+//! then 1, 3, 7 ... with each loss in a row up to [`MAX_BACKOFF`], so that a process whose
+//! threads wake all the time pays that extra call on one sample in 64, and one whose threads
+//! wake now and then loses one sample's bet per wake-up.
 //!
 //! The thread list: a thread that starts is linked at the list's head, which every sample
 //! reads; a thread that ends unlinks itself holding the GIL, which it had to take (a switch).
@@ -24,12 +24,13 @@ use super::attempt::Known;
 use super::gil::{GilWords, Ran};
 
 /// The most samples without the bet after lost ones.
-pub(crate) const MAX_BACKOFF: u32 = 64;
+pub(crate) const MAX_BACKOFF: u32 = 63;
 
-/// Samples without the bet after `losses` lost in a row.
+/// Samples without the bet after `losses` lost in a row: none after one (a thread woke once,
+/// the next sample bets again), then 1, 3, 7 ... up to [`MAX_BACKOFF`].
 pub(crate) fn backoff(losses: u32) -> u32 {
     1u32.checked_shl(losses.saturating_sub(1))
-        .unwrap_or(MAX_BACKOFF)
+        .map_or(MAX_BACKOFF, |n| n - 1)
         .min(MAX_BACKOFF)
 }
 
@@ -95,7 +96,7 @@ mod tests {
     #[test]
     fn lost_bets_in_a_row_back_off_doubling_to_a_bound() {
         let waits: Vec<u32> = (1..=9).map(backoff).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(waits, [0, 1, 3, 7, 15, 31, 63, 63, 63]);
         assert_eq!(backoff(1000), MAX_BACKOFF);
     }
 
