@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::Frame;
+use stackscope_event::{Frame, LastStacks};
 
 use crate::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 
@@ -123,15 +123,9 @@ pub struct StackTable {
     overflow: TableOverflow,
     /// Reused between calls so interning a sample does not allocate once its stack is known.
     scratch: Vec<FrameId>,
-    /// Each thread's (each root list's) last stack, as read and as interned: a thread that
-    /// sits in the same place sample after sample (a worker in its loop, a thread asleep)
-    /// costs a comparison of frame pointers instead of hashing every frame's strings.
-    last: HashMap<[FrameId; 2], (Vec<Frame>, StackId)>,
+    /// Each thread's (each root list's) last stack, as read and as interned.
+    last: LastStacks<[FrameId; 2], StackId>,
 }
-
-/// Threads whose last stack is kept; past it the memory starts again (a churn of short
-/// threads must not grow it without end).
-const MAX_LAST_STACKS: usize = 4096;
 
 impl Default for StackTable {
     fn default() -> Self {
@@ -160,7 +154,7 @@ impl StackTable {
             specials: [None; Special::ALL],
             overflow: TableOverflow::default(),
             scratch: Vec::new(),
-            last: HashMap::new(),
+            last: LastStacks::default(),
         }
     }
 
@@ -172,26 +166,15 @@ impl StackTable {
             [process, thread] => Some([*process, *thread]),
             _ => None,
         };
-        if let Some((last_frames, id)) = last_key.and_then(|k| self.last.get(&k)) {
-            // `Arc<str>` equality looks at the pointers first: the sampler hands out the same
-            // strings for the same code, so this is a pointer and a line per frame.
-            if last_frames.as_slice() == frames {
-                return *id;
-            }
+        if let Some(id) = last_key.and_then(|k| self.last.get(&k, frames)) {
+            return id;
         }
         let overflowed = (self.overflow.frame_samples, self.overflow.stack_samples);
         let id = self.intern_uncached(roots, frames);
         // A sample that met a full table is counted each time: it is never taken from memory.
         if let Some(k) = last_key {
             if overflowed == (self.overflow.frame_samples, self.overflow.stack_samples) {
-                if self.last.len() >= MAX_LAST_STACKS && !self.last.contains_key(&k) {
-                    self.last.clear();
-                }
-                let (last_frames, last_id) = self.last.entry(k).or_default();
-                // The thread's vector is reused: no allocation once it has grown.
-                last_frames.clear();
-                last_frames.extend_from_slice(frames);
-                *last_id = id;
+                self.last.remember(k, frames, id);
             }
         }
         id

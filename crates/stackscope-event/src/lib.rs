@@ -9,10 +9,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod last_stacks;
 mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
+pub use last_stacks::LastStacks;
 pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 

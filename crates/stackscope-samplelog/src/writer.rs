@@ -1,12 +1,13 @@
 //! [`SampleLogWriter`]: appends events to `samples.log` as the recording runs.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stackscope_event::{Event, Frame, GpuSample, ProcessEvent, SampleError, StackSample};
+use stackscope_event::{
+    Event, Frame, GpuSample, LastStacks, ProcessEvent, SampleError, StackSample,
+};
 
 use crate::block::{prefix, seal, BLOCK_HEAD_LEN, BLOCK_TARGET};
 use crate::error::LogError;
@@ -58,25 +59,8 @@ pub struct SampleLogWriter {
     stats: WriterStats,
     /// Frame ids of the stack being written.
     scratch: Vec<u32>,
-    /// Each thread's last stack as written, and its id: a thread whose frames are the same
-    /// objects as last time (most threads of a sample, asleep where they were) needs no
-    /// lookup of its frames. Cleared with the tables.
-    last_stacks: HashMap<(u32, u64), (Vec<Frame>, u32)>,
-}
-
-/// Threads whose last stack is kept at most.
-const MAX_LAST_STACKS: usize = 4096;
-
-/// Whether two stacks are the same frames: the same strings (by address: the reader hands
-/// out one string per name) and lines.
-fn same_frames(a: &[Frame], b: &[Frame]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.line == y.line
-                && x.native == y.native
-                && Arc::ptr_eq(&x.function, &y.function)
-                && Arc::ptr_eq(&x.file, &y.file)
-        })
+    /// Each thread's last stack as written, and its id: cleared with the tables.
+    last_stacks: LastStacks<(u32, u64), u32>,
 }
 
 impl SampleLogWriter {
@@ -118,7 +102,7 @@ impl SampleLogWriter {
             poisoned: false,
             stats: WriterStats::default(),
             scratch: Vec::new(),
-            last_stacks: HashMap::new(),
+            last_stacks: LastStacks::default(),
         })
     }
 
@@ -199,10 +183,8 @@ impl SampleLogWriter {
             }
             _ => None,
         };
-        let stack = match self.last_stacks.get(&key) {
-            Some((last, id)) if same_frames(last, frames) => Some(*id),
-            _ => self.known_stack(frames),
-        };
+        let remembered = self.last_stacks.get(&key, frames);
+        let stack = remembered.or_else(|| self.known_stack(frames));
         let (thread, stack) = match (thread, stack) {
             (Some(thread), Some(stack)) => (thread, stack),
             (thread, stack) => {
@@ -226,20 +208,8 @@ impl SampleLogWriter {
                 (self.define_thread(sample), self.define_stack(frames))
             }
         };
-        match self.last_stacks.get_mut(&key) {
-            Some((last, id)) => {
-                if *id != stack || !same_frames(last, frames) {
-                    last.clear();
-                    last.extend_from_slice(frames);
-                    *id = stack;
-                }
-            }
-            None => {
-                if self.last_stacks.len() >= MAX_LAST_STACKS {
-                    self.last_stacks.clear();
-                }
-                self.last_stacks.insert(key, (frames.to_vec(), stack));
-            }
+        if remembered != Some(stack) {
+            self.last_stacks.remember(key, frames, stack);
         }
         let delta = delta(sample.time.0, &mut self.tick_base);
         let info = &sample.thread;
