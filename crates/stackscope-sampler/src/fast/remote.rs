@@ -153,11 +153,10 @@ impl Batch {
     /// One system call for the ranges `which` (ascending, none marked unreadable); answers
     /// how many of them, from the first, were read in full.
     fn readv(&mut self, remote: &mut Remote, which: &[usize]) -> io::Result<usize> {
-        let ranges: Vec<&Range> = which.iter().map(|&i| &self.ranges[i]).collect();
-        let total: usize = ranges.iter().map(|r| r.len).sum();
-        let first = ranges.first().map_or(0, |r| r.offset);
-        let remote_iov: Vec<libc::iovec> = ranges
-            .iter()
+        let ranges = || which.iter().map(|&i| &self.ranges[i]);
+        let total: usize = ranges().map(|r| r.len).sum();
+        let first = ranges().next().map_or(0, |r| r.offset);
+        let remote_iov: Vec<libc::iovec> = ranges()
             .map(|r| libc::iovec {
                 iov_base: r.addr as *mut libc::c_void,
                 iov_len: r.len,
@@ -191,7 +190,7 @@ impl Batch {
         let mut read = n as usize;
         remote.bytes += read as u64;
         let mut done = 0;
-        for r in ranges {
+        for r in ranges() {
             if read < r.len {
                 break;
             }
