@@ -290,8 +290,7 @@ impl FastReader {
         }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
-            self.stats.process_stops += 1;
-            Some(self.process.lock().map_err(ReadError::stop)?)
+            Some(self.stop_process()?)
         } else {
             None
         };
@@ -308,8 +307,7 @@ impl FastReader {
         if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
-            self.stats.process_stops += 1;
-            let stopped = self.process.lock().map_err(ReadError::stop)?;
+            let stopped = self.stop_process()?;
             result = self.read_threads(blocking, true, &states);
             drop(stopped);
         }
@@ -404,6 +402,12 @@ impl FastReader {
             });
         }
         Ok(out)
+    }
+
+    /// Stops the whole process until the lock drops, counted.
+    fn stop_process(&mut self) -> Result<remoteprocess::Lock, ReadError> {
+        self.stats.process_stops += 1;
+        self.process.lock().map_err(ReadError::stop)
     }
 
     /// `states`: each thread's scheduler state before the read.
