@@ -53,9 +53,11 @@ impl Ran {
         };
         match b.switch_number.wrapping_sub(a.switch_number) {
             0 if a.last_holder == b.last_holder => Ran::Only(vec![a.last_holder]),
-            1 => Ran::Only(vec![a.last_holder, b.last_holder]),
-            // A holder changed without a switch counted: the two words were read while being
-            // written. Or many switches. Either way, assume the worst.
+            1 if a.last_holder != b.last_holder => Ran::Only(vec![a.last_holder, b.last_holder]),
+            // A holder changed without a switch counted, or a switch counted that left the
+            // holder as it was (a switch always names a new one): the two words were read
+            // while being written (`last_holder` is stored first, then `switch_number`). Or
+            // many switches. Either way, assume the worst.
             _ => Ran::Anyone,
         }
     }
@@ -100,6 +102,8 @@ mod tests {
         assert_eq!(Ran::between(gil(0x10, 7), gil(0x20, 9)), Ran::Anyone);
         assert_eq!(Ran::between(gil(0x10, 7), gil(0x20, 7)), Ran::Anyone);
         assert_eq!(Ran::between(None, gil(0x20, 7)), Ran::Anyone);
+        // The old holder read before the new one was stored, the count read after.
+        assert_eq!(Ran::between(gil(0x10, 7), gil(0x10, 8)), Ran::Anyone);
     }
 
     #[test]

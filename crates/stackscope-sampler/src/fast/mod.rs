@@ -12,7 +12,7 @@
 //!   `process_vm_readv`, and walks the frame links inside the copy ([`snapshot`], [`stack`]);
 //! - does not stop the process: the GIL, read before and after the copy, says which threads
 //!   can have run during it ([`gil`]); every other thread's copy is a stack it had. The one
-//!   that may have run (the holder) is copied four times with random gaps and kept when the
+//!   that may have run (the holder) is copied eight times with random gaps and kept when the
 //!   copies agree ([`holder`]); one that keeps failing that is stopped alone, read and
 //!   resumed ([`Strategy`]).
 //!
