@@ -10,10 +10,11 @@
 //! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
 //! the reader decides that, since only it knows whether the Python state changed.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
+
+use super::addrmap::TidMap;
 
 /// How long a sleeping thread's state is taken as still true while its Python state does not
 /// change (docs/performance.md: the error this allows, measured).
@@ -27,9 +28,14 @@ struct Entry {
     quiet_since: Option<Instant>,
 }
 
+/// Whether a state letter says the thread sleeps (waits for something: `S`, `D`, ...).
+pub(crate) fn is_asleep(state: Option<u8>) -> bool {
+    matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'))
+}
+
 pub(crate) struct Activity {
     pid: u32,
-    files: HashMap<u64, Entry>,
+    files: TidMap<Entry>,
     pub reads: u64,
     /// States taken from an earlier read instead.
     pub reused: u64,
@@ -39,7 +45,7 @@ impl Activity {
     pub(crate) fn new(pid: u32) -> Activity {
         Activity {
             pid,
-            files: HashMap::new(),
+            files: TidMap::default(),
             reads: 0,
             reused: 0,
         }
@@ -68,7 +74,7 @@ impl Activity {
     pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
         let entry = self.files.get(&tid)?;
         let (state, at, cpu) = entry.last?;
-        let asleep = matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'));
+        let asleep = is_asleep(state);
         let quiet = cpu.is_some()
             && entry
                 .quiet_since

@@ -1,4 +1,4 @@
-//! Maps keyed by addresses in the target, hashed cheaply.
+//! Maps keyed by addresses in the target (and by thread ids), hashed cheaply.
 //!
 //! The reader looks up every frame's code object in a map each sample; the standard SipHash
 //! is built to resist keys chosen by an attacker and costs several times more than a
@@ -9,6 +9,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 pub(crate) type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+
+/// The same, keyed by thread ids (looked up for every thread, every sample).
+pub(crate) type TidMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 #[derive(Default)]
 pub(crate) struct AddrHasher(u64);
@@ -22,6 +25,10 @@ impl Hasher for AddrHasher {
         for &b in bytes {
             self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.write_usize(n as usize);
     }
 
     fn write_usize(&mut self, n: usize) {

@@ -388,11 +388,15 @@ pub(crate) fn attempt(
         ids.insert(addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b)));
     }
     drop(batch);
-    let mut missing = Vec::new();
-    for (&addr, id) in &ids {
-        if let Some(id) = id {
-            if codes.get(addr, id).is_none() {
-                missing.push((addr, *id));
+    // Only code objects on a stack read now are loaded: one checked ahead that is no longer
+    // on any may have been freed, and its bytes are anything.
+    let mut missing: Vec<(usize, CodeId)> = Vec::new();
+    for Walking { walk, .. } in &walks {
+        for f in &walk.frames {
+            if let Some(Some(id)) = ids.get(&f.code) {
+                if codes.get(f.code, id).is_none() && !missing.iter().any(|(a, _)| *a == f.code) {
+                    missing.push((f.code, *id));
+                }
             }
         }
     }
@@ -441,10 +445,22 @@ pub(crate) fn attempt(
             }
             known.extra = extra;
             known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
-            known.codes.clear();
+            // This walk's code objects, then a few of the earlier walks' that it did not
+            // use: a leaf call that comes and goes between samples keeps its identity read
+            // with the snapshot instead of costing a call of its own after it.
+            let earlier = std::mem::take(&mut known.codes);
             for f in &walk.frames {
                 if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
                     known.codes.push(f.code);
+                }
+            }
+            let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
+            for code in earlier {
+                if known.codes.len() >= keep {
+                    break;
+                }
+                if !known.codes.contains(&code) {
+                    known.codes.push(code);
                 }
             }
         }
@@ -509,6 +525,9 @@ const RECENT_FRAMES: usize = 8;
 
 /// At most this many code objects per thread are checked ahead, with the snapshot.
 const MAX_CODES_AHEAD: usize = 128;
+
+/// Of those, at most this many that its last walk did not use.
+const EARLIER_CODES_AHEAD: usize = 8;
 
 /// Walks may need at most this many reads after the snapshot (one per generator frame or
 /// older chunk on the way down, for every thread at once).

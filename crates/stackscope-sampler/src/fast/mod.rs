@@ -267,15 +267,17 @@ impl FastReader {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).
             let own = self.tids.ours(tid);
-            let earlier = (self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder)
+            let may_be_still =
+                self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder;
+            let earlier = may_be_still
                 .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
                 .flatten();
-            k.still = earlier.is_some();
             match earlier {
                 Some(state) => {
                     if self.audit {
                         audited.push(own.and_then(|own| self.activity.peek(own)));
                     }
+                    k.still = true;
                     states.push((tid, Some(state)));
                     reused.push(true);
                 }
@@ -283,7 +285,12 @@ impl FastReader {
                     if self.audit {
                         audited.push(None);
                     }
-                    states.push((tid, own.and_then(|own| self.activity.state(own))));
+                    let state = own.and_then(|own| self.activity.state(own));
+                    // Asleep now, as read: as likely where it was as one whose reading is
+                    // reused (every sleeper's reading expires every 100 ms, and reading them
+                    // all in full then cost a sample about as much as all the others).
+                    k.still = may_be_still && activity::is_asleep(state);
+                    states.push((tid, state));
                     reused.push(false);
                 }
             }

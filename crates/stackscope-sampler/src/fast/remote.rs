@@ -31,7 +31,11 @@ struct Range {
 #[derive(Default)]
 pub(crate) struct Batch {
     ranges: Vec<Range>,
+    /// The ranges' bytes, back to back, in `buf[..used]`. A recycled batch keeps its
+    /// buffer's length: the kernel overwrites what it reads, so the bytes are not zeroed
+    /// again each sample.
     buf: Vec<u8>,
+    used: usize,
 }
 
 /// The process we read, and how many system calls reading it took.
@@ -81,7 +85,7 @@ impl Remote {
 impl Batch {
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
-        self.buf.clear();
+        self.used = 0;
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -90,10 +94,13 @@ impl Batch {
 
     /// Adds a range. A null address or an absurd length is recorded as failed, never read.
     pub(crate) fn add(&mut self, addr: usize, len: usize) -> Slot {
-        let offset = self.buf.len();
+        let offset = self.used;
         let sane = addr != 0 && len <= MAX_RANGE && addr.checked_add(len).is_some();
         let len = if sane { len } else { 0 };
-        self.buf.resize(offset + len, 0);
+        self.used = offset + len;
+        if self.buf.len() < self.used {
+            self.buf.resize(self.used, 0);
+        }
         self.ranges.push(Range {
             addr,
             len,
