@@ -19,6 +19,7 @@ mod permission;
 pub mod procfs;
 mod root;
 mod sampler;
+mod slice;
 mod target;
 mod timer;
 mod tree;

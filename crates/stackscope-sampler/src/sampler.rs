@@ -140,6 +140,9 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
             .spawn(move || {
+                if std::env::var_os("STACKSCOPE_SHORT_SLICES").is_some_and(|v| v == "1") {
+                    crate::slice::ask_for_short_slices();
+                }
                 let mut out = Output {
                     batcher: Batcher::new(sender),
                     stats: &thread_stats,

@@ -267,8 +267,7 @@ impl FastReader {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).
             let own = self.tids.ours(tid);
-            let may_be_still =
-                self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder;
+            let may_be_still = self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder;
             let earlier = may_be_still
                 .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
                 .flatten();
