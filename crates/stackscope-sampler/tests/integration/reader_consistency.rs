@@ -12,63 +12,10 @@ use stackscope_sampler::{procfs, PythonTarget, SampleFailure, TargetOptions, Thr
 use crate::common;
 use common::{pythons, Fixture};
 
-const SHAPES: &str = r#"
-import os, threading, time
-
-DEPTH = 20
-started = threading.Semaphore(0)
-
-def leaf_a(x):
-    return x + 1
-
-def leaf_b(x):
-    return x - 1
-
-def steady(n):
-    if n == 0:
-        return spin_calls()
-    return steady(n - 1)  # STEADY_CALL
-
-def spin_calls():
-    started.release()
-    x = 0
-    while True:
-        x = leaf_a(x)  # SPIN_A
-        x = leaf_b(x)  # SPIN_B
-
-def rec(n):
-    if n == 0:
-        return leaf_a(0)  # REC_LEAF
-    return rec(n - 1)  # REC_CALL
-
-def churn():
-    started.release()
-    i = 0
-    while True:
-        rec(i % 40)  # CHURN_CALL
-        i += 1
-
-def generator():
-    def g():
-        while True:
-            yield leaf_a(1)  # GEN_LEAF
-    started.release()
-    for _ in g():  # GEN_LOOP
-        pass
-
-threads = [
-    (lambda: steady(DEPTH), "steady"),
-    (churn, "churn"),
-    (generator, "gen"),
-]
-for fn, name in threads:
-    threading.Thread(target=fn, name=name, daemon=True).start()
-for _ in threads:
-    started.acquire()
-print("ready", os.getpid(), flush=True)
-while True:
-    time.sleep(1)
-"#;
+const SHAPES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../fixtures/consistency_shapes.py"
+));
 
 /// The line of the fixture source that carries `marker`.
 fn line_of(marker: &str) -> u32 {
