@@ -574,7 +574,7 @@ fn open_interpreter(pid: u32, config: &Config) -> Result<PythonSpy, AttachError>
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match PythonSpy::new(pid as py_spy::Pid, config) {
+        match new_spy(pid, config) {
             Ok(spy) => return Ok(spy),
             Err(e) if attempt >= 5 || !procfs::is_alive(pid) => {
                 return Err(AttachError::diagnose(pid, &e))
@@ -582,6 +582,23 @@ fn open_interpreter(pid: u32, config: &Config) -> Result<PythonSpy, AttachError>
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
+}
+
+/// py-spy's `PythonSpy::new`, with a panic in it (its scan of a starting process's memory
+/// reads whatever is there) turned into an error like any other failed look: a target's
+/// memory must never bring us down.
+fn new_spy(pid: u32, config: &Config) -> anyhow::Result<PythonSpy> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        PythonSpy::new(pid as py_spy::Pid, config)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(anyhow::anyhow!("py-spy failed reading the process: {why}"))
+    })
 }
 
 /// Hands out one shared copy of each function and file name, so that a stack costs pointers
