@@ -35,6 +35,20 @@ struct SchedAttr {
 /// The calling thread's scheduling attributes, with short slices asked for. Answers whether
 /// the kernel took them.
 pub(crate) fn ask_for_short_slices() -> bool {
+    // Only a fair-scheduled thread (SCHED_OTHER, SCHED_BATCH): a real-time one stays as set.
+    let Some(mut attr) = attributes()
+        .filter(|a| matches!(a.sched_policy as i32, libc::SCHED_OTHER | libc::SCHED_BATCH))
+    else {
+        return false;
+    };
+    attr.sched_runtime = SLICE_NS;
+    // SAFETY: `attr` is a valid `sched_attr` as read back by `attributes`, with its size set.
+    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    set == 0
+}
+
+/// The calling thread's scheduling attributes, with `size` set to the struct we pass.
+fn attributes() -> Option<SchedAttr> {
     let mut attr = SchedAttr::default();
     let size = std::mem::size_of::<SchedAttr>() as u32;
     // SAFETY: `attr` is a writable `sched_attr` of `size` bytes; pid 0 is this thread.
@@ -47,38 +61,14 @@ pub(crate) fn ask_for_short_slices() -> bool {
             0,
         )
     };
-    // Only a fair-scheduled thread (SCHED_OTHER, SCHED_BATCH): a real-time one stays as set.
-    if got != 0
-        || !matches!(
-            attr.sched_policy as i32,
-            libc::SCHED_OTHER | libc::SCHED_BATCH
-        )
-    {
-        return false;
-    }
     attr.size = size;
-    attr.sched_runtime = SLICE_NS;
-    // SAFETY: `attr` is a valid `sched_attr` as read back above, with its size set.
-    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-    set == 0
+    (got == 0).then_some(attr)
 }
 
 /// The slice the calling thread asked for, in nanoseconds (None where it cannot be read).
 #[cfg(test)]
 pub(crate) fn current_slice() -> Option<u64> {
-    let mut attr = SchedAttr::default();
-    let size = std::mem::size_of::<SchedAttr>() as u32;
-    // SAFETY: as in `ask_for_short_slices`.
-    let got = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            0,
-            &mut attr as *mut SchedAttr,
-            size,
-            0,
-        )
-    };
-    (got == 0).then_some(attr.sched_runtime)
+    attributes().map(|a| a.sched_runtime)
 }
 
 #[cfg(test)]
