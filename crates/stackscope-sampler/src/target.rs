@@ -275,6 +275,12 @@ impl PythonTarget {
         })
     }
 
+    /// Whether our reader's last read saw, afresh, one of the process's threads running or
+    /// asleep (not stopped): then nobody had stopped the process. False for py-spy's reader.
+    pub fn seen_running(&self) -> bool {
+        self.native.is_none() && self.fast.as_ref().is_some_and(|f| f.seen_running())
+    }
+
     /// Whether the process has exec'd another program since we attached.
     pub fn has_execed(&self) -> bool {
         let now = procfs::exe(self.read_pid).ok();

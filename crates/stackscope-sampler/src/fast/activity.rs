@@ -151,6 +151,12 @@ fn cpu_ticks(stat: &[u8]) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// Whether a state letter says the thread can run: running, runnable or asleep, not stopped
+/// by a signal or a tracer, not exiting, and read at all.
+pub(crate) fn is_awake_or_asleep(state: Option<u8>) -> bool {
+    state == Some(b'R') || is_asleep(state)
+}
+
 /// Whether a state letter is a stop (by a signal or a tracer): such a thread runs nothing.
 pub(crate) fn is_stopped(state: Option<u8>) -> bool {
     matches!(state, Some(b't' | b'T'))

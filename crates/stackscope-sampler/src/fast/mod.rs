@@ -138,6 +138,11 @@ pub(crate) struct FastReader {
     quiet_backoff: u32,
     /// Bets lost in a row.
     quiet_losses: u32,
+    /// Whether the last read found a thread that the OS, read afresh, showed running or
+    /// asleep, or one whose Python state moved since the sample before: the process was not
+    /// stopped by a signal or a debugger (the sampler then need not read the leader's state
+    /// to know; a process stopped between two samples is seen stopped at the second).
+    seen_running: bool,
     /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
     /// it would have changed (docs/performance.md).
     audit: bool,
@@ -221,6 +226,7 @@ impl FastReader {
             still_reads: std::env::var_os("STACKSCOPE_STILL_READS").is_none_or(|v| v != "0"),
             quiet_backoff: 0,
             quiet_losses: 0,
+            seen_running: false,
             tids: TidMap::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
@@ -240,6 +246,12 @@ impl FastReader {
         for (k, tid) in self.threads.iter_mut().zip(tids) {
             k.ts.native_thread_id = tid;
         }
+    }
+
+    /// Whether the last read saw a thread not stopped (running or asleep, read afresh) or
+    /// one that ran Python since the sample before ([`FastReader::seen_running`] field).
+    pub(crate) fn seen_running(&self) -> bool {
+        self.seen_running
     }
 
     /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
@@ -263,10 +275,26 @@ impl FastReader {
         let mut reused: Vec<bool> = Vec::with_capacity(self.threads.len());
         let mut audited: Vec<Option<u8>> = Vec::new();
         let old_sigs: Vec<(usize, u64)> = self.threads.iter().map(|k| (k.tstate, k.sig)).collect();
+        // The GIL's holder at the end of the last read is busy by the idle rule if it still
+        // holds the GIL at the end of this one, whatever the OS says: its state is read only
+        // if it turns out not to (below). On a process with one busy thread that saves the
+        // only `/proc` read of most samples.
+        let mut deferred: Vec<bool> = Vec::with_capacity(self.threads.len());
         for k in &mut self.threads {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).
             let own = self.tids.ours(tid);
+            let defer = self.reuse_states && k.sig != 0 && k.tstate == self.expected_holder;
+            deferred.push(defer);
+            if defer {
+                if self.audit {
+                    audited.push(None);
+                }
+                k.still = false;
+                states.push((tid, None));
+                reused.push(false);
+                continue;
+            }
             let may_be_still = self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder;
             let earlier = may_be_still
                 .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
@@ -295,6 +323,11 @@ impl FastReader {
             }
         }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
+        self.seen_running = states
+            .iter()
+            .zip(&reused)
+            .any(|((_, state), &reused)| !reused && activity::is_awake_or_asleep(*state));
+        let mut moved = false;
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             Some(self.stop_process()?)
         } else {
@@ -352,16 +385,30 @@ impl FastReader {
                 Some((t, _)) if *t == tid => Some(i),
                 _ => states.iter().position(|(t, _)| *t == tid),
             };
+            let same_as_before = || match old_sigs.get(i) {
+                Some((t, sig)) if *t == known.tstate => *sig == known.sig,
+                _ => old_sigs
+                    .iter()
+                    .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
+            };
+            // Python ran since the last sample: nobody had the process stopped.
+            moved |= known.sig != 0 && !same_as_before();
             let state = match at {
+                Some(j) if deferred[j] => {
+                    if self.audit {
+                        self.stats.idle_decisions += 1;
+                    }
+                    if owns_gil {
+                        // Busy, whatever its state (unknown: a stopped holder reads busy).
+                        None
+                    } else {
+                        os_state(&mut self.tids, &mut self.activity, tid)
+                    }
+                }
                 Some(j) if reused[j] => {
                     // A reused state stands only for a thread that did not move: one whose
                     // Python state changed, or that holds the GIL, is read at once.
-                    let same = match old_sigs.get(i) {
-                        Some((t, sig)) if *t == known.tstate => *sig == known.sig,
-                        _ => old_sigs
-                            .iter()
-                            .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
-                    };
+                    let same = same_as_before();
                     if self.audit {
                         self.stats.idle_decisions += 1;
                     }
@@ -407,6 +454,7 @@ impl FastReader {
                 frames: frames.into_iter().map(|f| f.frame).collect(),
             });
         }
+        self.seen_running |= moved;
         Ok(out)
     }
 
