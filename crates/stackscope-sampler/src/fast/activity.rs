@@ -26,6 +26,22 @@ struct Entry {
     last: Option<(Option<u8>, Instant, Option<u64>)>,
     /// Since when its CPU time has not moved, as far as the readings tell.
     quiet_since: Option<Instant>,
+    /// Its `schedstat` file (opened for a thread once it is seen asleep) and what it said
+    /// just before the last `stat` reading that found it asleep.
+    sched: Option<File>,
+    sched_then: Option<Sched>,
+}
+
+/// A thread's `/proc/PID/task/TID/schedstat`: nanoseconds on a CPU, nanoseconds waiting for
+/// one, times switched in. The kernel updates the first at every switch out and scheduler
+/// tick, the last at every switch in: a thread whose line reads the same has not been on a
+/// CPU in between (it slept, or woke and still waits for a CPU), so a sleeping state read
+/// before is still true but for that wait. Rendering it costs the kernel far less than `stat`
+/// (three numbers, no permission check, no memory statistics).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Sched {
+    run_ns: u64,
+    switches: u64,
 }
 
 /// Whether a state letter says the thread sleeps (waits for something: `S`, `D`, ...).
@@ -39,6 +55,9 @@ pub(crate) struct Activity {
     pub reads: u64,
     /// States taken from an earlier read instead.
     pub reused: u64,
+    /// Of those, states renewed by a `schedstat` reading that showed the thread had not run.
+    pub renewed: u64,
+    pub sched_reads: u64,
 }
 
 impl Activity {
@@ -48,12 +67,23 @@ impl Activity {
             files: TidMap::default(),
             reads: 0,
             reused: 0,
+            renewed: 0,
+            sched_reads: 0,
         }
     }
 
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
+        // A sleeper's schedstat first: a wake-up between the two readings then shows as a
+        // change later, rather than hiding in the baseline.
+        let sched = match self.files.get_mut(&tid) {
+            Some(e) if is_asleep(e.last.and_then(|(s, _, _)| s)) => {
+                self.sched_reads += 1;
+                read_sched(self.pid, tid, e)
+            }
+            _ => None,
+        };
         let (state, cpu) = self.read(tid);
         if let Some(e) = self.files.get_mut(&tid) {
             let now = Instant::now();
@@ -62,6 +92,9 @@ impl Activity {
                 e.quiet_since = Some(now);
             }
             e.last = Some((state, now, cpu));
+            // A thread that was awake at the reading before has no baseline yet: the next
+            // reading (if it still sleeps) takes one.
+            e.sched_then = if is_asleep(state) { sched } else { None };
         }
         state
     }
@@ -71,16 +104,33 @@ impl Activity {
     /// either (a thread that loops around a C call releasing the GIL sleeps for a moment each
     /// time it waits for the GIL, in the same Python state: it keeps being read). A running,
     /// stopped or unreadable one is read every time.
+    ///
+    /// When those 100 ms are up, the thread's `schedstat` is read (a third of a `stat`
+    /// reading's cost): if it has not been on a CPU since the sleeping state was read, that
+    /// state is renewed for another [`REUSE_FOR`]. The error stays what it was: a thread that
+    /// woke but has not yet run reads as asleep, for at most [`REUSE_FOR`].
     pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
-        let entry = self.files.get(&tid)?;
+        let pid = self.pid;
+        let entry = self.files.get_mut(&tid)?;
         let (state, at, cpu) = entry.last?;
         let asleep = is_asleep(state);
         let quiet = cpu.is_some()
             && entry
                 .quiet_since
                 .is_some_and(|q| now.saturating_duration_since(q) >= REUSE_FOR);
-        if asleep && quiet && now.saturating_duration_since(at) <= REUSE_FOR {
+        if !(asleep && quiet) {
+            return None;
+        }
+        if now.saturating_duration_since(at) <= REUSE_FOR {
             self.reused += 1;
+            return state;
+        }
+        let then = entry.sched_then?;
+        self.sched_reads += 1;
+        if read_sched(pid, tid, entry) == Some(then) {
+            entry.last = Some((state, now, cpu));
+            self.reused += 1;
+            self.renewed += 1;
             return state;
         }
         None
@@ -111,6 +161,8 @@ impl Activity {
                         file,
                         last: None,
                         quiet_since: None,
+                        sched: None,
+                        sched_then: None,
                     })
                 }
             };
@@ -132,6 +184,32 @@ impl Activity {
             self.files.retain(|tid, _| live.contains(tid));
         }
     }
+}
+
+/// The thread's schedstat line, its file opened on first use and kept; None when it cannot be
+/// read (no such file, too many open files, a kernel without schedstats shows zeros).
+fn read_sched(pid: u32, tid: u64, entry: &mut Entry) -> Option<Sched> {
+    if entry.sched.is_none() {
+        entry.sched = File::open(format!("/proc/{pid}/task/{tid}/schedstat")).ok();
+    }
+    let mut buf = [0u8; 96];
+    let n = match entry.sched.as_ref()?.read_at(&mut buf, 0) {
+        Ok(n) if n > 0 => n,
+        _ => {
+            entry.sched = None;
+            return None;
+        }
+    };
+    let sched = parse_sched(buf.get(..n)?)?;
+    (sched.switches != 0).then_some(sched)
+}
+
+fn parse_sched(line: &[u8]) -> Option<Sched> {
+    let mut fields = std::str::from_utf8(line).ok()?.split_ascii_whitespace();
+    let run_ns = fields.next()?.parse().ok()?;
+    let _waited_ns: u64 = fields.next()?.parse().ok()?;
+    let switches = fields.next()?.parse().ok()?;
+    Some(Sched { run_ns, switches })
 }
 
 /// The state letter: the first field after the command name, which is in parentheses and
@@ -186,5 +264,54 @@ mod tests {
         assert_eq!(state(b"garbage"), None);
         let line = b"12 (a) b) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0";
         assert_eq!(cpu_ticks(line), Some(100));
+    }
+
+    #[test]
+    fn schedstat_gives_run_time_and_switches() {
+        assert_eq!(
+            parse_sched(b"279983773 364475451 6058\n"),
+            Some(Sched {
+                run_ns: 279983773,
+                switches: 6058
+            })
+        );
+        assert_eq!(parse_sched(b"12 34"), None);
+        assert_eq!(parse_sched(b"x 1 2"), None);
+    }
+
+    /// A sleeping thread's state is renewed past [`REUSE_FOR`] while it does not run, and
+    /// read afresh once it has.
+    #[test]
+    fn a_sleeper_that_has_not_run_keeps_its_state_and_one_that_ran_is_read() {
+        use std::sync::mpsc;
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let sleeper = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
+            // Asleep until told, then a moment of work, then asleep again.
+            go_rx.recv().unwrap();
+            let until = Instant::now() + Duration::from_millis(20);
+            while Instant::now() < until {}
+            go_rx.recv().ok();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut activity = Activity::new(std::process::id());
+        // Asleep at two readings (the second takes the schedstat baseline)...
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(activity.state(tid), Some(b'S'));
+        std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
+        assert_eq!(activity.state(tid), Some(b'S'));
+        // ... then past the reuse window: renewed, not read.
+        std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
+        let reads = activity.reads;
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        assert_eq!((activity.reads, activity.renewed), (reads, 1));
+        // It runs: once the window is up, its schedstat moved and the state is not reused.
+        go_tx.send(()).unwrap();
+        std::thread::sleep(REUSE_FOR + Duration::from_millis(40));
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
+        assert_eq!(activity.renewed, 1);
+        drop(go_tx);
+        sleeper.join().unwrap();
     }
 }

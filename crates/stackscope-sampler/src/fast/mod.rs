@@ -718,6 +718,8 @@ impl FastReader {
         s.syscalls = self.remote.syscalls;
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
+        s.stat_renewed = self.activity.renewed;
+        s.sched_reads = self.activity.sched_reads;
         s.late_rounds = self.walk_stats.rounds;
         s.unchanged = self.walk_stats.unchanged;
         s.quiet = self.walk_stats.quiet;

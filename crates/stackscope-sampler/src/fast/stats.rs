@@ -29,6 +29,10 @@ pub(crate) struct ReaderStats {
     /// Thread states taken from an earlier stat read (a sleeping thread whose Python state
     /// did not change).
     pub stat_reused: u64,
+    /// Of those, states renewed past their 100 ms by a `schedstat` reading (the thread had
+    /// not run), and `schedstat` readings in all.
+    pub stat_renewed: u64,
+    pub sched_reads: u64,
     /// With `STACKSCOPE_IDLE_AUDIT=1`: idle decisions made, and how many differ from the
     /// decision a fresh stat read would have given.
     pub idle_decisions: u64,
@@ -57,7 +61,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused, {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -68,6 +72,8 @@ impl fmt::Display for ReaderStats {
             per(self.stat_reads),
             per(self.bytes),
             per(self.stat_reused),
+            per(self.stat_renewed),
+            per(self.sched_reads),
             per(self.unchanged),
             per(self.quiet),
             self.quiet_misses,
