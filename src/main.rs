@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     if let Command::Launch(args) = &cli.command {
         return child::launcher_main(&args.status_file, &args.command);
     }
+    stackscope_sampler::procfs::raise_open_file_limit();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -98,6 +98,25 @@ impl StopCheck {
     }
 }
 
+/// Raises the soft limit on open files to the hard one. The reader keeps two `/proc` files
+/// open per sleeping thread of the target (its `stat` and `schedstat`), and 1024, the usual
+/// soft limit, is too few for a process of 500 threads; a file that cannot be opened makes
+/// its thread's state unknown, which counts as busy.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill, then to set; both calls only read or write it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// The executable, as `/proc/PID/exe` resolves.
 pub fn exe(pid: u32) -> io::Result<PathBuf> {
     fs::read_link(format!("/proc/{pid}/exe"))
@@ -219,6 +238,22 @@ fn state_in(stat: &str) -> Option<char> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_one() {
+        raise_open_file_limit();
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid rlimit to fill.
+        assert_eq!(
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+            0
+        );
+        assert_eq!(limit.rlim_cur, limit.rlim_max);
+    }
+
     use super::*;
 
     #[test]
