@@ -75,10 +75,17 @@ impl Activity {
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
     pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
-        // A sleeper's schedstat first: a wake-up between the two readings then shows as a
-        // change later, rather than hiding in the baseline.
+        // A quiet sleeper's schedstat first (the baseline of later renewals; a thread that
+        // keeps waking, such as one that waits for the GIL by turns, never gets that far): a
+        // wake-up between the two readings then shows as a change later, rather than hiding
+        // in the baseline.
+        let now = Instant::now();
         let sched = match self.files.get_mut(&tid) {
-            Some(e) if is_asleep(e.last.and_then(|(s, _, _)| s)) => {
+            Some(e)
+                if is_asleep(e.last.and_then(|(s, _, _)| s))
+                    && e.quiet_since
+                        .is_some_and(|q| now.saturating_duration_since(q) >= REUSE_FOR) =>
+            {
                 self.sched_reads += 1;
                 read_sched(self.pid, tid, e)
             }

@@ -90,9 +90,9 @@ pub(crate) struct Attempt {
     pub gil_holder: Option<usize>,
     /// The GIL's last holder at the end of the read: likely the holder next time too.
     pub last_holder: Option<usize>,
-    /// A thread planned with no reads ([`quiet`]) may have run: this attempt is to be made
-    /// again without that bet.
-    pub quiet_failed: bool,
+    /// Threads planned with no reads ([`quiet`]) that may have run, by their position in
+    /// the threads asked for: to be read again without that bet.
+    pub quiet_failed: Vec<usize>,
     pub outcomes: Vec<Outcome>,
 }
 
@@ -242,7 +242,7 @@ pub(crate) fn attempt(
         .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
         .collect();
 
-    let mut quiet_failed = false;
+    let mut quiet_failed = Vec::new();
     let mut states = Vec::with_capacity(which.len());
     let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(which.len());
     let mut walks: Vec<Walking> = Vec::new();
@@ -259,7 +259,7 @@ pub(crate) fn attempt(
                         outcomes.push(Some(Outcome::Done(proof.frames.clone())));
                     }
                     None => {
-                        quiet_failed = true;
+                        quiet_failed.push(pos);
                         outcomes.push(Some(Outcome::Again));
                     }
                 }

@@ -341,6 +341,15 @@ impl FastReader {
                 likely.push(k.tstate);
             }
         }
+        // Several threads running: only the one holding the GIL now can move its frames
+        // during the read (the others would have to take the GIL, which the read's bracket
+        // shows). Asking the GIL first costs a small system call; copying each running thread
+        // eight times cost far more (four busy threads: three of them copied for nothing).
+        if likely.len() > 1 && blocking && stop.is_none() {
+            if let Some(holder) = self.current_holder() {
+                likely = vec![holder];
+            }
+        }
         self.likely_holders = likely;
         let mut result = self.read_threads(blocking, stop.is_some(), &states);
         if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
@@ -499,12 +508,21 @@ impl FastReader {
             let all: Vec<usize> = (0..self.threads.len()).collect();
             let betting = self.quiet_backoff == 0;
             let mut first = self.attempt(&all, true, process_stopped)?;
-            if first.quiet_failed {
-                // A thread taken as still may have run: read them all as usual.
+            if !first.quiet_failed.is_empty() {
+                // Threads taken as still may have run: those (not the others, whose reads
+                // stand, the busy thread's checked copies among them) are read again for
+                // what proves they did not move, each proof its own.
                 self.stats.quiet_misses += 1;
                 self.quiet_losses = self.quiet_losses.saturating_add(1);
                 self.quiet_backoff = quiet::backoff(self.quiet_losses);
-                first = self.attempt(&all, true, process_stopped)?;
+                let positions = std::mem::take(&mut first.quiet_failed);
+                let which: Vec<usize> = positions.iter().map(|&p| all[p]).collect();
+                let again = self.attempt_still(&which, process_stopped)?;
+                for ((&p, outcome), state) in positions.iter().zip(again.outcomes).zip(again.states)
+                {
+                    first.outcomes[p] = outcome;
+                    first.states[p] = state;
+                }
             } else if betting {
                 self.quiet_losses = 0;
             }
@@ -687,6 +705,40 @@ impl FastReader {
             },
             still_reads: self.still_reads,
             quiet: with_list && self.still_reads && self.quiet_backoff == 0,
+        };
+        attempt(
+            &mut self.remote,
+            &mut self.codes,
+            &mut self.threads,
+            which,
+            &req,
+            &mut self.walk_stats,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
+            _ => ReadError::io("Failed to read the process's memory", e),
+        })
+    }
+
+    /// The thread holding the GIL now, if it is held.
+    fn current_holder(&mut self) -> Option<usize> {
+        let bytes = self.remote.read(self.globals.gil, common::GIL_LEN).ok()?;
+        let words = GilWords::parse(&bytes)?;
+        (words.locked == 1 && words.last_holder != 0).then_some(words.last_holder)
+    }
+
+    /// Reads the threads `which` (none of them taken on the GIL's word) without the list,
+    /// still ones for their proofs, with the sample's check for the likely holders.
+    fn attempt_still(&mut self, which: &[usize], stopped: bool) -> Result<Attempt, ReadError> {
+        self.stats.attempts += 1;
+        let req = Request {
+            layout: self.layout,
+            globals: &self.globals,
+            with_list: false,
+            stopped,
+            check: Check::Threads(&self.likely_holders),
+            still_reads: self.still_reads,
+            quiet: false,
         };
         attempt(
             &mut self.remote,
