@@ -690,21 +690,39 @@ impl FastReader {
         with_list: bool,
         stopped: bool,
     ) -> Result<Attempt, ReadError> {
+        // The first read of a sample checks the thread expected to hold the GIL; a second
+        // read is only of threads that may have run: all of them.
+        let quiet = with_list && self.still_reads && self.quiet_backoff == 0;
+        self.attempt_with(which, with_list, stopped, !with_list, quiet)
+    }
+
+    /// Reads the threads `which` (none of them taken on the GIL's word) without the list,
+    /// still ones for their proofs, with the sample's check for the likely holders.
+    fn attempt_still(&mut self, which: &[usize], stopped: bool) -> Result<Attempt, ReadError> {
+        self.attempt_with(which, false, stopped, false, false)
+    }
+
+    fn attempt_with(
+        &mut self,
+        which: &[usize],
+        with_list: bool,
+        stopped: bool,
+        check_all: bool,
+        quiet: bool,
+    ) -> Result<Attempt, ReadError> {
         self.stats.attempts += 1;
         let req = Request {
             layout: self.layout,
             globals: &self.globals,
             with_list,
             stopped,
-            // The first read of a sample checks the thread expected to hold the GIL; a
-            // second read is only of threads that may have run: all of them.
-            check: if with_list {
-                Check::Threads(&self.likely_holders)
-            } else {
+            check: if check_all {
                 Check::All
+            } else {
+                Check::Threads(&self.likely_holders)
             },
             still_reads: self.still_reads,
-            quiet: with_list && self.still_reads && self.quiet_backoff == 0,
+            quiet,
         };
         attempt(
             &mut self.remote,
@@ -725,33 +743,6 @@ impl FastReader {
         let bytes = self.remote.read(self.globals.gil, common::GIL_LEN).ok()?;
         let words = GilWords::parse(&bytes)?;
         (words.locked == 1 && words.last_holder != 0).then_some(words.last_holder)
-    }
-
-    /// Reads the threads `which` (none of them taken on the GIL's word) without the list,
-    /// still ones for their proofs, with the sample's check for the likely holders.
-    fn attempt_still(&mut self, which: &[usize], stopped: bool) -> Result<Attempt, ReadError> {
-        self.stats.attempts += 1;
-        let req = Request {
-            layout: self.layout,
-            globals: &self.globals,
-            with_list: false,
-            stopped,
-            check: Check::Threads(&self.likely_holders),
-            still_reads: self.still_reads,
-            quiet: false,
-        };
-        attempt(
-            &mut self.remote,
-            &mut self.codes,
-            &mut self.threads,
-            which,
-            &req,
-            &mut self.walk_stats,
-        )
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
-            _ => ReadError::io("Failed to read the process's memory", e),
-        })
     }
 
     /// See [`ThreadNames::forget`].
