@@ -4,6 +4,9 @@ use std::time::{Duration, Instant};
 
 use stackscope_sampler::{PythonTarget, SampleTimer, TargetOptions};
 
+mod common;
+use common::thread_cpu;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let pid: u32 = args.get(1).and_then(|a| a.parse().ok()).expect("PID");
@@ -41,14 +44,4 @@ fn main() {
         busy.as_secs_f64() * 1e6 / (ok + err).max(1) as f64,
         cpu * 1e6 / (ok + err).max(1) as f64
     );
-}
-
-fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }

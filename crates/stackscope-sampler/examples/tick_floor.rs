@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use stackscope_sampler::SampleTimer;
 
+mod common;
+use common::thread_cpu;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let pid: u32 = args.get(1).and_then(|a| a.parse().ok()).expect("PID");
@@ -66,14 +69,4 @@ fn copy(pid: u32, address: usize, buf: &mut [u8]) {
     };
     // SAFETY: one local buffer of the stated length, written by the kernel only.
     unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-}
-
-fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }

@@ -93,7 +93,6 @@ impl Activity {
         };
         let (state, cpu) = self.read(tid);
         if let Some(e) = self.files.get_mut(&tid) {
-            let now = Instant::now();
             let same = cpu.is_some() && e.last.is_some_and(|(_, _, c)| c == cpu);
             if !same {
                 e.quiet_since = Some(now);

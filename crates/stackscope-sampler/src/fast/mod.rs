@@ -284,7 +284,9 @@ impl FastReader {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).
             let own = self.tids.ours(tid);
-            let defer = self.reuse_states && k.sig != 0 && k.tstate == self.expected_holder;
+            // A thread with a stack on record, under the reuse rules.
+            let reusable = self.reuse_states && k.sig != 0;
+            let defer = reusable && k.tstate == self.expected_holder;
             deferred.push(defer);
             if defer {
                 if self.audit {
@@ -295,8 +297,7 @@ impl FastReader {
                 reused.push(false);
                 continue;
             }
-            let may_be_still = self.reuse_states && k.sig != 0 && k.tstate != self.expected_holder;
-            let earlier = may_be_still
+            let earlier = reusable
                 .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
                 .flatten();
             match earlier {
@@ -316,14 +317,14 @@ impl FastReader {
                     // Asleep now, as read: as likely where it was as one whose reading is
                     // reused (every sleeper's reading expires every 100 ms, and reading them
                     // all in full then cost a sample about as much as all the others).
-                    k.still = may_be_still && activity::is_asleep(state);
+                    k.still = reusable && activity::is_asleep(state);
                     states.push((tid, state));
                     reused.push(false);
                 }
             }
         }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
-        self.seen_running = states
+        let awake = states
             .iter()
             .zip(&reused)
             .any(|((_, state), &reused)| !reused && activity::is_awake_or_asleep(*state));
@@ -463,7 +464,7 @@ impl FastReader {
                 frames: frames.into_iter().map(|f| f.frame).collect(),
             });
         }
-        self.seen_running |= moved;
+        self.seen_running = awake || moved;
         Ok(out)
     }
 
