@@ -369,11 +369,11 @@ fn a_day_long_recording_gives_a_report_within_the_bound() {
                 thread: ThreadInfo {
                     os_thread_id: Some(5000 + thread),
                     python_thread_id: thread,
-                    name: Some(format!("worker-{thread}")),
+                    name: Some(format!("worker-{thread}").into()),
                     active: true,
                     owns_gil: thread == 0,
                 },
-                frames,
+                frames: frames.into(),
             }))
             .expect("append");
             n += 1;

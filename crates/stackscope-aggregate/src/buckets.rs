@@ -9,7 +9,7 @@
 //! second keep bucket edges on exact binary fractions: a bucket edge at 2 s holds exactly the
 //! samples `stackscope report --from 2` counts.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use stackscope_event::Timestamp;
 
@@ -88,10 +88,10 @@ impl TimeBuckets {
         TimeBuckets {
             start,
             width_nanos: BASE_BUCKET_NANOS,
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
             entries: 0,
             lanes: Vec::new(),
-            lane_ids: HashMap::new(),
+            lane_ids: HashMap::default(),
             other_lane: None,
         }
     }

@@ -122,7 +122,7 @@ mod tests {
 
     fn add(table: &mut StackTable, frames: &[Frame], times: u64) {
         let root = table.thread_root("MainThread");
-        let id = table.intern(&[root], frames);
+        let id = table.intern(&[root], &frames.into());
         for _ in 0..times {
             table.count(id);
         }

@@ -260,7 +260,7 @@ mod tests {
             .enumerate()
             .map(|(i, f)| Frame::python(f, "train_sim.py", 10 + i as u32))
             .collect();
-        let id = table.intern(&[root], &frames);
+        let id = table.intern(&[root], &frames.into());
         for _ in 0..idle {
             table.count(id);
             table.count_tag(id, GpuTag::Idle);

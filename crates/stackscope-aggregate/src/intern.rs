@@ -3,10 +3,10 @@
 //! A recording can last days at 100 Hz over dozens of threads, but a program has only so many
 //! distinct stacks; interning keeps memory proportional to the latter.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::{Frame, LastStacks};
+use stackscope_event::{Frame, Frames, LastStacks};
 
 use crate::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 
@@ -143,14 +143,14 @@ impl StackTable {
         StackTable {
             limits: limits.sane(),
             frames: Vec::new(),
-            frame_ids: HashMap::new(),
-            thread_ids: HashMap::new(),
-            process_ids: HashMap::new(),
+            frame_ids: HashMap::default(),
+            thread_ids: HashMap::default(),
+            process_ids: HashMap::default(),
             unnamed_roots: 0,
             functions: Vec::new(),
-            function_ids: HashMap::new(),
+            function_ids: HashMap::default(),
             stacks: Vec::new(),
-            stack_ids: HashMap::new(),
+            stack_ids: HashMap::default(),
             specials: [None; Special::ALL],
             overflow: TableOverflow::default(),
             scratch: Vec::new(),
@@ -159,8 +159,9 @@ impl StackTable {
     }
 
     /// Interns one sample's stack under `roots` (a process root, a thread root, outermost
-    /// first). `frames` is innermost first, as the sampler reads it.
-    pub fn intern(&mut self, roots: &[FrameId], frames: &[Frame]) -> StackId {
+    /// first). `frames` is innermost first, as the sampler reads it; a thread's stack shared
+    /// with its last sample is found by its pointer.
+    pub fn intern(&mut self, roots: &[FrameId], frames: &Frames) -> StackId {
         let last_key = match roots {
             [thread] => Some([*thread, FrameId::MAX]),
             [process, thread] => Some([*process, *thread]),
@@ -435,7 +436,7 @@ mod tests {
 
     fn intern(table: &mut StackTable, thread: &str, frames: &[Frame]) -> StackId {
         let root = table.thread_root(thread);
-        table.intern(&[root], frames)
+        table.intern(&[root], &frames.into())
     }
 
     #[test]
@@ -473,7 +474,10 @@ mod tests {
         let mut table = StackTable::default();
         let process = table.process_root("process 7 python a;b.py");
         let thread = table.thread_root("MainThread");
-        let id = table.intern(&[process, thread], &[Frame::python("f", "a.py", 1)]);
+        let id = table.intern(
+            &[process, thread],
+            &vec![Frame::python("f", "a.py", 1)].into(),
+        );
         let line = table.folded_stack(&table.stacks()[id as usize]);
         assert_eq!(line, "process 7 python a:b.py;MainThread;f (a.py:1)");
     }

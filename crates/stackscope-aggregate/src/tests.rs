@@ -323,7 +323,7 @@ fn stack_in(pid: u32, time_ms: u64, thread: &ThreadInfo, function: &str) -> Even
         time: Timestamp(time_ms * MS),
         pid,
         thread: thread.clone(),
-        frames: vec![Frame::python(function, "p.py", 1)],
+        frames: vec![Frame::python(function, "p.py", 1)].into(),
     })
 }
 

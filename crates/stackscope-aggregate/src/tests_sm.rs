@@ -28,7 +28,8 @@ fn recording(low_secs: u64, sm_low: f32) -> Aggregator {
             frames: vec![
                 Frame::python(function, "train.py", 12),
                 Frame::python("<module>", "train.py", 30),
-            ],
+            ]
+            .into(),
         }));
         if ms % 100 == 0 {
             let poll = ms % 500 == 0;

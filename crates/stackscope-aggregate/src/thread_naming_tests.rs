@@ -11,7 +11,7 @@ fn info(name: Option<&str>, ident: u64, tid: u64) -> ThreadInfo {
     ThreadInfo {
         os_thread_id: Some(tid),
         python_thread_id: ident,
-        name: name.map(str::to_owned),
+        name: name.map(Into::into),
         active: true,
         owns_gil: true,
     }
@@ -27,7 +27,8 @@ fn sample(time: u64, thread: &ThreadInfo, function: &str) -> Event {
             file: Arc::from("job.py"),
             line: 3,
             native: false,
-        }],
+        }]
+        .into(),
     })
 }
 

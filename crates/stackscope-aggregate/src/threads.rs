@@ -6,7 +6,7 @@
 //! `[other threads]` entry: threads that ended long ago, not the ones working now. Names are no
 //! help as a key: churning threads are often named `Thread-1234 (worker)`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use stackscope_event::ThreadInfo;
 
@@ -52,7 +52,7 @@ impl ThreadTable {
     pub fn new(max: usize) -> ThreadTable {
         ThreadTable {
             max: max.max(1),
-            threads: HashMap::new(),
+            threads: HashMap::default(),
             clock: 0,
             folded: FoldedThreads::default(),
         }

@@ -222,7 +222,7 @@ impl SampleTrace {
         };
         let entry = &mut self.threads[thread as usize];
         if entry.name != display {
-            entry.name = display;
+            entry.name = display.into_owned();
         }
         if sample.thread.os_thread_id.is_some() {
             entry.os_thread_id = sample.thread.os_thread_id;
@@ -403,14 +403,15 @@ mod tests {
             thread: ThreadInfo {
                 os_thread_id: Some(tid + 100),
                 python_thread_id: tid,
-                name: Some(format!("t{tid}")),
+                name: Some(format!("t{tid}").into()),
                 active,
                 owns_gil: true,
             },
             frames: vec![
                 Frame::python(function, "a.py", 3),
                 Frame::python("main", "a.py", 1),
-            ],
+            ]
+            .into(),
         })
     }
 

@@ -64,8 +64,10 @@ pub struct StackSample {
     pub time: Timestamp,
     pub pid: u32,
     pub thread: ThreadInfo,
-    /// Frames, innermost first (the order the interpreter links them).
-    pub frames: Vec<Frame>,
+    /// Frames, innermost first (the order the interpreter links them), shared: a thread
+    /// found where it was hands on the very stack of its last sample, and the consumers
+    /// tell it by its pointer.
+    pub frames: Frames,
 }
 
 /// What identifies a thread and what it was doing when sampled.
@@ -76,7 +78,7 @@ pub struct ThreadInfo {
     /// The interpreter's own thread id (`threading.get_ident()`).
     pub python_thread_id: u64,
     /// The name Python gives the thread (`MainThread`, `loader-0`), when it could be read.
-    pub name: Option<String>,
+    pub name: Option<Arc<str>>,
     /// Whether the thread was running (not sleeping or blocked) at the sample.
     pub active: bool,
     /// Whether the thread held the GIL at the sample.
@@ -85,14 +87,17 @@ pub struct ThreadInfo {
 
 impl ThreadInfo {
     /// The name to show for the thread: Python's name, else its OS id, else Python's id.
-    pub fn display_name(&self) -> String {
+    pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
         match (&self.name, self.os_thread_id) {
-            (Some(name), _) => name.clone(),
-            (None, Some(tid)) => format!("thread {tid}"),
-            (None, None) => format!("thread {:#x}", self.python_thread_id),
+            (Some(name), _) => std::borrow::Cow::Borrowed(name),
+            (None, Some(tid)) => format!("thread {tid}").into(),
+            (None, None) => format!("thread {:#x}", self.python_thread_id).into(),
         }
     }
 }
+
+/// A stack's frames, innermost first, shared between the samples that have it.
+pub type Frames = Arc<[Frame]>;
 
 /// One frame of a stack. Strings are shared: the sampler hands out the same `Arc` for the same
 /// code object, so a stack costs pointers, not copies.

@@ -7,7 +7,7 @@
 //! (the reader resets at the same record) and memory stays bounded on both sides; what is lost
 //! is only compactness, while the flood lasts.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use stackscope_event::Frame;
@@ -82,7 +82,7 @@ pub struct TableSizes {
 pub struct ThreadEntry {
     pub id: u32,
     pub os_thread_id: Option<u64>,
-    pub name: Option<String>,
+    pub name: Option<Arc<str>>,
 }
 
 /// The ids given out since the last reset.

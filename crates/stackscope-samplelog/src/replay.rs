@@ -16,7 +16,7 @@ struct ThreadDef {
     pid: u32,
     python_thread_id: u64,
     os_thread_id: Option<u64>,
-    name: Option<String>,
+    name: Option<Arc<str>>,
 }
 
 /// The tables and time bases as the writer had them after the same records.
@@ -148,10 +148,7 @@ impl Replay {
     }
 
     fn define_thread(&mut self, record: ThreadRecord) -> Result<(), DecodeError> {
-        let name = record
-            .name
-            .map(|id| self.string(id).map(|s| s.to_string()))
-            .transpose()?;
+        let name = record.name.map(|id| self.string(id).cloned()).transpose()?;
         let def = ThreadDef {
             pid: record.pid,
             python_thread_id: record.python_thread_id,

@@ -192,7 +192,7 @@ impl SampleLogWriter {
                 if thread.is_none() {
                     growth.threads = 1;
                     growth.strings = 1;
-                    growth.string_bytes = sample.thread.name.as_ref().map_or(0, String::len);
+                    growth.string_bytes = sample.thread.name.as_ref().map_or(0, |n| n.len());
                 }
                 if stack.is_none() {
                     growth.strings += 2 * frames.len();
@@ -209,7 +209,11 @@ impl SampleLogWriter {
             }
         };
         if remembered != Some(stack) {
-            self.last_stacks.remember(key, frames, stack);
+            if frames.len() == sample.frames.len() {
+                self.last_stacks.remember(key, &sample.frames, stack);
+            } else {
+                self.last_stacks.remember(key, &frames.into(), stack);
+            }
         }
         let delta = delta(sample.time.0, &mut self.tick_base);
         let info = &sample.thread;

@@ -143,7 +143,7 @@ mod tests {
                 active: true,
                 owns_gil: true,
             },
-            frames: Vec::new(),
+            frames: Vec::new().into(),
         })
     }
 

@@ -174,7 +174,7 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
         state = implied_wait(&frames);
     }
     ThreadDump {
-        name: stack.thread.name,
+        name: stack.thread.name.as_deref().map(str::to_owned),
         os_thread_id: stack.thread.os_thread_id,
         ns_thread_id: stack.ns_thread_id,
         python_thread_id: stack.thread.python_thread_id,

@@ -55,12 +55,12 @@ mod tests {
             thread: ThreadInfo {
                 os_thread_id: Some(os),
                 python_thread_id: ident,
-                name: Some(name.to_owned()),
+                name: Some(name.into()),
                 active: true,
                 owns_gil: false,
             },
             ns_thread_id: None,
-            frames: Vec::new(),
+            frames: Vec::new().into(),
             raw: None,
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use py_spy::config::{LineNo, LockingStrategy};
 use py_spy::{Config, PythonSpy, StackTrace};
-use stackscope_event::{Frame, ThreadInfo};
+use stackscope_event::{Frame, Frames, ThreadInfo};
 use stackscope_native::{merge, NativeUnwinder};
 
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
@@ -62,7 +62,7 @@ pub struct ThreadStack {
     /// `thread.os_thread_id` (ours): a process in a container.
     pub ns_thread_id: Option<u64>,
     /// Innermost first.
-    pub frames: Vec<Frame>,
+    pub frames: Frames,
     /// py-spy's frames, kept only when locals were asked for.
     pub raw: Option<StackTrace>,
 }
@@ -481,14 +481,14 @@ impl PythonTarget {
         let thread = ThreadInfo {
             os_thread_id: trace.os_thread_id,
             python_thread_id: trace.thread_id,
-            name: trace.thread_name.clone(),
+            name: trace.thread_name.as_deref().map(|n| self.strings.intern(n)),
             active,
             owns_gil: trace.owns_gil,
         };
         ThreadStack {
             ns_thread_id: thread.os_thread_id.and_then(|tid| self.tids.own(tid)),
             thread,
-            frames,
+            frames: frames.into(),
             raw: self.keep_raw.then_some(trace),
         }
     }

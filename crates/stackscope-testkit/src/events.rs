@@ -25,7 +25,7 @@ pub fn thread(
     ThreadInfo {
         os_thread_id,
         python_thread_id,
-        name: name.map(str::to_owned),
+        name: name.map(Into::into),
         active,
         owns_gil: active,
     }
@@ -55,7 +55,7 @@ pub fn stack_of(time: Timestamp, pid: u32, thread: ThreadInfo, frames: Vec<Frame
         time,
         pid,
         thread,
-        frames,
+        frames: frames.into(),
     })
 }
 

@@ -86,7 +86,7 @@ pub fn stacks(distinct: usize, depth: usize) -> Vec<Vec<Frame>> {
 /// a sampling error now and then, and process events at the start.
 pub struct Typical {
     rng: Rng,
-    stacks: Vec<Vec<Frame>>,
+    stacks: Vec<stackscope_event::Frames>,
     tick: u64,
     ticks: u64,
     queue: VecDeque<Event>,
@@ -101,7 +101,7 @@ impl Typical {
     pub fn new(secs: u64, seed: u64) -> Typical {
         Typical {
             rng: Rng::new(seed),
-            stacks: stacks(50, 20),
+            stacks: stacks(50, 20).into_iter().map(Into::into).collect(),
             tick: 0,
             ticks: secs * 100,
             queue: VecDeque::new(),
@@ -177,7 +177,7 @@ impl Typical {
                 thread: ThreadInfo {
                     os_thread_id,
                     python_thread_id,
-                    name,
+                    name: name.map(Into::into),
                     active,
                     owns_gil: active && self.rng.below(2) == 0,
                 },

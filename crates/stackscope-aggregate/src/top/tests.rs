@@ -14,7 +14,7 @@ fn stack_at(time: u64, thread: u64, active: bool, frames: &[(&str, u32)]) -> Sta
         thread: ThreadInfo {
             os_thread_id: Some(thread),
             python_thread_id: thread,
-            name: Some(format!("worker-{thread}")),
+            name: Some(format!("worker-{thread}").into()),
             active,
             owns_gil: active,
         },

@@ -73,7 +73,7 @@ fn churning_threads_and_ever_new_stacks_stay_under_the_default_caps() {
             time: Timestamp(time),
             pid: 1,
             thread,
-            frames,
+            frames: frames.into(),
         }));
         if i % 10 == 9 {
             // A reading every 10 ms, square wave: 50% busy.
@@ -153,7 +153,7 @@ fn churning_processes_stay_under_their_cap() {
     let main = ThreadInfo {
         os_thread_id: Some(1),
         python_thread_id: 1,
-        name: Some("MainThread".to_owned()),
+        name: Some("MainThread".into()),
         active: true,
         owns_gil: true,
     };
@@ -174,7 +174,7 @@ fn churning_processes_stay_under_their_cap() {
                 time,
                 pid,
                 thread: main.clone(),
-                frames: work.to_vec(),
+                frames: work.to_vec().into(),
             }));
             samples += 1;
         }

@@ -157,7 +157,7 @@ fn native_frames_are_functions_of_their_own() {
             active: true,
             owns_gil: true,
         },
-        frames: vec![native, Frame::python("step", "libtorch.so", 0)],
+        frames: vec![native, Frame::python("step", "libtorch.so", 0)].into(),
     }));
     trace.finish();
     let meta = meta();

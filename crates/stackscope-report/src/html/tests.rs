@@ -81,7 +81,7 @@ fn training_loop() -> Aggregator {
             let mut sleeper = stack(ms, &["worker", "wait"], false);
             if let Event::Stack(s) = &mut sleeper {
                 s.thread.python_thread_id = 2;
-                s.thread.name = Some("loader".to_owned());
+                s.thread.name = Some("loader".into());
             }
             agg.handle(sleeper);
         }
@@ -242,7 +242,7 @@ fn a_day_of_samples_stays_within_the_size_bound() {
             let mut e = stack(ms, &["main", &names[(n + t as usize) % 20]], true);
             if let Event::Stack(s) = &mut e {
                 s.thread.python_thread_id = t;
-                s.thread.name = Some(format!("thread-{t}"));
+                s.thread.name = Some(format!("thread-{t}").into());
             }
             agg.handle(e);
         }

@@ -18,7 +18,7 @@ fn flood(i: u64) -> Event {
             os_thread_id: Some(i),
             // Thread churn: a new thread every 3 samples.
             python_thread_id: i / 3,
-            name: Some(format!("worker-{}", i / 3)),
+            name: Some(format!("worker-{}", i / 3).into()),
             active: true,
             owns_gil: false,
         },
@@ -101,7 +101,7 @@ fn a_renamed_thread_is_written_again_and_read_renamed() {
     }
     writer.append(&event).unwrap();
     writer.flush().unwrap();
-    let names: Vec<Option<String>> = SampleLogReader::open(writer.path())
+    let names: Vec<Option<std::sync::Arc<str>>> = SampleLogReader::open(writer.path())
         .unwrap()
         .map(|e| match e.unwrap() {
             Event::Stack(s) => s.thread.name,

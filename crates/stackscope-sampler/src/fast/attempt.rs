@@ -9,7 +9,7 @@
 //! it runs), and the walk reaching its first frame. Otherwise it is handed back as
 //! [`Outcome::Ran`], to be read again (with a check), and at last stopped.
 
-use stackscope_event::Frame;
+use stackscope_event::{Frame, Frames};
 
 use super::addrmap::AddrMap;
 use super::code::{CodeCache, CodeId};
@@ -61,24 +61,18 @@ impl Known {
 /// How a thread's try ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Done(Vec<ReadFrame>),
+    Done(Frames),
     /// It may have run while it was copied: these frames may be torn.
-    Ran(Vec<ReadFrame>),
+    Ran(Frames),
     /// Read stopped, but caught in the middle of a call or return (its stack does not reach
     /// its first frame): better read after letting it run a moment.
-    Midway(Vec<ReadFrame>),
+    Midway(Frames),
     /// Where its frames are had changed since the last sample: read again.
     Again,
     /// The thread state is gone: the thread list changed.
     Gone,
     /// Something no read of a still thread explains.
     Broken(String),
-}
-
-/// A frame with its names.
-#[derive(Debug, Clone)]
-pub(crate) struct ReadFrame {
-    pub frame: Frame,
 }
 
 pub(crate) struct Attempt {
@@ -420,7 +414,7 @@ pub(crate) fn attempt(
             }
             Ok(frames) => Outcome::Done(frames),
             // A thread that ran can read as anything: read it again, stopped.
-            Err(_) if may_have_run => Outcome::Ran(Vec::new()),
+            Err(_) if may_have_run => Outcome::Ran(Frames::default()),
             Err(why) => Outcome::Broken(why),
         };
         if matches!(
@@ -485,7 +479,7 @@ pub(crate) fn attempt(
     for (pos, &i) in which.iter().enumerate() {
         if let Some(Outcome::Broken(_)) = outcomes[pos] {
             if ran.may_have_run(threads[i].tstate) {
-                outcomes[pos] = Some(Outcome::Ran(Vec::new()));
+                outcomes[pos] = Some(Outcome::Ran(Frames::default()));
             }
         }
     }
@@ -609,7 +603,7 @@ fn frames(
     codes: &mut CodeCache,
     ids: &AddrMap<Option<CodeId>>,
     raw: &[RawFrame],
-) -> Result<Vec<ReadFrame>, String> {
+) -> Result<Frames, String> {
     let mut out = Vec::with_capacity(raw.len());
     for f in raw {
         let Some(Some(id)) = ids.get(&f.code) else {
@@ -627,14 +621,12 @@ fn frames(
             continue;
         };
         let Some(names) = &info.names else { continue };
-        out.push(ReadFrame {
-            frame: Frame {
-                function: names.function.clone(),
-                file: names.file.clone(),
-                line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
-                native: false,
-            },
+        out.push(Frame {
+            function: names.function.clone(),
+            file: names.file.clone(),
+            line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
+            native: false,
         });
     }
-    Ok(out)
+    Ok(out.into())
 }

@@ -51,10 +51,10 @@ mod still;
 mod threads;
 
 use py_spy::PythonSpy;
-use stackscope_event::Frame;
+use stackscope_event::Frames;
 
 use activity::Activity;
-use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, ReadFrame, Request, WalkStats};
+use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, Request, WalkStats};
 use code::CodeCache;
 pub(crate) use error::{Misfits, ReadError};
 use filenames::FileNames;
@@ -94,11 +94,11 @@ pub(crate) struct ThreadRead {
     /// As the interpreter records it (3.11+, 0 before the thread has started, as py-spy
     /// reports it); for 3.10, as found from its `pthread_t`, None where it could not be.
     pub os_thread_id: Option<u64>,
-    pub name: Option<String>,
+    pub name: Option<std::sync::Arc<str>>,
     pub owns_gil: bool,
     /// Busy, by the one idle rule ([`crate::idle`]).
     pub active: bool,
-    pub frames: Vec<Frame>,
+    pub frames: Frames,
 }
 
 /// Reads of a thread that moved since its last sample, or held the GIL and failed the check,
@@ -152,7 +152,7 @@ pub(crate) struct FastReader {
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
 struct Read {
-    frames: Vec<Vec<ReadFrame>>,
+    frames: Vec<Frames>,
     gil_holder: usize,
 }
 
@@ -461,7 +461,7 @@ impl FastReader {
                 name,
                 owns_gil,
                 active: crate::idle::is_active(state, owns_gil),
-                frames: frames.into_iter().map(|f| f.frame).collect(),
+                frames,
             });
         }
         self.seen_running = awake || moved;
@@ -532,7 +532,7 @@ impl FastReader {
             }
             let stale_list = !threads::matches(&self.threads, &first);
             let gil_holder = first.gil_holder.unwrap_or(0);
-            let mut results: Vec<Option<Vec<ReadFrame>>> = vec![None; all.len()];
+            let mut results: Vec<Option<Frames>> = vec![None; all.len()];
             let mut settled = settle(&all, first, &mut results)?;
             if stale_list || settled.gone {
                 continue 'list;
@@ -626,7 +626,7 @@ impl FastReader {
     fn stop_and_read(
         &mut self,
         which: &[usize],
-        results: &mut [Option<Vec<ReadFrame>>],
+        results: &mut [Option<Frames>],
     ) -> Result<Vec<usize>, ReadError> {
         let started = std::time::Instant::now();
         let mut left = which.to_vec();
@@ -833,9 +833,9 @@ struct Settled {
     /// To read again.
     again: Vec<usize>,
     /// Read, but they may have run meanwhile.
-    ran: Vec<(usize, Vec<ReadFrame>)>,
+    ran: Vec<(usize, Frames)>,
     /// Read stopped in the middle of a call or return.
-    midway: Vec<(usize, Vec<ReadFrame>)>,
+    midway: Vec<(usize, Frames)>,
     /// A thread state could not be read: the list changed under us.
     gone: bool,
 }
@@ -844,7 +844,7 @@ struct Settled {
 fn settle(
     which: &[usize],
     attempt: Attempt,
-    results: &mut [Option<Vec<ReadFrame>>],
+    results: &mut [Option<Frames>],
 ) -> Result<Settled, ReadError> {
     let mut settled = Settled::default();
     for (&i, outcome) in which.iter().zip(attempt.outcomes) {

@@ -10,6 +10,7 @@
 //! it, as they do while threads come and go) keeps the names known so far.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::code::read_strings;
@@ -29,7 +30,7 @@ const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
 const TP_BASICSIZE: usize = 32;
 
 pub(crate) struct ThreadNames {
-    names: HashMap<u64, Option<String>>,
+    names: HashMap<u64, Option<Arc<str>>>,
     /// When each thread without a name was first seen.
     first_seen: HashMap<u64, Instant>,
     looked_up: Instant,
@@ -60,7 +61,7 @@ impl ThreadNames {
         layout: &Layout,
         modules_dict_ptr: usize,
         idents: &[u64],
-    ) -> Vec<Option<String>> {
+    ) -> Vec<Option<Arc<str>>> {
         let now = Instant::now();
         let since_lookup = now.saturating_duration_since(self.looked_up);
         let due = idents.iter().any(|id| match self.names.get(id) {
@@ -82,7 +83,10 @@ impl ThreadNames {
         if due {
             self.lookups += 1;
             if let Some(found) = lookup(remote, layout, modules_dict_ptr) {
-                self.names = found.into_iter().map(|(k, v)| (k, Some(v))).collect();
+                self.names = found
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v.into())))
+                    .collect();
             }
             self.looked_up = now;
             // Threads gone since: forgotten (a lookup is rare, this quadratic pass with it).

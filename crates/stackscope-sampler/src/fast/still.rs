@@ -29,11 +29,12 @@
 //! state is read again ([`super::activity::REUSE_FOR`], 100 ms), since it is only taken as
 //! still between two of those readings (docs/performance.md).
 
-use super::attempt::{Known, Outcome, ReadFrame};
+use super::attempt::{Known, Outcome};
 use super::gil::Ran;
 use super::layout::{usize_at, Layout};
 use super::remote::{Batch, Slot};
 use super::snapshot::TsWords;
+use stackscope_event::Frames;
 
 /// What a thread's last full read showed, enough to tell whether it moved since.
 #[derive(Debug, Clone)]
@@ -45,7 +46,7 @@ pub(crate) struct Proof {
     /// The header of the frame at `current_frame`, as copied (empty when there is none).
     pub header: Vec<u8>,
     /// The stack it had.
-    pub frames: Vec<ReadFrame>,
+    pub frames: Frames,
 }
 
 /// Where a still thread's reads went in the batch.
@@ -278,7 +279,7 @@ mod tests {
                 ts: self.words(),
                 current_frame: self.chunk.as_ptr() as usize + FRAME_AT,
                 header: self.chunk[FRAME_AT..FRAME_AT + l.fr_header_len].to_vec(),
-                frames: Vec::new(),
+                frames: Vec::new().into(),
             }
         }
     }
@@ -355,7 +356,7 @@ mod tests {
             ts: words,
             current_frame: frame.as_ptr() as usize,
             header: frame.clone(),
-            frames: Vec::new(),
+            frames: Vec::new().into(),
         };
         let (verdict, bytes) = read(l, tstate, &proof);
         assert_eq!(verdict, Verdict::Unchanged(words));
@@ -387,7 +388,7 @@ mod tests {
                     ts: TsWords::parse(l, a, bytes).expect("words"),
                     current_frame: 0,
                     header: Vec::new(),
-                    frames: Vec::new(),
+                    frames: Vec::new().into(),
                 }
             })
             .collect();

@@ -59,7 +59,7 @@ fn check(python: &str, options: &TargetOptions) {
         if let Ok(stacks) = target.read_stacks() {
             reads += 1;
             for s in stacks {
-                let name = s.thread.name.clone().unwrap_or_default();
+                let name = s.thread.name.as_deref().unwrap_or_default().to_owned();
                 let e = seen.entry(name).or_default();
                 e.0 += u32::from(s.thread.active);
                 e.1 += 1;

@@ -36,7 +36,7 @@ fn ours(target: &mut PythonTarget) -> Vec<Thread> {
                 .collect();
             (
                 s.thread.python_thread_id,
-                s.thread.name,
+                s.thread.name.as_deref().map(str::to_owned),
                 s.thread.os_thread_id,
                 s.thread.owns_gil,
                 frames,
