@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::addrmap::TidMap;
 use super::code::read_strings;
 use super::layout::{common, usize_at, DictKeys, Layout, ManagedDict};
 use super::remote::{Batch, Remote, Slot};
@@ -30,9 +31,9 @@ const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
 const TP_BASICSIZE: usize = 32;
 
 pub(crate) struct ThreadNames {
-    names: HashMap<u64, Option<Arc<str>>>,
+    names: TidMap<Option<Arc<str>>>,
     /// When each thread without a name was first seen.
-    first_seen: HashMap<u64, Instant>,
+    first_seen: TidMap<Instant>,
     looked_up: Instant,
     pub lookups: u64,
 }
@@ -40,8 +41,8 @@ pub(crate) struct ThreadNames {
 impl ThreadNames {
     pub(crate) fn new() -> ThreadNames {
         ThreadNames {
-            names: HashMap::new(),
-            first_seen: HashMap::new(),
+            names: TidMap::default(),
+            first_seen: TidMap::default(),
             looked_up: Instant::now(),
             lookups: 0,
         }
