@@ -14,3 +14,4 @@ mod live_target;
 mod reader_consistency;
 mod reader_differential;
 mod reader_strategies;
+mod shared_stacks;

@@ -1,0 +1,65 @@
+//! A thread found where it was is handed on with the very stack of its last sample (one
+//! shared `Frames`), so that the aggregator and the sample log tell it by a pointer instead of
+//! comparing or hashing its frames: with many sleeping threads that comparison was most of
+//! what a thread cost the consumer (docs/performance.md, "What a sleeping thread costs").
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::Fixture;
+use stackscope_event::Frames;
+use stackscope_sampler::{PythonTarget, TargetOptions};
+
+const FIXTURE: &str = include_str!("../../../../fixtures/idle_threads.py");
+/// Threads of the fixture that wait for good without running any Python.
+const WAITING: [&str; 4] = ["event_waiter", "queue_getter", "pipe_reader", "lock_waiter"];
+
+#[test]
+fn a_waiting_thread_gets_the_same_shared_stack_each_sample() {
+    let _serial = crate::common::serial();
+    let fixture = Fixture::start_code("python3", FIXTURE);
+    let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
+    assert_eq!(target.reader(), "stackscope");
+    let mut last: HashMap<String, Frames> = HashMap::new();
+    // Per waiting thread: (pairs of samples in a row with the same stack, of those the same
+    // shared one).
+    let mut pairs: HashMap<String, (u32, u32)> = HashMap::new();
+    let mut reads = 0;
+    while reads < 40 {
+        let Ok(stacks) = target.read_stacks() else {
+            continue;
+        };
+        reads += 1;
+        for s in stacks {
+            let Some(name) = s.thread.name.as_deref().filter(|n| WAITING.contains(n)) else {
+                continue;
+            };
+            assert!(
+                s.frames.iter().any(|f| f.function.contains(name)),
+                "{name}: {:?}",
+                s.frames
+            );
+            if let Some(before) = last.get(name) {
+                let p = pairs.entry(name.to_owned()).or_default();
+                if **before == *s.frames {
+                    p.0 += 1;
+                    p.1 += u32::from(Arc::ptr_eq(before, &s.frames));
+                }
+            }
+            last.insert(name.to_owned(), s.frames);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("{reads} reads: {pairs:?}");
+    for name in WAITING {
+        let (same, shared) = pairs.get(name).copied().unwrap_or_default();
+        // They never move: every pair but those around the first reads (before a thread has
+        // a proof to stand on) is the same stack, and handed on shared.
+        assert!(same >= 35, "{name}: {same} of 39 pairs the same stack");
+        assert!(
+            shared + 3 >= same,
+            "{name}: {shared} of {same} same stacks shared"
+        );
+    }
+}
