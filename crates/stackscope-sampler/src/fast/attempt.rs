@@ -9,7 +9,7 @@
 //! it runs), and the walk reaching its first frame. Otherwise it is handed back as
 //! [`Outcome::Ran`], to be read again (with a check), and at last stopped.
 
-use stackscope_event::{Frame, Frames};
+use stackscope_event::Frames;
 
 use super::addrmap::AddrMap;
 use super::code::{CodeCache, CodeId};
@@ -17,6 +17,7 @@ use super::gil::{GilWords, Ran};
 use super::holder::{self, Later};
 use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use super::quiet;
+use super::recent::{self, RecentStacks};
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
@@ -44,6 +45,9 @@ pub(crate) struct Known {
     /// The GIL's words read at the end of the read that last found its stack good (None:
     /// not known): a thread that did not take the GIL since is still there ([`quiet`]).
     pub proven_at: Option<GilWords>,
+    /// The last few distinct stacks built for it: a thread back at one of them is handed
+    /// that very stack ([`RecentStacks`]).
+    pub recent: RecentStacks,
 }
 
 impl Known {
@@ -301,7 +305,7 @@ pub(crate) fn attempt(
             }
         }
     }
-    remote.recycle(batch);
+    // The batch stays until the checks are done: the later copies are read in it.
 
     // Walk every thread as far as the copies go, then read what the walks still need,
     // all threads together, until every walk is complete.
@@ -324,24 +328,24 @@ pub(crate) fn attempt(
         }
         rounds += 1;
         stats.rounds += 1;
-        let mut batch = Batch::default();
+        let mut round = Batch::default();
         let slots: Vec<(Slot, Option<Slot>)> = needs
             .iter()
             .map(|(_, need)| {
-                let frame = batch.add(need.frame, layout.fr_header_len);
-                let chunk = need.chunk.map(|c| batch.add(c, common::MIN_CHUNK_BYTES));
+                let frame = round.add(need.frame, layout.fr_header_len);
+                let chunk = need.chunk.map(|c| round.add(c, common::MIN_CHUNK_BYTES));
                 (frame, chunk)
             })
             .collect();
-        batch.run(remote)?;
+        round.run(remote)?;
         pending.clear();
         for ((w, need), (frame, chunk)) in needs.into_iter().zip(slots) {
             let Walking { pos, walk, .. } = &mut walks[w];
             read_late[*pos] = true;
             walk.supply(
                 need,
-                batch.get(frame).map(<[u8]>::to_vec),
-                chunk.and_then(|c| batch.get(c)).map(<[u8]>::to_vec),
+                round.get(frame).map(<[u8]>::to_vec),
+                chunk.and_then(|c| round.get(c)).map(<[u8]>::to_vec),
             );
             if walk.can_continue(need, layout) {
                 pending.push(w);
@@ -354,7 +358,7 @@ pub(crate) fn attempt(
     // One more call if needed: the identity of code objects not read with the snapshot, and
     // the GIL once more when frames were read after the snapshot, since those reads are
     // only good for threads that did not run until then either.
-    let mut batch = Batch::default();
+    let mut late = Batch::default();
     let mut late_codes: AddrMap<Slot> = AddrMap::default();
     for Walking { pos, walk, .. } in &walks {
         if outcomes[*pos].is_some() {
@@ -364,24 +368,24 @@ pub(crate) fn attempt(
             if !ids.contains_key(&f.code) {
                 late_codes
                     .entry(f.code)
-                    .or_insert_with(|| batch.add(f.code + id_start, id_end - id_start));
+                    .or_insert_with(|| late.add(f.code + id_start, id_end - id_start));
             }
         }
     }
     let any_late = read_late.iter().any(|&l| l);
-    let gil_late = (bracket && any_late).then(|| batch.add(req.globals.gil, common::GIL_LEN));
-    if !batch.is_empty() {
-        batch.run(remote)?;
+    let gil_late = (bracket && any_late).then(|| late.add(req.globals.gil, common::GIL_LEN));
+    if !late.is_empty() {
+        late.run(remote)?;
     }
     let ran_late = if bracket && any_late {
-        Ran::between(before, gil_words(&batch, gil_late))
+        Ran::between(before, gil_words(&late, gil_late))
     } else {
         Ran::Only(Vec::new())
     };
     for (&addr, &slot) in &late_codes {
-        ids.insert(addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b)));
+        ids.insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));
     }
-    drop(batch);
+    drop(late);
     // Only code objects on a stack read now are loaded: one checked ahead that is no longer
     // on any may have been freed, and its bytes are anything.
     let mut missing: Vec<(usize, CodeId)> = Vec::new();
@@ -404,10 +408,10 @@ pub(crate) fn attempt(
         let known = &mut threads[which[*pos]];
         known.proof = None;
         let checked_ok =
-            passes_check(layout, w) && instructions_in_code(layout, &ids, &walk.frames);
+            passes_check(layout, w, &batch) && instructions_in_code(layout, &ids, &walk.frames);
         let may_have_run = (ran.may_have_run(known.tstate) && !checked_ok)
             || (read_late[*pos] && ran_late.may_have_run(known.tstate));
-        let outcome = match frames(layout, codes, &ids, &walk.frames) {
+        let outcome = match recent::name(layout, codes, &ids, &walk.frames, &mut known.recent) {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
             Ok(frames) if req.stopped && !walk.ends_at_first_frame(layout) => {
                 Outcome::Midway(frames)
@@ -488,6 +492,7 @@ pub(crate) fn attempt(
         let good = bracket && matches!(outcomes[pos], Some(Outcome::Done(_)));
         threads[i].proven_at = if good { after } else { None };
     }
+    remote.recycle(batch);
     Ok(Attempt {
         head,
         states,
@@ -560,13 +565,13 @@ enum Plan {
 }
 
 /// Whether a thread read with a check passes it ([`holder`]).
-fn passes_check(layout: &Layout, w: &Walking) -> bool {
+fn passes_check(layout: &Layout, w: &Walking, batch: &Batch) -> bool {
     let Some(later) = &w.later else {
         return false;
     };
     later.agrees
         && w.walk.ends_at_first_frame(layout)
-        && holder::same_frames(layout, &w.walk, later)
+        && holder::same_frames(layout, &w.walk, later, batch)
 }
 
 /// Whether every frame's instruction lies in its own code object's bytecode (or one unit
@@ -595,38 +600,4 @@ fn instructions_in_code(
 
 fn broken(why: &str) -> Outcome {
     Outcome::Broken(why.to_owned())
-}
-
-/// Names and lines for a walk's frames.
-fn frames(
-    layout: &Layout,
-    codes: &mut CodeCache,
-    ids: &AddrMap<Option<CodeId>>,
-    raw: &[RawFrame],
-) -> Result<Frames, String> {
-    let mut out = Vec::with_capacity(raw.len());
-    for f in raw {
-        let Some(Some(id)) = ids.get(&f.code) else {
-            return Err("Failed to copy PyCodeObject".to_owned());
-        };
-        // Byte offset of the instruction from the bytecode's start, as py-spy computes it
-        // (3.10: twice `f_lasti`, an index of two-byte code units).
-        let lasti = match layout.frames {
-            FrameDesign::Chunks => (f.prev_instr.wrapping_sub(f.code) as isize as i32)
-                .wrapping_sub(layout.co_code_adaptive as i32),
-            FrameDesign::Objects => (f.prev_instr as isize as i32).wrapping_mul(2),
-        };
-        let Some(info) = codes.get(f.code, id) else {
-            // Its strings could not be read: py-spy leaves such a frame out.
-            continue;
-        };
-        let Some(names) = &info.names else { continue };
-        out.push(Frame {
-            function: names.function.clone(),
-            file: names.file.clone(),
-            line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
-            native: false,
-        });
-    }
-    Ok(out.into())
 }

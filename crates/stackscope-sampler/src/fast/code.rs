@@ -126,6 +126,12 @@ impl CodeCache {
         }
     }
 
+    /// The entry at `addr`, as [`CodeCache::get`] last found it good this sample (not
+    /// counted again).
+    pub(crate) fn checked(&self, addr: usize) -> Option<&CodeInfo> {
+        self.codes.get(&addr)
+    }
+
     /// Reads and caches the code objects at `missing` (address and identity read this
     /// sample), a few system calls for all of them. A code object whose strings cannot be
     /// read is not cached: the caller treats its frames as unreadable this time.

@@ -35,8 +35,9 @@ pub(crate) const COPIES: usize = 8;
 /// The random gap between copies is a read of up to this many bytes.
 const MAX_GAP: u64 = 2048;
 
-/// Where one later copy went: the current-frame pointer, the chunk, the extra ranges.
-type CopySlots = (Slot, Option<Slot>, Vec<(Extra, Slot)>);
+/// Where one later copy went: the current-frame pointer, and each range copied (the chunk,
+/// the extra ranges) with where it starts in the target.
+type CopySlots = (Slot, Vec<(usize, Slot)>);
 
 /// Where the later copies of a checked thread went in the batch.
 pub(crate) struct Planned {
@@ -48,28 +49,44 @@ pub(crate) struct Reads<'a> {
     pub pointer: usize,
     pub chunk: usize,
     pub chunk_len: usize,
+    /// How much of the chunk may be read from its start (up to its limit).
+    pub chunk_room: usize,
     pub extra: &'a [Extra],
     pub max_extra: usize,
 }
 
-/// Adds the later copies after the first, each after a gap of random length.
+/// Adds the later copies after the first, each followed by a gap of random length: the
+/// chunk's copy runs on past what the walk needs, where the chunk has room, or else a
+/// range of its own is read (ranges cost more than bytes: each is looked up and pinned).
 pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Planned {
     let mut copies = Vec::with_capacity(COPIES - 1);
     for _ in 1..COPIES {
-        let gap = (next(seed) % MAX_GAP) & !7;
-        if reads.chunk != 0 && gap > 0 {
-            // Harmless bytes to read: the chunk's own start.
-            let _ = batch.add(reads.chunk, gap.min(reads.chunk_len as u64) as usize);
-        }
+        let gap = ((next(seed) % MAX_GAP) & !7) as usize;
         let current = batch.add(reads.pointer, 8);
-        let chunk = (reads.chunk_len > 0).then(|| batch.add(reads.chunk, reads.chunk_len));
-        let extra = reads
-            .extra
-            .iter()
-            .take(reads.max_extra)
-            .map(|&e| (e, batch.add(e.addr, e.len)))
-            .collect();
-        copies.push((current, chunk, extra));
+        let mut ranges = Vec::with_capacity(1 + reads.extra.len().min(reads.max_extra));
+        let mut gap_read = gap == 0;
+        if reads.chunk_len > 0 {
+            let with_gap = reads.chunk_len + gap;
+            let len = if with_gap <= reads.chunk_room {
+                gap_read = true;
+                with_gap
+            } else {
+                reads.chunk_len
+            };
+            ranges.push((reads.chunk, batch.add(reads.chunk, len)));
+        }
+        ranges.extend(
+            reads
+                .extra
+                .iter()
+                .take(reads.max_extra)
+                .map(|e| (e.addr, batch.add(e.addr, e.len))),
+        );
+        if !gap_read && reads.chunk_len > 0 {
+            // Harmless bytes to read: the chunk's own start.
+            let _ = batch.add(reads.chunk, gap.min(reads.chunk_len));
+        }
+        copies.push((current, ranges));
     }
     Planned { copies }
 }
@@ -79,19 +96,24 @@ pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Plan
 pub(crate) struct Later {
     /// Whether the walk's start stayed on the stack through every reading.
     pub agrees: bool,
-    /// Each later copy's ranges.
-    pub copies: Vec<Vec<Region>>,
+    /// Each later copy's ranges, where they start in the target and their slots in the
+    /// batch read (not copied out: seven copies of a stack are tens of kilobytes).
+    pub copies: Vec<Vec<(usize, Slot)>>,
 }
 
-fn caller_in<'r>(
+/// The frame header at `frame`, from whichever of `ranges` holds it.
+fn header_in<'b>(
+    batch: &'b Batch,
     layout: &Layout,
-    regions: impl IntoIterator<Item = &'r Region>,
+    ranges: &[(usize, Slot)],
     frame: usize,
-) -> Option<usize> {
-    regions
-        .into_iter()
-        .find_map(|r| r.get(frame, layout.fr_header_len))
-        .and_then(|h| usize_at(h, layout.fr_previous))
+) -> Option<&'b [u8]> {
+    ranges.iter().find_map(|&(addr, slot)| {
+        let start = frame.checked_sub(addr)?;
+        batch
+            .get(slot)?
+            .get(start..start.checked_add(layout.fr_header_len)?)
+    })
 }
 
 /// Reads back the later copies and picks where the walk starts: `current` (the pointer read
@@ -101,39 +123,33 @@ pub(crate) fn collect(
     batch: &Batch,
     layout: &Layout,
     planned: &Planned,
-    chunk: usize,
     current: usize,
     first: &[&Region],
 ) -> (usize, Later) {
-    let mut pointers = Vec::with_capacity(planned.copies.len());
-    let mut copies = Vec::with_capacity(planned.copies.len());
-    for (pointer, chunk_slot, extra) in &planned.copies {
-        pointers.push(batch.get(*pointer).and_then(|b| usize_at(b, 0)));
-        let mut regions: Vec<Region> = extra
-            .iter()
-            .filter_map(|&(e, slot)| {
-                Some(Region {
-                    addr: e.addr,
-                    bytes: batch.get(slot)?.to_vec(),
-                })
-            })
-            .collect();
-        if let Some(bytes) = chunk_slot.and_then(|s| batch.get(s)) {
-            regions.push(Region {
-                addr: chunk,
-                bytes: bytes.to_vec(),
-            });
-        }
-        copies.push(regions);
-    }
+    let pointers: Vec<Option<usize>> = planned
+        .copies
+        .iter()
+        .map(|(pointer, _)| batch.get(*pointer).and_then(|b| usize_at(b, 0)))
+        .collect();
+    let copies: Vec<Vec<(usize, Slot)>> = planned
+        .copies
+        .iter()
+        .map(|(_, ranges)| ranges.clone())
+        .collect();
+    let caller_in_copy = |ranges: &[(usize, Slot)], frame: usize| {
+        header_in(batch, layout, ranges, frame).and_then(|h| usize_at(h, layout.fr_previous))
+    };
     // A frame stays if at every later reading it is the current frame or its caller.
     let stays = |start: usize| {
-        pointers.iter().zip(&copies).all(|(p, regions)| match p {
-            Some(p) => *p == start || caller_in(layout, regions, *p) == Some(start),
+        pointers.iter().zip(&copies).all(|(p, ranges)| match p {
+            Some(p) => *p == start || caller_in_copy(ranges, *p) == Some(start),
             None => false,
         })
     };
-    let returned_to = caller_in(layout, first.iter().copied(), current);
+    let returned_to = first
+        .iter()
+        .find_map(|r| r.get(current, layout.fr_header_len))
+        .and_then(|h| usize_at(h, layout.fr_previous));
     let (start, agrees) = if stays(current) {
         (current, true)
     } else if returned_to.is_some_and(|c| c != 0 && stays(c)) {
@@ -144,17 +160,15 @@ pub(crate) fn collect(
     (start, Later { agrees, copies })
 }
 
-/// Whether every frame of the walk reads the same in every later copy.
-pub(crate) fn same_frames(layout: &Layout, walk: &Walk, later: &Later) -> bool {
+/// Whether every frame of the walk reads the same in every later copy (`batch`: the one
+/// the copies were read in).
+pub(crate) fn same_frames(layout: &Layout, walk: &Walk, later: &Later, batch: &Batch) -> bool {
     walk.frames.iter().enumerate().all(|(depth, f)| {
         let Some(first) = walk.header(f.addr, layout) else {
             return false;
         };
-        later.copies.iter().all(|regions| {
-            let Some(again) = regions
-                .iter()
-                .find_map(|r| r.get(f.addr, layout.fr_header_len))
-            else {
+        later.copies.iter().all(|ranges| {
+            let Some(again) = header_in(batch, layout, ranges, f.addr) else {
                 return false;
             };
             let same =
@@ -196,7 +210,7 @@ mod tests {
         for cell in &cells {
             let p = batch.add(&**cell as *const u64 as usize, 8);
             let c = batch.add(mem.as_ptr() as usize, mem.len());
-            copies.push((p, Some(c), Vec::new()));
+            copies.push((p, vec![(mem.as_ptr() as usize, c)]));
         }
         let mut remote = crate::fast::remote::Remote::new(std::process::id());
         batch.run(&mut remote).expect("run");
@@ -218,17 +232,17 @@ mod tests {
         };
         let first = vec![&region];
         let (planned, batch) = later(&[callee, caller], &mem, base);
-        let (start, later) = collect(&batch, &PY311, &planned, base, caller, &first);
+        let (start, later) = collect(&batch, &PY311, &planned, caller, &first);
         assert_eq!(start, caller);
         assert!(later.agrees);
         // The callee was current first and had returned by the second reading: its caller.
         let (planned, batch) = later_from(&[caller, caller], &mem);
-        let (start, later) = collect(&batch, &PY311, &planned, base, callee, &first);
+        let (start, later) = collect(&batch, &PY311, &planned, callee, &first);
         assert_eq!(start, caller);
         assert!(later.agrees);
         // Something else entirely: no agreement.
         let (planned, batch) = later_from(&[base + 400, caller], &mem);
-        let (_, later) = collect(&batch, &PY311, &planned, base, callee, &first);
+        let (_, later) = collect(&batch, &PY311, &planned, callee, &first);
         assert!(!later.agrees);
     }
 

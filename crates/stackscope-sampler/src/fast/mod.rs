@@ -43,6 +43,7 @@ mod names;
 mod ostid;
 mod pystr;
 mod quiet;
+mod recent;
 mod remote;
 mod snapshot;
 mod stack;

@@ -70,6 +70,7 @@ mod tests {
             still: true,
             proof: None,
             proven_at,
+            recent: Default::default(),
         }
     }
 

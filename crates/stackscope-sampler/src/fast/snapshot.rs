@@ -86,9 +86,15 @@ impl TsWords {
         if self.chunk == 0 || self.top < self.chunk || self.limit < self.top {
             return 0;
         }
-        (self.top - self.chunk + slack)
-            .min(self.limit - self.chunk)
-            .min(MAX_COPY)
+        (self.top - self.chunk + slack).min(self.room())
+    }
+
+    /// How much of the current chunk may be copied from its start: up to its limit.
+    fn room(&self) -> usize {
+        if self.chunk == 0 || self.limit < self.chunk {
+            return 0;
+        }
+        (self.limit - self.chunk).min(MAX_COPY)
     }
 }
 
@@ -124,6 +130,7 @@ pub(crate) fn plan(
         pointer: guess.cframe + layout.cframe_current_frame,
         chunk: guess.chunk,
         chunk_len: guess.copy_len(if still && check.is_none() { 0 } else { SLACK }),
+        chunk_room: guess.room(),
         extra: if has_frames { extra } else { &[] },
         max_extra: max_extra(layout),
     };
@@ -208,7 +215,7 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
             chunk: empty(),
             extra: Vec::new(),
             later: planned.later.as_ref().map(|p| {
-                let (start, later) = holder::collect(batch, layout, p, 0, 0, &[]);
+                let (start, later) = holder::collect(batch, layout, p, 0, &[]);
                 Later {
                     agrees: later.agrees && start == 0,
                     copies: later.copies,
@@ -252,7 +259,7 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
         let first: Vec<&Region> = std::iter::once(&chunk)
             .chain(extra.iter().map(|(r, _)| r))
             .collect();
-        let (start, later) = holder::collect(batch, layout, p, guess.chunk, current_frame, &first);
+        let (start, later) = holder::collect(batch, layout, p, current_frame, &first);
         current_frame = start;
         later
     });

@@ -50,7 +50,7 @@ pub(crate) fn rebuild(
         }
         let bytes = remote.read(addr, layout.ts_read_len).map_err(gone)?;
         let mut ts = TsWords::parse(layout, addr, &bytes).ok_or(ReadError::ThreadGone)?;
-        let (extra, codes, sig, proof) = match old.iter().find(|k| k.tstate == addr) {
+        let (extra, codes, sig, proof, recent) = match old.iter().find(|k| k.tstate == addr) {
             Some(k) => {
                 if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
                     ts.native_thread_id = k.ts.native_thread_id;
@@ -59,7 +59,12 @@ pub(crate) fn rebuild(
                 let same = ts.thread_id == k.ts.thread_id;
                 let sig = if same { k.sig } else { 0 };
                 let proof = k.proof.clone().filter(|_| same);
-                (k.extra.clone(), k.codes.clone(), sig, proof)
+                let recent = if same {
+                    k.recent.clone()
+                } else {
+                    Default::default()
+                };
+                (k.extra.clone(), k.codes.clone(), sig, proof, recent)
             }
             None => Default::default(),
         };
@@ -73,6 +78,7 @@ pub(crate) fn rebuild(
             proof,
             // Known good again after this sample's read.
             proven_at: None,
+            recent,
         });
         addr = ts.next;
     }

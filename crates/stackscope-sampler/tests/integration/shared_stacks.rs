@@ -1,7 +1,8 @@
 //! A thread found where it was is handed on with the very stack of its last sample (one
 //! shared `Frames`), so that the aggregator and the sample log tell it by a pointer instead of
 //! comparing or hashing its frames: with many sleeping threads that comparison was most of
-//! what a thread cost the consumer (docs/performance.md, "What a sleeping thread costs").
+//! what a thread cost the consumer (docs/performance.md, "What a sleeping thread costs"). A
+//! busy thread back at a stack it had lately is handed that stack too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,4 +63,48 @@ fn a_waiting_thread_gets_the_same_shared_stack_each_sample() {
             "{name}: {shared} of {same} same stacks shared"
         );
     }
+}
+
+#[test]
+fn a_busy_thread_back_at_a_stack_it_had_gets_that_very_stack() {
+    let _serial = crate::common::serial();
+    let fixture = Fixture::start_code("python3", FIXTURE);
+    let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
+    assert_eq!(target.reader(), "stackscope");
+    // The spinner runs Python all the time, on two lines of one loop: each of its stacks is
+    // read afresh, and is nearly always one it had before.
+    let mut had: Vec<Frames> = Vec::new();
+    let (mut again, mut shared, mut reads) = (0, 0, 0);
+    while reads < 60 {
+        let Ok(stacks) = target.read_stacks() else {
+            continue;
+        };
+        reads += 1;
+        let Some(s) = stacks
+            .into_iter()
+            .find(|s| s.thread.name.as_deref() == Some("spinner"))
+        else {
+            continue;
+        };
+        assert!(
+            s.frames.first().is_some_and(|f| &*f.function == "spinner"),
+            "{:?}",
+            s.frames
+        );
+        match had.iter().find(|h| ***h == *s.frames) {
+            Some(before) => {
+                again += 1;
+                shared += u32::from(Arc::ptr_eq(before, &s.frames));
+            }
+            None => had.push(s.frames),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!(
+        "{reads} reads, {} distinct stacks: {again} seen before, {shared} shared",
+        had.len()
+    );
+    assert!(had.len() <= 4, "{had:?}");
+    assert!(again >= 50, "{again} of {reads} stacks seen before");
+    assert!(shared + 2 >= again, "{shared} of {again} shared");
 }
