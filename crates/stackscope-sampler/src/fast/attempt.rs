@@ -223,7 +223,7 @@ pub(crate) fn attempt(
     let ran = if bracket {
         Ran::between(before, after)
     } else {
-        Ran::Only(Vec::new())
+        Ran::NONE
     };
     let head = list_slots.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
     let gil_holder = list_slots
@@ -380,7 +380,7 @@ pub(crate) fn attempt(
     let ran_late = if bracket && any_late {
         Ran::between(before, gil_words(&late, gil_late))
     } else {
-        Ran::Only(Vec::new())
+        Ran::NONE
     };
     for (&addr, &slot) in &late_codes {
         ids.insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));

@@ -37,23 +37,27 @@ impl GilWords {
 }
 
 /// Who may have run Python between two readings of the GIL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ran {
-    /// At most these threads (thread state addresses).
-    Only(Vec<usize>),
+    /// At most these threads (thread state addresses; 0 names none): one holder, or the two
+    /// of one switch. Asked once per thread and sample, so it allocates nothing.
+    Only([usize; 2]),
     /// Threads we cannot name (several switches, or the GIL could not be read).
     Anyone,
 }
 
 impl Ran {
+    /// No thread ran (they were all stopped).
+    pub(crate) const NONE: Ran = Ran::Only([0, 0]);
+
     /// From the GIL read before and after.
     pub(crate) fn between(before: Option<GilWords>, after: Option<GilWords>) -> Ran {
         let (Some(a), Some(b)) = (before, after) else {
             return Ran::Anyone;
         };
         match b.switch_number.wrapping_sub(a.switch_number) {
-            0 if a.last_holder == b.last_holder => Ran::Only(vec![a.last_holder]),
-            1 if a.last_holder != b.last_holder => Ran::Only(vec![a.last_holder, b.last_holder]),
+            0 if a.last_holder == b.last_holder => Ran::Only([a.last_holder, 0]),
+            1 if a.last_holder != b.last_holder => Ran::Only([a.last_holder, b.last_holder]),
             // A holder changed without a switch counted, or a switch counted that left the
             // holder as it was (a switch always names a new one): the two words were read
             // while being written (`last_holder` is stored first, then `switch_number`). Or
@@ -64,7 +68,7 @@ impl Ran {
 
     pub(crate) fn may_have_run(&self, tstate: usize) -> bool {
         match self {
-            Ran::Only(holders) => holders.contains(&tstate),
+            Ran::Only(holders) => tstate != 0 && holders.contains(&tstate),
             Ran::Anyone => true,
         }
     }

@@ -35,13 +35,13 @@ pub(crate) const COPIES: usize = 8;
 /// The random gap between copies is a read of up to this many bytes.
 const MAX_GAP: u64 = 2048;
 
-/// Where one later copy went: the current-frame pointer, and each range copied (the chunk,
-/// the extra ranges) with where it starts in the target.
-type CopySlots = (Slot, Vec<(usize, Slot)>);
-
-/// Where the later copies of a checked thread went in the batch.
+/// Where the later copies of a checked thread went in the batch: each copy's current-frame
+/// pointer, and its ranges (the chunk, the extra ranges), the same number for every copy,
+/// each with where it starts in the target. Flat, so that planning allocates twice per
+/// thread and not twice per copy.
 pub(crate) struct Planned {
-    copies: Vec<CopySlots>,
+    pointers: Vec<Slot>,
+    ranges: Vec<(usize, Slot)>,
 }
 
 /// What a thread's reads look like: the current-frame pointer, the chunk, the extra ranges.
@@ -59,11 +59,13 @@ pub(crate) struct Reads<'a> {
 /// chunk's copy runs on past what the walk needs, where the chunk has room, or else a
 /// range of its own is read (ranges cost more than bytes: each is looked up and pinned).
 pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Planned {
-    let mut copies = Vec::with_capacity(COPIES - 1);
+    let extra = &reads.extra[..reads.extra.len().min(reads.max_extra)];
+    let per_copy = usize::from(reads.chunk_len > 0) + extra.len();
+    let mut pointers = Vec::with_capacity(COPIES - 1);
+    let mut ranges = Vec::with_capacity((COPIES - 1) * per_copy);
     for _ in 1..COPIES {
         let gap = ((next(seed) % MAX_GAP) & !7) as usize;
-        let current = batch.add(reads.pointer, 8);
-        let mut ranges = Vec::with_capacity(1 + reads.extra.len().min(reads.max_extra));
+        pointers.push(batch.add(reads.pointer, 8));
         let mut gap_read = gap == 0;
         if reads.chunk_len > 0 {
             let with_gap = reads.chunk_len + gap;
@@ -75,20 +77,13 @@ pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Plan
             };
             ranges.push((reads.chunk, batch.add(reads.chunk, len)));
         }
-        ranges.extend(
-            reads
-                .extra
-                .iter()
-                .take(reads.max_extra)
-                .map(|e| (e.addr, batch.add(e.addr, e.len))),
-        );
+        ranges.extend(extra.iter().map(|e| (e.addr, batch.add(e.addr, e.len))));
         if !gap_read && reads.chunk_len > 0 {
             // Harmless bytes to read: the chunk's own start.
             let _ = batch.add(reads.chunk, gap.min(reads.chunk_len));
         }
-        copies.push((current, ranges));
     }
-    Planned { copies }
+    Planned { pointers, ranges }
 }
 
 /// The later readings of a checked thread.
@@ -96,9 +91,20 @@ pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Plan
 pub(crate) struct Later {
     /// Whether the walk's start stayed on the stack through every reading.
     pub agrees: bool,
-    /// Each later copy's ranges, where they start in the target and their slots in the
-    /// batch read (not copied out: seven copies of a stack are tens of kilobytes).
-    pub copies: Vec<Vec<(usize, Slot)>>,
+    /// Each later copy's current-frame pointer as read (None: unreadable).
+    pointers: Vec<Option<usize>>,
+    /// The later copies' ranges, copy after copy, the same number each: where they start in
+    /// the target and their slots in the batch read (not copied out: seven copies of a
+    /// stack are tens of kilobytes).
+    ranges: Vec<(usize, Slot)>,
+}
+
+impl Later {
+    /// Each later copy's ranges.
+    fn copies(&self) -> impl Iterator<Item = &[(usize, Slot)]> {
+        let per_copy = self.ranges.len() / self.pointers.len().max(1);
+        (0..self.pointers.len()).map(move |i| &self.ranges[i * per_copy..(i + 1) * per_copy])
+    }
 }
 
 /// The frame header at `frame`, from whichever of `ranges` holds it.
@@ -127,24 +133,28 @@ pub(crate) fn collect(
     first: &[&Region],
 ) -> (usize, Later) {
     let pointers: Vec<Option<usize>> = planned
-        .copies
+        .pointers
         .iter()
-        .map(|(pointer, _)| batch.get(*pointer).and_then(|b| usize_at(b, 0)))
+        .map(|&p| batch.get(p).and_then(|b| usize_at(b, 0)))
         .collect();
-    let copies: Vec<Vec<(usize, Slot)>> = planned
-        .copies
-        .iter()
-        .map(|(_, ranges)| ranges.clone())
-        .collect();
+    let mut later = Later {
+        agrees: false,
+        pointers,
+        ranges: planned.ranges.clone(),
+    };
     let caller_in_copy = |ranges: &[(usize, Slot)], frame: usize| {
         header_in(batch, layout, ranges, frame).and_then(|h| usize_at(h, layout.fr_previous))
     };
     // A frame stays if at every later reading it is the current frame or its caller.
     let stays = |start: usize| {
-        pointers.iter().zip(&copies).all(|(p, ranges)| match p {
-            Some(p) => *p == start || caller_in_copy(ranges, *p) == Some(start),
-            None => false,
-        })
+        later
+            .pointers
+            .iter()
+            .zip(later.copies())
+            .all(|(p, ranges)| match p {
+                Some(p) => *p == start || caller_in_copy(ranges, *p) == Some(start),
+                None => false,
+            })
     };
     let returned_to = first
         .iter()
@@ -157,7 +167,8 @@ pub(crate) fn collect(
     } else {
         (current, false)
     };
-    (start, Later { agrees, copies })
+    later.agrees = agrees;
+    (start, later)
 }
 
 /// Whether every frame of the walk reads the same in every later copy (`batch`: the one
@@ -167,7 +178,7 @@ pub(crate) fn same_frames(layout: &Layout, walk: &Walk, later: &Later, batch: &B
         let Some(first) = walk.header(f.addr, layout) else {
             return false;
         };
-        later.copies.iter().all(|ranges| {
+        later.copies().all(|ranges| {
             let Some(again) = header_in(batch, layout, ranges, f.addr) else {
                 return false;
             };
@@ -205,18 +216,24 @@ mod tests {
     fn later(pointers: &[usize], mem: &[u8], base: usize) -> (Planned, Batch) {
         // Not read from a process: the slots are filled from our own memory below.
         let mut batch = Batch::default();
-        let mut copies = Vec::new();
+        let (mut slots, mut ranges) = (Vec::new(), Vec::new());
         let cells: Vec<Box<u64>> = pointers.iter().map(|&p| Box::new(p as u64)).collect();
         for cell in &cells {
-            let p = batch.add(&**cell as *const u64 as usize, 8);
+            slots.push(batch.add(&**cell as *const u64 as usize, 8));
             let c = batch.add(mem.as_ptr() as usize, mem.len());
-            copies.push((p, vec![(mem.as_ptr() as usize, c)]));
+            ranges.push((mem.as_ptr() as usize, c));
         }
         let mut remote = crate::fast::remote::Remote::new(std::process::id());
         batch.run(&mut remote).expect("run");
         drop(cells);
         let _ = base;
-        (Planned { copies }, batch)
+        (
+            Planned {
+                pointers: slots,
+                ranges,
+            },
+            batch,
+        )
     }
 
     #[test]

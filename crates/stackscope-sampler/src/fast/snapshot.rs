@@ -215,11 +215,9 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
             chunk: empty(),
             extra: Vec::new(),
             later: planned.later.as_ref().map(|p| {
-                let (start, later) = holder::collect(batch, layout, p, 0, &[]);
-                Later {
-                    agrees: later.agrees && start == 0,
-                    copies: later.copies,
-                }
+                let (start, mut later) = holder::collect(batch, layout, p, 0, &[]);
+                later.agrees &= start == 0;
+                later
             }),
         };
     }
