@@ -510,13 +510,14 @@ pub(crate) fn attempt(
 /// (3.10: `f_lasti`), innermost first (the reader adds the used chunk's bytes, 3.11+). Equal words: the thread ran no Python in between, or
 /// came back to exactly where it was. Never 0.
 pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // Not a keyed hash: equal words are only ever compared for one thread, never a table key.
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mix = |h: u64, v: usize| (h.rotate_left(5) ^ v as u64).wrapping_mul(K);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for f in frames {
-        (f.addr, f.code, f.prev_instr).hash(&mut h);
+        h = mix(mix(mix(h, f.addr), f.code), f.prev_instr);
     }
-    frames.len().hash(&mut h);
-    h.finish() | 1
+    mix(h, frames.len()) | 1
 }
 
 /// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.

@@ -46,6 +46,9 @@ struct Copied {
     used: bool,
 }
 
+/// Frames a walk makes room for at its start (24 bytes each).
+const FRAMES_AHEAD: usize = 40;
+
 /// A frame as read: its code object and the instruction it is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RawFrame {
@@ -94,7 +97,9 @@ impl Walk {
     pub(crate) fn new(current_frame: usize, chunk: Region) -> Walk {
         let older_chunk = chunk.previous_chunk();
         Walk {
-            frames: Vec::new(),
+            // Room for a training loop's usual depth at once, rather than growing through
+            // four reallocations each sample.
+            frames: Vec::with_capacity(FRAMES_AHEAD),
             visited: 0,
             next: current_frame,
             regions: vec![Copied {
@@ -206,13 +211,27 @@ impl Walk {
         };
         let region = &first.region;
         let used = top.saturating_sub(region.addr).min(region.bytes.len());
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for word in region.bytes[..used].chunks(8) {
-            let mut w = [0u8; 8];
-            w[..word.len()].copy_from_slice(word);
-            h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        // Whole words in two independent lanes (a chain of multiplies through one lane is
+        // the slow part), then the tail; no copy per word.
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let bytes = &region.bytes[..used];
+        let mut pairs = bytes.chunks_exact(16);
+        let (mut a, mut b): (u64, u64) = (0xcbf2_9ce4_8422_2325, 0x9e37_79b9_7f4a_7c15);
+        for pair in &mut pairs {
+            let (lo, hi) = pair.split_at(8);
+            let lo = u64::from_le_bytes(lo.try_into().unwrap_or_default());
+            let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default());
+            a = (a.rotate_left(5) ^ lo).wrapping_mul(K);
+            b = (b.rotate_left(5) ^ hi).wrapping_mul(K);
         }
-        h
+        let mut tail = [0u8; 16];
+        let rest = pairs.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        let lo = u64::from_le_bytes(tail[..8].try_into().unwrap_or_default());
+        let hi = u64::from_le_bytes(tail[8..].try_into().unwrap_or_default());
+        a = (a.rotate_left(5) ^ lo ^ rest.len() as u64).wrapping_mul(K);
+        b = (b.rotate_left(5) ^ hi).wrapping_mul(K);
+        (a ^ b.rotate_left(29)).wrapping_mul(K)
     }
 
     pub(crate) fn add_region(&mut self, region: Region, chunk: bool) {
@@ -311,6 +330,41 @@ pub(crate) fn coalesce(mut ranges: Vec<Extra>) -> Vec<Extra> {
 mod tests {
     use super::*;
     use crate::fast::layout::{PY310, PY311, PY312};
+
+    #[test]
+    fn the_chunk_digest_sees_every_used_byte_and_none_past_the_top() {
+        let digest = |bytes: &[u8], used: usize| {
+            let walk = Walk::new(
+                0,
+                Region {
+                    addr: 0x1000,
+                    bytes: bytes.to_vec(),
+                },
+            );
+            walk.chunk_digest(0x1000 + used)
+        };
+        let mem: Vec<u8> = (0..4133u32).map(|i| (i * 7 % 251) as u8).collect();
+        let used = 4100;
+        let base = digest(&mem, used);
+        assert_eq!(base, digest(&mem, used), "the same bytes, the same digest");
+        // A local changed anywhere in the used part, in a whole pair of words or in the tail.
+        for at in [0, 8, 15, 2048, 4095, used - 1] {
+            let mut changed = mem.clone();
+            changed[at] ^= 1;
+            assert_ne!(base, digest(&changed, used), "a change at byte {at}");
+        }
+        // Two words swapped is another state.
+        let mut swapped = mem.clone();
+        swapped.copy_within(16..24, 0);
+        swapped[16..24].copy_from_slice(&mem[0..8]);
+        assert_ne!(base, digest(&swapped, used));
+        // Past the top is garbage the thread does not own: not seen.
+        let mut past = mem.clone();
+        past[used + 3] ^= 0xff;
+        assert_eq!(base, digest(&past, used));
+        // A stack one word taller is another stack, even of zeros.
+        assert_ne!(digest(&[0u8; 64], 40), digest(&[0u8; 64], 48));
+    }
 
     /// Writes a 3.11-style frame at `at` (an offset in `mem`, whose address is `base`).
     fn frame(mem: &mut [u8], base: usize, at: usize, code: usize, previous: usize, instr: usize) {
