@@ -140,14 +140,16 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
             .spawn(move || {
-                if std::env::var_os("STACKSCOPE_SHORT_SLICES").is_some_and(|v| v == "1") {
+                let slices = crate::slice::Policy::from_env();
+                if slices == crate::slice::Policy::Always {
                     crate::slice::ask_for_short_slices();
                 }
+                let adaptive = slices == crate::slice::Policy::WhenLosingTicks;
                 let mut out = Output {
                     batcher: Batcher::new(sender),
                     stats: &thread_stats,
                 };
-                let stop = run(set, &config, &mut out, &stop);
+                let stop = run(set, &config, &mut out, &stop, adaptive);
                 out.flush();
                 drop(done_sender);
                 stop
@@ -241,8 +243,10 @@ fn run(
     config: &SamplerConfig,
     out: &mut Output<'_>,
     stop: &AtomicBool,
+    adaptive: bool,
 ) -> StopReason {
     let stats = out.stats;
+    let mut slices = adaptive.then(crate::slice::Adaptive::default);
     let mut timer = SampleTimer::new(config.rate_hz);
     let deadline = config.duration.map(|d| Instant::now() + d);
     if let Some(event) = set.other_root_event(Timestamp::now()) {
@@ -260,10 +264,16 @@ fn run(
         }
         // What waits goes out before a sleep that would make it older than a batch may get.
         out.flush_before(timer.next_tick());
+        // Whether this tick waits for its instant: its lateness is then the wake-up's, not
+        // the last sample's overrun.
+        let sleeps = slices.is_some() && Instant::now() < timer.next_tick();
         let Some(tick) = timer.wait(deadline) else {
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
+        if let Some(slices) = &mut slices {
+            slices.tick(sleeps, tick.lateness, timer.period());
+        }
         stats
             .skipped_ticks
             .fetch_add(tick.skipped, Ordering::Relaxed);

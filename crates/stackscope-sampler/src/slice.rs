@@ -1,16 +1,46 @@
-//! Asking the scheduler for short time slices on the sampling thread: a measured trade-off,
-//! off unless `STACKSCOPE_SHORT_SLICES=1`.
+//! Asking the scheduler for short time slices on the sampling thread, while the sampler is
+//! losing ticks.
 //!
 //! A sample is due at a given instant and takes a tenth of a millisecond; the target's
 //! threads spin for as long as they are let. On Linux 6.12 and later the fair scheduler
 //! (EEVDF) takes a thread's `sched_runtime` as the slice it asks for, and a waking thread
 //! that asked for a shorter slice than the running one's gets the CPU first instead of waiting
-//! out the other's slice. At 1000 Hz on two cores shared with four spinning threads that took
-//! the ticks sampled from 93% to 99%, and the target's slowdown from about 0% to 8-11%: the
-//! sampler no longer waits for a CPU the target leaves free (its threads take turns on the
-//! GIL), it takes the GIL holder's (docs/performance.md). A job's speed is worth more than
-//! its thousandth tick, so it is not the default. The thread's nice value and policy are left
-//! as they are. Older kernels ignore the field for fair threads; a failure changes nothing.
+//! out the other's slice. `perf sched timehist` of a 1000 Hz attach to four spinning threads
+//! on two cores showed why ticks are lost: now and then the timer wakes the sampler on the CPU
+//! a target thread holds while the other CPU idles, and the sampler waits out that thread's
+//! slice (1.5 to 4 ms: 3% of wake-ups waited more than a millisecond, 1% more than 2.8 ms).
+//!
+//! Asking for short slices all the time took the ticks sampled there from 86-93% to 98-99%,
+//! but a sampler that preempts the target's running thread on every wake-up takes its time
+//! from the job (its GIL holder) instead of from an idle CPU. So by default
+//! ([`Policy::WhenLosingTicks`]) the sampler asks for short slices only after a wake-up that
+//! came a whole period late, for the next [`Adaptive::WINDOW`] ticks, then gives the default
+//! slice back: at 100 Hz a wake-up 10 ms late almost never happens, and nothing changes.
+//! `STACKSCOPE_SHORT_SLICES=0` never asks, `=1` always does (docs/performance.md, "Short
+//! slices"). The thread's nice value and policy are left as they are; older kernels ignore
+//! the field for fair threads, and a failure changes nothing.
+
+/// When the sampling thread asks for short slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Policy {
+    Never,
+    Always,
+    /// After a tick that woke a whole period late, for a while ([`Adaptive`]).
+    WhenLosingTicks,
+}
+
+impl Policy {
+    /// From `STACKSCOPE_SHORT_SLICES`: `0`, `1`, or anything else (unset) for the default.
+    pub(crate) fn from_env() -> Policy {
+        match std::env::var("STACKSCOPE_SHORT_SLICES").as_deref() {
+            Ok("0") => Policy::Never,
+            Ok("1") => Policy::Always,
+            _ => Policy::WhenLosingTicks,
+        }
+    }
+}
+
+use std::time::Duration;
 
 /// The slice asked for: the scheduler's smallest (0.1 ms), about one sample's work.
 const SLICE_NS: u64 = 100_000;
@@ -45,6 +75,73 @@ pub(crate) fn ask_for_short_slices() -> bool {
     // SAFETY: `attr` is a valid `sched_attr` as read back by `attributes`, with its size set.
     let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
     set == 0
+}
+
+/// Gives the calling thread back the scheduler's default slice (a fair thread's
+/// `sched_runtime` of 0). Answers whether the kernel took it.
+pub(crate) fn restore_default_slice() -> bool {
+    let Some(mut attr) = attributes()
+        .filter(|a| matches!(a.sched_policy as i32, libc::SCHED_OTHER | libc::SCHED_BATCH))
+    else {
+        return false;
+    };
+    attr.sched_runtime = 0;
+    // SAFETY: as in `ask_for_short_slices`.
+    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    set == 0
+}
+
+/// Short slices only while ticks are being lost: a tick whose wake-up came a whole period
+/// late turns them on for the next [`Adaptive::WINDOW`] ticks, after which the default comes
+/// back. Such wake-ups come in runs (while a target thread keeps the sampler's CPU).
+#[derive(Debug, Default)]
+pub(crate) struct Adaptive {
+    /// Ticks left with short slices (0: default slices).
+    left: u32,
+}
+
+impl Adaptive {
+    /// Ticks with short slices after a late wake-up: a quarter of a second at 1000 Hz.
+    pub(crate) const WINDOW: u32 = 250;
+
+    /// Accounts for a tick that fired `lateness` after its instant at `period`; `slept`:
+    /// whether the sampler slept for it (else the lateness is the last sample's overrun,
+    /// which a slice does not help).
+    pub(crate) fn tick(&mut self, slept: bool, lateness: Duration, period: Duration) -> Change {
+        if slept && lateness >= period {
+            let change = if self.left == 0 && ask_for_short_slices() {
+                Change::Short
+            } else {
+                Change::None
+            };
+            if self.left > 0 || change == Change::Short {
+                self.left = Self::WINDOW;
+            }
+            return change;
+        }
+        if self.left > 0 {
+            self.left -= 1;
+            if self.left == 0 {
+                restore_default_slice();
+                return Change::Default;
+            }
+        }
+        Change::None
+    }
+
+    /// Whether short slices are on.
+    #[cfg(test)]
+    pub(crate) fn is_short(&self) -> bool {
+        self.left > 0
+    }
+}
+
+/// What a tick changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    None,
+    Short,
+    Default,
 }
 
 /// The calling thread's scheduling attributes, with `size` set to the struct we pass.
@@ -94,6 +191,45 @@ mod tests {
             }
             assert_ne!(before, SLICE_NS);
             assert_eq!(current_slice(), Some(SLICE_NS));
+        })
+        .join()
+        .expect("thread");
+    }
+
+    #[test]
+    fn a_late_wake_up_asks_for_short_slices_for_a_while_and_an_overrun_does_not() {
+        std::thread::spawn(|| {
+            let before = current_slice().expect("sched_getattr");
+            if before == 0 {
+                eprintln!("skipped: this kernel has no per-thread slices (before 6.12)");
+                return;
+            }
+            let period = Duration::from_millis(1);
+            let mut slices = Adaptive::default();
+            // On time, or late by less than a period: nothing asked.
+            assert_eq!(
+                slices.tick(true, Duration::from_micros(300), period),
+                Change::None
+            );
+            assert_eq!(current_slice(), Some(before));
+            // Late because the last sample overran (no sleep): a slice would not help.
+            assert_eq!(slices.tick(false, 3 * period, period), Change::None);
+            assert!(!slices.is_short());
+            // A wake-up a whole period late: short slices, for the window.
+            assert_eq!(slices.tick(true, period, period), Change::Short);
+            assert_eq!(current_slice(), Some(SLICE_NS));
+            for _ in 0..Adaptive::WINDOW / 2 {
+                assert_eq!(slices.tick(true, Duration::ZERO, period), Change::None);
+            }
+            // Another late one renews the window without asking again.
+            assert_eq!(slices.tick(true, 2 * period, period), Change::None);
+            for _ in 1..Adaptive::WINDOW {
+                assert_eq!(slices.tick(true, Duration::ZERO, period), Change::None);
+                assert!(slices.is_short());
+            }
+            assert_eq!(slices.tick(true, Duration::ZERO, period), Change::Default);
+            assert!(!slices.is_short());
+            assert_eq!(current_slice(), Some(before));
         })
         .join()
         .expect("thread");
