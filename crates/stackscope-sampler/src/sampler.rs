@@ -264,15 +264,12 @@ fn run(
         }
         // What waits goes out before a sleep that would make it older than a batch may get.
         out.flush_before(timer.next_tick());
-        // Whether this tick waits for its instant: its lateness is then the wake-up's, not
-        // the last sample's overrun.
-        let sleeps = slices.is_some() && Instant::now() < timer.next_tick();
         let Some(tick) = timer.wait(deadline) else {
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
         if let Some(slices) = &mut slices {
-            slices.tick(sleeps, tick.lateness, timer.period());
+            slices.tick(&tick, timer.period());
         }
         stats
             .skipped_ticks

@@ -20,6 +20,10 @@
 //! slices"). The thread's nice value and policy are left as they are; older kernels ignore
 //! the field for fair threads, and a failure changes nothing.
 
+use std::time::Duration;
+
+use crate::timer::Tick;
+
 /// When the sampling thread asks for short slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Policy {
@@ -39,8 +43,6 @@ impl Policy {
         }
     }
 }
-
-use std::time::Duration;
 
 /// The slice asked for: the scheduler's smallest (0.1 ms), about one sample's work.
 const SLICE_NS: u64 = 100_000;
@@ -65,28 +67,26 @@ struct SchedAttr {
 /// The calling thread's scheduling attributes, with short slices asked for. Answers whether
 /// the kernel took them.
 pub(crate) fn ask_for_short_slices() -> bool {
-    // Only a fair-scheduled thread (SCHED_OTHER, SCHED_BATCH): a real-time one stays as set.
-    let Some(mut attr) = attributes()
-        .filter(|a| matches!(a.sched_policy as i32, libc::SCHED_OTHER | libc::SCHED_BATCH))
-    else {
-        return false;
-    };
-    attr.sched_runtime = SLICE_NS;
-    // SAFETY: `attr` is a valid `sched_attr` as read back by `attributes`, with its size set.
-    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-    set == 0
+    set_slice(SLICE_NS)
 }
 
 /// Gives the calling thread back the scheduler's default slice (a fair thread's
 /// `sched_runtime` of 0). Answers whether the kernel took it.
 pub(crate) fn restore_default_slice() -> bool {
+    set_slice(0)
+}
+
+/// Sets the calling thread's `sched_runtime` (0: the default slice), keeping the rest of its
+/// attributes. Only a fair-scheduled thread (SCHED_OTHER, SCHED_BATCH): a real-time one stays
+/// as set.
+fn set_slice(runtime_ns: u64) -> bool {
     let Some(mut attr) = attributes()
         .filter(|a| matches!(a.sched_policy as i32, libc::SCHED_OTHER | libc::SCHED_BATCH))
     else {
         return false;
     };
-    attr.sched_runtime = 0;
-    // SAFETY: as in `ask_for_short_slices`.
+    attr.sched_runtime = runtime_ns;
+    // SAFETY: `attr` is a valid `sched_attr` as read back by `attributes`, with its size set.
     let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
     set == 0
 }
@@ -104,11 +104,11 @@ impl Adaptive {
     /// Ticks with short slices after a late wake-up: a quarter of a second at 1000 Hz.
     pub(crate) const WINDOW: u32 = 250;
 
-    /// Accounts for a tick that fired `lateness` after its instant at `period`; `slept`:
-    /// whether the sampler slept for it (else the lateness is the last sample's overrun,
-    /// which a slice does not help).
-    pub(crate) fn tick(&mut self, slept: bool, lateness: Duration, period: Duration) -> Change {
-        if slept && lateness >= period {
+    /// Accounts for `tick` at `period`: one that slept and woke a whole period late asks for
+    /// short slices (a tick that did not sleep is late from the last sample's overrun, which a
+    /// slice does not help).
+    pub(crate) fn tick(&mut self, tick: &Tick, period: Duration) -> Change {
+        if tick.slept && tick.lateness >= period {
             let change = if self.left == 0 && ask_for_short_slices() {
                 Change::Short
             } else {
@@ -172,6 +172,21 @@ pub(crate) fn current_slice() -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn woke(lateness: Duration) -> Tick {
+        Tick {
+            lateness,
+            skipped: 0,
+            slept: true,
+        }
+    }
+
+    fn overran(lateness: Duration) -> Tick {
+        Tick {
+            slept: false,
+            ..woke(lateness)
+        }
+    }
+
     #[test]
     fn a_thread_keeps_its_nice_value_and_gets_its_slice_where_the_kernel_has_them() {
         std::thread::spawn(|| {
@@ -208,26 +223,26 @@ mod tests {
             let mut slices = Adaptive::default();
             // On time, or late by less than a period: nothing asked.
             assert_eq!(
-                slices.tick(true, Duration::from_micros(300), period),
+                slices.tick(&woke(Duration::from_micros(300)), period),
                 Change::None
             );
             assert_eq!(current_slice(), Some(before));
             // Late because the last sample overran (no sleep): a slice would not help.
-            assert_eq!(slices.tick(false, 3 * period, period), Change::None);
+            assert_eq!(slices.tick(&overran(3 * period), period), Change::None);
             assert!(!slices.is_short());
             // A wake-up a whole period late: short slices, for the window.
-            assert_eq!(slices.tick(true, period, period), Change::Short);
+            assert_eq!(slices.tick(&woke(period), period), Change::Short);
             assert_eq!(current_slice(), Some(SLICE_NS));
             for _ in 0..Adaptive::WINDOW / 2 {
-                assert_eq!(slices.tick(true, Duration::ZERO, period), Change::None);
+                assert_eq!(slices.tick(&woke(Duration::ZERO), period), Change::None);
             }
             // Another late one renews the window without asking again.
-            assert_eq!(slices.tick(true, 2 * period, period), Change::None);
+            assert_eq!(slices.tick(&woke(2 * period), period), Change::None);
             for _ in 1..Adaptive::WINDOW {
-                assert_eq!(slices.tick(true, Duration::ZERO, period), Change::None);
+                assert_eq!(slices.tick(&woke(Duration::ZERO), period), Change::None);
                 assert!(slices.is_short());
             }
-            assert_eq!(slices.tick(true, Duration::ZERO, period), Change::Default);
+            assert_eq!(slices.tick(&woke(Duration::ZERO), period), Change::Default);
             assert!(!slices.is_short());
             assert_eq!(current_slice(), Some(before));
         })

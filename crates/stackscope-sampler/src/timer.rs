@@ -9,6 +9,9 @@ pub struct Tick {
     pub lateness: Duration,
     /// Ticks skipped because the sampler fell more than a whole period behind.
     pub skipped: u64,
+    /// Whether the timer slept until this tick (its lateness is then the wake-up's), rather
+    /// than finding it already due after the last sample.
+    pub slept: bool,
 }
 
 /// Fires at `rate` Hz on a fixed schedule (not "sleep one period after each sample", which
@@ -62,20 +65,21 @@ impl SampleTimer {
                 return None;
             }
         }
-        if self.next > now {
+        let slept = self.next > now;
+        if slept {
             std::thread::sleep(self.next - now);
         }
-        Some(self.fire(Instant::now()))
+        Some(self.fire(Instant::now(), slept))
     }
 
     /// Fires the tick now, for a caller that waited for [`SampleTimer::next_tick`] itself
     /// (on a channel, with that deadline).
     pub fn tick_now(&mut self) -> Tick {
-        self.fire(Instant::now())
+        self.fire(Instant::now(), false)
     }
 
     /// Accounts for a tick that fires at `now`.
-    fn fire(&mut self, now: Instant) -> Tick {
+    fn fire(&mut self, now: Instant, slept: bool) -> Tick {
         let lateness = now.saturating_duration_since(self.next);
         // `now` falls in the period `behind` after the current one.
         let into = now.saturating_duration_since(self.slot);
@@ -87,6 +91,7 @@ impl SampleTimer {
             return Tick {
                 lateness,
                 skipped: 0,
+                slept,
             };
         }
         // Late into a later period: the periods in between get no sample, and the one `now`
@@ -98,7 +103,11 @@ impl SampleTimer {
         self.slot += self.period * advance;
         let left = (self.slot + self.period).saturating_duration_since(now);
         self.next = now + self.random.within(left);
-        Tick { lateness, skipped }
+        Tick {
+            lateness,
+            skipped,
+            slept,
+        }
     }
 }
 
@@ -141,7 +150,7 @@ mod tests {
         assert!(timer.next >= slot && timer.next < slot + Duration::from_millis(10));
         timer.next = slot + Duration::from_millis(5);
         let scheduled = timer.next;
-        let tick = timer.fire(scheduled + Duration::from_micros(100));
+        let tick = timer.fire(scheduled + Duration::from_micros(100), true);
         assert_eq!(tick.lateness, Duration::from_micros(100));
         assert_eq!(tick.skipped, 0);
         assert!(timer.next >= slot + Duration::from_millis(10));
@@ -152,7 +161,7 @@ mod tests {
     fn an_overrun_skips_the_missed_ticks_instead_of_bursting() {
         let mut timer = SampleTimer::new(100.0);
         let slot = timer.slot;
-        let tick = timer.fire(slot + Duration::from_millis(35));
+        let tick = timer.fire(slot + Duration::from_millis(35), true);
         // Periods 1 and 2 get no sample.
         assert_eq!(tick.skipped, 2);
         // The next tick falls in what is left of period 3, the one now is in.
@@ -160,7 +169,7 @@ mod tests {
         assert!(timer.next < slot + Duration::from_millis(40));
         // And the one after in period 4.
         let at = timer.next;
-        assert_eq!(timer.fire(at).skipped, 0);
+        assert_eq!(timer.fire(at, true).skipped, 0);
         assert!(timer.next >= slot + Duration::from_millis(40));
         assert!(timer.next < slot + Duration::from_millis(50));
     }
@@ -174,7 +183,7 @@ mod tests {
         // Every tick wakes 300 us late (a loaded machine): still one sample a period.
         for _ in 0..1000 {
             let at = timer.next + Duration::from_micros(300);
-            let tick = timer.fire(at);
+            let tick = timer.fire(at, true);
             ticks += 1;
             skipped += tick.skipped;
         }
@@ -194,7 +203,7 @@ mod tests {
         for _ in 0..1000 {
             let at = timer.next;
             offsets.push((at - start).as_nanos() % 10_000_000);
-            timer.fire(at);
+            timer.fire(at, true);
         }
         // 1000 ticks span 1000 periods: the rate is exact.
         assert!(timer.slot - start == Duration::from_millis(10_000));

@@ -5,7 +5,7 @@
 //! busy thread back at a stack it had lately is handed that stack too.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use crate::common::Fixture;
@@ -16,12 +16,19 @@ const FIXTURE: &str = include_str!("../../../../fixtures/idle_threads.py");
 /// Threads of the fixture that wait for good without running any Python.
 const WAITING: [&str; 4] = ["event_waiter", "queue_getter", "pipe_reader", "lock_waiter"];
 
+/// The fixture started and attached with our reader, the serial guard first (these tests
+/// count what they read, so they run alone); dropped in reverse, the guard last.
+fn attached() -> (MutexGuard<'static, ()>, Fixture, PythonTarget) {
+    let serial = crate::common::serial();
+    let fixture = Fixture::start_code("python3", FIXTURE);
+    let target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
+    assert_eq!(target.reader(), "stackscope");
+    (serial, fixture, target)
+}
+
 #[test]
 fn a_waiting_thread_gets_the_same_shared_stack_each_sample() {
-    let _serial = crate::common::serial();
-    let fixture = Fixture::start_code("python3", FIXTURE);
-    let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
-    assert_eq!(target.reader(), "stackscope");
+    let (_serial, _fixture, mut target) = attached();
     let mut last: HashMap<String, Frames> = HashMap::new();
     // Per waiting thread: (pairs of samples in a row with the same stack, of those the same
     // shared one).
@@ -67,10 +74,7 @@ fn a_waiting_thread_gets_the_same_shared_stack_each_sample() {
 
 #[test]
 fn a_busy_thread_back_at_a_stack_it_had_gets_that_very_stack() {
-    let _serial = crate::common::serial();
-    let fixture = Fixture::start_code("python3", FIXTURE);
-    let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
-    assert_eq!(target.reader(), "stackscope");
+    let (_serial, _fixture, mut target) = attached();
     // The spinner runs Python all the time, on two lines of one loop: each of its stacks is
     // read afresh, and is nearly always one it had before.
     let mut had: Vec<Frames> = Vec::new();
