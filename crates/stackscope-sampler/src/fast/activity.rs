@@ -8,7 +8,10 @@
 //!
 //! A thread that slept at its last reading, within [`REUSE_FOR`], and whose Python state has
 //! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
-//! the reader decides that, since only it knows whether the Python state changed.
+//! the reader decides that, since only it knows whether the Python state changed. Each time its
+//! `schedstat` then shows that it has not been on a CPU, the window doubles, up to
+//! [`MAX_REUSE_FOR`]: a thread that has slept for long is likely to sleep on, and its renewals
+//! were most of what a sleeping thread cost (docs/performance.md).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -19,6 +22,9 @@ use super::addrmap::TidMap;
 /// How long a sleeping thread's state is taken as still true while its Python state does not
 /// change (docs/performance.md: the error this allows, measured).
 pub(crate) const REUSE_FOR: Duration = Duration::from_millis(100);
+/// The longest window, reached by a thread renewed twice in a row without having run (300 ms
+/// off any CPU): the error the reuse allows for such a thread (docs/performance.md).
+pub(crate) const MAX_REUSE_FOR: Duration = Duration::from_millis(400);
 
 struct Entry {
     file: File,
@@ -30,6 +36,9 @@ struct Entry {
     /// just before the last `stat` reading that found it asleep.
     sched: Option<File>,
     sched_then: Option<Sched>,
+    /// How long the last reading or renewal stands: [`REUSE_FOR`] after a `stat` reading,
+    /// doubled by each renewal up to [`MAX_REUSE_FOR`].
+    window: Duration,
 }
 
 /// A thread's `/proc/PID/task/TID/schedstat`: nanoseconds on a CPU, nanoseconds waiting for
@@ -98,6 +107,7 @@ impl Activity {
                 e.quiet_since = Some(now);
             }
             e.last = Some((state, now, cpu));
+            e.window = REUSE_FOR;
             // A thread that was awake at the reading before has no baseline yet: the next
             // reading (if it still sleeps) takes one.
             e.sched_then = if is_asleep(state) { sched } else { None };
@@ -105,16 +115,19 @@ impl Activity {
         state
     }
 
-    /// The state of `tid` as last read, if that was at most [`REUSE_FOR`] before `now`, said
-    /// it slept (`S`, `D`, ...), and the thread's CPU time has not moved for [`REUSE_FOR`]
-    /// either (a thread that loops around a C call releasing the GIL sleeps for a moment each
-    /// time it waits for the GIL, in the same Python state: it keeps being read). A running,
-    /// stopped or unreadable one is read every time.
+    /// The state of `tid` as last read, if that was within its window before `now`
+    /// ([`REUSE_FOR`] after a reading), said it slept (`S`, `D`, ...), and the thread's CPU
+    /// time has not moved for [`REUSE_FOR`] either (a thread that loops around a C call
+    /// releasing the GIL sleeps for a moment each time it waits for the GIL, in the same
+    /// Python state: it keeps being read). A running, stopped or unreadable one is read every
+    /// time.
     ///
-    /// When those 100 ms are up, the thread's `schedstat` is read (a third of a `stat`
+    /// When the window is up, the thread's `schedstat` is read (a third of a `stat`
     /// reading's cost): if it has not been on a CPU since the sleeping state was read, that
-    /// state is renewed for another [`REUSE_FOR`]. The error stays what it was: a thread that
-    /// woke but has not yet run reads as asleep, for at most [`REUSE_FOR`].
+    /// state is renewed for twice the window, up to [`MAX_REUSE_FOR`]. The error: a thread
+    /// that woke and runs C code without touching Python reads as asleep until its window is
+    /// up, at most [`REUSE_FOR`] after a reading and [`MAX_REUSE_FOR`] after 300 ms of
+    /// renewals; one whose Python state moves is read at once (the reader's rule).
     pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
         let pid = self.pid;
         let entry = self.files.get_mut(&tid)?;
@@ -127,7 +140,7 @@ impl Activity {
         if !(asleep && quiet) {
             return None;
         }
-        if now.saturating_duration_since(at) <= REUSE_FOR {
+        if now.saturating_duration_since(at) <= entry.window {
             self.reused += 1;
             return state;
         }
@@ -135,6 +148,7 @@ impl Activity {
         self.sched_reads += 1;
         if read_sched(pid, tid, entry) == Some(then) {
             entry.last = Some((state, now, cpu));
+            entry.window = (entry.window * 2).min(MAX_REUSE_FOR);
             self.reused += 1;
             self.renewed += 1;
             return state;
@@ -169,6 +183,7 @@ impl Activity {
                         quiet_since: None,
                         sched: None,
                         sched_then: None,
+                        window: REUSE_FOR,
                     })
                 }
             };
@@ -312,11 +327,28 @@ mod tests {
         let reads = activity.reads;
         assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
         assert_eq!((activity.reads, activity.renewed), (reads, 1));
+        // Renewed for twice the window: still standing past another REUSE_FOR, with no read.
+        std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
+        let sched_reads = activity.sched_reads;
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        assert_eq!(
+            (activity.reads, activity.sched_reads, activity.renewed),
+            (reads, sched_reads, 1)
+        );
+        // The window doubles at each renewal, to the bound and no further.
+        for expected in [Duration::from_millis(400), MAX_REUSE_FOR, MAX_REUSE_FOR] {
+            let e = activity.files.get_mut(&tid).unwrap();
+            let (state, at, cpu) = e.last.unwrap();
+            e.last = Some((state, at - e.window - Duration::from_millis(1), cpu));
+            assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+            assert_eq!(activity.files[&tid].window, expected);
+        }
         // It runs: once the window is up, its schedstat moved and the state is not reused.
+        let renewed = activity.renewed;
         go_tx.send(()).unwrap();
-        std::thread::sleep(REUSE_FOR + Duration::from_millis(40));
+        std::thread::sleep(MAX_REUSE_FOR + Duration::from_millis(40));
         assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
-        assert_eq!(activity.renewed, 1);
+        assert_eq!(activity.renewed, renewed);
         drop(go_tx);
         sleeper.join().unwrap();
     }

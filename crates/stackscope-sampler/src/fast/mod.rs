@@ -519,7 +519,9 @@ impl FastReader {
                 self.quiet_backoff = quiet::backoff(self.quiet_losses);
                 let positions = std::mem::take(&mut first.quiet_failed);
                 let which: Vec<usize> = positions.iter().map(|&p| all[p]).collect();
+                let started = std::time::Instant::now();
                 let again = self.attempt_still(&which, process_stopped)?;
+                self.stats.quiet_miss_ns += started.elapsed().as_nanos() as u64;
                 for ((&p, outcome), state) in positions.iter().zip(again.outcomes).zip(again.states)
                 {
                     first.outcomes[p] = outcome;

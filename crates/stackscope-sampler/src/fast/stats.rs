@@ -45,6 +45,8 @@ pub(crate) struct ReaderStats {
     /// ([`super::quiet`]), and samples where that bet was lost (read again).
     pub quiet: u64,
     pub quiet_misses: u64,
+    /// Time spent reading still threads again after lost bets.
+    pub quiet_miss_ns: u64,
     pub code_hits: u64,
     pub code_misses: u64,
     pub code_replaced: u64,
@@ -61,7 +63,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -77,6 +79,7 @@ impl fmt::Display for ReaderStats {
             per(self.unchanged),
             per(self.quiet),
             self.quiet_misses,
+            self.quiet_miss_ns as f64 / self.quiet_misses.max(1) as f64 / 1e3,
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,
