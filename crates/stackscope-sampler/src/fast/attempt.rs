@@ -474,6 +474,7 @@ pub(crate) fn attempt(
                     current_frame: w.start,
                     header,
                     frames: frames.clone(),
+                    expires: std::time::Instant::now() + still::lifetime(known.tstate),
                 });
             }
         }

@@ -324,6 +324,13 @@ impl FastReader {
                 }
             }
         }
+        // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is read
+        // in full once, which a change no proof sees cannot hide from.
+        for k in &mut self.threads {
+            if k.still && !k.proof.as_ref().is_some_and(|p| p.stands(now)) {
+                k.still = false;
+            }
+        }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let awake = states
             .iter()

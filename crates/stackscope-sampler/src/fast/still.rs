@@ -25,9 +25,11 @@
 //! caller, or moved the data-stack top: it is read in full. What this cannot see is a change
 //! under an innermost frame that is the same in every header byte and at the same data-stack
 //! top (its callers returned and others of exactly the same frame sizes called the same
-//! function from the same place); such a thread is read in full at the latest when its OS
-//! state is read again ([`super::activity::REUSE_FOR`], 100 ms), since it is only taken as
-//! still between two of those readings (docs/performance.md).
+//! function from the same place): a thread in `handle_a() -> event.wait()` that came back
+//! to wait in `handle_b()`, where both have frames of one size. So a proof stands for
+//! [`PROOF_FOR`] at most (and a little more, different for each thread, so that the full
+//! reads do not all fall in one sample): then the thread is read in full once, and its stack
+//! is right again (docs/performance.md).
 
 use super::attempt::{Known, Outcome};
 use super::gil::Ran;
@@ -35,6 +37,13 @@ use super::layout::{usize_at, Layout};
 use super::remote::{Batch, Slot};
 use super::snapshot::TsWords;
 use stackscope_event::Frames;
+use std::time::{Duration, Instant};
+
+/// How long a proof stands before its thread is read in full again: the bound on how long a
+/// change that no proof can see (above) shows the thread's earlier stack.
+pub(crate) const PROOF_FOR: Duration = Duration::from_secs(4);
+/// Proofs of threads read in the same sample expire up to this much apart.
+const PROOF_SPREAD_MS: u64 = 2000;
 
 /// What a thread's last full read showed, enough to tell whether it moved since.
 #[derive(Debug, Clone)]
@@ -47,6 +56,22 @@ pub(crate) struct Proof {
     pub header: Vec<u8>,
     /// The stack it had.
     pub frames: Frames,
+    /// When the thread must be read in full again ([`lifetime`]).
+    pub expires: Instant,
+}
+
+/// How long a proof of the thread state at `tstate` stands: [`PROOF_FOR`], and up to
+/// [`PROOF_SPREAD_MS`] more, fixed for the thread.
+pub(crate) fn lifetime(tstate: usize) -> Duration {
+    let mixed = (tstate as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    PROOF_FOR + Duration::from_millis((mixed >> 40) % PROOF_SPREAD_MS)
+}
+
+impl Proof {
+    /// Whether the proof may still stand in for a full read at `now`.
+    pub(crate) fn stands(&self, now: Instant) -> bool {
+        now < self.expires
+    }
 }
 
 /// Where a still thread's reads went in the batch.
@@ -280,6 +305,7 @@ mod tests {
                 current_frame: self.chunk.as_ptr() as usize + FRAME_AT,
                 header: self.chunk[FRAME_AT..FRAME_AT + l.fr_header_len].to_vec(),
                 frames: Vec::new().into(),
+                expires: Instant::now() + PROOF_FOR,
             }
         }
     }
@@ -357,6 +383,7 @@ mod tests {
             current_frame: frame.as_ptr() as usize,
             header: frame.clone(),
             frames: Vec::new().into(),
+            expires: Instant::now() + PROOF_FOR,
         };
         let (verdict, bytes) = read(l, tstate, &proof);
         assert_eq!(verdict, Verdict::Unchanged(words));
@@ -364,6 +391,25 @@ mod tests {
         // f_lasti moved.
         frame[l.fr_prev_instr] ^= 1;
         assert!(matches!(read(l, tstate, &proof).0, Verdict::Moved(_)));
+    }
+
+    /// A proof stands for [`PROOF_FOR`] and up to half as long again, fixed per thread and
+    /// spread across threads, and not past its end.
+    #[test]
+    fn a_proof_stands_for_a_while_and_a_little_more_spread_across_threads() {
+        let lifetimes: Vec<Duration> = (0..64).map(|t| lifetime(0x7f00_0000 + t * 1296)).collect();
+        assert!(lifetimes
+            .iter()
+            .all(|&d| d >= PROOF_FOR && d < PROOF_FOR + Duration::from_millis(PROOF_SPREAD_MS)));
+        assert_eq!(lifetime(0x7f00_0000), lifetimes[0]);
+        let distinct: std::collections::HashSet<Duration> = lifetimes.iter().copied().collect();
+        assert!(distinct.len() > 32, "{lifetimes:?}");
+        let taken = Instant::now();
+        let mut proof = Fake311::new().proof();
+        proof.expires = taken + lifetimes[0];
+        assert!(proof.stands(taken));
+        assert!(proof.stands(taken + PROOF_FOR - Duration::from_millis(1)));
+        assert!(!proof.stands(taken + lifetimes[0]));
     }
 
     /// Thread states close together are one range; one far away another; each thread reads
@@ -389,6 +435,7 @@ mod tests {
                     current_frame: 0,
                     header: Vec::new(),
                     frames: Vec::new().into(),
+                    expires: Instant::now() + PROOF_FOR,
                 }
             })
             .collect();

@@ -15,3 +15,4 @@ mod reader_consistency;
 mod reader_differential;
 mod reader_strategies;
 mod shared_stacks;
+mod still_proofs;

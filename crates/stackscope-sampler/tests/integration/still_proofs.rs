@@ -1,0 +1,148 @@
+//! A still thread is proven where it was by its thread state, its current-frame pointer and its
+//! innermost frame's header (`fast/still.rs`). One move no proof sees: the thread came back to
+//! wait at the same instruction of the same innermost frame, at the same address, under a
+//! caller of the same size that is another function. Its proof then stands for the earlier
+//! stack, but only for a while: past `still::PROOF_FOR` (4 s, and up to 2 s more) the thread is
+//! read in full, and its stack is right again (docs/performance.md).
+
+use std::time::{Duration, Instant};
+
+use crate::common::Fixture;
+use stackscope_sampler::{PythonTarget, TargetOptions};
+
+/// A thread that waits in `handle_a`, then, on SIGUSR1, in `handle_b`: the same body, so the
+/// same frame size, and under it `Event.wait` and `Condition.wait` at the same addresses,
+/// waiting at the same instruction. A second thread spins, so that the switcher is not the
+/// GIL's last holder (which the reader reads in full every sample).
+const FIXTURE: &str = r#"
+import os, signal, threading, time
+
+first = threading.Event()
+second = threading.Event()
+moved = False
+
+def handle_a(event):
+    event.wait()
+
+def handle_b(event):
+    event.wait()
+
+def run():
+    while not moved:
+        handle_a(first)
+    handle_b(second)
+
+def spin():
+    n = 0
+    while True:
+        n += 1
+
+def on_usr1(signum, frame):
+    global moved
+    moved = True
+    first.set()
+
+signal.signal(signal.SIGUSR1, on_usr1)
+threading.Thread(target=run, name="switcher", daemon=True).start()
+# The GIL's holder after the move, as in a training process: not the switcher.
+threading.Thread(target=spin, name="spinner", daemon=True).start()
+print("ready", os.getpid(), flush=True)
+while True:
+    time.sleep(3600)
+"#;
+
+/// The innermost function of the `switcher` thread's stack that is one of the two handlers.
+fn handler(target: &mut PythonTarget) -> Option<String> {
+    let stacks = target.read_stacks().ok()?;
+    let switcher = stacks
+        .iter()
+        .find(|s| s.thread.name.as_deref() == Some("switcher"))?;
+    switcher
+        .frames
+        .iter()
+        .map(|f| &*f.function)
+        .find(|f| f.ends_with("handle_a") || f.ends_with("handle_b"))
+        .map(str::to_owned)
+}
+
+/// One interpreter's fixture, attached, and what its switcher was last seen in.
+struct Run {
+    python: String,
+    fixture: Fixture,
+    target: PythonTarget,
+    seen_a: u32,
+    moved_after: Option<Duration>,
+}
+
+/// On every interpreter at once (each run takes the proofs' lifetime): our reader, sampling
+/// every 20 ms or so as a profiler does, sees the switcher in `handle_b` within the proofs'
+/// lifetime of the move, however long a proof would have stood for `handle_a`.
+#[test]
+fn a_move_no_proof_sees_is_read_within_the_proofs_lifetime() {
+    let _serial = crate::common::serial();
+    let mut runs: Vec<Run> = crate::common::pythons()
+        .into_iter()
+        .map(|python| {
+            let fixture = Fixture::start_code(&python, FIXTURE);
+            let target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
+                .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
+            Run {
+                python,
+                fixture,
+                target,
+                seen_a: 0,
+                moved_after: None,
+            }
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runs.iter().any(|r| r.seen_a < 20) && Instant::now() < deadline {
+        for r in &mut runs {
+            if let Some(h) = handler(&mut r.target) {
+                assert!(
+                    h.ends_with("handle_a"),
+                    "{}: before the move: {h}",
+                    r.python
+                );
+                r.seen_a += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for r in &runs {
+        assert!(
+            r.seen_a >= 20,
+            "{}: the switcher waiting in handle_a",
+            r.python
+        );
+        if r.target.reader() != "stackscope" {
+            eprintln!("{}: read by {}", r.python, r.target.reader());
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(r.fixture.pid as i32),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .expect("SIGUSR1");
+    }
+    let moved_at = Instant::now();
+    // 4 s, up to 2 s more, and slack for a loaded machine.
+    let deadline = moved_at + Duration::from_secs(10);
+    while runs.iter().any(|r| r.moved_after.is_none()) && Instant::now() < deadline {
+        for r in runs.iter_mut().filter(|r| r.moved_after.is_none()) {
+            if handler(&mut r.target).is_some_and(|h| h.ends_with("handle_b")) {
+                r.moved_after = Some(moved_at.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for r in &runs {
+        eprintln!("{}: handle_b read after {:?}", r.python, r.moved_after);
+    }
+    for r in &runs {
+        assert!(
+            r.moved_after.is_some(),
+            "{}: still in handle_a 10 s after the move",
+            r.python
+        );
+    }
+}
