@@ -2,7 +2,7 @@
 
 use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
-use crate::buckets::TimeBuckets;
+use crate::buckets::{ThreadName, TimeBuckets};
 use crate::intern::{FrameId, GpuTag, StackCounts, StackTable};
 use crate::limits::Limits;
 use crate::processes::ProcessTable;
@@ -132,7 +132,10 @@ impl Aggregator {
             sample.time,
             sample.pid,
             sample.thread.python_thread_id,
-            &name,
+            ThreadName {
+                name: &name,
+                unchanged: thread.name_unchanged,
+            },
             sample.thread.active,
         );
         if kept {

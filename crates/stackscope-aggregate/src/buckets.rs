@@ -54,6 +54,24 @@ pub struct LaneCounts {
     pub idle: u32,
 }
 
+/// A sample's thread name, and whether it is the very name (the same shared string) of the
+/// thread's sample before: then the lane's name needs no comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadName<'a> {
+    pub name: &'a str,
+    pub unchanged: bool,
+}
+
+impl<'a> ThreadName<'a> {
+    /// A name to compare with the lane's.
+    pub fn new(name: &'a str) -> ThreadName<'a> {
+        ThreadName {
+            name,
+            unchanged: false,
+        }
+    }
+}
+
 /// A thread with a lane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lane {
@@ -132,7 +150,7 @@ impl TimeBuckets {
         time: Timestamp,
         pid: u32,
         python_thread_id: u64,
-        name: &str,
+        name: ThreadName<'_>,
         active: bool,
     ) {
         let lane = self.lane(pid, python_thread_id, name);
@@ -157,10 +175,11 @@ impl TimeBuckets {
         self.bound();
     }
 
-    fn lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {
+    fn lane(&mut self, pid: u32, python_thread_id: u64, thread: ThreadName<'_>) -> u32 {
+        let name = thread.name;
         if let Some(&id) = self.lane_ids.get(&(pid, python_thread_id)) {
             if let Some(lane) = self.lanes.get_mut(id as usize) {
-                if Some(id) != self.other_lane && lane.name != name {
+                if !thread.unchanged && Some(id) != self.other_lane && lane.name != name {
                     name.clone_into(&mut lane.name);
                 }
             }
@@ -283,7 +302,13 @@ mod tests {
                 (i % 3) as u32,
                 GpuTag::Busy,
             );
-            b.count_thread(Timestamp(i * BASE_BUCKET_NANOS), 1, 7, "MainThread", true);
+            b.count_thread(
+                Timestamp(i * BASE_BUCKET_NANOS),
+                1,
+                7,
+                ThreadName::new("MainThread"),
+                true,
+            );
         }
         assert!(b.len() <= MAX_BUCKETS, "{} buckets", b.len());
         assert_eq!(b.width_nanos(), BASE_BUCKET_NANOS * 4);
@@ -318,7 +343,13 @@ mod tests {
     fn threads_past_the_lane_cap_share_one_lane() {
         let mut b = TimeBuckets::new(Timestamp(0));
         for tid in 0..(MAX_LANES as u64 + 50) {
-            b.count_thread(Timestamp(0), 1, tid, &format!("t{tid}"), tid % 2 == 0);
+            b.count_thread(
+                Timestamp(0),
+                1,
+                tid,
+                ThreadName::new(&format!("t{tid}")),
+                tid % 2 == 0,
+            );
         }
         assert_eq!(b.lanes().len(), MAX_LANES);
         let other = b.lanes().last().map(|l| l.name.clone());

@@ -6,6 +6,8 @@
 //! `[other threads]` entry: threads that ended long ago, not the ones working now. Names are no
 //! help as a key: churning threads are often named `Thread-1234 (worker)`.
 
+use std::sync::Arc;
+
 use foldhash::HashMap;
 
 use stackscope_event::ThreadInfo;
@@ -25,6 +27,11 @@ pub(crate) struct ThreadStat {
     pub named: bool,
     /// The table's clock at the thread's latest sample: what eviction orders by.
     last_seen: u64,
+    /// The shared name of its latest sample: a sample with the very same one (the sampler
+    /// hands on one `Arc` per name) needs no comparison of names.
+    name_seen: Option<Arc<str>>,
+    /// Whether the latest sample came with that same shared name.
+    pub name_unchanged: bool,
 }
 
 /// Threads folded out of the table.
@@ -63,7 +70,7 @@ impl ThreadTable {
     pub fn observe(&mut self, pid: u32, info: &ThreadInfo, name: &str) -> &mut ThreadStat {
         self.clock += 1;
         let key = (pid, info.python_thread_id, info.os_thread_id.unwrap_or(0));
-        if !self.threads.contains_key(&key) && self.threads.len() >= self.max {
+        if self.threads.len() >= self.max && !self.threads.contains_key(&key) {
             self.evict();
         }
         let clock = self.clock;
@@ -76,13 +83,22 @@ impl ThreadTable {
             unnamed_root: None,
             named: false,
             last_seen: clock,
+            name_seen: None,
+            name_unchanged: false,
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;
-        // A thread can be renamed after it starts; the latest name is the one people know. A
-        // sample whose name could not be read does not take a known name away.
-        if (info.name.is_some() || !thread.named) && thread.name != name {
-            name.clone_into(&mut thread.name);
+        thread.name_unchanged = match (&info.name, &thread.name_seen) {
+            (Some(now), Some(seen)) => Arc::ptr_eq(now, seen),
+            _ => false,
+        };
+        if !thread.name_unchanged {
+            // A thread can be renamed after it starts; the latest name is the one people
+            // know. A sample whose name could not be read does not take a known name away.
+            if (info.name.is_some() || !thread.named) && thread.name != name {
+                name.clone_into(&mut thread.name);
+            }
+            thread.name_seen.clone_from(&info.name);
         }
         if info.os_thread_id.is_some() {
             thread.os_thread_id = info.os_thread_id;
@@ -152,6 +168,33 @@ mod tests {
         let kept: u64 = table.iter().map(|t| t.samples).sum();
         assert_eq!(kept + folded.samples, 200, "no sample lost");
         assert_eq!(folded.threads as usize + table.len(), 101);
+    }
+
+    /// The same shared name is known at once; a new one, even with the same text, is
+    /// compared, and a rename is taken.
+    #[test]
+    fn a_thread_with_the_same_shared_name_is_not_compared_and_a_renamed_one_is_renamed() {
+        let mut table = ThreadTable::new(8);
+        let loader: Arc<str> = Arc::from("loader-0");
+        let with = |name: &Arc<str>| ThreadInfo {
+            name: Some(Arc::clone(name)),
+            ..info(3)
+        };
+        assert!(!table.observe(1, &with(&loader), &loader).name_unchanged);
+        assert!(table.observe(1, &with(&loader), &loader).name_unchanged);
+        let same_text: Arc<str> = Arc::from("loader-0");
+        let t = table.observe(1, &with(&same_text), &same_text);
+        assert!(!t.name_unchanged);
+        assert_eq!(t.name, "loader-0");
+        let renamed: Arc<str> = Arc::from("loader-1");
+        let t = table.observe(1, &with(&renamed), &renamed);
+        assert!(!t.name_unchanged);
+        assert_eq!(t.name, "loader-1");
+        assert!(table.observe(1, &with(&renamed), &renamed).name_unchanged);
+        // A sample without its name keeps the known one and is compared next time.
+        let t = table.observe(1, &info(3), "thread 1003");
+        assert_eq!((t.name.as_str(), t.name_unchanged), ("loader-1", false));
+        assert!(!table.observe(1, &with(&renamed), &renamed).name_unchanged);
     }
 
     #[test]
