@@ -272,6 +272,9 @@ impl PythonTarget {
             decisions: s.idle_decisions,
             disagreed: s.idle_disagreed,
             unchanged: s.unchanged,
+            bets_lost: s.quiet_misses,
+            ring_proven: s.switch_proven,
+            rings_refused: s.rings_refused,
         })
     }
 
@@ -505,6 +508,12 @@ pub struct IdleAudit {
     /// Stacks of still threads taken from their last read, after a read of what proves they
     /// did not move.
     pub unchanged: u64,
+    /// Samples in which still threads taken as still on the GIL's word may have run, and of
+    /// their threads those shown still by their switch rings; threads that could not have a
+    /// ring.
+    pub bets_lost: u64,
+    pub ring_proven: u64,
+    pub rings_refused: u64,
 }
 
 /// Which stack reader a target is read with.

@@ -22,6 +22,7 @@ use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
 use super::stack::{Extra, Need, RawFrame, Walk};
 use super::still::{self, Proof};
+use super::switches::OffCpu;
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
@@ -48,6 +49,13 @@ pub(crate) struct Known {
     /// The last few distinct stacks built for it: a thread back at one of them is handed
     /// that very stack ([`RecentStacks`]).
     pub recent: RecentStacks,
+    /// A moment the thread was off every CPU (our id of it, and its switch ring then), taken
+    /// no later than a read that found its stack good: while the ring has not moved, that
+    /// stack stands ([`super::switches`]).
+    pub off_cpu: Option<(u64, OffCpu)>,
+    /// Set by the reader for one read: the thread's switch ring shows it has not run since
+    /// its proof was last good, so only its thread state is read ([`still::plan`]).
+    pub ran_not: bool,
 }
 
 impl Known {
@@ -176,7 +184,7 @@ pub(crate) fn attempt(
             match &k.proof {
                 Some(_) if req.quiet && !with_check && bracket && quiet::possible(k) => Plan::Quiet,
                 Some(proof) if k.still && !with_check => {
-                    Plan::Still(still::plan(&mut batch, layout, k.tstate, proof))
+                    Plan::Still(still::plan(&mut batch, layout, k.tstate, proof, k.ran_not))
                 }
                 _ => {
                     let check = with_check.then_some(&mut seed);

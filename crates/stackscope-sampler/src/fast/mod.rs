@@ -49,6 +49,7 @@ mod snapshot;
 mod stack;
 mod stats;
 mod still;
+mod switches;
 mod threads;
 
 use py_spy::PythonSpy;
@@ -64,6 +65,7 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
+use switches::{OffCpu, SwitchRings};
 
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
@@ -149,6 +151,8 @@ pub(crate) struct FastReader {
     audit: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     tids: TidMap,
+    /// Each sleeper's record of its context switches, for lost bets ([`switches`]).
+    switches: SwitchRings,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -229,6 +233,7 @@ impl FastReader {
             quiet_losses: 0,
             seen_running: false,
             tids: TidMap::new(pid),
+            switches: SwitchRings::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         reader.fill_os_thread_ids();
@@ -381,6 +386,7 @@ impl FastReader {
             .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
             .collect();
         self.activity.retain(&live);
+        self.switches.retain(&live);
         let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
         let names = self
             .names
@@ -524,16 +530,47 @@ impl FastReader {
                 self.stats.quiet_misses += 1;
                 self.quiet_losses = self.quiet_losses.saturating_add(1);
                 self.quiet_backoff = quiet::backoff(self.quiet_losses);
-                let positions = std::mem::take(&mut first.quiet_failed);
-                let which: Vec<usize> = positions.iter().map(|&p| all[p]).collect();
                 let started = std::time::Instant::now();
-                let again = self.attempt_still(&which, process_stopped)?;
-                self.stats.quiet_miss_ns += started.elapsed().as_nanos() as u64;
-                for ((&p, outcome), state) in positions.iter().zip(again.outcomes).zip(again.states)
+                let positions = std::mem::take(&mut first.quiet_failed);
+                // Those off every CPU since a moment no later than a read that found their
+                // stacks good cannot have run: only their thread states are read again (the
+                // list check needs them). The others are read for their whole proofs, and a
+                // moment off the CPU taken now, before that read, stands for those it finds
+                // where they were.
+                let marks: Vec<Option<(u64, OffCpu)>> = positions
+                    .iter()
+                    .map(|&p| {
+                        let i = all[p];
+                        if self.off_since_proof(i) {
+                            self.threads[i].ran_not = true;
+                            self.stats.switch_proven += 1;
+                            self.threads[i].off_cpu
+                        } else {
+                            self.off_cpu_now(i)
+                        }
+                    })
+                    .collect();
+                let which: Vec<usize> = positions.iter().map(|&p| all[p]).collect();
+                let again = self.attempt_still(&which, process_stopped);
+                for &i in &which {
+                    self.threads[i].ran_not = false;
+                }
+                let again = again?;
+                for (((&p, outcome), state), mark) in positions
+                    .iter()
+                    .zip(again.outcomes)
+                    .zip(again.states)
+                    .zip(marks)
                 {
+                    self.threads[all[p]].off_cpu = if matches!(outcome, Outcome::Done(_)) {
+                        mark
+                    } else {
+                        None
+                    };
                     first.outcomes[p] = outcome;
                     first.states[p] = state;
                 }
+                self.stats.quiet_miss_ns += started.elapsed().as_nanos() as u64;
             } else if betting {
                 self.quiet_losses = 0;
             }
@@ -749,6 +786,25 @@ impl FastReader {
         })
     }
 
+    /// Whether thread `i`'s switch ring shows it off every CPU since a moment no later than
+    /// a read that found its proof good.
+    fn off_since_proof(&mut self, i: usize) -> bool {
+        let Some(k) = self.threads.get(i) else {
+            return false;
+        };
+        let (Some((tid, then)), true) = (k.off_cpu, k.proof.is_some()) else {
+            return false;
+        };
+        let native = k.ts.native_thread_id;
+        self.tids.ours(native) == Some(tid) && self.switches.still_off(tid, then)
+    }
+
+    /// Thread `i`'s moment off every CPU now, if its switch ring shows one.
+    fn off_cpu_now(&mut self, i: usize) -> Option<(u64, OffCpu)> {
+        let tid = self.tids.ours(self.threads.get(i)?.ts.native_thread_id)?;
+        self.switches.off_cpu(tid).map(|then| (tid, then))
+    }
+
     /// The thread holding the GIL now, if it is held.
     fn current_holder(&mut self) -> Option<usize> {
         let bytes = self.remote.read(self.globals.gil, common::GIL_LEN).ok()?;
@@ -774,6 +830,8 @@ impl FastReader {
         s.stat_reads = self.activity.reads;
         s.stat_renewed = self.activity.renewed;
         s.sched_reads = self.activity.sched_reads;
+        s.rings_opened = self.switches.opened;
+        s.rings_refused = self.switches.refused;
         s.late_rounds = self.walk_stats.rounds;
         s.unchanged = self.walk_stats.unchanged;
         s.quiet = self.walk_stats.quiet;

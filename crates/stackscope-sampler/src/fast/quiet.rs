@@ -71,6 +71,8 @@ mod tests {
             proof: None,
             proven_at,
             recent: Default::default(),
+            off_cpu: None,
+            ran_not: false,
         }
     }
 

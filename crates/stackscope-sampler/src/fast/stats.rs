@@ -47,6 +47,11 @@ pub(crate) struct ReaderStats {
     pub quiet_misses: u64,
     /// Time spent reading still threads again after lost bets.
     pub quiet_miss_ns: u64,
+    /// Threads of lost bets shown still by their switch rings instead ([`super::switches`]),
+    /// and rings opened and refused.
+    pub switch_proven: u64,
+    pub rings_opened: u64,
+    pub rings_refused: u64,
     pub code_hits: u64,
     pub code_misses: u64,
     pub code_replaced: u64,
@@ -63,7 +68,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -80,6 +85,9 @@ impl fmt::Display for ReaderStats {
             per(self.quiet),
             self.quiet_misses,
             self.quiet_miss_ns as f64 / self.quiet_misses.max(1) as f64 / 1e3,
+            per(self.switch_proven),
+            self.rings_opened,
+            self.rings_refused,
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,

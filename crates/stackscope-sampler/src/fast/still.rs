@@ -100,24 +100,38 @@ enum Pointer {
     InTstate(usize),
     /// No current-frame holder at all (a thread that has not started).
     None,
+    /// Not read: the thread did not run since its proof (nor its header read).
+    Known,
 }
 
 /// Adds a still thread's reads to `batch`: the current-frame pointer and the header of the
 /// frame it named last time; its thread state comes with the others', after them
 /// ([`add_tstates`]). The order does not matter here: a thread that runs meanwhile is told by
 /// the GIL read around the whole batch, as for every thread.
-pub(crate) fn plan(batch: &mut Batch, layout: &Layout, tstate: usize, proof: &Proof) -> Planned {
+///
+/// `words_only`: the thread is known not to have run since its proof was last good (its
+/// switch ring, [`super::switches`]); only its thread state is read, for the list check and
+/// its words.
+pub(crate) fn plan(
+    batch: &mut Batch,
+    layout: &Layout,
+    tstate: usize,
+    proof: &Proof,
+    words_only: bool,
+) -> Planned {
     let cframe = proof.ts.cframe;
     let pointer_offset = layout.cframe_current_frame;
-    let pointer = if cframe == 0 {
+    let pointer = if words_only {
+        Pointer::Known
+    } else if cframe == 0 {
         Pointer::None
     } else if cframe == tstate {
         Pointer::InTstate(pointer_offset)
     } else {
         Pointer::Read(batch.add(cframe + pointer_offset, 8))
     };
-    let header =
-        (proof.current_frame != 0).then(|| batch.add(proof.current_frame, layout.fr_header_len));
+    let header = (proof.current_frame != 0 && !words_only)
+        .then(|| batch.add(proof.current_frame, layout.fr_header_len));
     let tstate_len = match pointer {
         Pointer::InTstate(at) => layout.ts_read_len.max(at + 8),
         _ => layout.ts_read_len,
@@ -191,13 +205,15 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned, proof: &P
         Pointer::Read(slot) => batch.get(slot).and_then(|b| usize_at(b, 0)),
         Pointer::InTstate(at) => usize_at(ts_bytes, at),
         Pointer::None => Some(0),
+        Pointer::Known => Some(proof.current_frame),
     };
     if pointer != Some(proof.current_frame) {
         return Verdict::Moved(ts);
     }
-    let same_header = match planned.header {
-        Some(slot) => batch.get(slot) == Some(&proof.header[..]),
-        None => proof.header.is_empty(),
+    let same_header = match (planned.header, &planned.pointer) {
+        (_, Pointer::Known) => true,
+        (Some(slot), _) => batch.get(slot) == Some(&proof.header[..]),
+        (None, _) => proof.header.is_empty(),
     };
     if !same_header {
         return Verdict::Moved(ts);
@@ -312,7 +328,7 @@ mod tests {
 
     fn read(layout: &Layout, tstate: usize, proof: &Proof) -> (Verdict, usize) {
         let mut batch = Batch::default();
-        let mut planned = plan(&mut batch, layout, tstate, proof);
+        let mut planned = plan(&mut batch, layout, tstate, proof, false);
         add_tstates(&mut batch, vec![&mut planned]);
         let mut remote = Remote::new(std::process::id());
         batch.run(&mut remote).expect("our own memory");
@@ -445,7 +461,7 @@ mod tests {
             .iter()
             .zip(&proofs)
             .rev()
-            .map(|(&t, p)| plan(&mut batch, l, t, p))
+            .map(|(&t, p)| plan(&mut batch, l, t, p, false))
             .collect();
         planned.reverse();
         add_tstates(&mut batch, planned.iter_mut().collect());

@@ -50,24 +50,33 @@ pub(crate) fn rebuild(
         }
         let bytes = remote.read(addr, layout.ts_read_len).map_err(gone)?;
         let mut ts = TsWords::parse(layout, addr, &bytes).ok_or(ReadError::ThreadGone)?;
-        let (extra, codes, sig, proof, recent) = match old.iter().find(|k| k.tstate == addr) {
-            Some(k) => {
-                if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
-                    ts.native_thread_id = k.ts.native_thread_id;
+        let (extra, codes, sig, proof, recent, off_cpu) =
+            match old.iter().find(|k| k.tstate == addr) {
+                Some(k) => {
+                    if ts.native_thread_id == 0 && ts.thread_id == k.ts.thread_id {
+                        ts.native_thread_id = k.ts.native_thread_id;
+                    }
+                    // A thread state reused by a new thread is a thread that changed.
+                    let same = ts.thread_id == k.ts.thread_id;
+                    let sig = if same { k.sig } else { 0 };
+                    let proof = k.proof.clone().filter(|_| same);
+                    let recent = if same {
+                        k.recent.clone()
+                    } else {
+                        Default::default()
+                    };
+                    let off_cpu = k.off_cpu.filter(|_| same);
+                    (
+                        k.extra.clone(),
+                        k.codes.clone(),
+                        sig,
+                        proof,
+                        recent,
+                        off_cpu,
+                    )
                 }
-                // A thread state reused by a new thread is a thread that changed.
-                let same = ts.thread_id == k.ts.thread_id;
-                let sig = if same { k.sig } else { 0 };
-                let proof = k.proof.clone().filter(|_| same);
-                let recent = if same {
-                    k.recent.clone()
-                } else {
-                    Default::default()
-                };
-                (k.extra.clone(), k.codes.clone(), sig, proof, recent)
-            }
-            None => Default::default(),
-        };
+                None => Default::default(),
+            };
         fresh.push(Known {
             tstate: addr,
             ts,
@@ -79,6 +88,8 @@ pub(crate) fn rebuild(
             // Known good again after this sample's read.
             proven_at: None,
             recent,
+            off_cpu,
+            ran_not: false,
         });
         addr = ts.next;
     }

@@ -146,3 +146,79 @@ fn a_move_no_proof_sees_is_read_within_the_proofs_lifetime() {
         );
     }
 }
+
+/// A busy thread, sleepers asleep for good at a known depth, and a main thread that wakes
+/// every 30 ms to run a little Python: each wake-up moves the GIL, so the sleepers may have run
+/// as far as the GIL can tell, and are shown still by their switch rings instead.
+const WAKER: &str = r#"
+import os, threading, time
+
+def spin():
+    n = 0
+    while True:
+        n += 1
+
+def nap(depth):
+    if depth == 0:
+        while True:
+            time.sleep(3600)
+    nap(depth - 1)
+
+threading.Thread(target=spin, name="spinner", daemon=True).start()
+for i in range(12):
+    threading.Thread(target=nap, args=(4,), name="napper-%d" % i, daemon=True).start()
+time.sleep(0.1)
+print("ready", os.getpid(), flush=True)
+ticks = 0
+while True:
+    time.sleep(0.03)
+    ticks += 1
+"#;
+
+/// Sleepers taken as still on their switch rings' word after lost bets keep their stacks, in
+/// every sample, on every interpreter.
+#[test]
+fn sleepers_shown_still_by_their_switch_rings_keep_their_stacks() {
+    let _serial = crate::common::serial();
+    for python in crate::common::pythons() {
+        let fixture = Fixture::start_code(&python, WAKER);
+        let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
+            .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
+        if target.reader() != "stackscope" {
+            eprintln!("{python}: read by {}, skipped", target.reader());
+            continue;
+        }
+        let (mut reads, mut nappers) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let Ok(stacks) = target.read_stacks() else {
+                continue;
+            };
+            reads += 1;
+            for s in stacks.iter().filter(|s| {
+                s.thread
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("napper-"))
+            }) {
+                let naps = s
+                    .frames
+                    .iter()
+                    .filter(|f| f.function.ends_with("nap"))
+                    .count();
+                assert_eq!(naps, 5, "{python}: {:?}", s.frames);
+                nappers += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let audit = target.idle_audit().expect("our reader");
+        eprintln!("{python}: {reads} reads, {nappers} napper stacks, {audit:?}");
+        assert_eq!(nappers, reads * 12, "{python}: every napper in every read");
+        assert!(audit.bets_lost >= 5, "{python}: {audit:?}");
+        if audit.rings_refused > 0 {
+            eprintln!("{python}: switch rings refused here (perf_event_open), not checked");
+            continue;
+        }
+        assert!(audit.ring_proven > 0, "{python}: {audit:?}");
+    }
+}
