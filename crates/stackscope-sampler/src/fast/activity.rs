@@ -327,8 +327,12 @@ mod tests {
         let reads = activity.reads;
         assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
         assert_eq!((activity.reads, activity.renewed), (reads, 1));
-        // Renewed for twice the window: still standing past another REUSE_FOR, with no read.
-        std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
+        // Renewed for twice the window: still standing past another REUSE_FOR, with no read
+        // (the renewal moved back in time rather than a sleep, which a loaded machine can
+        // stretch past the window).
+        let e = activity.files.get_mut(&tid).unwrap();
+        let (state, at, cpu) = e.last.unwrap();
+        e.last = Some((state, at - REUSE_FOR - Duration::from_millis(20), cpu));
         let sched_reads = activity.sched_reads;
         assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
         assert_eq!(

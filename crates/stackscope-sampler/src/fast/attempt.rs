@@ -96,6 +96,8 @@ pub(crate) struct Attempt {
     pub gil_holder: Option<usize>,
     /// The GIL's last holder at the end of the read: likely the holder next time too.
     pub last_holder: Option<usize>,
+    /// The GIL's words at the end of the read (None: not bracketed, or not read).
+    pub gil_after: Option<GilWords>,
     /// Threads planned with no reads ([`quiet`]) that may have run, by their position in
     /// the threads asked for: to be read again without that bet.
     pub quiet_failed: Vec<usize>,
@@ -507,6 +509,7 @@ pub(crate) fn attempt(
         states,
         gil_holder,
         last_holder: after.map(|g| g.last_holder),
+        gil_after: after,
         quiet_failed,
         outcomes: outcomes
             .into_iter()

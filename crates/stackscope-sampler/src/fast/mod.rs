@@ -533,30 +533,52 @@ impl FastReader {
                 let started = std::time::Instant::now();
                 let positions = std::mem::take(&mut first.quiet_failed);
                 // Those off every CPU since a moment no later than a read that found their
-                // stacks good cannot have run: only their thread states are read again (the
-                // list check needs them). The others are read for their whole proofs, and a
-                // moment off the CPU taken now, before that read, stands for those it finds
-                // where they were.
-                let marks: Vec<Option<(u64, OffCpu)>> = positions
+                // stacks good cannot have run (`switches`): their stacks stand as of this
+                // read. The list can have changed only where a thread that ran unlinked
+                // itself, which changes its predecessor's link: such predecessors are read
+                // for their thread states alone (one not bet on was read with this sample's
+                // first read, and the list's head too). The others are read for their proofs,
+                // and a moment off the CPU taken now, before that read, stands for those it
+                // finds where they were.
+                let proven: Vec<bool> = positions
                     .iter()
-                    .map(|&p| {
-                        let i = all[p];
-                        if self.off_since_proof(i) {
-                            self.threads[i].ran_not = true;
-                            self.stats.switch_proven += 1;
-                            self.threads[i].off_cpu
-                        } else {
-                            self.off_cpu_now(i)
-                        }
-                    })
+                    .map(|&p| self.off_since_proof(all[p]))
                     .collect();
-                let which: Vec<usize> = positions.iter().map(|&p| all[p]).collect();
+                let mut read_words: Vec<bool> = vec![false; all.len()];
+                for (&p, &ok) in positions.iter().zip(&proven) {
+                    if !ok && p > 0 {
+                        read_words[p - 1] = true;
+                    }
+                }
+                let mut which = Vec::new();
+                let mut marks: Vec<Option<(u64, OffCpu)>> = Vec::new();
+                let mut reread: Vec<usize> = Vec::new();
+                for (&p, &ok) in positions.iter().zip(&proven) {
+                    let i = all[p];
+                    if ok {
+                        self.stats.switch_proven += 1;
+                        if !read_words[p] {
+                            let k = &mut self.threads[i];
+                            if let Some(proof) = k.proof.as_ref() {
+                                first.outcomes[p] = Outcome::Done(proof.frames.clone());
+                                k.proven_at = first.gil_after;
+                                continue;
+                            }
+                        }
+                        self.threads[i].ran_not = true;
+                        marks.push(self.threads[i].off_cpu);
+                    } else {
+                        marks.push(self.off_cpu_now(i));
+                    }
+                    which.push(i);
+                    reread.push(p);
+                }
                 let again = self.attempt_still(&which, process_stopped);
                 for &i in &which {
                     self.threads[i].ran_not = false;
                 }
                 let again = again?;
-                for (((&p, outcome), state), mark) in positions
+                for (((&p, outcome), state), mark) in reread
                     .iter()
                     .zip(again.outcomes)
                     .zip(again.states)

@@ -222,3 +222,95 @@ fn sleepers_shown_still_by_their_switch_rings_keep_their_stacks() {
         assert!(audit.ring_proven > 0, "{python}: {audit:?}");
     }
 }
+
+/// Sleepers, a thread among them in the list that leaves on SIGUSR1, a busy thread, and a main
+/// thread that wakes every 30 ms (so that bets are lost and the sleepers are shown still by
+/// their switch rings).
+const LEAVER: &str = r#"
+import os, signal, threading, time
+
+leave = threading.Event()
+
+def spin():
+    n = 0
+    while True:
+        n += 1
+
+def nap():
+    while True:
+        time.sleep(3600)
+
+def leaver():
+    leave.wait()
+
+for i in range(6):
+    threading.Thread(target=nap, name="before-%d" % i, daemon=True).start()
+threading.Thread(target=leaver, name="leaver", daemon=True).start()
+for i in range(6):
+    threading.Thread(target=nap, name="after-%d" % i, daemon=True).start()
+threading.Thread(target=spin, name="spinner", daemon=True).start()
+signal.signal(signal.SIGUSR1, lambda signum, frame: leave.set())
+time.sleep(0.1)
+print("ready", os.getpid(), flush=True)
+while True:
+    time.sleep(0.03)
+"#;
+
+/// A thread that leaves changes the link of the thread before it in the list, which does not
+/// run: the list is read where it changed, and the thread is gone from the next samples.
+#[test]
+fn a_thread_that_leaves_among_sleepers_shown_still_is_gone_at_once() {
+    let _serial = crate::common::serial();
+    for python in crate::common::pythons() {
+        let fixture = Fixture::start_code(&python, LEAVER);
+        let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
+            .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
+        if target.reader() != "stackscope" {
+            eprintln!("{python}: read by {}, skipped", target.reader());
+            continue;
+        }
+        let has_leaver = |target: &mut PythonTarget| {
+            target.read_stacks().ok().map(|stacks| {
+                stacks
+                    .iter()
+                    .any(|s| s.thread.name.as_deref() == Some("leaver"))
+            })
+        };
+        // Long enough for bets to be lost and the rings to be opened and used.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            assert_ne!(
+                has_leaver(&mut target),
+                Some(false),
+                "{python}: leaver there"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let before = target.idle_audit().expect("our reader");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(fixture.pid as i32),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .expect("SIGUSR1");
+        let left = Instant::now();
+        let mut gone_after = None;
+        while left.elapsed() < Duration::from_secs(3) {
+            if has_leaver(&mut target) == Some(false) {
+                gone_after = Some(left.elapsed());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("{python}: leaver gone after {gone_after:?}; before: {before:?}");
+        // Gone within a few samples: its thread state is freed as it exits, well under a
+        // proof's lifetime (4 s).
+        assert!(
+            gone_after.is_some_and(|d| d < Duration::from_millis(1500)),
+            "{python}: leaver still read {:?} after it left",
+            left.elapsed()
+        );
+        if before.rings_refused == 0 {
+            assert!(before.ring_proven > 0, "{python}: {before:?}");
+        }
+    }
+}
