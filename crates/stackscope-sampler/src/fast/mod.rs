@@ -39,6 +39,7 @@ mod gil;
 mod holder;
 mod layout;
 mod linetable;
+mod lost_bet;
 mod names;
 mod ostid;
 mod pystr;
@@ -65,7 +66,7 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
-use switches::{OffCpu, SwitchRings};
+use switches::SwitchRings;
 
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
@@ -531,67 +532,7 @@ impl FastReader {
                 self.quiet_losses = self.quiet_losses.saturating_add(1);
                 self.quiet_backoff = quiet::backoff(self.quiet_losses);
                 let started = std::time::Instant::now();
-                let positions = std::mem::take(&mut first.quiet_failed);
-                // Those off every CPU since a moment no later than a read that found their
-                // stacks good cannot have run (`switches`): their stacks stand as of this
-                // read. The list can have changed only where a thread that ran unlinked
-                // itself, which changes its predecessor's link: such predecessors are read
-                // for their thread states alone (one not bet on was read with this sample's
-                // first read, and the list's head too). The others are read for their proofs,
-                // and a moment off the CPU taken now, before that read, stands for those it
-                // finds where they were.
-                let proven: Vec<bool> = positions
-                    .iter()
-                    .map(|&p| self.off_since_proof(all[p]))
-                    .collect();
-                let mut read_words: Vec<bool> = vec![false; all.len()];
-                for (&p, &ok) in positions.iter().zip(&proven) {
-                    if !ok && p > 0 {
-                        read_words[p - 1] = true;
-                    }
-                }
-                let mut which = Vec::new();
-                let mut marks: Vec<Option<(u64, OffCpu)>> = Vec::new();
-                let mut reread: Vec<usize> = Vec::new();
-                for (&p, &ok) in positions.iter().zip(&proven) {
-                    let i = all[p];
-                    if ok {
-                        self.stats.switch_proven += 1;
-                        if !read_words[p] {
-                            let k = &mut self.threads[i];
-                            if let Some(proof) = k.proof.as_ref() {
-                                first.outcomes[p] = Outcome::Done(proof.frames.clone());
-                                k.proven_at = first.gil_after;
-                                continue;
-                            }
-                        }
-                        self.threads[i].ran_not = true;
-                        marks.push(self.threads[i].off_cpu);
-                    } else {
-                        marks.push(self.off_cpu_now(i));
-                    }
-                    which.push(i);
-                    reread.push(p);
-                }
-                let again = self.attempt_still(&which, process_stopped);
-                for &i in &which {
-                    self.threads[i].ran_not = false;
-                }
-                let again = again?;
-                for (((&p, outcome), state), mark) in reread
-                    .iter()
-                    .zip(again.outcomes)
-                    .zip(again.states)
-                    .zip(marks)
-                {
-                    self.threads[all[p]].off_cpu = if matches!(outcome, Outcome::Done(_)) {
-                        mark
-                    } else {
-                        None
-                    };
-                    first.outcomes[p] = outcome;
-                    first.states[p] = state;
-                }
+                self.reread_lost_bet(&mut first, &all, process_stopped)?;
                 self.stats.quiet_miss_ns += started.elapsed().as_nanos() as u64;
             } else if betting {
                 self.quiet_losses = 0;
@@ -806,25 +747,6 @@ impl FastReader {
             Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
             _ => ReadError::io("Failed to read the process's memory", e),
         })
-    }
-
-    /// Whether thread `i`'s switch ring shows it off every CPU since a moment no later than
-    /// a read that found its proof good.
-    fn off_since_proof(&mut self, i: usize) -> bool {
-        let Some(k) = self.threads.get(i) else {
-            return false;
-        };
-        let (Some((tid, then)), true) = (k.off_cpu, k.proof.is_some()) else {
-            return false;
-        };
-        let native = k.ts.native_thread_id;
-        self.tids.ours(native) == Some(tid) && self.switches.still_off(tid, then)
-    }
-
-    /// Thread `i`'s moment off every CPU now, if its switch ring shows one.
-    fn off_cpu_now(&mut self, i: usize) -> Option<(u64, OffCpu)> {
-        let tid = self.tids.ours(self.threads.get(i)?.ts.native_thread_id)?;
-        self.switches.off_cpu(tid).map(|then| (tid, then))
     }
 
     /// The thread holding the GIL now, if it is held.
