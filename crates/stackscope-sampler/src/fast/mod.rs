@@ -322,20 +322,16 @@ impl FastReader {
                     }
                     let state = own.and_then(|own| self.activity.state(own));
                     // Asleep now, as read: as likely where it was as one whose reading is
-                    // reused (every sleeper's reading expires every 100 ms, and reading them
+                    // reused (every sleeper's reading expires within 100-400 ms, and reading them
                     // all in full then cost a sample about as much as all the others).
                     k.still = reusable && activity::is_asleep(state);
                     states.push((tid, state));
                     reused.push(false);
                 }
             }
-        }
-        // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is read
-        // in full once, which a change no proof sees cannot hide from.
-        for k in &mut self.threads {
-            if k.still && !k.proof.as_ref().is_some_and(|p| p.stands(now)) {
-                k.still = false;
-            }
+            // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is
+            // read in full once, which a change no proof sees cannot hide from.
+            k.still &= k.proof.as_ref().is_some_and(|p| p.stands(now));
         }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let awake = states

@@ -147,6 +147,19 @@ fn a_move_no_proof_sees_is_read_within_the_proofs_lifetime() {
     }
 }
 
+/// `code` started on `python` and attached, when our reader reads it (else None, said in one
+/// line: these tests are about our reader's proofs).
+fn attached(python: &str, code: &str) -> Option<(Fixture, PythonTarget)> {
+    let fixture = Fixture::start_code(python, code);
+    let target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
+        .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
+    if target.reader() != "stackscope" {
+        eprintln!("{python}: read by {}, skipped", target.reader());
+        return None;
+    }
+    Some((fixture, target))
+}
+
 /// A busy thread, sleepers asleep for good at a known depth, and a main thread that wakes
 /// every 30 ms to run a little Python: each wake-up moves the GIL, so the sleepers may have run
 /// as far as the GIL can tell, and are shown still by their switch rings instead.
@@ -181,13 +194,9 @@ while True:
 fn sleepers_shown_still_by_their_switch_rings_keep_their_stacks() {
     let _serial = crate::common::serial();
     for python in crate::common::pythons() {
-        let fixture = Fixture::start_code(&python, WAKER);
-        let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
-            .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
-        if target.reader() != "stackscope" {
-            eprintln!("{python}: read by {}, skipped", target.reader());
+        let Some((_fixture, mut target)) = attached(&python, WAKER) else {
             continue;
-        }
+        };
         let (mut reads, mut nappers) = (0, 0);
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
@@ -262,13 +271,9 @@ while True:
 fn a_thread_that_leaves_among_sleepers_shown_still_is_gone_at_once() {
     let _serial = crate::common::serial();
     for python in crate::common::pythons() {
-        let fixture = Fixture::start_code(&python, LEAVER);
-        let mut target = PythonTarget::attach(fixture.pid, &TargetOptions::default())
-            .unwrap_or_else(|e| panic!("{python}: attach: {e}"));
-        if target.reader() != "stackscope" {
-            eprintln!("{python}: read by {}, skipped", target.reader());
+        let Some((fixture, mut target)) = attached(&python, LEAVER) else {
             continue;
-        }
+        };
         let has_leaver = |target: &mut PythonTarget| {
             target.read_stacks().ok().map(|stacks| {
                 stacks
