@@ -8,16 +8,19 @@
 //!
 //! A thread that slept at its last reading, within [`REUSE_FOR`], and whose Python state has
 //! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
-//! the reader decides that, since only it knows whether the Python state changed. Each time its
-//! `schedstat` then shows that it has not been on a CPU, the window doubles, up to
-//! [`MAX_REUSE_FOR`]: a thread that has slept for long is likely to sleep on, and its renewals
-//! were most of what a sleeping thread cost (docs/performance.md).
+//! the reader decides that, since only it knows whether the Python state changed. When the
+//! window is up, the state is renewed if the thread has not been on a CPU since it was read:
+//! told by its switch ring ([`super::switches`], a load from memory) where it has one, and
+//! otherwise by its `schedstat` (a system call; each such renewal then doubles the window, up
+//! to [`MAX_REUSE_FOR`], since a thread that has slept for long is likely to sleep on and these
+//! renewals were most of what a sleeping thread cost: docs/performance.md).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use super::addrmap::TidMap;
+use super::switches::{OffCpu, SwitchRings};
 
 /// How long a sleeping thread's state is taken as still true while its Python state does not
 /// change (docs/performance.md: the error this allows, measured).
@@ -37,8 +40,11 @@ struct Entry {
     sched: Option<File>,
     sched_then: Option<Sched>,
     /// How long the last reading or renewal stands: [`REUSE_FOR`] after a `stat` reading,
-    /// doubled by each renewal up to [`MAX_REUSE_FOR`].
+    /// doubled by each `schedstat` renewal up to [`MAX_REUSE_FOR`].
     window: Duration,
+    /// Where its switch ring stood just before the last `stat` reading that found it asleep,
+    /// with the thread off every CPU: while the ring has not moved, it has not run since.
+    mark: Option<OffCpu>,
 }
 
 /// A thread's `/proc/PID/task/TID/schedstat`: nanoseconds on a CPU, nanoseconds waiting for
@@ -61,22 +67,32 @@ pub(crate) fn is_asleep(state: Option<u8>) -> bool {
 pub(crate) struct Activity {
     pid: u32,
     files: TidMap<Entry>,
+    /// The quiet sleepers' switch rings (also what a lost GIL bet asks, [`super::lost_bet`]).
+    pub switches: SwitchRings,
     pub reads: u64,
     /// States taken from an earlier read instead.
     pub reused: u64,
-    /// Of those, states renewed by a `schedstat` reading that showed the thread had not run.
+    /// Of those, states renewed past their window because the thread had not run: by its
+    /// switch ring, or by a `schedstat` reading.
     pub renewed: u64,
+    pub ring_renewed: u64,
     pub sched_reads: u64,
 }
 
 impl Activity {
     pub(crate) fn new(pid: u32) -> Activity {
+        Activity::with_rings(pid, SwitchRings::new(pid))
+    }
+
+    pub(crate) fn with_rings(pid: u32, switches: SwitchRings) -> Activity {
         Activity {
             pid,
             files: TidMap::default(),
+            switches,
             reads: 0,
             reused: 0,
             renewed: 0,
+            ring_renewed: 0,
             sched_reads: 0,
         }
     }
@@ -88,17 +104,25 @@ impl Activity {
         // keeps waking, such as one that waits for the GIL by turns, never gets that far): a
         // wake-up between the two readings then shows as a change later, rather than hiding
         // in the baseline.
+        // Its switch ring, where it can have one, stands in for the schedstat: where the ring
+        // is as the thread sleeps, taken before the reading, so that a ring that has not moved
+        // since covers the moment of the reading too.
         let now = Instant::now();
-        let sched = match self.files.get_mut(&tid) {
+        let (sched, mark) = match self.files.get_mut(&tid) {
             Some(e)
                 if is_asleep(e.last.and_then(|(s, _, _)| s))
                     && e.quiet_since
                         .is_some_and(|q| now.saturating_duration_since(q) >= REUSE_FOR) =>
             {
-                self.sched_reads += 1;
-                read_sched(self.pid, tid, e)
+                match self.switches.off_cpu(tid) {
+                    Some(mark) => (None, Some(mark)),
+                    None => {
+                        self.sched_reads += 1;
+                        (read_sched(self.pid, tid, e), None)
+                    }
+                }
             }
-            _ => None,
+            _ => (None, None),
         };
         let (state, cpu) = self.read(tid);
         if let Some(e) = self.files.get_mut(&tid) {
@@ -111,6 +135,7 @@ impl Activity {
             // A thread that was awake at the reading before has no baseline yet: the next
             // reading (if it still sleeps) takes one.
             e.sched_then = if is_asleep(state) { sched } else { None };
+            e.mark = if is_asleep(state) { mark } else { None };
         }
         state
     }
@@ -122,12 +147,14 @@ impl Activity {
     /// Python state: it keeps being read). A running, stopped or unreadable one is read every
     /// time.
     ///
-    /// When the window is up, the thread's `schedstat` is read (a third of a `stat`
-    /// reading's cost): if it has not been on a CPU since the sleeping state was read, that
-    /// state is renewed for twice the window, up to [`MAX_REUSE_FOR`]. The error: a thread
-    /// that woke and runs C code without touching Python reads as asleep until its window is
-    /// up, at most [`REUSE_FOR`] after a reading and [`MAX_REUSE_FOR`] after 300 ms of
-    /// renewals; one whose Python state moves is read at once (the reader's rule).
+    /// When the window is up, a thread with a switch ring is renewed for another
+    /// [`REUSE_FOR`] if its ring has not moved since the sleeping state was read. One without
+    /// has its `schedstat` read (a third of a `stat` reading's cost): if it has not been on a
+    /// CPU since, the state is renewed for twice the window, up to [`MAX_REUSE_FOR`]. The
+    /// error: a thread that woke and runs C code without touching Python reads as asleep
+    /// until its window is up, at most [`REUSE_FOR`] with a ring, or after a reading, and
+    /// [`MAX_REUSE_FOR`] after 300 ms of `schedstat` renewals; one whose Python state moves is
+    /// read at once (the reader's rule).
     pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
         let pid = self.pid;
         let entry = self.files.get_mut(&tid)?;
@@ -142,6 +169,17 @@ impl Activity {
         }
         if now.saturating_duration_since(at) <= entry.window {
             self.reused += 1;
+            return state;
+        }
+        if let Some(mark) = entry.mark {
+            // A ring that moved: the thread ran, read it again (a schedstat would say so too).
+            if !self.switches.still_off(tid, mark) {
+                return None;
+            }
+            entry.last = Some((state, now, cpu));
+            self.reused += 1;
+            self.renewed += 1;
+            self.ring_renewed += 1;
             return state;
         }
         let then = entry.sched_then?;
@@ -184,6 +222,7 @@ impl Activity {
                         sched: None,
                         sched_then: None,
                         window: REUSE_FOR,
+                        mark: None,
                     })
                 }
             };
@@ -204,6 +243,7 @@ impl Activity {
         if self.files.len() > live.len() {
             self.files.retain(|tid, _| live.contains(tid));
         }
+        self.switches.retain(live);
     }
 }
 
@@ -300,6 +340,78 @@ mod tests {
         assert_eq!(parse_sched(b"x 1 2"), None);
     }
 
+    /// A thread that sleeps on and on (woken by `go`, it works a moment and sleeps again),
+    /// and its id.
+    fn sleeper() -> (
+        u64,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        use std::sync::mpsc;
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
+            while go_rx.recv().is_ok() {
+                let until = Instant::now() + Duration::from_millis(20);
+                while Instant::now() < until {}
+            }
+        });
+        (tid_rx.recv().unwrap(), go_tx, thread)
+    }
+
+    /// Moves the thread's last reading back past its window, as if that long had passed.
+    fn age(activity: &mut Activity, tid: u64) {
+        let e = activity.files.get_mut(&tid).unwrap();
+        let (state, at, cpu) = e.last.unwrap();
+        e.last = Some((state, at - e.window - Duration::from_millis(1), cpu));
+    }
+
+    /// With a switch ring, a sleeper's state is renewed by a look at its ring, with no
+    /// `schedstat` read, for [`REUSE_FOR`] at a time; once it has run, its ring has moved and
+    /// it is read again at the end of the window.
+    #[test]
+    fn a_sleeper_with_a_switch_ring_is_renewed_by_its_ring() {
+        let (tid, go, thread) = sleeper();
+        let pid = std::process::id();
+        let mut activity = Activity::new(pid);
+        activity.switches.enable_for_tests();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(activity.state(tid), Some(b'S'));
+        std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
+        // Quiet for a window: this reading takes the ring's mark instead of a schedstat.
+        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.switches.refused, 0, "perf_event_open refused");
+        assert!(activity.files[&tid].mark.is_some());
+        let (reads, sched_reads) = (activity.reads, activity.sched_reads);
+        for renewals in 1..=3 {
+            age(&mut activity, tid);
+            assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+            assert_eq!(
+                (activity.ring_renewed, activity.renewed, activity.reads),
+                (renewals, renewals, reads)
+            );
+            // No doubling: a look at the ring costs next to nothing.
+            assert_eq!(activity.files[&tid].window, REUSE_FOR);
+        }
+        assert_eq!(activity.sched_reads, sched_reads);
+        // It runs and sleeps again: within the window its state still stands (the reader
+        // reads a thread whose Python state moved), past it the ring says it ran.
+        go.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        age(&mut activity, tid);
+        assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
+        assert_eq!(activity.ring_renewed, 3);
+        // Read again, it sleeps, with a new mark from after its run.
+        let old = activity.files[&tid].mark;
+        assert_eq!(activity.state(tid), Some(b'S'));
+        let new = activity.files[&tid].mark;
+        assert!(new.is_some() && new != old);
+        drop(go);
+        thread.join().unwrap();
+    }
+
     /// A sleeping thread's state is renewed past [`REUSE_FOR`] while it does not run, and
     /// read afresh once it has.
     #[test]
@@ -316,7 +428,8 @@ mod tests {
             go_rx.recv().ok();
         });
         let tid = tid_rx.recv().unwrap();
-        let mut activity = Activity::new(std::process::id());
+        let pid = std::process::id();
+        let mut activity = Activity::with_rings(pid, SwitchRings::none(pid));
         // Asleep at two readings (the second takes the schedstat baseline)...
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(activity.state(tid), Some(b'S'));

@@ -91,12 +91,12 @@ impl FastReader {
             return false;
         };
         let native = k.ts.native_thread_id;
-        self.tids.ours(native) == Some(tid) && self.switches.still_off(tid, then)
+        self.tids.ours(native) == Some(tid) && self.activity.switches.still_off(tid, then)
     }
 
     /// Thread `i`'s moment off every CPU now, if its switch ring shows one.
     fn off_cpu_now(&mut self, i: usize) -> Option<(u64, OffCpu)> {
         let tid = self.tids.ours(self.threads.get(i)?.ts.native_thread_id)?;
-        self.switches.off_cpu(tid).map(|then| (tid, then))
+        self.activity.switches.off_cpu(tid).map(|then| (tid, then))
     }
 }

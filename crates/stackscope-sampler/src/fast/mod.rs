@@ -66,7 +66,6 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
-use switches::SwitchRings;
 
 use crate::namespace::TidMap;
 pub(crate) use stats::ReaderStats;
@@ -152,8 +151,6 @@ pub(crate) struct FastReader {
     audit: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     tids: TidMap,
-    /// Each sleeper's record of its context switches, for lost bets ([`switches`]).
-    switches: SwitchRings,
 }
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
@@ -234,7 +231,6 @@ impl FastReader {
             quiet_losses: 0,
             seen_running: false,
             tids: TidMap::new(pid),
-            switches: SwitchRings::new(pid),
         };
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
         reader.fill_os_thread_ids();
@@ -383,7 +379,6 @@ impl FastReader {
             .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
             .collect();
         self.activity.retain(&live);
-        self.switches.retain(&live);
         let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
         let names = self
             .names
@@ -769,9 +764,10 @@ impl FastReader {
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
         s.stat_renewed = self.activity.renewed;
+        s.ring_renewed = self.activity.ring_renewed;
         s.sched_reads = self.activity.sched_reads;
-        s.rings_opened = self.switches.opened;
-        s.rings_refused = self.switches.refused;
+        s.rings_opened = self.activity.switches.opened;
+        s.rings_refused = self.activity.switches.refused;
         s.late_rounds = self.walk_stats.rounds;
         s.unchanged = self.walk_stats.unchanged;
         s.quiet = self.walk_stats.quiet;

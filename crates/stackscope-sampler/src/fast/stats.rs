@@ -29,9 +29,11 @@ pub(crate) struct ReaderStats {
     /// Thread states taken from an earlier stat read (a sleeping thread whose Python state
     /// did not change).
     pub stat_reused: u64,
-    /// Of those, states renewed past their 100 ms by a `schedstat` reading (the thread had
-    /// not run), and `schedstat` readings in all.
+    /// Of those, states renewed past their window because the thread had not run (by its
+    /// switch ring, or by a `schedstat` reading), those by a ring, and `schedstat` readings
+    /// in all.
     pub stat_renewed: u64,
+    pub ring_renewed: u64,
     pub sched_reads: u64,
     /// With `STACKSCOPE_IDLE_AUDIT=1`: idle decisions made, and how many differ from the
     /// decision a fresh stat read would have given.
@@ -68,7 +70,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused ({:.2} renewed by {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -80,6 +82,7 @@ impl fmt::Display for ReaderStats {
             per(self.bytes),
             per(self.stat_reused),
             per(self.stat_renewed),
+            per(self.ring_renewed),
             per(self.sched_reads),
             per(self.unchanged),
             per(self.quiet),

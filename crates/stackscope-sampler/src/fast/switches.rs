@@ -57,6 +57,9 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_DUMMY: u64 = 9;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+/// Also a record when the thread exits (or starts one): a ring whose thread is gone moves,
+/// so a new thread given the same id is never taken for the old one still asleep.
+const FLAG_TASK: u64 = 1 << 13;
 const FLAG_CONTEXT_SWITCH: u64 = 1 << 26;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_RECORD_SWITCH: u32 = 14;
@@ -86,7 +89,7 @@ impl Ring {
             kind: PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
             config: PERF_COUNT_SW_DUMMY,
-            flags: FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV | FLAG_CONTEXT_SWITCH,
+            flags: FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV | FLAG_CONTEXT_SWITCH | FLAG_TASK,
             ..Default::default()
         };
         // SAFETY: `attr` is a valid perf_event_attr of the size it says; the call reads it.
@@ -205,6 +208,21 @@ impl SwitchRings {
         }
     }
 
+    /// Rings for no thread: every thread is read as if none could be had.
+    #[cfg(test)]
+    pub(crate) fn none(pid: u32) -> SwitchRings {
+        SwitchRings {
+            enabled: false,
+            ..SwitchRings::new(pid)
+        }
+    }
+
+    /// Rings whatever `STACKSCOPE_SWITCH_RINGS` says.
+    #[cfg(test)]
+    pub(crate) fn enable_for_tests(&mut self) {
+        self.enabled = true;
+    }
+
     /// If thread `tid` is off every CPU now (as of its latest switch), that moment; its ring
     /// is opened on first use (None for a thread that cannot have one).
     pub(crate) fn off_cpu(&mut self, tid: u64) -> Option<OffCpu> {
@@ -269,7 +287,7 @@ mod tests {
         });
         let tid = tid_rx.recv().unwrap();
         let mut rings = SwitchRings::new(std::process::id());
-        rings.enabled = true;
+        rings.enable_for_tests();
         // Asleep when its ring is opened: off the CPU, as its syscall file says.
         std::thread::sleep(Duration::from_millis(20));
         let first = rings.off_cpu(tid).expect("asleep, before any switch");
@@ -304,5 +322,26 @@ mod tests {
             !rings.still_off(tid, later),
             "a thread no longer watched is not known off"
         );
+    }
+
+    /// A thread that exits moves its ring: its id, given to a new thread, is not taken for
+    /// the old one still asleep.
+    #[test]
+    fn a_thread_that_exits_is_not_still_off() {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
+            go_rx.recv().ok();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut rings = SwitchRings::new(std::process::id());
+        rings.enable_for_tests();
+        std::thread::sleep(Duration::from_millis(20));
+        let then = rings.off_cpu(tid).expect("asleep");
+        assert!(rings.still_off(tid, then));
+        drop(go_tx);
+        thread.join().unwrap();
+        assert!(!rings.still_off(tid, then), "it ran to its end");
     }
 }
