@@ -128,7 +128,8 @@ impl Aggregator {
         let name = sample.thread.display_name();
         let kept = sample.thread.active || self.config.include_idle;
         let thread = self.threads.observe(sample.pid, &sample.thread, &name);
-        self.buckets.count_thread(
+        self.buckets.count_thread_in(
+            &mut thread.lane,
             sample.time,
             sample.pid,
             sample.thread.python_thread_id,
@@ -155,7 +156,14 @@ impl Aggregator {
             if let Some(root) = thread.unnamed_root.take() {
                 self.table.name_thread_root(root, &name);
             }
-            self.table.thread_root(&name)
+            match thread.root {
+                Some(root) if thread.name_unchanged => root,
+                _ => {
+                    let root = self.table.thread_root(&name);
+                    thread.root = self.table.is_thread_root(root).then_some(root);
+                    root
+                }
+            }
         } else if thread.named {
             // Named before (its name could not be read this time): its name stands.
             let known = thread.name.clone();

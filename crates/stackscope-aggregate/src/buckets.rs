@@ -99,6 +99,9 @@ pub struct TimeBuckets {
     lanes: Vec<Lane>,
     lane_ids: HashMap<(u32, u64), u32>,
     other_lane: Option<u32>,
+    /// The bucket counted into last: a new one is made as large as it, so that a bucket
+    /// of many threads is not grown step by step.
+    latest: Option<u64>,
 }
 
 impl TimeBuckets {
@@ -111,6 +114,7 @@ impl TimeBuckets {
             lanes: Vec::new(),
             lane_ids: HashMap::default(),
             other_lane: None,
+            latest: None,
         }
     }
 
@@ -127,10 +131,34 @@ impl TimeBuckets {
         time.0.saturating_sub(self.start.0) / self.width_nanos
     }
 
+}
+
+/// The bucket at `index`, made if need be with the room the bucket counted into before it
+/// (`latest`) needed.
+fn bucket_at<'a>(
+    buckets: &'a mut HashMap<u64, Bucket>,
+    latest: &mut Option<u64>,
+    index: u64,
+) -> &'a mut Bucket {
+    if *latest != Some(index) && !buckets.contains_key(&index) {
+        let room = latest
+            .and_then(|i| buckets.get(&i))
+            .map_or((0, 0), |b| (b.stacks.len(), b.lanes.len()));
+        let mut bucket = Bucket::default();
+        bucket.stacks.reserve(room.0);
+        bucket.lanes.reserve(room.1);
+        buckets.insert(index, bucket);
+    }
+    *latest = Some(index);
+    buckets.entry(index).or_default()
+}
+
+impl TimeBuckets {
+
     /// Counts one kept sample of `stack` at `time`, tagged `tag`.
     pub fn count_stack(&mut self, time: Timestamp, stack: StackId, tag: GpuTag) {
         let index = self.index(time);
-        let bucket = self.buckets.entry(index).or_default();
+        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
         let counts = bucket.stacks.entry(stack).or_insert_with(|| {
             self.entries += 1;
             BucketCounts::default()
@@ -154,6 +182,30 @@ impl TimeBuckets {
         active: bool,
     ) {
         let lane = self.lane(pid, python_thread_id, name);
+        self.count_in_lane(time, lane, active);
+    }
+
+    /// [`TimeBuckets::count_thread`], for a caller that keeps the thread's lane from its
+    /// sample before in `lane`: while the name is the very same, the lane needs no lookup
+    /// (a thread's lane never changes).
+    pub fn count_thread_in(
+        &mut self,
+        lane: &mut Option<u32>,
+        time: Timestamp,
+        pid: u32,
+        python_thread_id: u64,
+        name: ThreadName<'_>,
+        active: bool,
+    ) {
+        let id = match *lane {
+            Some(id) if name.unchanged => id,
+            _ => self.lane(pid, python_thread_id, name),
+        };
+        *lane = Some(id);
+        self.count_in_lane(time, id, active);
+    }
+
+    fn count_in_lane(&mut self, time: Timestamp, lane: u32, active: bool) {
         if let Some(l) = self.lanes.get_mut(lane as usize) {
             if active {
                 l.active += 1;
@@ -162,7 +214,7 @@ impl TimeBuckets {
             }
         }
         let index = self.index(time);
-        let bucket = self.buckets.entry(index).or_default();
+        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
         let counts = bucket.lanes.entry(lane).or_insert_with(|| {
             self.entries += 1;
             LaneCounts::default()
@@ -228,6 +280,7 @@ impl TimeBuckets {
             return false;
         };
         let old = std::mem::take(&mut self.buckets);
+        self.latest = None;
         let mut entries = 0;
         for (index, bucket) in old {
             let merged = self.buckets.entry(index / 2).or_default();

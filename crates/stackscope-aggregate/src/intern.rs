@@ -266,6 +266,12 @@ impl StackTable {
         id
     }
 
+    /// Whether `root` is a thread's own root, not the shared `[other threads]` one that
+    /// samples past the cap go to (each counted).
+    pub fn is_thread_root(&self, root: FrameId) -> bool {
+        !self.specials.contains(&Some(root))
+    }
+
     /// A root of its own for one thread whose name is not known yet (labelled by its id, as
     /// `thread 2561`), to be given the name with [`StackTable::name_thread_root`] once it is
     /// read: then every sample of the thread is under its name. Past the cap on distinct

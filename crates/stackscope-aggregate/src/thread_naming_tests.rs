@@ -105,3 +105,55 @@ fn threads_that_reuse_a_python_id_are_separate_entries() {
         assert!(folded.contains(&(line, *count)), "{folded:?}");
     }
 }
+
+/// The sampler hands on one shared name per thread, and the aggregator then keeps the
+/// thread's root and lane from its sample before: a rename (a new shared name) must still
+/// move later samples to the new root and rename the lane, and samples of threads past the
+/// cap on roots must still be counted one by one.
+#[test]
+fn shared_names_keep_roots_and_lanes_right_through_renames_and_past_the_cap() {
+    let limits = crate::Limits {
+        max_thread_roots: 2,
+        ..crate::Limits::default()
+    };
+    let mut agg = Aggregator::with_limits(
+        AggregateConfig {
+            gpu_enabled: false,
+            ..AggregateConfig::default()
+        },
+        Timestamp(0),
+        limits,
+    );
+    let first = info(Some("worker"), 1, 10);
+    let renamed = info(Some("worker-renamed"), 1, 10);
+    // Past the cap of two roots: `late` goes to `[other threads]`, each of its samples counted.
+    let late = info(Some("late"), 3, 30);
+    let mut t = 0;
+    for (thread, n) in [(&first, 5), (&renamed, 7), (&first, 2), (&late, 4)] {
+        for _ in 0..n {
+            agg.handle(sample(t, thread, "f"));
+            t += 1;
+        }
+    }
+    let mut folded = agg.folded(StackView::All);
+    folded.sort();
+    assert_eq!(
+        folded,
+        vec![
+            ("[other threads];f (job.py:3)".to_owned(), 4),
+            ("worker-renamed;f (job.py:3)".to_owned(), 7),
+            ("worker;f (job.py:3)".to_owned(), 7),
+        ]
+    );
+    assert_eq!(agg.stack_table().overflow().thread_root_samples, 4);
+    let lanes: Vec<(String, u64)> = agg
+        .time_buckets()
+        .lanes()
+        .iter()
+        .map(|l| (l.name.clone(), l.active))
+        .collect();
+    assert_eq!(
+        lanes,
+        vec![("worker".to_owned(), 14), ("late".to_owned(), 4)]
+    );
+}

@@ -32,6 +32,10 @@ pub(crate) struct ThreadStat {
     name_seen: Option<Arc<str>>,
     /// Whether the latest sample came with that same shared name.
     pub name_unchanged: bool,
+    /// Where its samples went last, good while the name is unchanged: its root in the stack
+    /// table (None past the cap on roots, counted at each sample), and its time lane.
+    pub root: Option<FrameId>,
+    pub lane: Option<u32>,
 }
 
 /// Threads folded out of the table.
@@ -85,6 +89,8 @@ impl ThreadTable {
             last_seen: clock,
             name_seen: None,
             name_unchanged: false,
+            root: None,
+            lane: None,
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;
