@@ -130,7 +130,6 @@ impl TimeBuckets {
     fn index(&self, time: Timestamp) -> u64 {
         time.0.saturating_sub(self.start.0) / self.width_nanos
     }
-
 }
 
 /// The bucket at `index`, made if need be with the room the bucket counted into before it
@@ -154,7 +153,6 @@ fn bucket_at<'a>(
 }
 
 impl TimeBuckets {
-
     /// Counts one kept sample of `stack` at `time`, tagged `tag`.
     pub fn count_stack(&mut self, time: Timestamp, stack: StackId, tag: GpuTag) {
         let index = self.index(time);
