@@ -55,21 +55,12 @@ pub struct LaneCounts {
 }
 
 /// A sample's thread name, and whether it is the very name (the same shared string) of the
-/// thread's sample before: then the lane's name needs no comparison.
+/// thread's sample before: then its lane, as kept by the caller, needs no lookup
+/// ([`TimeBuckets::count_thread_in`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ThreadName<'a> {
     pub name: &'a str,
     pub unchanged: bool,
-}
-
-impl<'a> ThreadName<'a> {
-    /// A name to compare with the lane's.
-    pub fn new(name: &'a str) -> ThreadName<'a> {
-        ThreadName {
-            name,
-            unchanged: false,
-        }
-    }
 }
 
 /// A thread with a lane.
@@ -130,29 +121,7 @@ impl TimeBuckets {
     fn index(&self, time: Timestamp) -> u64 {
         time.0.saturating_sub(self.start.0) / self.width_nanos
     }
-}
 
-/// The bucket at `index`, made if need be with the room the bucket counted into before it
-/// (`latest`) needed.
-fn bucket_at<'a>(
-    buckets: &'a mut HashMap<u64, Bucket>,
-    latest: &mut Option<u64>,
-    index: u64,
-) -> &'a mut Bucket {
-    if *latest != Some(index) && !buckets.contains_key(&index) {
-        let room = latest
-            .and_then(|i| buckets.get(&i))
-            .map_or((0, 0), |b| (b.stacks.len(), b.lanes.len()));
-        let mut bucket = Bucket::default();
-        bucket.stacks.reserve(room.0);
-        bucket.lanes.reserve(room.1);
-        buckets.insert(index, bucket);
-    }
-    *latest = Some(index);
-    buckets.entry(index).or_default()
-}
-
-impl TimeBuckets {
     /// Counts one kept sample of `stack` at `time`, tagged `tag`.
     pub fn count_stack(&mut self, time: Timestamp, stack: StackId, tag: GpuTag) {
         let index = self.index(time);
@@ -176,7 +145,7 @@ impl TimeBuckets {
         time: Timestamp,
         pid: u32,
         python_thread_id: u64,
-        name: ThreadName<'_>,
+        name: &str,
         active: bool,
     ) {
         let lane = self.lane(pid, python_thread_id, name);
@@ -197,7 +166,7 @@ impl TimeBuckets {
     ) {
         let id = match *lane {
             Some(id) if name.unchanged => id,
-            _ => self.lane(pid, python_thread_id, name),
+            _ => self.lane(pid, python_thread_id, name.name),
         };
         *lane = Some(id);
         self.count_in_lane(time, id, active);
@@ -225,11 +194,10 @@ impl TimeBuckets {
         self.bound();
     }
 
-    fn lane(&mut self, pid: u32, python_thread_id: u64, thread: ThreadName<'_>) -> u32 {
-        let name = thread.name;
+    fn lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {
         if let Some(&id) = self.lane_ids.get(&(pid, python_thread_id)) {
             if let Some(lane) = self.lanes.get_mut(id as usize) {
-                if !thread.unchanged && Some(id) != self.other_lane && lane.name != name {
+                if Some(id) != self.other_lane && lane.name != name {
                     name.clone_into(&mut lane.name);
                 }
             }
@@ -324,6 +292,27 @@ impl TimeBuckets {
     }
 }
 
+/// The bucket at `index`, made if need be with the room the bucket counted into before it
+/// (`latest`) needed. A free function: the caller holds the bucket while it counts into
+/// `TimeBuckets::entries`.
+fn bucket_at<'a>(
+    buckets: &'a mut HashMap<u64, Bucket>,
+    latest: &mut Option<u64>,
+    index: u64,
+) -> &'a mut Bucket {
+    if *latest != Some(index) && !buckets.contains_key(&index) {
+        let room = latest
+            .and_then(|i| buckets.get(&i))
+            .map_or((0, 0), |b| (b.stacks.len(), b.lanes.len()));
+        let mut bucket = Bucket::default();
+        bucket.stacks.reserve(room.0);
+        bucket.lanes.reserve(room.1);
+        buckets.insert(index, bucket);
+    }
+    *latest = Some(index);
+    buckets.entry(index).or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,13 +342,7 @@ mod tests {
                 (i % 3) as u32,
                 GpuTag::Busy,
             );
-            b.count_thread(
-                Timestamp(i * BASE_BUCKET_NANOS),
-                1,
-                7,
-                ThreadName::new("MainThread"),
-                true,
-            );
+            b.count_thread(Timestamp(i * BASE_BUCKET_NANOS), 1, 7, "MainThread", true);
         }
         assert!(b.len() <= MAX_BUCKETS, "{} buckets", b.len());
         assert_eq!(b.width_nanos(), BASE_BUCKET_NANOS * 4);
@@ -394,13 +377,7 @@ mod tests {
     fn threads_past_the_lane_cap_share_one_lane() {
         let mut b = TimeBuckets::new(Timestamp(0));
         for tid in 0..(MAX_LANES as u64 + 50) {
-            b.count_thread(
-                Timestamp(0),
-                1,
-                tid,
-                ThreadName::new(&format!("t{tid}")),
-                tid % 2 == 0,
-            );
+            b.count_thread(Timestamp(0), 1, tid, &format!("t{tid}"), tid % 2 == 0);
         }
         assert_eq!(b.lanes().len(), MAX_LANES);
         let other = b.lanes().last().map(|l| l.name.clone());

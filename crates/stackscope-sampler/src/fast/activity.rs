@@ -104,9 +104,9 @@ impl Activity {
         // keeps waking, such as one that waits for the GIL by turns, never gets that far): a
         // wake-up between the two readings then shows as a change later, rather than hiding
         // in the baseline.
-        // Its switch ring, where it can have one, stands in for the schedstat: where the ring
-        // is as the thread sleeps, taken before the reading, so that a ring that has not moved
-        // since covers the moment of the reading too.
+        // Where it can have a switch ring, the ring stands in for the schedstat: where the
+        // ring is as the thread sleeps, taken before the reading, so that a ring that has not
+        // moved since covers the moment of the reading too.
         let now = Instant::now();
         let (sched, mark) = match self.files.get_mut(&tid) {
             Some(e)
@@ -304,6 +304,7 @@ pub(crate) fn is_stopped(state: Option<u8>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast::test_threads::sleeper;
 
     #[test]
     fn our_own_thread_runs_and_a_missing_one_is_unknown() {
@@ -338,26 +339,6 @@ mod tests {
         );
         assert_eq!(parse_sched(b"12 34"), None);
         assert_eq!(parse_sched(b"x 1 2"), None);
-    }
-
-    /// A thread that sleeps on and on (woken by `go`, it works a moment and sleeps again),
-    /// and its id.
-    fn sleeper() -> (
-        u64,
-        std::sync::mpsc::Sender<()>,
-        std::thread::JoinHandle<()>,
-    ) {
-        use std::sync::mpsc;
-        let (tid_tx, tid_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
-            while go_rx.recv().is_ok() {
-                let until = Instant::now() + Duration::from_millis(20);
-                while Instant::now() < until {}
-            }
-        });
-        (tid_rx.recv().unwrap(), go_tx, thread)
     }
 
     /// Moves the thread's last reading back past its window, as if that long had passed.
@@ -416,18 +397,8 @@ mod tests {
     /// read afresh once it has.
     #[test]
     fn a_sleeper_that_has_not_run_keeps_its_state_and_one_that_ran_is_read() {
-        use std::sync::mpsc;
-        let (tid_tx, tid_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let sleeper = std::thread::spawn(move || {
-            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
-            // Asleep until told, then a moment of work, then asleep again.
-            go_rx.recv().unwrap();
-            let until = Instant::now() + Duration::from_millis(20);
-            while Instant::now() < until {}
-            go_rx.recv().ok();
-        });
-        let tid = tid_rx.recv().unwrap();
+        // Asleep until told, then a moment of work, then asleep again.
+        let (tid, go_tx, sleeper) = sleeper();
         let pid = std::process::id();
         let mut activity = Activity::with_rings(pid, SwitchRings::none(pid));
         // Asleep at two readings (the second takes the schedstat baseline)...

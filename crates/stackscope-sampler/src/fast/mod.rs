@@ -51,6 +51,8 @@ mod stack;
 mod stats;
 mod still;
 mod switches;
+#[cfg(test)]
+mod test_threads;
 mod threads;
 
 use py_spy::PythonSpy;

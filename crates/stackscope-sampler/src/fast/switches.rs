@@ -328,19 +328,13 @@ mod tests {
     /// the old one still asleep.
     #[test]
     fn a_thread_that_exits_is_not_still_off() {
-        let (tid_tx, tid_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            tid_tx.send(nix::unistd::gettid().as_raw() as u64).unwrap();
-            go_rx.recv().ok();
-        });
-        let tid = tid_rx.recv().unwrap();
+        let (tid, go, thread) = crate::fast::test_threads::sleeper();
         let mut rings = SwitchRings::new(std::process::id());
         rings.enable_for_tests();
         std::thread::sleep(Duration::from_millis(20));
         let then = rings.off_cpu(tid).expect("asleep");
         assert!(rings.still_off(tid, then));
-        drop(go_tx);
+        drop(go);
         thread.join().unwrap();
         assert!(!rings.still_off(tid, then), "it ran to its end");
     }
