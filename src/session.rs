@@ -24,8 +24,8 @@ use crate::config::GpuSettings;
 use crate::gpu::{GpuHandle, GpuReport};
 use crate::signals::{Request, Signals};
 
-/// Batches the channel holds: the sampler sends about ten a second (every 100 ms or 64
-/// samples), the GPU poller one per poll, so this is well over a minute of either; the
+/// Batches the channel holds: the sampler sends four to sixteen a second (every 250 ms or
+/// 64 samples), the GPU poller one per poll, so this is well over a minute of either; the
 /// producers never wait while the consumer writes a checkpoint or draws.
 pub const CHANNEL_CAPACITY: usize = 1024;
 

@@ -8,6 +8,7 @@
 //! thread once, for the `dump` command.
 
 pub mod batch;
+mod cputime;
 mod dump;
 mod error;
 mod fast;

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 use stackscope_event::{Batch, Event, SampleError, StackSample, Timestamp};
 
 use crate::batch::{Batcher, Flushed};
+use crate::cputime::{self, Phase, TickCosts};
 use crate::error::SampleFailure;
 use crate::procfs;
 use crate::root::Root;
@@ -258,13 +259,17 @@ fn run(
     }
     // Each target's stat file, kept open: asked every sample whether someone stopped it.
     let mut stop_checks: HashMap<u32, procfs::StopCheck> = HashMap::new();
+    let mut costs = TickCosts::new(cputime::wanted());
     loop {
         if stop.load(Ordering::Relaxed) {
             return StopReason::Requested;
         }
         // What waits goes out before a sleep that would make it older than a batch may get.
         out.flush_before(timer.next_tick());
-        let Some(tick) = timer.wait(deadline) else {
+        costs.mark(Phase::Other);
+        let tick = timer.wait(deadline);
+        costs.mark(Phase::Wait);
+        let Some(tick) = tick else {
             return StopReason::DurationElapsed;
         };
         stats.note_lateness(tick.lateness, timer.period());
@@ -292,6 +297,7 @@ fn run(
                 Outcome::Fatal(why) => return StopReason::Fatal(why),
             }
         }
+        costs.mark(Phase::Read);
         let was_stopped = stats.stopped_now.swap(any_stopped, Ordering::Relaxed);
         if any_stopped {
             stats.stopped_ticks.fetch_add(1, Ordering::Relaxed);

@@ -763,6 +763,7 @@ impl FastReader {
     pub(crate) fn stats(&self) -> ReaderStats {
         let mut s = self.stats.clone();
         s.syscalls = self.remote.syscalls;
+        s.syscall_ns = self.remote.syscall_ns;
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
         s.stat_renewed = self.activity.renewed;

@@ -43,6 +43,9 @@ pub(crate) struct Remote {
     pid: libc::pid_t,
     pub syscalls: u64,
     pub bytes: u64,
+    /// Thread CPU time inside `process_vm_readv`, measured only when `timed`.
+    pub syscall_ns: u64,
+    timed: bool,
     /// A sample's batch, kept for the next one: its buffer (tens of KiB at many threads)
     /// then does not grow again, copying itself at each doubling, every sample.
     spare: Option<Batch>,
@@ -54,6 +57,8 @@ impl Remote {
             pid: pid as libc::pid_t,
             syscalls: 0,
             bytes: 0,
+            syscall_ns: 0,
+            timed: crate::cputime::wanted(),
             spare: None,
         }
     }
@@ -174,6 +179,11 @@ impl Batch {
             iov_len: total,
         };
         remote.syscalls += 1;
+        let started = if remote.timed {
+            crate::cputime::thread_ns()
+        } else {
+            0
+        };
         // SAFETY: the local iovec covers `total` bytes of our own buffer, which holds every
         // range of this call back to back; the remote iovecs are only read by the kernel.
         let n = unsafe {
@@ -186,6 +196,9 @@ impl Batch {
                 0,
             )
         };
+        if remote.timed {
+            remote.syscall_ns += crate::cputime::thread_ns().saturating_sub(started);
+        }
         if n < 0 {
             let err = io::Error::last_os_error();
             return match err.raw_os_error() {

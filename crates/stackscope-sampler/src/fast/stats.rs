@@ -62,6 +62,8 @@ pub(crate) struct ReaderStats {
     /// Time spent in reads, and in the part of it with a thread stopped alone.
     pub read_ns: u64,
     pub thread_stop_ns: u64,
+    /// Thread CPU time inside `process_vm_readv` (with `STACKSCOPE_READER_STATS` only).
+    pub syscall_ns: u64,
 }
 
 impl fmt::Display for ReaderStats {
@@ -75,7 +77,8 @@ impl fmt::Display for ReaderStats {
              {} process stops, {} torn, \
              {} errors, \
              {} list rebuilds, {} late rounds, code cache {} hits / {} misses / {} replaced \
-             ({} cached), {} name lookups, {:.1} us per sample ({:.1} us stopping threads)",
+             ({} cached), {} name lookups, {:.1} us per sample ({:.1} us stopping threads; \
+             {:.1} us of thread CPU in process_vm_readv)",
             self.samples,
             per(self.syscalls),
             per(self.stat_reads),
@@ -108,7 +111,8 @@ impl fmt::Display for ReaderStats {
             self.codes_cached,
             self.name_lookups,
             per(self.read_ns) / 1e3,
-            per(self.thread_stop_ns) / 1e3
+            per(self.thread_stop_ns) / 1e3,
+            per(self.syscall_ns) / 1e3
         )
     }
 }
