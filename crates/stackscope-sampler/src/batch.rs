@@ -2,8 +2,8 @@
 //! every [`MAX_AGE`] or [`MAX_SAMPLES`] samples, whichever comes first, so that the consumer
 //! wakes about four times a second at 100 Hz (16 at 1000 Hz) instead of once per sample: on
 //! a small machine each wake-up, with its context switches, costs more than reading the
-//! stacks, and on a VM whose other CPU sleeps the kernel charges the woken thread about
-//! 30 µs for the CPU's way out of idle (docs/performance.md, "What waking costs").
+//! stacks, and on a VM whose other CPU sleeps the kernel charges the woken thread tens of
+//! microseconds for the CPU's way out of idle (docs/performance.md, "What waking costs").
 //!
 //! Handing over never blocks: a full channel costs the whole batch, and every event in it is
 //! counted as dropped. A batch is only ever cut between samples, so a consumer sees each
