@@ -19,8 +19,9 @@ pub(crate) fn thread_ns() -> u64 {
         .saturating_add(t.tv_nsec as u64)
 }
 
-/// Whether `STACKSCOPE_READER_STATS` asks for the counters (read once per caller: each
-/// measurement costs a system call, so nothing is measured otherwise).
+/// Whether `STACKSCOPE_READER_STATS` asks for the counters: the reader's, printed when it is
+/// dropped, and the timings here (read once per caller: each measurement costs a system
+/// call, so nothing is measured otherwise).
 pub(crate) fn wanted() -> bool {
     std::env::var_os("STACKSCOPE_READER_STATS").is_some()
 }
@@ -33,7 +34,7 @@ pub(crate) enum Phase {
     /// Reading every target's stacks (with the events made of them, and the scan for new
     /// children when one is due).
     Read,
-    /// The rest: batches handed over, statistics, the children scan.
+    /// The rest: batches handed over, statistics, targets that ended.
     Other,
 }
 

@@ -785,7 +785,7 @@ impl FastReader {
 
 impl Drop for FastReader {
     fn drop(&mut self) {
-        if std::env::var_os("STACKSCOPE_READER_STATS").is_some() {
+        if crate::cputime::wanted() {
             eprintln!(
                 "stackscope: reader for pid {} (Python 3.{} layout from {}, {:?}): {}",
                 self.pid,
