@@ -218,9 +218,13 @@ mod tests {
     #[test]
     fn a_deadline_before_the_tick_wakes_early() {
         let mut timer = SampleTimer::new(1.0);
-        let start = Instant::now();
-        let got = timer.wait(Some(start + Duration::from_millis(20)));
+        // The tick's instant is drawn at random within the second: pin it well past the
+        // deadline (a draw under 20 ms made this test fail about once in fifty runs).
+        let tick_at = Instant::now() + Duration::from_millis(800);
+        timer.next = tick_at;
+        let got = timer.wait(Some(Instant::now() + Duration::from_millis(20)));
         assert!(got.is_none());
-        assert!(start.elapsed() < Duration::from_millis(500));
+        assert!(Instant::now() < tick_at, "slept until the tick");
+        assert_eq!(timer.next, tick_at, "the tick was spent");
     }
 }
