@@ -703,11 +703,11 @@ fn thread_churn_names_each_short_thread_by_its_own_name() {
     assert_running_and_progressing(pid);
 }
 
-/// Each churn thread's life in ms, from the fixture's `--life-log`, waiting (with a
-/// deadline) until every one of `names` is there.
+/// Each churn thread's life in ms, from the fixture's `--life-log`, once every one of
+/// `names` is there.
 fn churn_lives(log: &Path, names: &[&str]) -> HashMap<String, f64> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("a life logged for each of {names:?} in {}", log.display());
+    wait_until(Duration::from_secs(10), &what, || {
         let text = fs::read_to_string(log).unwrap_or_default();
         let lives: HashMap<String, f64> = text
             .lines()
@@ -716,17 +716,11 @@ fn churn_lives(log: &Path, names: &[&str]) -> HashMap<String, f64> {
                 Some((name.to_owned(), ms.parse().ok()?))
             })
             .collect();
-        let missing: Vec<&&str> = names.iter().filter(|n| !lives.contains_key(**n)).collect();
-        if missing.is_empty() {
-            return lives;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no life logged for {missing:?} in {}",
-            log.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        names
+            .iter()
+            .all(|n| lives.contains_key(*n))
+            .then_some(lives)
+    })
 }
 
 /// `record` learns its command's exit status however the command's exit
