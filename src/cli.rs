@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use stackscope_aggregate::DEFAULT_IDLE_BELOW;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -298,7 +299,12 @@ pub struct GpuArgs {
     #[arg(long, value_name = "PATH", env = "STACKSCOPE_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
     /// The GPU counts as idle below this utilization, in percent.
-    #[arg(long, value_name = "PCT", default_value = "30", value_parser = parse_percent)]
+    #[arg(
+        long,
+        value_name = "PCT",
+        default_value_t = DEFAULT_IDLE_BELOW,
+        value_parser = parse_percent
+    )]
     pub idle_below: f32,
 }
 
@@ -383,6 +389,21 @@ mod tests {
         assert!(parse_rate("0").unwrap_err().contains("rate"));
         assert!(parse_rate("100000").unwrap_err().contains("rate"));
         assert!(parse_rate("abc").unwrap_err().contains("rate"));
+    }
+
+    #[test]
+    fn the_idle_threshold_defaults_to_the_aggregates_and_says_so() {
+        let cli = Cli::try_parse_from(["stackscope", "top", "--pid", "1"]).expect("parses");
+        let Command::Top(top) = cli.command else {
+            panic!("not top")
+        };
+        assert_eq!(top.gpu.idle_below, DEFAULT_IDLE_BELOW);
+        let help = Cli::command()
+            .find_subcommand_mut("top")
+            .expect("top")
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("[default: 30]"), "{help}");
     }
 
     #[test]

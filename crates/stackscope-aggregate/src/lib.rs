@@ -9,65 +9,51 @@
 //! [`top`] holds `stackscope top`'s live table, tagged by the same [`GpuTagger`] as the
 //! recording, so the two agree on one run.
 //!
+//! The crate's parts, each depending only on those listed before it:
+//!
+//! - `gpu/`: the GPU state of an instant (the one [`GpuTag`], the idle rule [`is_idle`] with
+//!   [`DEFAULT_IDLE_BELOW`], the SM-activity rule), the [`GpuTagger`], the timeline and the
+//!   GPU statistics;
+//! - `jobs/`: dumps and recordings of whole jobs (grouping, stragglers, merging ranks, hangs);
+//! - `fold/`: the [`Aggregator`] and the tables it folds samples into;
+//! - `verdict/`: what a recording's (or merged recordings') figures say;
+//! - `summary.rs`: `summary.json`, built from all of the above; `trace.rs` and [`top`]: the
+//!   exports' sample trace and `stackscope top`'s table, on `gpu/` and the fold.
+//!
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
-mod aggregator;
-mod buckets;
-mod device_stats;
-mod functions;
-mod gpu_mean;
-mod gpu_stats;
-mod grouping;
-mod hang;
-mod helpers;
-mod idle_path;
-mod intern;
-mod limits;
-mod merge;
-mod meta;
-mod oscillation;
-mod processes;
-mod ranks;
-mod sm_activity;
+mod fold;
+mod gpu;
+mod jobs;
 mod summary;
-mod tagging;
-mod threads;
-mod timeline;
 pub mod top;
 mod trace;
 mod verdict;
 
-pub use aggregator::{AggregateConfig, Aggregator, StackView};
-pub use buckets::{
-    Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,
-    MAX_ENTRIES, MAX_LANES,
+pub use fold::{
+    AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
+    FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, RecordingMeta,
+    StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets, TopFunctions,
+    BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES, OTHER_PROCESSES,
+    OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
 };
-pub use device_stats::GpuDeviceSummary;
-pub use functions::{FunctionStat, TopFunctions, TOP_FUNCTIONS};
-pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
-pub use hang::{HangDetector, HangEvent};
-pub use helpers::helper_kind;
-pub use idle_path::{idle_path, idle_path_by, IdlePath, PathFunction, MIN_RISE};
-pub use intern::{
-    FrameEntry, FrameId, FunctionId, FunctionKey, GpuTag, StackCounts, StackEntry, StackId,
-    StackTable,
+pub use gpu::{
+    is_idle, is_low, oscillation_period, GpuDeviceSummary, GpuTag, GpuTagger, DEFAULT_IDLE_BELOW,
+    HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
-pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
-pub use merge::{
-    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+pub use jobs::{
+    find_stragglers, group_threads, helper_kind, merge_dumps, merge_recordings, rank_ranges,
+    rerooted, HangDetector, HangEvent, HostedProcess, MergedDump, MergedGroup, MergedRecordings,
+    OddRank, ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, ThreadGroup,
+    ThreadRef,
 };
-pub use meta::{GpuDeviceInfo, RecordingMeta};
-pub use oscillation::oscillation_period;
-pub use processes::ROOT_COMMAND_CHARS;
-pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
-pub use sm_activity::SM_LOW_SHARE;
-pub use summary::{
-    ErrorCounts, GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS,
+pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
+pub use trace::{Run, SampleTrace, TraceThread};
+pub use verdict::{
+    headline_verdict, idle_path, idle_path_by, IdlePath, PathFunction, RecordingVerdict, Verdict,
+    VerdictClass, MIN_RISE, VERDICTS_IN_HEADLINE,
 };
-pub use tagging::{GpuTagger, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS};
-pub use trace::{GpuState, Run, SampleTrace, TraceThread};
-pub use verdict::{Verdict, VerdictClass};
 
 #[cfg(test)]
 mod tests;

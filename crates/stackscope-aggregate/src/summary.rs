@@ -3,15 +3,12 @@
 use serde::{Deserialize, Serialize};
 use stackscope_event::RankInfo;
 
-use crate::aggregator::Aggregator;
-use crate::device_stats::GpuDeviceSummary;
-use crate::functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
-use crate::gpu_stats::resample_mean;
-use crate::idle_path::{idle_path, idle_path_by, IdlePath};
-use crate::limits::{OTHER_PROCESSES, OTHER_THREADS};
-use crate::meta::RecordingMeta;
-use crate::oscillation::oscillation_period;
-use crate::verdict::{verdict, Verdict, VerdictInput};
+use crate::fold::{
+    top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
+    OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
+};
+use crate::gpu::{oscillation_period, resample_mean, GpuDeviceSummary};
+use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
 
 /// How many functions the GPU-idle and GPU-busy lists hold.
 pub const TOP_GPU_FUNCTIONS: usize = 10;
@@ -70,15 +67,6 @@ pub struct Summary {
     pub gpu: Option<GpuSummary>,
     /// Why there is no GPU data (no NVML, `--gpu off`, no device), when the binary knows.
     pub gpu_unavailable: Option<String>,
-}
-
-/// Sampling attempts that failed, by kind.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorCounts {
-    pub total: u64,
-    pub torn_read: u64,
-    pub thread_gone: u64,
-    pub other: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,9 +258,7 @@ impl Aggregator {
             low_sm_path,
         })
     }
-}
 
-impl Aggregator {
     fn thread_summaries(&self) -> Vec<ThreadSummary> {
         let mut threads: Vec<ThreadSummary> = self
             .threads

@@ -16,40 +16,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use stackscope_event::{Event, Frame, GpuSample, ProcessEventKind, StackSample, Timestamp};
 
-use crate::aggregator::AggregateConfig;
-use crate::intern::GpuTag;
-use crate::tagging::GpuTagger;
-
-/// The GPU's state when a sample was taken, as the flamegraphs split them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GpuState {
-    Idle,
-    Busy,
-    /// No GPU data covered the sample (no GPU, or none polled then).
-    Unknown,
-}
-
-impl GpuState {
-    /// The label value the exports write: `idle`, `busy`, `unknown`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GpuState::Idle => "idle",
-            GpuState::Busy => "busy",
-            GpuState::Unknown => "unknown",
-        }
-    }
-}
-
-impl From<GpuTag> for GpuState {
-    fn from(tag: GpuTag) -> Self {
-        match tag {
-            GpuTag::Idle => GpuState::Idle,
-            // Low SM activity is still "busy" by utilization, as the GPU-busy flamegraph counts it.
-            GpuTag::Busy | GpuTag::BusyLowSm => GpuState::Busy,
-            GpuTag::Unknown => GpuState::Unknown,
-        }
-    }
-}
+use crate::fold::AggregateConfig;
+use crate::gpu::{GpuTag, GpuTagger};
 
 /// Consecutive samples of one thread with the same stack, name and GPU state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +31,9 @@ pub struct Run {
     pub stack: u32,
     /// Index into [`SampleTrace::names`]: the thread's name at these samples.
     pub name: u32,
-    pub gpu: GpuState,
+    /// The GPU's state at these samples, as utilization reads it
+    /// ([`GpuTag::by_utilization`]: never `BusyLowSm`), as the flamegraphs split them.
+    pub gpu: GpuTag,
     /// The thread was seen idle (a sample left out) since the previous run: the two are not
     /// one stretch of work, whatever their stacks.
     pub resumed: bool,
@@ -241,7 +211,7 @@ impl SampleTrace {
             self.tagger.hold(sample.time, pending);
         } else {
             self.tagger.observe(sample.time);
-            self.push_run(pending, GpuState::Unknown);
+            self.push_run(pending, GpuTag::Unknown);
         }
     }
 
@@ -283,11 +253,11 @@ impl SampleTrace {
 
     fn apply(&mut self, tagged: Vec<(Pending, GpuTag)>) {
         for (pending, tag) in tagged {
-            self.push_run(pending, tag.into());
+            self.push_run(pending, tag.by_utilization());
         }
     }
 
-    fn push_run(&mut self, p: Pending, gpu: GpuState) {
+    fn push_run(&mut self, p: Pending, gpu: GpuTag) {
         let thread = &mut self.threads[p.thread as usize];
         let last_end = thread.runs.last().map(|r| r.end);
         let mut resumed = false;
@@ -440,14 +410,10 @@ mod tests {
         trace.finish();
         let thread = &trace.threads()[0];
         assert_eq!(thread.display_id(), "101");
-        let runs: Vec<(u64, GpuState)> = thread.runs.iter().map(|r| (r.samples, r.gpu)).collect();
+        let runs: Vec<(u64, GpuTag)> = thread.runs.iter().map(|r| (r.samples, r.gpu)).collect();
         assert_eq!(
             runs,
-            vec![
-                (3, GpuState::Busy),
-                (1, GpuState::Idle),
-                (1, GpuState::Idle)
-            ]
+            vec![(3, GpuTag::Busy), (1, GpuTag::Idle), (1, GpuTag::Idle)]
         );
         assert_eq!(trace.samples(), 5, "the idle thread's sample is left out");
         assert_eq!(trace.stacks().len(), 2);

@@ -83,7 +83,9 @@ impl LogHeader {
 
 impl Default for LogHeader {
     /// An empty header with the command line's defaults (`AggregateConfig::default()`'s):
-    /// idle threads left out, 30% idle threshold, GPU on, one process.
+    /// idle threads left out, 30% idle threshold (`stackscope_aggregate::DEFAULT_IDLE_BELOW`,
+    /// which this crate does not depend on: `stackscope-report`'s rebuild tests check the two
+    /// agree), GPU on, one process.
     fn default() -> Self {
         LogHeader {
             start: Timestamp(0),

@@ -1,6 +1,6 @@
 //! The GPU lines of `top`'s table: per device, utilization now and over the last minute,
 //! memory, power. Whether the GPU idled at a stack sample's instant is the tagger's question
-//! (`tagging.rs`), not this one's.
+//! (`gpu/tagging.rs`), not this one's.
 
 use std::collections::{BTreeMap, VecDeque};
 

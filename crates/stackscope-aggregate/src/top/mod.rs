@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use stackscope_event::{Event, GpuSample, StackSample, Timestamp};
 
-use crate::intern::GpuTag;
-use crate::tagging::GpuTagger;
+use crate::gpu::{GpuTag, GpuTagger};
 
 use gpus::Gpus;
 pub use gpus::{GpuLine, GPU_HISTORY_SECS};

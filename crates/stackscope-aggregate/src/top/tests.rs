@@ -2,7 +2,7 @@
 //! GPU-idle shares, GPU lines and the bound on entries.
 
 use super::*;
-use crate::tagging::HOLD_LIMIT_NANOS;
+use crate::gpu::HOLD_LIMIT_NANOS;
 use stackscope_event::{Frame, ThreadInfo, Timestamp};
 
 const SEC: u64 = 1_000_000_000;

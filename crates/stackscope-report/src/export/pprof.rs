@@ -16,7 +16,7 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
-use stackscope_aggregate::{GpuState, SampleTrace};
+use stackscope_aggregate::{GpuTag, SampleTrace};
 
 use super::pprof_proto::{Function, Label, Line, Location, Profile, Sample, ValueType};
 use super::ExportInfo;
@@ -95,7 +95,7 @@ pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
     }
 
     // Samples with equal stack and labels are one pprof sample with the sum of their counts.
-    let mut counts: BTreeMap<(u32, u32, usize, GpuState), u64> = BTreeMap::new();
+    let mut counts: BTreeMap<(u32, u32, usize, GpuTag), u64> = BTreeMap::new();
     for (thread_index, thread) in trace.threads().iter().enumerate() {
         for run in &thread.runs {
             *counts

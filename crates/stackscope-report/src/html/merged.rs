@@ -15,8 +15,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    rerooted, MergedRecordings, OddRank, ProcessPlace, RankRow, RecordingInput, Verdict,
-    VerdictClass, MAX_BUCKETS, MAX_ENTRIES,
+    headline_verdict, rerooted, MergedRecordings, OddRank, ProcessPlace, RankRow, RecordingInput,
+    RecordingVerdict, VerdictClass, DEFAULT_IDLE_BELOW, MAX_BUCKETS, MAX_ENTRIES,
+    VERDICTS_IN_HEADLINE,
 };
 
 use super::data::{PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
@@ -29,8 +30,6 @@ const MAX_MERGED_GPU_POINTS: usize = 8 * MAX_GPU_POINTS;
 const MIN_GPU_POINTS: usize = 200;
 /// The recordings' notices shown before the rest are counted.
 const NOTICES_SHOWN: usize = 20;
-/// Recordings whose verdicts the headline spells out in full; past this it points at the list.
-const VERDICTS_IN_HEADLINE: usize = 4;
 
 /// What a merged page carries beyond a single recording's.
 #[derive(Debug, Serialize)]
@@ -44,14 +43,6 @@ pub struct MergedPage {
     pub most_different: Option<OddRank>,
     /// Each recording's own verdict, by whose recording it is.
     pub verdicts: Vec<RecordingVerdict>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct RecordingVerdict {
-    /// `rank 3 on node-b`, or the host of a recording of many ranks.
-    pub who: String,
-    pub class: VerdictClass,
-    pub text: String,
 }
 
 /// One recording's page, with what `merge` read of it (host, pids, ranks).
@@ -172,7 +163,11 @@ pub fn merged_page_data(
             })
         })
         .collect();
-    let verdict = headline_verdict(parts, merged, &verdicts);
+    let recordings: Vec<_> = parts
+        .iter()
+        .map(|p| (p.input, p.page.verdict.as_ref()))
+        .collect();
+    let verdict = headline_verdict(merged, &recordings, &verdicts);
     let pages = parts.iter().map(|p| &p.page);
     let means: Vec<f64> = pages.clone().filter_map(|p| p.mean_utilization).collect();
     let python: BTreeSet<&str> = pages
@@ -218,7 +213,11 @@ pub fn merged_page_data(
             None
         },
         simulated: pages.clone().any(|p| p.simulated),
-        idle_below: pages.clone().map(|p| p.idle_below).next().unwrap_or(30.0),
+        idle_below: pages
+            .clone()
+            .map(|p| p.idle_below)
+            .next()
+            .unwrap_or(f64::from(DEFAULT_IDLE_BELOW)),
         mean_utilization: (!means.is_empty())
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
         verdict_class: verdict.as_ref().map(|v| v.class),
@@ -243,63 +242,6 @@ pub fn merged_page_data(
             verdicts,
         }),
     }
-}
-
-/// The headline's verdict: the rank that differs most and its recording's verdict; else, for a
-/// few recordings, each one's verdict.
-fn headline_verdict(
-    parts: &[RankPage<'_>],
-    merged: &MergedRecordings,
-    verdicts: &[RecordingVerdict],
-) -> Option<Verdict> {
-    if let Some(odd) = &merged.most_different {
-        let own = parts
-            .iter()
-            .find(|p| recorded_in(p.input, &odd.place))
-            .and_then(|p| p.page.verdict.as_ref())
-            .filter(|v| v.class != VerdictClass::Unknown);
-        let mut text = format!(
-            "{} differs most from its peers ({:.0}% of its profile differs from theirs, the next \
-             {:.0}%).",
-            odd.place.describe(),
-            odd.distance * 100.0,
-            odd.next_distance * 100.0
-        );
-        if let Some(f) = &odd.top_function {
-            text.push_str(&format!(" Its top function: {f}."));
-        }
-        if let Some(v) = own {
-            text.push_str(&format!(" Its recording's verdict: {}", v.text));
-        }
-        return Some(Verdict {
-            class: own.map_or(VerdictClass::Unknown, |v| v.class),
-            text,
-        });
-    }
-    if verdicts.is_empty() {
-        return None;
-    }
-    let text = if verdicts.len() <= VERDICTS_IN_HEADLINE {
-        verdicts
-            .iter()
-            .map(|v| format!("{}: {}", v.who, v.text))
-            .collect::<Vec<_>>()
-            .join(" ")
-    } else {
-        format!(
-            "{} recordings have a verdict each; they are listed under the rank table.",
-            verdicts.len()
-        )
-    };
-    let class = verdicts[0].class;
-    Some(Verdict {
-        class: if verdicts.iter().all(|v| v.class == class) {
-            class
-        } else {
-            VerdictClass::Unknown
-        },
-        text,
-    })
 }
 
 /// A recording's offset on a multiple of the merged width, so each of its buckets falls in
@@ -369,12 +311,6 @@ fn shifted(gpu: &PageGpu, offset: f64, owner: String, points: usize) -> PageGpu 
         power_watts: mean(&gpu.power_watts),
         sm_active: mean(&gpu.sm_active),
     }
-}
-
-/// Whether `place` is a process of this recording.
-fn recorded_in(input: &RecordingInput, place: &ProcessPlace) -> bool {
-    input.host == place.host
-        && (input.pid == place.pid || input.process_ranks.contains_key(&place.pid))
 }
 
 /// The process `pid` of a recording, named as its stacks' roots are.

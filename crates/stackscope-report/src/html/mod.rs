@@ -17,7 +17,7 @@ use std::io::Write;
 use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
-pub use merged::{merged_page_data, MergedPage, RankPage, RecordingVerdict};
+pub use merged::{merged_page_data, MergedPage, RankPage};
 
 use crate::ReportError;
 

@@ -185,3 +185,22 @@ pub(crate) fn read_window<S: Sink>(
         log_end,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sample log's crate cannot name the aggregate's default (neither depends on the
+    /// other), so its header's default is checked against it here, where both meet.
+    #[test]
+    fn a_default_header_rebuilds_with_the_default_config() {
+        assert_eq!(
+            aggregate_config(&LogHeader::default()),
+            AggregateConfig::default()
+        );
+        assert_eq!(
+            LogHeader::default().idle_below,
+            stackscope_aggregate::DEFAULT_IDLE_BELOW
+        );
+    }
+}

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use stackscope_event::{Frame, Frames, LastStacks};
 
-use crate::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+use crate::gpu::GpuTag;
 
 /// Index of an interned frame (a thread root or a code frame).
 pub type FrameId = u32;
@@ -16,27 +17,6 @@ pub type FrameId = u32;
 pub type StackId = u32;
 /// Index of an interned function, identified by `(function, file)`.
 pub type FunctionId = u32;
-
-/// Which GPU state a kept sample was tagged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GpuTag {
-    Idle,
-    Busy,
-    /// Busy by utilization, with GPM SM activity low (`sm_activity.rs`): counted as busy too.
-    BusyLowSm,
-    Unknown,
-}
-
-impl GpuTag {
-    /// Whether the GPU idled: `None` without GPU data (neither idle nor busy).
-    pub fn idle(self) -> Option<bool> {
-        match self {
-            GpuTag::Idle => Some(true),
-            GpuTag::Busy | GpuTag::BusyLowSm => Some(false),
-            GpuTag::Unknown => None,
-        }
-    }
-}
 
 /// Sample counts of one stack, by GPU state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::intern::{StackCounts, StackTable};
+use super::intern::{StackCounts, StackTable};
 
 /// How many of the top functions a summary lists.
 pub const TOP_FUNCTIONS: usize = 20;

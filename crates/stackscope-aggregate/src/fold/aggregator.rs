@@ -2,14 +2,16 @@
 
 use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
-use crate::buckets::{ThreadName, TimeBuckets};
-use crate::intern::{FrameId, GpuTag, StackCounts, StackTable};
-use crate::limits::Limits;
-use crate::processes::ProcessTable;
-use crate::summary::ErrorCounts;
-use crate::tagging::GpuTagger;
-use crate::threads::ThreadTable;
-use crate::timeline::GpuTimeline;
+use serde::{Deserialize, Serialize};
+
+use super::buckets::{ThreadName, TimeBuckets};
+use super::intern::{FrameId, StackCounts, StackId, StackTable};
+use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+use super::processes::ProcessTable;
+use super::threads::ThreadTable;
+use crate::gpu::{
+    GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregateConfig {
@@ -29,11 +31,20 @@ impl Default for AggregateConfig {
     fn default() -> Self {
         AggregateConfig {
             include_idle: false,
-            idle_below: 30.0,
+            idle_below: DEFAULT_IDLE_BELOW,
             gpu_enabled: true,
             process_root: false,
         }
     }
+}
+
+/// Sampling attempts that failed, by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    pub total: u64,
+    pub torn_read: u64,
+    pub thread_gone: u64,
+    pub other: u64,
 }
 
 /// Which samples a folded profile covers.
@@ -63,7 +74,7 @@ pub struct Aggregator {
     pub(crate) config: AggregateConfig,
     pub(crate) start: Timestamp,
     pub(crate) table: StackTable,
-    pub(crate) tagger: GpuTagger,
+    pub(crate) tagger: GpuTagger<StackId>,
     pub(crate) timeline: GpuTimeline,
     pub(crate) threads: ThreadTable,
     /// Filled only with `process_root`: without it the recording follows one process.
@@ -354,5 +365,80 @@ impl Aggregator {
     /// The caps in force.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// One line per cap reached so far, saying what happened to what it turned away; empty
+    /// while every table is below its cap. The summary's `caps_reached`.
+    pub fn caps_reached(&self) -> Vec<String> {
+        let limits = &self.limits;
+        let table = self.table.overflow();
+        let threads = self.threads.folded();
+        let processes = self.processes.folded();
+        let mut caps = Vec::new();
+        if table.stack_samples > 0 {
+            caps.push(format!(
+                "distinct stacks capped at {}: {} later samples of new stacks counted as \
+                 {STACK_TABLE_FULL}",
+                limits.max_stacks, table.stack_samples
+            ));
+        }
+        if table.frame_samples > 0 {
+            caps.push(format!(
+                "distinct frames capped at {}: new frames of {} later samples shown as \
+                 {FRAME_TABLE_FULL}",
+                limits.max_frames, table.frame_samples
+            ));
+        }
+        if table.thread_root_samples > 0 {
+            caps.push(format!(
+                "distinct thread names capped at {}: {} later samples of newly named threads \
+                 rooted at {OTHER_THREADS}",
+                limits.max_thread_roots, table.thread_root_samples
+            ));
+        }
+        if threads.threads > 0 {
+            caps.push(format!(
+                "threads tracked capped at {}: {} least recently seen threads ({} samples) \
+                 folded into {OTHER_THREADS}",
+                limits.max_threads, threads.threads, threads.samples
+            ));
+        }
+        if table.process_roots > 0 {
+            caps.push(format!(
+                "distinct process roots capped at {}: {} later processes rooted at \
+                 {OTHER_PROCESSES}",
+                limits.max_processes, table.process_roots
+            ));
+        }
+        if processes.processes > 0 {
+            caps.push(format!(
+                "processes tracked capped at {}: {} least recently active processes ({} \
+                 samples) folded into {OTHER_PROCESSES}",
+                limits.max_processes, processes.processes, processes.samples
+            ));
+        }
+        if self.timeline.merged() > 0 {
+            caps.push(format!(
+                "GPU timeline in memory capped at {} points per device: older points merged \
+                 pairwise {} times into coarser ones",
+                limits.max_gpu_points,
+                self.timeline.merged()
+            ));
+        }
+        if self.tagger.forced() > 0 {
+            caps.push(format!(
+                "GPU tagging queue capped at {MAX_PENDING} samples: {} samples tagged before \
+                 their GPU readings arrived",
+                self.tagger.forced()
+            ));
+        }
+        if self.tagger.dropped_readings() > 0 {
+            caps.push(format!(
+                "GPU readings held for tagging capped at {MAX_READINGS_PER_DEVICE} per device: \
+                 {} older readings dropped",
+                self.tagger.dropped_readings()
+            ));
+        }
+        caps
     }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::intern::{FunctionId, StackCounts, StackTable};
+use crate::fold::{FunctionId, StackCounts, StackTable};
 
 /// A path is named only when its share of the GPU-idle samples exceeds its share of the
 /// GPU-busy ones by at least this much (0 to 1).
@@ -248,7 +248,7 @@ pub fn idle_path_by(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::intern::GpuTag;
+    use crate::gpu::GpuTag;
     use stackscope_event::Frame;
 
     /// Adds `idle` GPU-idle and `busy` GPU-busy samples of a stack given outermost first.

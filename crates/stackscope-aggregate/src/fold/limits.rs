@@ -6,9 +6,6 @@
 //! placeholder such as `[stack table full]`), so every total stays right, and the summary says
 //! which cap was reached in `caps_reached`.
 
-use crate::tagging::{MAX_PENDING, MAX_READINGS_PER_DEVICE};
-use crate::Aggregator;
-
 /// Label of the stack that counts samples whose stack is new once the stack table is full.
 pub const STACK_TABLE_FULL: &str = "[stack table full]";
 /// Label of the frame that stands for a new frame once the frame table is full.
@@ -66,82 +63,5 @@ impl Limits {
             max_processes: self.max_processes.max(1),
             max_gpu_points: self.max_gpu_points.max(4),
         }
-    }
-}
-
-impl Aggregator {
-    /// One line per cap reached so far, saying what happened to what it turned away; empty
-    /// while every table is below its cap. The summary's `caps_reached`.
-    pub fn caps_reached(&self) -> Vec<String> {
-        let limits = &self.limits;
-        let table = self.table.overflow();
-        let threads = self.threads.folded();
-        let processes = self.processes.folded();
-        let mut caps = Vec::new();
-        if table.stack_samples > 0 {
-            caps.push(format!(
-                "distinct stacks capped at {}: {} later samples of new stacks counted as \
-                 {STACK_TABLE_FULL}",
-                limits.max_stacks, table.stack_samples
-            ));
-        }
-        if table.frame_samples > 0 {
-            caps.push(format!(
-                "distinct frames capped at {}: new frames of {} later samples shown as \
-                 {FRAME_TABLE_FULL}",
-                limits.max_frames, table.frame_samples
-            ));
-        }
-        if table.thread_root_samples > 0 {
-            caps.push(format!(
-                "distinct thread names capped at {}: {} later samples of newly named threads \
-                 rooted at {OTHER_THREADS}",
-                limits.max_thread_roots, table.thread_root_samples
-            ));
-        }
-        if threads.threads > 0 {
-            caps.push(format!(
-                "threads tracked capped at {}: {} least recently seen threads ({} samples) \
-                 folded into {OTHER_THREADS}",
-                limits.max_threads, threads.threads, threads.samples
-            ));
-        }
-        if table.process_roots > 0 {
-            caps.push(format!(
-                "distinct process roots capped at {}: {} later processes rooted at \
-                 {OTHER_PROCESSES}",
-                limits.max_processes, table.process_roots
-            ));
-        }
-        if processes.processes > 0 {
-            caps.push(format!(
-                "processes tracked capped at {}: {} least recently active processes ({} \
-                 samples) folded into {OTHER_PROCESSES}",
-                limits.max_processes, processes.processes, processes.samples
-            ));
-        }
-        if self.timeline.merged() > 0 {
-            caps.push(format!(
-                "GPU timeline in memory capped at {} points per device: older points merged \
-                 pairwise {} times into coarser ones",
-                limits.max_gpu_points,
-                self.timeline.merged()
-            ));
-        }
-        if self.tagger.forced() > 0 {
-            caps.push(format!(
-                "GPU tagging queue capped at {MAX_PENDING} samples: {} samples tagged before \
-                 their GPU readings arrived",
-                self.tagger.forced()
-            ));
-        }
-        if self.tagger.dropped_readings() > 0 {
-            caps.push(format!(
-                "GPU readings held for tagging capped at {MAX_READINGS_PER_DEVICE} per device: \
-                 {} older readings dropped",
-                self.tagger.dropped_readings()
-            ));
-        }
-        caps
     }
 }

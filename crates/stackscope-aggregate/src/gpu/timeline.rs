@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use stackscope_event::{GpuSample, Timestamp};
 
-use crate::device_stats::{DeviceStats, GpuDeviceSummary};
-use crate::gpu_mean::UtilizationMean;
+use super::device_stats::{DeviceStats, GpuDeviceSummary};
+use super::mean::UtilizationMean;
 
 #[derive(Debug, Default)]
 struct Device {

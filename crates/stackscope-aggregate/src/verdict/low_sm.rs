@@ -1,27 +1,14 @@
-//! The verdict's second GPU signal: SM activity (GPM, Hopper and later) beside utilization.
+//! The low-SM verdict: utilization high while SM activity (GPM, Hopper and later) is low, by
+//! the rule in `gpu/state.rs` ([`crate::gpu::is_low`]).
 //!
-//! Utilization counts a time slice busy when any kernel ran, however few SMs it occupied; SM
-//! activity is the share of time the SMs had work, averaged over all of them. While kernels
-//! run on all SMs the two agree; a job bound by kernel launches, tiny ops or synchronisation
-//! reads near 100% utilization with most SMs idle. The rule, for the whole recording and for
-//! each stack sample's instant alike: SM activity under [`SM_LOW_SHARE`] of utilization means
-//! kernels ran on a small part of the GPU.
-//!
-//! Kept apart from `verdict.rs` so that the utilization classes there and this one evolve
+//! Kept apart from `recording.rs` so that the utilization classes there and this one evolve
 //! independently: [`low_sm_verdict`] overrides the utilization class only where SM activity is
 //! known and low.
 
-use crate::functions::FunctionStat;
-use crate::idle_path::IdlePath;
-use crate::verdict::{Verdict, VerdictClass, PREPROCESSING_BELOW};
-
-/// SM activity below this share of utilization is "low": while kernels ran, they kept fewer
-/// than half the SMs busy.
-pub const SM_LOW_SHARE: f64 = 0.5;
-/// Whether SM activity `sm` (percent) is low for utilization `utilization` (percent).
-pub fn is_low(utilization: f64, sm: f64) -> bool {
-    sm < SM_LOW_SHARE * utilization
-}
+use super::class::{Verdict, VerdictClass, PREPROCESSING_BELOW};
+use super::idle_path::IdlePath;
+use crate::fold::FunctionStat;
+use crate::gpu::is_low;
 
 /// The verdict when utilization is high (at or above [`PREPROCESSING_BELOW`]) while SM activity
 /// is low; `None` otherwise (no GPM, or SM activity that keeps up), leaving the utilization
@@ -55,7 +42,7 @@ pub fn low_sm_verdict(
 }
 
 fn code_sentence(functions: &[FunctionStat]) -> String {
-    crate::verdict::code_sentence(
+    super::class::code_sentence(
         functions,
         "while SM activity was low",
         "While SM activity was low",
@@ -94,15 +81,14 @@ mod tests {
         assert!(low_sm_verdict(97.0, Some(90.0), &code, None).is_none());
         assert!(low_sm_verdict(97.0, None, &code, None).is_none());
         assert!(low_sm_verdict(20.0, Some(2.0), &code, None).is_none());
-        assert!(is_low(60.0, 29.9) && !is_low(60.0, 30.0));
         let v = low_sm_verdict(70.0, Some(10.0), &[], None).expect("low");
         assert!(v.text.contains("No stack samples"), "{}", v.text);
     }
 
     #[test]
     fn a_low_sm_path_is_named_instead_of_the_functions() {
-        let path = crate::idle_path::IdlePath {
-            functions: vec![crate::idle_path::PathFunction {
+        let path = IdlePath {
+            functions: vec![super::super::idle_path::PathFunction {
                 function: "launch_loop".to_owned(),
                 file: "train.py".to_owned(),
             }],

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::merge::ProcessPlace;
+use super::merge::ProcessPlace;
 
 /// One recording directory, as read by the binary.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +25,14 @@ pub struct RecordingInput {
     /// The GPU views, when the recording had GPU data.
     pub gpu_idle: Option<Vec<(String, u64)>>,
     pub gpu_busy: Option<Vec<(String, u64)>>,
+}
+
+impl RecordingInput {
+    /// Whether `place` is a process of this recording.
+    pub fn holds(&self, place: &ProcessPlace) -> bool {
+        self.host == place.host
+            && (self.pid == place.pid || self.process_ranks.contains_key(&place.pid))
+    }
 }
 
 /// One row of the rank table.

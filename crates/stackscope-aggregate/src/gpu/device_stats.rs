@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use stackscope_event::{GpuSample, Timestamp};
 
+use super::state::is_idle;
+
 const MIB: f64 = 1024.0 * 1024.0;
 /// Histogram bins per percentage point: NVML reports whole percents, so percentiles of real
 /// readings are exact; other values are placed to 0.1 point.
@@ -114,7 +116,7 @@ impl DeviceStats {
             self.utilization.add(u);
             self.min = self.min.min(u);
             self.max = self.max.max(u);
-            if u < f64::from(idle_below) {
+            if is_idle(u, f64::from(idle_below)) {
                 self.idle += 1;
             }
             if self.histogram.is_empty() {

@@ -12,7 +12,7 @@ use foldhash::HashMap;
 
 use stackscope_event::ThreadInfo;
 
-use crate::intern::FrameId;
+use super::intern::FrameId;
 
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadStat {

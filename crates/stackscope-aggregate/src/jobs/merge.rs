@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::grouping::main_thread;
+use super::grouping::main_thread;
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump, ThreadState};
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump};
 
-use crate::helpers::helper_kind;
+use super::helpers::helper_kind;
 
 /// One thread, named for a reader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

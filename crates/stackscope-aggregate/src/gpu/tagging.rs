@@ -14,7 +14,7 @@
 //!
 //! Where the GPU has GPM, its SM activity readings (each on the newest reading of a poll) are
 //! held the same way, and a busy sample is tagged [`GpuTag::BusyLowSm`] when SM activity at its
-//! instant is low against utilization (`sm_activity.rs`).
+//! instant is low against utilization (`state.rs`).
 //!
 //! # Why these rules (and not `top`'s former ones)
 //!
@@ -41,8 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use stackscope_event::{GpuSample, Timestamp};
 
-use crate::intern::{GpuTag, StackId};
-use crate::sm_activity::is_low;
+use super::state::{is_idle, is_low, GpuTag};
 
 /// How long a stack sample may wait for the GPU readings that cover it.
 pub const HOLD_LIMIT_NANOS: u64 = 5_000_000_000;
@@ -65,9 +64,9 @@ struct Pending<T> {
 
 /// Holds items stamped with a time until the GPU state at that time is known, then hands each
 /// back with its [`GpuTag`]. `T` is what the holder keeps per sample (the aggregate's interned
-/// stack by default).
+/// stack, `top`'s whole sample, nothing at all for `watch`).
 #[derive(Debug, Clone)]
-pub struct GpuTagger<T = StackId> {
+pub struct GpuTagger<T> {
     idle_below: f32,
     /// Recent utilization readings per device, in time order.
     readings: BTreeMap<u32, VecDeque<(Timestamp, f32)>>,
@@ -213,7 +212,7 @@ impl<T> GpuTagger<T> {
     /// back, else a best guess from the nearest earlier readings.
     pub fn tag_at(&self, time: Timestamp) -> GpuTag {
         match self.utilization_at(time) {
-            Some(u) if u < self.idle_below => GpuTag::Idle,
+            Some(u) if is_idle(f64::from(u), f64::from(self.idle_below)) => GpuTag::Idle,
             Some(u) => match self.sm_active_at(time) {
                 Some(sm) if is_low(f64::from(u), f64::from(sm)) => GpuTag::BusyLowSm,
                 _ => GpuTag::Busy,
@@ -291,7 +290,7 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn collect(tagger: &mut GpuTagger, finish: bool) -> Vec<(StackId, GpuTag)> {
+    fn collect(tagger: &mut GpuTagger<u32>, finish: bool) -> Vec<(u32, GpuTag)> {
         let mut out = Vec::new();
         if finish {
             tagger.flush(|_, s, t| out.push((s, t)));
@@ -340,7 +339,7 @@ mod tests {
         tagger.add_reading(0, Timestamp(400 * MS), 5.0);
         tagger.add_sm_reading(0, Timestamp(400 * MS), 1.0);
         for (i, t) in [50u64, 250, 350].into_iter().enumerate() {
-            tagger.hold(Timestamp(t * MS), i as StackId);
+            tagger.hold(Timestamp(t * MS), i as u32);
         }
         tagger.add_reading(0, Timestamp(500 * MS), 95.0);
         tagger.hold(Timestamp(450 * MS), 3);

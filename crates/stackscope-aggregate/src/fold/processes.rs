@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use stackscope_event::{ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
-use crate::intern::{FrameId, StackTable};
+use super::intern::{FrameId, StackTable};
 
 /// How much of a command line the root frame shows: enough for `python train.py --config x`.
 pub const ROOT_COMMAND_CHARS: usize = 60;

@@ -13,7 +13,8 @@ use foldhash::HashMap;
 
 use stackscope_event::Timestamp;
 
-use crate::intern::{GpuTag, StackId};
+use super::intern::StackId;
+use crate::gpu::GpuTag;
 
 /// The narrowest bucket: 1/8 s.
 pub const BASE_BUCKET_NANOS: u64 = 125_000_000;
@@ -208,7 +209,7 @@ impl TimeBuckets {
         } else if let Some(other) = self.other_lane {
             other
         } else {
-            let other = self.push_lane(0, 0, crate::limits::OTHER_THREADS);
+            let other = self.push_lane(0, 0, super::limits::OTHER_THREADS);
             self.other_lane = Some(other);
             other
         };
@@ -381,7 +382,7 @@ mod tests {
         }
         assert_eq!(b.lanes().len(), MAX_LANES);
         let other = b.lanes().last().map(|l| l.name.clone());
-        assert_eq!(other.as_deref(), Some(crate::limits::OTHER_THREADS));
+        assert_eq!(other.as_deref(), Some(crate::fold::OTHER_THREADS));
         let sum: u64 = b.lanes().iter().map(|l| l.active + l.idle).sum();
         assert_eq!(sum, MAX_LANES as u64 + 50);
     }

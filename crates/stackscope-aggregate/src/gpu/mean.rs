@@ -14,9 +14,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::state::is_idle;
+
 /// How long an interval waits for a device that has not reported past it; after that the
 /// device counts with its latest reading. As long as the tagger waits for the same reason.
-const HOLD_NANOS: u64 = crate::tagging::HOLD_LIMIT_NANOS;
+const HOLD_NANOS: u64 = super::tagging::HOLD_LIMIT_NANOS;
 /// A hard cap on one device's held readings, for a device whose readings all carry one
 /// timestamp; time never releases those.
 const MAX_HELD: usize = 10_000;
@@ -94,7 +96,14 @@ impl UtilizationMean {
             return None;
         }
         let mean = values.iter().sum::<f64>() / values.len() as f64;
-        Some((mean, if mean < all.idle_below { 1.0 } else { 0.0 }))
+        Some((
+            mean,
+            if is_idle(mean, all.idle_below) {
+                1.0
+            } else {
+                0.0
+            },
+        ))
     }
 
     /// Accounts every interval whose covering readings are all known: every device has a
@@ -144,7 +153,7 @@ impl UtilizationMean {
                 let span = (next - from) as f64;
                 let value = sum / f64::from(count);
                 self.weighted += value * span;
-                if value < self.idle_below {
+                if is_idle(value, self.idle_below) {
                     self.idle += span;
                 }
                 self.total += span;

@@ -1,0 +1,27 @@
+//! The fold: the [`Aggregator`] that owns a recording's state, fed event by event, and the
+//! tables it folds stack samples into (interned frames and stacks, time buckets, threads,
+//! processes, per-function counts), each under its cap ([`Limits`]).
+//!
+//! Builds on `gpu/` (each kept sample's tag, the timeline); knows nothing of verdicts.
+
+mod aggregator;
+mod buckets;
+mod functions;
+mod intern;
+mod limits;
+mod meta;
+mod processes;
+mod threads;
+
+pub use aggregator::{AggregateConfig, Aggregator, ErrorCounts, StackView};
+pub use buckets::{
+    Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,
+    MAX_ENTRIES, MAX_LANES,
+};
+pub use functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
+pub use intern::{
+    FrameEntry, FrameId, FunctionId, FunctionKey, StackCounts, StackEntry, StackId, StackTable,
+};
+pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+pub use meta::{GpuDeviceInfo, RecordingMeta};
+pub use processes::ROOT_COMMAND_CHARS;

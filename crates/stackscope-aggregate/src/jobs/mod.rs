@@ -1,0 +1,18 @@
+//! Whole jobs, across processes and nodes: a dump's threads grouped and its stragglers named,
+//! dumps and recordings of many ranks merged, helper processes recognised, hangs detected.
+//!
+//! Works on dumps and folded lines, not on the fold; depends on nothing else in the crate.
+
+mod grouping;
+mod hang;
+mod helpers;
+mod merge;
+mod ranks;
+
+pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
+pub use hang::{HangDetector, HangEvent};
+pub use helpers::helper_kind;
+pub use merge::{
+    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+};
+pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};

@@ -1,0 +1,16 @@
+//! Verdicts: what the GPU's figures and the stacks behind them say about a recording (one
+//! class of bottleneck and the code behind it), and the headline of merged recordings.
+//!
+//! Builds on `gpu/` (the SM-activity rule) and the fold (interned stacks, per-function counts);
+//! neither knows of it.
+
+mod class;
+mod idle_path;
+mod low_sm;
+mod merged;
+mod recording;
+
+pub use class::{Verdict, VerdictClass};
+pub use idle_path::{idle_path, idle_path_by, IdlePath, PathFunction, MIN_RISE};
+pub use merged::{headline_verdict, RecordingVerdict, VERDICTS_IN_HEADLINE};
+pub use recording::{verdict, VerdictInput};
