@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 
 mod clock;
 mod last_stacks;
+mod origin;
 mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
 pub use last_stacks::LastStacks;
+pub use origin::{is_stdlib_module, FileOrigin};
 pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
