@@ -143,6 +143,9 @@ fn record(
         idle_below: config.gpu.idle_below,
         gpu_enabled: session.gpu_enabled(),
         process_root: config.subprocesses,
+        // `record` starts the job: its start-up (imports, model build, worker start) is not
+        // the job's steady state.
+        leave_out_startup: child.is_some(),
     };
     let log_header = LogHeader {
         start,
@@ -155,6 +158,7 @@ fn record(
         idle_below: aggregate_config.idle_below,
         gpu_enabled: aggregate_config.gpu_enabled,
         process_root: aggregate_config.process_root,
+        leave_out_startup: aggregate_config.leave_out_startup,
         expected_gpu_devices: Vec::new(),
     };
     let metrics = MetricsEndpoint::start(

@@ -16,6 +16,8 @@
 //!   GPU statistics;
 //! - `jobs/`: dumps and recordings of whole jobs (grouping, stragglers, merging ranks, hangs);
 //! - `fold/`: the [`Aggregator`] and the tables it folds samples into;
+//! - `roles/`: the job read by roles (the trainer, its feeders, helpers) and what each did
+//!   while the GPU idled;
 //! - `verdict/`: what a recording's (or merged recordings') figures say;
 //! - `summary.rs`: `summary.json`, built from all of the above; `trace.rs` and [`top`]: the
 //!   exports' sample trace and `stackscope top`'s table, on `gpu/` and the fold.
@@ -26,6 +28,7 @@
 mod fold;
 mod gpu;
 mod jobs;
+mod roles;
 mod summary;
 pub mod top;
 mod trace;
@@ -39,8 +42,8 @@ pub use fold::{
     OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
 };
 pub use gpu::{
-    is_idle, is_low, oscillation_period, GpuDeviceSummary, GpuTag, GpuTagger, DEFAULT_IDLE_BELOW,
-    HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
+    is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,
+    DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
 pub use jobs::{
     find_stragglers, group_threads, helper_kind, merge_dumps, merge_recordings, rank_ranges,
@@ -48,6 +51,8 @@ pub use jobs::{
     OddRank, ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, ThreadGroup,
     ThreadRef,
 };
+pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
+pub use roles::{Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
 pub use trace::{Run, SampleTrace, TraceThread};
 pub use verdict::{

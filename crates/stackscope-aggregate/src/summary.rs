@@ -7,16 +7,20 @@ use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
-use crate::gpu::{oscillation_period, resample_mean, GpuDeviceSummary};
+use crate::gpu::{bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary};
+use crate::roles::while_idle::{while_idle, WhileIdle};
+use crate::roles::{self, ThreadRole};
 use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
 
 /// How many functions the GPU-idle and GPU-busy lists hold.
 pub const TOP_GPU_FUNCTIONS: usize = 10;
-/// Grid step for the oscillation search: 10 Hz resolves periods of a second or more well.
-const OSCILLATION_STEP_NANOS: u64 = 100_000_000;
-/// The oscillation search looks at the latest stretch of this length, so its cost stays fixed
+/// Grid step for the cycle search: 10 Hz resolves bursts of a few tenths of a second.
+const CYCLE_STEP_NANOS: u64 = 100_000_000;
+/// The cycle search looks at the latest stretch of this length, so its cost stays fixed
 /// however long the recording: a training loop's rhythm shows within minutes.
-const OSCILLATION_WINDOW_NANOS: u64 = 600_000_000_000;
+const CYCLE_WINDOW_NANOS: u64 = 600_000_000_000;
+/// How many functions the start-up's list holds.
+const STARTUP_FUNCTIONS: usize = 5;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -67,6 +71,9 @@ pub struct Summary {
     pub gpu: Option<GpuSummary>,
     /// Why there is no GPU data (no NVML, `--gpu off`, no device), when the binary knows.
     pub gpu_unavailable: Option<String>,
+    /// What each thread is to the job: the trainer, its feeders, helpers (`roles/`).
+    #[serde(default)]
+    pub roles: Vec<ThreadRole>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +114,22 @@ pub struct GpuSummary {
     pub mean_utilization: Option<f64>,
     /// Share of the recording's time the devices' mean utilization was below `idle_below`.
     pub idle_share: Option<f64>,
+    /// The cycle's period (`cycle.period_secs`), kept for the scripts that read it.
     pub oscillation_period_secs: Option<f64>,
+    /// The GPU's rhythm: busy bursts and idle gaps, as `nvidia-smi dmon` shows them; `None`
+    /// when the bursts are too few or too irregular to be one.
+    #[serde(default)]
+    pub cycle: Option<Cycle>,
+    /// The start-up left out of these figures and the verdict (the time before the GPU's
+    /// first busy burst, `record` only); 0 when nothing was left out.
+    #[serde(default)]
+    pub startup_secs: f64,
+    /// Where start-up went: its top functions by self share.
+    #[serde(default)]
+    pub startup_functions: Vec<FunctionStat>,
+    /// What the trainer and its feeders did while the GPU idled.
+    #[serde(default)]
+    pub while_idle: WhileIdle,
     pub samples_gpu_idle: u64,
     pub samples_gpu_busy: u64,
     /// Samples with no GPU reading at their time, and any still waiting for one.
@@ -165,6 +187,7 @@ impl Aggregator {
             caps_reached: self.caps_reached(),
             gpu: self.gpu_summary(meta),
             gpu_unavailable: meta.gpu_unavailable.clone(),
+            roles: roles::of(self, meta.pid).threads,
         }
     }
 
@@ -193,22 +216,13 @@ impl Aggregator {
             .map(|d| self.timeline.utilization_series(d))
             .filter(|s| !s.is_empty())
             .collect();
-        let first = series.iter().filter_map(|s| s.first()).map(|r| r.0).min();
-        let last = series.iter().filter_map(|s| s.last()).map(|r| r.0).max();
         let (mean_utilization, idle_share) = match self.timeline.utilization_mean() {
             Some((mean, idle)) => (Some(mean), Some(idle)),
             None => (None, None),
         };
-        // The rhythm is sought in the latest stretch, which the timeline keeps at full
-        // resolution.
-        let oscillation_period_secs = match (first, last) {
-            (Some(first), Some(last)) => {
-                let window_start = last.saturating_sub(OSCILLATION_WINDOW_NANOS).max(first);
-                let recent = resample_mean(&series, window_start, last, OSCILLATION_STEP_NANOS);
-                oscillation_period(&recent, OSCILLATION_STEP_NANOS as f64 / 1e9)
-            }
-            _ => None,
-        };
+        let startup_end = self.startup.end();
+        let cycle = self.cycle(&series, startup_end.map(|t| t.as_nanos()));
+        let startup_secs = startup_end.map_or(0.0, |end| end.seconds_since(self.start).max(0.0));
         let mut tagged = [0u64; 4];
         for stack in self.table.stacks() {
             tagged[0] += stack.counts.gpu_idle;
@@ -230,9 +244,13 @@ impl Aggregator {
         let low_sm_path = idle_path_by(&self.table, |c| {
             (c.gpu_low_sm, c.gpu_busy.saturating_sub(c.gpu_low_sm))
         });
+        let roles = roles::of(self, meta.pid);
+        let while_idle = roles::with_facts(self, |facts| while_idle(&self.table, facts, &roles));
         let verdict = verdict(VerdictInput {
             mean_utilization,
-            oscillation_period_secs,
+            cycle: cycle.as_ref(),
+            while_idle: &while_idle,
+            startup_secs,
             idle_functions: &top_idle,
             idle_path: idle_path.as_ref(),
             low_sm_path: low_sm_path.as_ref(),
@@ -244,7 +262,11 @@ impl Aggregator {
             idle_below: f64::from(idle_below),
             mean_utilization,
             idle_share,
-            oscillation_period_secs,
+            oscillation_period_secs: cycle.map(|c| c.period_secs),
+            cycle,
+            startup_secs,
+            startup_functions: top_functions(&self.table, |c| c.startup, STARTUP_FUNCTIONS).by_self,
+            while_idle,
             samples_gpu_idle: tagged[0],
             samples_gpu_busy: tagged[1],
             samples_gpu_unknown: tagged[2] + pending,
@@ -257,6 +279,20 @@ impl Aggregator {
             top_low_sm_functions: top_low_sm,
             low_sm_path,
         })
+    }
+
+    /// The cycle in the latest stretch of the timeline (which it keeps at full resolution),
+    /// from the end of start-up on.
+    fn cycle(&self, series: &[Vec<(u64, f32)>], startup_end: Option<u64>) -> Option<Cycle> {
+        let first = series.iter().filter_map(|s| s.first()).map(|r| r.0).min()?;
+        let last = series.iter().filter_map(|s| s.last()).map(|r| r.0).max()?;
+        let from = last
+            .saturating_sub(CYCLE_WINDOW_NANOS)
+            .max(first)
+            .max(startup_end.unwrap_or(0));
+        let grid = resample_mean(series, from, last, CYCLE_STEP_NANOS);
+        let bursts = bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
+        cycle(&bursts, from, from + grid.len() as u64 * CYCLE_STEP_NANOS)
     }
 
     fn thread_summaries(&self) -> Vec<ThreadSummary> {

@@ -278,7 +278,9 @@ fn training_loop_splits_by_gpu_state_and_gets_a_verdict() {
     assert!((mean - 50.0).abs() < 3.0, "mean {mean}");
     assert_eq!(gpu.verdict.class, VerdictClass::CpuPreprocessing);
     assert!(
-        gpu.verdict.text.contains("load_batch (train.py)"),
+        gpu.verdict
+            .text
+            .contains("runs at load_batch (train.py:12)"),
         "{}",
         gpu.verdict.text
     );

@@ -27,6 +27,10 @@ pub struct LogHeader {
     /// Whether stacks were rooted at their process (`AggregateConfig::process_root`,
     /// `--subprocesses`).
     pub process_root: bool,
+    /// Whether the recording left the target's start-up out of its GPU figures
+    /// (`AggregateConfig::leave_out_startup`: `record`, which starts the job). Logs written
+    /// before this flag existed read `false`.
+    pub leave_out_startup: bool,
     /// Devices the recording passed to `Aggregator::expect_gpu_devices`, if any.
     pub expected_gpu_devices: Vec<u32>,
 }
@@ -42,7 +46,8 @@ impl LogHeader {
         out.push(
             u8::from(self.include_idle)
                 | (u8::from(self.gpu_enabled) << 1)
-                | (u8::from(self.process_root) << 2),
+                | (u8::from(self.process_root) << 2)
+                | (u8::from(self.leave_out_startup) << 3),
         );
         put_f32(out, self.idle_below);
         put_varint(out, self.expected_gpu_devices.len() as u64);
@@ -76,6 +81,7 @@ impl LogHeader {
             idle_below,
             gpu_enabled: flags & 2 != 0,
             process_root: flags & 4 != 0,
+            leave_out_startup: flags & 8 != 0,
             expected_gpu_devices,
         })
     }
@@ -98,6 +104,7 @@ impl Default for LogHeader {
             idle_below: 30.0,
             gpu_enabled: true,
             process_root: false,
+            leave_out_startup: false,
             expected_gpu_devices: Vec::new(),
         }
     }

@@ -4,11 +4,13 @@ use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp
 
 use serde::{Deserialize, Serialize};
 
+use super::activity::follows_waiting;
 use super::buckets::{ThreadName, TimeBuckets};
-use super::intern::{FrameId, StackCounts, StackId, StackTable};
+use super::intern::{FrameId, StackCounts, StackTable};
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use super::processes::ProcessTable;
-use super::threads::ThreadTable;
+use super::tagged::{self, Held, Sink, Startup, Tagged};
+use super::threads::{thread_key, ThreadTable};
 use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
@@ -24,6 +26,9 @@ pub struct AggregateConfig {
     /// Root every stack at its process (`process PID COMMAND`) above its thread, and keep
     /// per-process figures: set when following a process tree (`--subprocesses`).
     pub process_root: bool,
+    /// Leave the target's start-up (the time before the GPU's first busy burst) out of the GPU
+    /// figures and the verdict: set by `record`, which starts the job.
+    pub leave_out_startup: bool,
 }
 
 impl Default for AggregateConfig {
@@ -34,6 +39,7 @@ impl Default for AggregateConfig {
             idle_below: DEFAULT_IDLE_BELOW,
             gpu_enabled: true,
             process_root: false,
+            leave_out_startup: false,
         }
     }
 }
@@ -74,7 +80,11 @@ pub struct Aggregator {
     pub(crate) config: AggregateConfig,
     pub(crate) start: Timestamp,
     pub(crate) table: StackTable,
-    pub(crate) tagger: GpuTagger<StackId>,
+    pub(crate) tagger: GpuTagger<Held>,
+    /// The start-up gate tagged samples pass through (`tagged.rs`).
+    pub(crate) startup: Startup,
+    /// Tagged samples on their way from the tagger to the gate, kept to reuse its memory.
+    released: Vec<Tagged>,
     pub(crate) timeline: GpuTimeline,
     pub(crate) threads: ThreadTable,
     /// Filled only with `process_root`: without it the recording follows one process.
@@ -96,9 +106,18 @@ impl Aggregator {
     /// An aggregator with other caps than the default, for tests that reach them.
     pub fn with_limits(config: AggregateConfig, start: Timestamp, limits: Limits) -> Aggregator {
         let limits = limits.sane();
+        let mut timeline = GpuTimeline::new(limits.max_gpu_points, config.idle_below);
+        let startup = if config.leave_out_startup && config.gpu_enabled {
+            timeline.leave_out_startup();
+            Startup::Waiting(Default::default())
+        } else {
+            Startup::Off
+        };
         Aggregator {
             tagger: GpuTagger::new(config.idle_below),
-            timeline: GpuTimeline::new(limits.max_gpu_points, config.idle_below),
+            startup,
+            released: Vec::new(),
+            timeline,
             table: StackTable::new(limits),
             threads: ThreadTable::new(limits.max_threads),
             processes: ProcessTable::new(limits.max_processes),
@@ -137,7 +156,8 @@ impl Aggregator {
 
     fn handle_stack(&mut self, sample: StackSample) {
         let name = sample.thread.display_name();
-        let kept = sample.thread.active || self.config.include_idle;
+        let running = sample.thread.active;
+        let kept = running || self.config.include_idle;
         let thread = self.threads.observe(sample.pid, &sample.thread, &name);
         self.buckets.count_thread_in(
             &mut thread.lane,
@@ -148,7 +168,7 @@ impl Aggregator {
                 name: &name,
                 unchanged: thread.name_unchanged,
             },
-            sample.thread.active,
+            running,
         );
         if kept {
             thread.samples += 1;
@@ -156,21 +176,51 @@ impl Aggregator {
         if self.config.process_root {
             self.processes.sample(sample.pid, kept);
         }
-        if !kept {
+        // A waiting main thread's stack is interned too (not counted in the profile): where a
+        // training loop waits while the GPU idles is the verdict's answer.
+        let follow = kept || follows_waiting(&thread.name);
+        if kept {
+            self.samples += 1;
+        } else {
             self.idle_skipped += 1;
-            self.tagger.observe(sample.time);
-            return;
         }
-        self.samples += 1;
+        let stack = follow.then(|| {
+            let (roots, n) = self.roots(&sample, &name);
+            self.table.intern(&roots[..n], &sample.frames)
+        });
+        if let (true, Some(stack)) = (kept, stack) {
+            self.table.count(stack);
+        }
+        let held = Held {
+            stack,
+            kept,
+            running,
+            thread: thread_key(sample.pid, &sample.thread),
+        };
+        if self.config.gpu_enabled {
+            self.tagger.hold(sample.time, held);
+        } else {
+            self.tagger.observe(sample.time);
+            self.released.push((sample.time, held, GpuTag::Unknown));
+        }
+    }
+
+    /// The roots a sample's stack hangs under: its thread's, and its process's above it with
+    /// `process_root`: the first `n` of the array.
+    fn roots(&mut self, sample: &StackSample, name: &str) -> ([FrameId; 2], usize) {
+        let key = thread_key(sample.pid, &sample.thread);
+        let Some(thread) = self.threads.get_mut(&key) else {
+            return ([self.table.thread_root(name), 0], 1);
+        };
         let thread_root = if sample.thread.name.is_some() {
             // The thread's samples from before its name was read are under its name too.
             if let Some(root) = thread.unnamed_root.take() {
-                self.table.name_thread_root(root, &name);
+                self.table.name_thread_root(root, name);
             }
             match thread.root {
                 Some(root) if thread.name_unchanged => root,
                 _ => {
-                    let root = self.table.thread_root(&name);
+                    let root = self.table.thread_root(name);
                     thread.root = self.table.is_thread_root(root).then_some(root);
                     root
                 }
@@ -183,29 +233,17 @@ impl Aggregator {
             match thread.unnamed_root {
                 Some(root) => root,
                 None => {
-                    let root = self.table.unnamed_thread_root(&name);
+                    let root = self.table.unnamed_thread_root(name);
                     thread.unnamed_root = Some(root);
                     root
                 }
             }
         };
-        let process_and_thread: [FrameId; 2];
-        let roots: &[FrameId] = if self.config.process_root {
+        if self.config.process_root {
             let process_root = self.processes.root(sample.pid, &mut self.table);
-            process_and_thread = [process_root, thread_root];
-            &process_and_thread
+            ([process_root, thread_root], 2)
         } else {
-            std::slice::from_ref(&thread_root)
-        };
-        let stack = self.table.intern(roots, &sample.frames);
-        self.table.count(stack);
-        if self.config.gpu_enabled {
-            self.tagger.hold(sample.time, stack);
-        } else {
-            self.tagger.observe(sample.time);
-            self.table.count_tag(stack, GpuTag::Unknown);
-            self.buckets
-                .count_stack(sample.time, stack, GpuTag::Unknown);
+            ([thread_root, 0], 1)
         }
     }
 
@@ -215,12 +253,23 @@ impl Aggregator {
     }
 
     fn release_tagged(&mut self) {
-        let table = &mut self.table;
-        let buckets = &mut self.buckets;
-        self.tagger.release(|time, stack, tag| {
-            table.count_tag(stack, tag);
-            buckets.count_stack(time, stack, tag);
-        });
+        let released = &mut self.released;
+        self.tagger
+            .release(|time, held, tag| released.push((time, held, tag)));
+        self.pass_released();
+    }
+
+    /// Hands what the tagger released to the start-up gate and on into the tables.
+    fn pass_released(&mut self) {
+        let mut sink = Sink {
+            table: &mut self.table,
+            buckets: &mut self.buckets,
+            threads: &mut self.threads,
+        };
+        let end = self.timeline.startup_end();
+        if tagged::pass(&mut self.startup, end, &mut sink, self.released.drain(..)) {
+            self.timeline.abandon_startup();
+        }
     }
 
     /// Names the devices the GPU poller watches, so that stack samples also wait for a device
@@ -233,13 +282,21 @@ impl Aggregator {
     }
 
     /// The end of the recording: tags every held sample with what is known.
+    /// Samples still waiting for the end of start-up count as usual when none came.
     pub fn finish(&mut self) {
-        let table = &mut self.table;
-        let buckets = &mut self.buckets;
-        self.tagger.flush(|time, stack, tag| {
-            table.count_tag(stack, tag);
-            buckets.count_stack(time, stack, tag);
-        });
+        let released = &mut self.released;
+        self.tagger
+            .flush(|time, held, tag| released.push((time, held, tag)));
+        self.pass_released();
+        if matches!(self.startup, Startup::Waiting(_)) {
+            let mut sink = Sink {
+                table: &mut self.table,
+                buckets: &mut self.buckets,
+                threads: &mut self.threads,
+            };
+            tagged::give_up(&mut self.startup, &mut sink);
+            self.timeline.abandon_startup();
+        }
     }
 
     /// Folded lines of one view, `thread;outer;...;inner` with their counts, sorted by stack;

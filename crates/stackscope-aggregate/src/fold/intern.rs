@@ -6,7 +6,7 @@
 use foldhash::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::{Frame, Frames, LastStacks};
+use stackscope_event::{FileOrigin, Frame, Frames, LastStacks};
 
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use crate::gpu::GpuTag;
@@ -27,6 +27,8 @@ pub struct StackCounts {
     pub gpu_unknown: u64,
     /// Of `gpu_busy`, the samples taken while SM activity was low.
     pub gpu_low_sm: u64,
+    /// Samples of the start-up a `record` leaves out: in `all`, in no GPU view.
+    pub startup: u64,
 }
 
 #[derive(Debug)]
@@ -35,6 +37,8 @@ pub struct FrameEntry {
     pub label: String,
     /// The function this frame runs; `None` for the thread root, which is not code.
     pub function: Option<FunctionId>,
+    /// Where its code comes from; [`FileOrigin::Native`] for roots and placeholders too.
+    pub origin: FileOrigin,
 }
 
 #[derive(Debug)]
@@ -241,6 +245,7 @@ impl StackTable {
         let id = self.push_frame(FrameEntry {
             label: sanitize_label(name),
             function: None,
+            origin: FileOrigin::Native,
         });
         self.thread_ids.insert(name.to_owned(), id);
         id
@@ -265,6 +270,7 @@ impl StackTable {
         self.push_frame(FrameEntry {
             label: sanitize_label(label),
             function: None,
+            origin: FileOrigin::Native,
         })
     }
 
@@ -295,6 +301,7 @@ impl StackTable {
         let id = self.push_frame(FrameEntry {
             label: sanitize_label(label),
             function: None,
+            origin: FileOrigin::Native,
         });
         self.process_ids.insert(label.to_owned(), id);
         id
@@ -312,6 +319,7 @@ impl StackTable {
         let id = self.push_frame(FrameEntry {
             label: sanitize_label(&frame.label()),
             function: Some(function),
+            origin: FileOrigin::infer(&frame.file, frame.native),
         });
         self.frame_ids.insert(frame.clone(), id);
         Some(id)
@@ -325,6 +333,7 @@ impl StackTable {
         let id = self.push_frame(FrameEntry {
             label: special.label().to_owned(),
             function: None,
+            origin: FileOrigin::Native,
         });
         self.specials[special as usize] = Some(id);
         id
@@ -354,6 +363,13 @@ impl StackTable {
     }
 
     /// Adds one sample of `stack` to the count of its GPU state.
+    /// Counts one sample of the start-up a `record` leaves out.
+    pub fn count_startup(&mut self, stack: StackId) {
+        if let Some(entry) = self.stacks.get_mut(stack as usize) {
+            entry.counts.startup += 1;
+        }
+    }
+
     pub fn count_tag(&mut self, stack: StackId, tag: GpuTag) {
         if let Some(entry) = self.stacks.get_mut(stack as usize) {
             match tag {

@@ -4,6 +4,7 @@
 //!
 //! Builds on `gpu/` (each kept sample's tag, the timeline); knows nothing of verdicts.
 
+mod activity;
 mod aggregator;
 mod buckets;
 mod functions;
@@ -11,8 +12,10 @@ mod intern;
 mod limits;
 mod meta;
 mod processes;
+mod tagged;
 mod threads;
 
+pub use activity::{Activity, RunWait};
 pub use aggregator::{AggregateConfig, Aggregator, ErrorCounts, StackView};
 pub use buckets::{
     Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,

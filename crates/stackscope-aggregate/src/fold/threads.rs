@@ -12,6 +12,7 @@ use foldhash::HashMap;
 
 use stackscope_event::ThreadInfo;
 
+use super::activity::Activity;
 use super::intern::FrameId;
 
 #[derive(Debug, Clone)]
@@ -36,6 +37,8 @@ pub(crate) struct ThreadStat {
     /// table (None past the cap on roots, counted at each sample), and its time lane.
     pub root: Option<FrameId>,
     pub lane: Option<u32>,
+    /// What it did while the GPU idled and while it was busy, for roles and the verdict.
+    pub activity: Activity,
 }
 
 /// Threads folded out of the table.
@@ -45,7 +48,13 @@ pub(crate) struct FoldedThreads {
     pub samples: u64,
 }
 
-type ThreadKey = (u32, u64, u64);
+/// A thread: its process, Python thread id and OS thread id (0 when unknown).
+pub(crate) type ThreadKey = (u32, u64, u64);
+
+/// The key of the thread a sample was taken from.
+pub(crate) fn thread_key(pid: u32, info: &ThreadInfo) -> ThreadKey {
+    (pid, info.python_thread_id, info.os_thread_id.unwrap_or(0))
+}
 
 #[derive(Debug)]
 pub(crate) struct ThreadTable {
@@ -73,7 +82,7 @@ impl ThreadTable {
     /// updated with its latest name and OS id.
     pub fn observe(&mut self, pid: u32, info: &ThreadInfo, name: &str) -> &mut ThreadStat {
         self.clock += 1;
-        let key = (pid, info.python_thread_id, info.os_thread_id.unwrap_or(0));
+        let key = thread_key(pid, info);
         if self.threads.len() >= self.max && !self.threads.contains_key(&key) {
             self.evict();
         }
@@ -91,6 +100,7 @@ impl ThreadTable {
             name_unchanged: false,
             root: None,
             lane: None,
+            activity: Activity::default(),
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;
@@ -129,6 +139,11 @@ impl ThreadTable {
                 self.folded.samples += stat.samples;
             }
         }
+    }
+
+    /// A thread's entry, if it is still in the table.
+    pub fn get_mut(&mut self, key: &ThreadKey) -> Option<&mut ThreadStat> {
+        self.threads.get_mut(key)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &ThreadStat> {

@@ -7,6 +7,10 @@
 //! last one past the end of its readings). The result is exact whatever the readings' spacing;
 //! a regular grid would alias with a training loop whose step is a multiple of the grid step.
 //!
+//! A `record` leaves the job's start-up out ([`UtilizationMean::leave_out_startup`]): the
+//! intervals before the first busy burst ([`BurstFinder`]) are summed apart, and the result is
+//! over the time from that burst on. Until a burst has come, the result is over everything.
+//!
 //! It cannot be computed from the downsampled timeline: a merged point averages an idle and a
 //! busy reading into a middling one and the idle share collapses. So intervals are accounted
 //! as soon as every device has a reading past them (readings arrive in batches, devices one
@@ -14,6 +18,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::cycle::BurstFinder;
 use super::state::is_idle;
 
 /// How long an interval waits for a device that has not reported past it; after that the
@@ -33,9 +38,38 @@ pub struct UtilizationMean {
     /// The last instant accounted for, the start of the next interval.
     cursor: Option<u64>,
     newest: u64,
+    /// The intervals counted in the result.
+    sums: Sums,
+    /// Start-up, while it is being left out.
+    startup: Option<Startup>,
+}
+
+/// Time-weighted sums over accounted intervals, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
     weighted: f64,
     idle: f64,
     total: f64,
+}
+
+impl Sums {
+    fn add(&mut self, other: Sums) {
+        self.weighted += other.weighted;
+        self.idle += other.idle;
+        self.total += other.total;
+    }
+}
+
+/// The start-up being left out: the intervals before the first burst.
+#[derive(Debug, Clone)]
+struct Startup {
+    finder: BurstFinder,
+    /// Intervals before the first burst (or the stretch that became it).
+    before: Sums,
+    /// Intervals since the open busy stretch began: the burst's own once it is confirmed.
+    open: Sums,
+    /// Where the first burst began: the end of start-up.
+    end: Option<u64>,
 }
 
 impl UtilizationMean {
@@ -45,9 +79,34 @@ impl UtilizationMean {
             held: BTreeMap::new(),
             cursor: None,
             newest: 0,
-            weighted: 0.0,
-            idle: 0.0,
-            total: 0.0,
+            sums: Sums::default(),
+            startup: None,
+        }
+    }
+
+    /// Leaves the start-up out: from now on the result covers the time from the first busy
+    /// burst on, once one has come.
+    pub fn leave_out_startup(&mut self) {
+        self.startup = Some(Startup {
+            finder: BurstFinder::new(self.idle_below as f32),
+            before: Sums::default(),
+            open: Sums::default(),
+            end: None,
+        });
+    }
+
+    /// Where start-up ended (the first burst's start, ns), once it has.
+    pub fn startup_end(&self) -> Option<u64> {
+        self.startup.as_ref().and_then(|s| s.end)
+    }
+
+    /// Gives up leaving start-up out (no burst came): the result covers everything again.
+    pub fn abandon_startup(&mut self) {
+        if let Some(startup) = self.startup.take() {
+            if startup.end.is_none() {
+                self.sums.add(startup.before);
+                self.sums.add(startup.open);
+            }
         }
     }
 
@@ -82,8 +141,13 @@ impl UtilizationMean {
         // seconds of readings.
         let mut all = self.clone();
         all.advance(true);
-        if all.total > 0.0 {
-            return Some((all.weighted / all.total, all.idle / all.total));
+        if all.startup_end().is_none() {
+            // No burst yet: nothing to leave out.
+            all.abandon_startup();
+        }
+        let sums = all.sums;
+        if sums.total > 0.0 {
+            return Some((sums.weighted / sums.total, sums.idle / sums.total));
         }
         // One instant: its readings are all there is.
         let values: Vec<f64> = all
@@ -150,13 +214,7 @@ impl UtilizationMean {
                 }
             }
             if count > 0 {
-                let span = (next - from) as f64;
-                let value = sum / f64::from(count);
-                self.weighted += value * span;
-                if is_idle(value, self.idle_below) {
-                    self.idle += span;
-                }
-                self.total += span;
+                self.account(from, next, sum / f64::from(count));
             }
             self.cursor = Some(next);
             // Readings before `next` cover no later interval; the last one stays regardless.
@@ -164,6 +222,38 @@ impl UtilizationMean {
                 let before = series.partition_point(|&(t, _)| t < next);
                 series.drain(..before.min(series.len().saturating_sub(1)));
             }
+        }
+    }
+
+    /// Counts the interval `[from, to)` at mean utilization `value`: in the result, or in
+    /// start-up while it is left out.
+    fn account(&mut self, from: u64, to: u64, value: f64) {
+        let span = (to - from) as f64;
+        let interval = Sums {
+            weighted: value * span,
+            idle: if is_idle(value, self.idle_below) {
+                span
+            } else {
+                0.0
+            },
+            total: span,
+        };
+        let Some(startup) = self.startup.as_mut().filter(|s| s.end.is_none()) else {
+            self.sums.add(interval);
+            return;
+        };
+        startup.finder.push(from, to, value);
+        if startup.finder.is_open() {
+            startup.open.add(interval);
+        } else {
+            startup.before.add(startup.open);
+            startup.before.add(interval);
+            startup.open = Sums::default();
+        }
+        if let Some(burst) = startup.finder.confirmed() {
+            startup.end = Some(burst.start);
+            self.sums.add(startup.open);
+            startup.open = Sums::default();
         }
     }
 

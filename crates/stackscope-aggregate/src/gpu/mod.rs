@@ -4,6 +4,7 @@
 //!
 //! Depends on nothing else in the crate: the fold, the verdicts and `top` all build on it.
 
+pub mod cycle;
 mod device_stats;
 mod mean;
 mod oscillation;
@@ -12,6 +13,7 @@ mod state;
 mod tagging;
 mod timeline;
 
+pub use cycle::{bursts_of_grid, cycle, Cycle};
 pub use device_stats::GpuDeviceSummary;
 pub use oscillation::oscillation_period;
 pub use resample::resample_mean;

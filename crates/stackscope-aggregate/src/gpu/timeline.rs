@@ -151,6 +151,23 @@ impl GpuTimeline {
         self.mean.expect_device(device);
     }
 
+    /// Leaves the job's start-up (the time before the first busy burst) out of
+    /// [`utilization_mean`](GpuTimeline::utilization_mean).
+    pub fn leave_out_startup(&mut self) {
+        self.mean.leave_out_startup();
+    }
+
+    /// Where start-up ended (the first busy burst's start), once it has; `None` while it has not
+    /// or where start-up is not left out.
+    pub fn startup_end(&self) -> Option<Timestamp> {
+        self.mean.startup_end().map(Timestamp)
+    }
+
+    /// Gives up leaving start-up out: no burst came.
+    pub fn abandon_startup(&mut self) {
+        self.mean.abandon_startup();
+    }
+
     /// The time-weighted mean utilization of all devices over every reading, and the share of
     /// time it was below the idle threshold; `None` without utilization readings.
     pub fn utilization_mean(&self) -> Option<(f64, f64)> {

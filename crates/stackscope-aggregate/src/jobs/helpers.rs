@@ -51,12 +51,17 @@ const BY_ENTRY_FRAME: &[(&str, &str, &str)] = &[
     ("forkserver.py", "main", "multiprocessing fork server"),
 ];
 
+/// What kind of helper a process with this command line is, if the command line says.
+pub fn helper_by_command_line(command_line: &str) -> Option<&'static str> {
+    BY_COMMAND_LINE
+        .iter()
+        .find(|(fragment, _)| command_line.contains(fragment))
+        .map(|(_, kind)| *kind)
+}
+
 /// What kind of helper `process` is, if it is one.
 pub fn helper_kind(process: &ProcessDump) -> Option<&'static str> {
-    let by_command = BY_COMMAND_LINE
-        .iter()
-        .find(|(fragment, _)| process.command_line.contains(fragment))
-        .map(|(_, kind)| *kind);
+    let by_command = helper_by_command_line(&process.command_line);
     if by_command.is_some() {
         return by_command;
     }

@@ -11,7 +11,7 @@ mod ranks;
 
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{HangDetector, HangEvent};
-pub use helpers::helper_kind;
+pub use helpers::{helper_by_command_line, helper_kind};
 pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };

@@ -23,6 +23,12 @@ const NAMED_MIN_SHARE: f64 = 0.05;
 pub enum VerdictClass {
     /// The GPU waits on data loading or the input pipeline.
     Starved,
+    /// The trainer waits for its next batch while its feeders (DataLoader workers) are busy:
+    /// the input pipeline cannot keep up. See `by_roles.rs`.
+    InputPipeline,
+    /// The GPU idles for seconds at regular intervals while the trainer does something else
+    /// (a checkpoint, evaluation, logging). See `by_roles.rs`.
+    PeriodicStall,
     /// The GPU alternates with CPU-side work: preprocessing or Python between steps.
     CpuPreprocessing,
     /// Many small kernels or Python control flow keep the GPU partly busy.

@@ -4,6 +4,7 @@
 //! Builds on `gpu/` (the SM-activity rule) and the fold (interned stacks, per-function counts);
 //! neither knows of it.
 
+mod by_roles;
 mod class;
 mod idle_path;
 mod low_sm;

@@ -1,18 +1,29 @@
-//! The verdict of one recording: which class of bottleneck the GPU's utilization points at, and
-//! the code behind it.
+//! The verdict of one recording: which class of bottleneck the GPU points at, and the code
+//! behind it. In order: no data; SM activity low against utilization (`low_sm.rs`); the roles'
+//! reading, where it explains the idle time (`by_roles.rs`); else the utilization classes
+//! here, with the code that sets GPU-idle time apart. A `record`'s start-up is said to be left
+//! out.
 
+use super::by_roles::{by_roles, while_idle_sentence};
 use super::class::{
     code_sentence, Verdict, VerdictClass, GPU_BOUND_ABOVE, PREPROCESSING_BELOW, STARVED_BELOW,
 };
 use super::idle_path::IdlePath;
 use super::low_sm::low_sm_verdict;
 use crate::fold::FunctionStat;
+use crate::gpu::Cycle;
+use crate::roles::while_idle::WhileIdle;
 
 /// What the verdict is drawn from.
 #[derive(Debug, Clone, Copy)]
 pub struct VerdictInput<'a> {
     pub mean_utilization: Option<f64>,
-    pub oscillation_period_secs: Option<f64>,
+    /// The GPU's rhythm, when it has one.
+    pub cycle: Option<&'a Cycle>,
+    /// What the trainer and its feeders did while the GPU idled.
+    pub while_idle: &'a WhileIdle,
+    /// The start-up left out of the figures, 0 for none.
+    pub startup_secs: f64,
     /// Functions of the GPU-idle samples, by self share of those samples.
     pub idle_functions: &'a [FunctionStat],
     /// The call path that sets GPU-idle time apart; named instead of the functions when found.
@@ -40,11 +51,22 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
         input.low_sm_functions,
         input.low_sm_path,
     ) {
-        return low_sm;
+        return with_startup(low_sm, input.startup_secs);
     }
-    let idle_code = match input.idle_path {
-        Some(path) => path.sentence(),
-        None => idle_code_sentence(input.idle_functions),
+    if let Some(by_roles) = by_roles(mean, input.cycle, input.while_idle) {
+        return with_startup(by_roles, input.startup_secs);
+    }
+    with_startup(by_utilization(mean, &input), input.startup_secs)
+}
+
+/// The utilization classes, with the code that sets GPU-idle time apart.
+fn by_utilization(mean: f64, input: &VerdictInput<'_>) -> Verdict {
+    // The trainer's line where there is one; else the call path that sets GPU-idle time
+    // apart; else the functions of the GPU-idle samples.
+    let idle_code = match (while_idle_sentence(input.while_idle), input.idle_path) {
+        (Some(sentence), _) => sentence,
+        (None, Some(path)) => path.sentence(),
+        (None, None) => idle_code_sentence(input.idle_functions),
     };
     let (class, first) = if mean < STARVED_BELOW {
         (
@@ -55,12 +77,13 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             ),
         )
     } else if mean < PREPROCESSING_BELOW {
-        match input.oscillation_period_secs {
-            Some(period) => (
+        match input.cycle {
+            Some(cycle) => (
                 VerdictClass::CpuPreprocessing,
                 format!(
-                    "GPU utilization swings between idle and busy every {period:.1} s (mean \
-                     {mean:.0}%): CPU-side preprocessing or Python between steps holds it back."
+                    "GPU utilization swings between idle and busy, {} (mean {mean:.0}%): \
+                     CPU-side preprocessing or Python between steps holds it back.",
+                    cycle.describe()
                 ),
             ),
             None => (
@@ -94,6 +117,17 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     }
 }
 
+/// The verdict, saying what start-up it leaves out.
+fn with_startup(mut verdict: Verdict, startup_secs: f64) -> Verdict {
+    if startup_secs > 0.0 {
+        verdict.text.push_str(&format!(
+            " The first {startup_secs:.1} s (start-up, before the GPU first kept busy) are left \
+             out."
+        ));
+    }
+    verdict
+}
+
 fn idle_code_sentence(functions: &[FunctionStat]) -> String {
     code_sentence(functions, "while the GPU idled", "While the GPU idled")
 }
@@ -120,9 +154,17 @@ mod tests {
             stat("collate", "train.py", 0.06),
             stat("log", "train.py", 0.04),
         ];
+        let cycle = period.map(|p| Cycle {
+            period_secs: p,
+            busy_secs: p / 2.0,
+            idle_secs: p / 2.0,
+            cycles: 3,
+        });
         verdict(VerdictInput {
             mean_utilization: mean,
-            oscillation_period_secs: period,
+            cycle: cycle.as_ref(),
+            while_idle: &WhileIdle::default(),
+            startup_secs: 0.0,
             idle_functions: &idle,
             idle_path: None,
             low_sm_path: None,
@@ -164,7 +206,9 @@ mod tests {
         let idle = [stat("tiny", "a.py", 0.02), stat("tinier", "a.py", 0.01)];
         let v = verdict(VerdictInput {
             mean_utilization: Some(10.0),
-            oscillation_period_secs: None,
+            cycle: None,
+            while_idle: &WhileIdle::default(),
+            startup_secs: 0.0,
             idle_functions: &idle,
             idle_path: None,
             low_sm_path: None,
@@ -181,7 +225,9 @@ mod tests {
         let judge_sm = |sm: Option<f64>| {
             verdict(VerdictInput {
                 mean_utilization: Some(97.0),
-                oscillation_period_secs: None,
+                cycle: None,
+                while_idle: &WhileIdle::default(),
+                startup_secs: 0.0,
                 idle_functions: &[],
                 idle_path: None,
                 low_sm_path: None,
@@ -199,14 +245,16 @@ mod tests {
     #[test]
     fn oscillation_text_says_the_period() {
         let v = judge(Some(50.0), Some(4.04));
-        assert!(v.text.contains("every 4.0 s"), "{}", v.text);
+        assert!(v.text.contains("every ~4.0 s"), "{}", v.text);
     }
 
     #[test]
     fn no_idle_samples_is_said() {
         let v = verdict(VerdictInput {
             mean_utilization: Some(99.0),
-            oscillation_period_secs: None,
+            cycle: None,
+            while_idle: &WhileIdle::default(),
+            startup_secs: 0.0,
             idle_functions: &[],
             idle_path: None,
             low_sm_path: None,

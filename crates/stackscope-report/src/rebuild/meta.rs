@@ -52,6 +52,13 @@ impl OldSummary {
             .collect()
     }
 
+    /// Whether the recording started its command (`record`): it knows how the command ended.
+    pub fn launched(&self) -> bool {
+        ["exit_status", "exit_signal"]
+            .iter()
+            .any(|key| self.get(key).is_some_and(|v| !v.is_null()))
+    }
+
     pub fn duration_secs(&self) -> Option<f64> {
         self.f64("duration_secs")
     }

@@ -26,6 +26,7 @@ pub fn aggregate_config(header: &LogHeader) -> AggregateConfig {
         idle_below: header.idle_below,
         gpu_enabled: header.gpu_enabled,
         process_root: header.process_root,
+        leave_out_startup: header.leave_out_startup,
     }
 }
 
@@ -136,9 +137,16 @@ pub(crate) fn read_window<S: Sink>(
     if let Some(include_idle) = options.include_idle {
         config.include_idle = include_idle;
     }
+    let old = OldSummary::read(dir);
+    // A log from before the header said so: a recording that knows its command's exit
+    // started the job itself (`record`).
+    config.leave_out_startup |= old.launched();
+    // Start-up is the recording's beginning: a window that starts later has none.
+    if window.from.is_some_and(|from| from > 0.0) {
+        config.leave_out_startup = false;
+    }
     let mut sink = new(config, &header);
     // The log does not keep ranks; the recording's summary does, by pid.
-    let old = OldSummary::read(dir);
     let ranks = old.process_ranks();
     let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
         sink.handle(event)

@@ -48,6 +48,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
             idle_below: 30.0,
             gpu_enabled: with_gpu,
             process_root: false,
+            leave_out_startup: false,
         },
         START,
     );
@@ -156,6 +157,7 @@ pub fn process_recording() -> (Aggregator, RecordingMeta) {
             idle_below: 30.0,
             gpu_enabled: false,
             process_root: true,
+            leave_out_startup: false,
         },
         START,
     );

@@ -1,0 +1,222 @@
+//! What the trainer and its feeders did while the GPU idled: `summary.json`'s
+//! `gpu.while_idle`, and the words of the verdict.
+//!
+//! The trainer's line is the innermost frame of its GPU-idle samples that lies in the job's own
+//! code (not the standard library, not an installed package: [`FileOrigin`]); what it waits in
+//! is the call just inside that frame, when its samples there waited. The feeders' function is
+//! their top function by self samples over the GPU-idle time.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use stackscope_event::FileOrigin;
+
+use super::{Role, Roles, ThreadFacts};
+use crate::fold::{FrameId, RunWait, StackTable};
+
+/// The trainer while the GPU idled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainerWhileIdle {
+    pub pid: u32,
+    pub thread: String,
+    /// `function (file:line)`: its innermost frame in the job's own code.
+    pub frame: String,
+    /// The library call it waits in there, `function (file:line)`; `None` when it ran.
+    pub waiting_in: Option<String>,
+    /// Of its GPU-idle samples, the share at `frame`.
+    pub share: f64,
+}
+
+/// One kind of feeder while the GPU idled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeedersWhileIdle {
+    /// `dataloader_worker` or `worker`.
+    pub role: Role,
+    pub pids: Vec<u32>,
+    /// Of their samples, the share that ran.
+    pub busy_share: f64,
+    /// Their top function over the GPU-idle time, `function (file:line)`.
+    pub function: Option<String>,
+    /// Of their GPU-idle samples, the share in `function`.
+    pub share: f64,
+}
+
+/// `summary.json`'s `gpu.while_idle`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhileIdle {
+    pub trainer: Option<TrainerWhileIdle>,
+    pub feeders: Vec<FeedersWhileIdle>,
+}
+
+impl WhileIdle {
+    /// Whether the trainer waited at its line (rather than ran there) most of its idle time.
+    pub fn trainer_waits(&self) -> bool {
+        self.trainer
+            .as_ref()
+            .is_some_and(|t| t.waiting_in.is_some())
+    }
+
+    /// The feeders that kept busy: at least `min_busy` of their samples ran.
+    pub fn busy_feeders(&self, min_busy: f64) -> impl Iterator<Item = &FeedersWhileIdle> {
+        self.feeders
+            .iter()
+            .filter(move |f| f.busy_share >= min_busy)
+    }
+}
+
+/// Reads `while_idle` from the threads' observations and their roles.
+pub fn while_idle(table: &StackTable, threads: &[ThreadFacts<'_>], roles: &Roles) -> WhileIdle {
+    let trainer = roles.trainer().and_then(|role| {
+        let facts = threads
+            .iter()
+            .find(|t| t.pid == role.pid && t.python_thread_id == role.python_thread_id)?;
+        trainer_while_idle(table, facts)
+    });
+    let mut feeders = Vec::new();
+    for kind in [Role::DataloaderWorker, Role::Worker] {
+        let group: Vec<&ThreadFacts<'_>> = threads
+            .iter()
+            .filter(|t| {
+                roles
+                    .of(t.pid, t.python_thread_id)
+                    .is_some_and(|r| r.role == kind)
+            })
+            .collect();
+        if let Some(f) = feeders_while_idle(table, &group, kind) {
+            feeders.push(f);
+        }
+    }
+    WhileIdle { trainer, feeders }
+}
+
+/// Where a stack's job frame is: its index in the stack's frames, and the code frame just inside
+/// it (the call it makes), when there is one.
+fn job_frame(table: &StackTable, frames: &[FrameId]) -> Option<(FrameId, Option<FrameId>)> {
+    let code = |f: &FrameId| {
+        table
+            .frame(*f)
+            .is_some_and(|e| e.function.is_some() && e.origin != FileOrigin::Native)
+    };
+    let at = frames
+        .iter()
+        .rposition(|&f| table.frame(f).is_some_and(|e| e.origin == FileOrigin::Job))
+        .or_else(|| frames.iter().rposition(code))?;
+    let inside = frames[at + 1..].iter().find(|f| code(f)).copied();
+    Some((frames[at], inside))
+}
+
+#[derive(Default)]
+struct AtFrame {
+    samples: RunWait,
+    callees: HashMap<FrameId, u64>,
+}
+
+fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<TrainerWhileIdle> {
+    let mut at: HashMap<FrameId, AtFrame> = HashMap::new();
+    let mut total = 0u64;
+    for (&stack, counts) in &facts.activity.stacks {
+        let idle = counts.gpu_idle;
+        if idle.total() == 0 {
+            continue;
+        }
+        let Some(entry) = table.stacks().get(stack as usize) else {
+            continue;
+        };
+        total += idle.total();
+        let Some((frame, inside)) = job_frame(table, &entry.frames) else {
+            continue;
+        };
+        let slot = at.entry(frame).or_default();
+        slot.samples = slot.samples.plus(idle);
+        if let Some(callee) = inside {
+            *slot.callees.entry(callee).or_default() += idle.waiting;
+        }
+    }
+    let (&frame, slot) = at
+        .iter()
+        .max_by_key(|(&f, s)| (s.samples.total(), std::cmp::Reverse(f)))?;
+    let waits = slot.samples.waiting * 2 >= slot.samples.total();
+    let waiting_in = if waits {
+        slot.callees
+            .iter()
+            .filter(|(_, &n)| n > 0)
+            .max_by_key(|(&f, &n)| (n, std::cmp::Reverse(f)))
+            .and_then(|(&f, _)| label(table, f))
+    } else {
+        None
+    };
+    Some(TrainerWhileIdle {
+        pid: facts.pid,
+        thread: facts.name.to_owned(),
+        frame: label(table, frame)?,
+        waiting_in,
+        share: slot.samples.total() as f64 / total.max(1) as f64,
+    })
+}
+
+fn feeders_while_idle(
+    table: &StackTable,
+    group: &[&ThreadFacts<'_>],
+    role: Role,
+) -> Option<FeedersWhileIdle> {
+    if group.is_empty() {
+        return None;
+    }
+    let all = group.iter().fold(RunWait::default(), |sum, t| {
+        sum.plus(t.activity.totals.all())
+    });
+    // By function, then by the innermost frame (a line of it) within the function.
+    let mut by_function: HashMap<u32, (u64, HashMap<FrameId, u64>)> = HashMap::new();
+    let mut idle_total = 0u64;
+    for facts in group {
+        for (&stack, counts) in &facts.activity.stacks {
+            let n = counts.gpu_idle.total();
+            let Some(entry) = (n > 0)
+                .then(|| table.stacks().get(stack as usize))
+                .flatten()
+            else {
+                continue;
+            };
+            idle_total += n;
+            let innermost = entry.frames.iter().rev().find_map(|&f| {
+                let function = table.frame(f)?.function?;
+                Some((function, f))
+            });
+            if let Some((function, frame)) = innermost {
+                let slot = by_function.entry(function).or_default();
+                slot.0 += n;
+                *slot.1.entry(frame).or_default() += n;
+            }
+        }
+    }
+    let top = by_function
+        .iter()
+        .max_by_key(|(&f, s)| (s.0, std::cmp::Reverse(f)));
+    let (function, share) = match top {
+        Some((_, (n, frames))) => {
+            let frame = frames
+                .iter()
+                .max_by_key(|(&f, &c)| (c, std::cmp::Reverse(f)))
+                .map(|(&f, _)| f);
+            (
+                frame.and_then(|f| label(table, f)),
+                *n as f64 / idle_total.max(1) as f64,
+            )
+        }
+        None => (None, 0.0),
+    };
+    let mut pids: Vec<u32> = group.iter().map(|t| t.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Some(FeedersWhileIdle {
+        role,
+        pids,
+        busy_share: all.running_share().unwrap_or(0.0),
+        function,
+        share,
+    })
+}
+
+fn label(table: &StackTable, frame: FrameId) -> Option<String> {
+    table.frame(frame).map(|f| f.label.clone())
+}
