@@ -52,7 +52,7 @@ pub use jobs::{
     ThreadRef,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
-pub use roles::{Role, Roles, ThreadRole};
+pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
 pub use trace::{Run, SampleTrace, TraceThread};
 pub use verdict::{

@@ -8,7 +8,7 @@ use crate::fold::{
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
 use crate::gpu::{bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary};
-use crate::roles::while_idle::{while_idle, WhileIdle};
+use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
 use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
 
@@ -245,7 +245,7 @@ impl Aggregator {
             (c.gpu_low_sm, c.gpu_busy.saturating_sub(c.gpu_low_sm))
         });
         let roles = roles::of(self, meta.pid);
-        let while_idle = roles::with_facts(self, |facts| while_idle(&self.table, facts, &roles));
+        let while_idle = roles::while_idle_of(self, &roles);
         let verdict = verdict(VerdictInput {
             mean_utilization,
             cycle: cycle.as_ref(),

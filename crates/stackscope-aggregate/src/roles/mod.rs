@@ -269,3 +269,10 @@ pub fn of(aggregator: &Aggregator, root_pid: u32) -> Roles {
         assign(&aggregator.table, facts, &processes, root_pid)
     })
 }
+
+/// What the trainer and its feeders did while the GPU idled, by `roles` (from [`of`]).
+pub fn while_idle_of(aggregator: &Aggregator, roles: &Roles) -> while_idle::WhileIdle {
+    with_facts(aggregator, |facts| {
+        while_idle::while_idle(&aggregator.table, facts, roles)
+    })
+}
