@@ -25,5 +25,6 @@ mod pyspy_scenarios;
 mod record;
 mod report;
 mod report_html;
+mod roles;
 mod subprocesses;
 mod top;

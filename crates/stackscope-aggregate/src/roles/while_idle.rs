@@ -2,9 +2,10 @@
 //! `gpu.while_idle`, and the words of the verdict.
 //!
 //! The trainer's line is the innermost frame of its GPU-idle samples that lies in the job's own
-//! code (not the standard library, not an installed package: [`FileOrigin`]); what it waits in
-//! is the call just inside that frame, when its samples there waited. The feeders' function is
-//! their top function by self samples over the GPU-idle time.
+//! code (not the standard library, not an installed package: [`FileOrigin`]), counted by
+//! function (a loop runs over several lines) and named by its commonest line; what it waits in
+//! is the call just inside that frame, when its samples there mostly waited. The feeders'
+//! function is their top function by self samples over the GPU-idle time.
 
 use std::collections::HashMap;
 
@@ -105,14 +106,19 @@ fn job_frame(table: &StackTable, frames: &[FrameId]) -> Option<(FrameId, Option<
     Some((frames[at], inside))
 }
 
+/// The trainer's GPU-idle samples at one function of the job's code.
 #[derive(Default)]
-struct AtFrame {
+struct AtFunction {
     samples: RunWait,
+    /// By line (frame) of the function.
+    frames: HashMap<FrameId, u64>,
+    /// Waiting samples by the call they wait in.
     callees: HashMap<FrameId, u64>,
 }
 
 fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<TrainerWhileIdle> {
-    let mut at: HashMap<FrameId, AtFrame> = HashMap::new();
+    // By function, so that a loop running over several lines counts as one place.
+    let mut at: HashMap<u32, AtFunction> = HashMap::new();
     let mut total = 0u64;
     for (&stack, counts) in &facts.activity.stacks {
         let idle = counts.gpu_idle;
@@ -126,22 +132,23 @@ fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<Tra
         let Some((frame, inside)) = job_frame(table, &entry.frames) else {
             continue;
         };
-        let slot = at.entry(frame).or_default();
+        let Some(function) = table.frame(frame).and_then(|f| f.function) else {
+            continue;
+        };
+        let slot = at.entry(function).or_default();
         slot.samples = slot.samples.plus(idle);
+        *slot.frames.entry(frame).or_default() += idle.total();
         if let Some(callee) = inside {
             *slot.callees.entry(callee).or_default() += idle.waiting;
         }
     }
-    let (&frame, slot) = at
+    let (_, slot) = at
         .iter()
         .max_by_key(|(&f, s)| (s.samples.total(), std::cmp::Reverse(f)))?;
+    let frame = most(&slot.frames)?;
     let waits = slot.samples.waiting * 2 >= slot.samples.total();
     let waiting_in = if waits {
-        slot.callees
-            .iter()
-            .filter(|(_, &n)| n > 0)
-            .max_by_key(|(&f, &n)| (n, std::cmp::Reverse(f)))
-            .and_then(|(&f, _)| label(table, f))
+        most(&slot.callees).and_then(|f| label(table, f))
     } else {
         None
     };
@@ -152,6 +159,15 @@ fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<Tra
         waiting_in,
         share: slot.samples.total() as f64 / total.max(1) as f64,
     })
+}
+
+/// The key counted most (ties to the lowest), among those counted at all.
+fn most(counts: &HashMap<FrameId, u64>) -> Option<FrameId> {
+    counts
+        .iter()
+        .filter(|(_, &n)| n > 0)
+        .max_by_key(|(&f, &n)| (n, std::cmp::Reverse(f)))
+        .map(|(&f, _)| f)
 }
 
 fn feeders_while_idle(
@@ -194,10 +210,7 @@ fn feeders_while_idle(
         .max_by_key(|(&f, s)| (s.0, std::cmp::Reverse(f)));
     let (function, share) = match top {
         Some((_, (n, frames))) => {
-            let frame = frames
-                .iter()
-                .max_by_key(|(&f, &c)| (c, std::cmp::Reverse(f)))
-                .map(|(&f, _)| f);
+            let frame = most(frames);
             (
                 frame.and_then(|f| label(table, f)),
                 *n as f64 / idle_total.max(1) as f64,
