@@ -63,6 +63,8 @@ pub use verdict::{
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_roles;
+#[cfg(test)]
 mod tests_sm;
 #[cfg(test)]
 mod thread_naming_tests;
