@@ -43,7 +43,7 @@ pub use rebuild::{
     aggregate_config, read_trace, rebuild, RebuildOptions, RebuildOutcome, TraceOutcome,
 };
 pub use stackscope_samplelog::RebuildError;
-pub use summary::{write_summary_json, write_text_summary};
+pub use summary::{roles_line, write_summary_json, write_text_summary};
 
 #[cfg(test)]
 mod test_xml;

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use stackscope_aggregate::{GpuSummary, ProcessSummary, Summary};
+use stackscope_aggregate::{GpuSummary, ProcessSummary, Role, Summary, ThreadRole};
 
 use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
 use crate::ReportError;
@@ -16,6 +16,8 @@ const TEXT_THREADS: usize = 8;
 const TEXT_PROCESSES: usize = 8;
 /// How much of a process's command line the printed summary shows.
 const TEXT_COMMAND_CHARS: usize = 40;
+/// How many feeder pids the roles line lists before saying how many more there are.
+const TEXT_FEEDER_PIDS: usize = 8;
 
 /// Writes the summary as pretty JSON, ending with a newline.
 pub fn write_summary_json<W: Write>(summary: &Summary, mut w: W) -> Result<(), ReportError> {
@@ -46,6 +48,9 @@ pub fn write_text_summary<W: Write>(
     writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
     writeln!(w, "Report: {}", out_dir.join(REPORT_HTML).display())?;
     writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
+    if let Some(line) = roles_line(&summary.roles) {
+        writeln!(w, "Roles: {line}")?;
+    }
     if let Some(gpu) = &summary.gpu {
         write_gpu(gpu, &mut w)?;
     } else if let Some(why) = &summary.gpu_unavailable {
@@ -192,6 +197,58 @@ fn process_text(p: &ProcessSummary) -> String {
     }
 }
 
+/// `trainer pid 448 (MainThread); DataLoader workers pids 623, 624; 6 helper threads`, or
+/// `None` when no thread has a role.
+pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
+    if roles.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(t) = roles.iter().find(|t| t.role == Role::Trainer) {
+        parts.push(format!("trainer pid {} ({})", t.pid, t.thread));
+    }
+    for (role, one, many) in [
+        (
+            Role::DataloaderWorker,
+            "DataLoader worker",
+            "DataLoader workers",
+        ),
+        (Role::Worker, "worker", "workers"),
+    ] {
+        let mut pids: Vec<u32> = roles
+            .iter()
+            .filter(|t| t.role == role)
+            .map(|t| t.pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        if pids.is_empty() {
+            continue;
+        }
+        let mut shown: Vec<String> = pids
+            .iter()
+            .take(TEXT_FEEDER_PIDS)
+            .map(u32::to_string)
+            .collect();
+        if pids.len() > TEXT_FEEDER_PIDS {
+            shown.push(format!("and {} more", pids.len() - TEXT_FEEDER_PIDS));
+        }
+        let (name, pid_word) = if pids.len() == 1 {
+            (one, "pid")
+        } else {
+            (many, "pids")
+        };
+        parts.push(format!("{name} {pid_word} {}", shown.join(", ")));
+    }
+    let helpers = roles.iter().filter(|t| t.role == Role::Helper).count();
+    match helpers {
+        0 => {}
+        1 => parts.push("1 helper thread".to_owned()),
+        n => parts.push(format!("{n} helper threads")),
+    }
+    Some(parts.join("; "))
+}
+
 fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
     let devices: Vec<String> = gpu
         .devices
@@ -216,4 +273,67 @@ fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
     )?;
     writeln!(w, "Verdict: {}", gpu.verdict.text)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(pid: u32, tid: u64, thread: &str, role: Role, label: &str) -> ThreadRole {
+        ThreadRole {
+            pid,
+            python_thread_id: tid,
+            os_thread_id: None,
+            thread: thread.to_owned(),
+            role,
+            label: label.to_owned(),
+        }
+    }
+
+    #[test]
+    fn roles_line_names_the_trainer_its_feeders_and_counts_helpers() {
+        let mut roles = vec![
+            role(448, 1, "MainThread", Role::Trainer, "trainer (MainThread)"),
+            role(
+                624,
+                1,
+                "MainThread",
+                Role::DataloaderWorker,
+                "DataLoader worker 1",
+            ),
+            role(
+                623,
+                1,
+                "MainThread",
+                Role::DataloaderWorker,
+                "DataLoader worker 0",
+            ),
+        ];
+        for (pid, tid) in [(448, 2), (448, 3), (623, 2), (623, 3), (624, 2), (624, 3)] {
+            roles.push(role(
+                pid,
+                tid,
+                "QueueFeederThread",
+                Role::Helper,
+                "QueueFeederThread",
+            ));
+        }
+        assert_eq!(
+            roles_line(&roles).as_deref(),
+            Some(
+                "trainer pid 448 (MainThread); DataLoader workers pids 623, 624; \
+                 6 helper threads"
+            )
+        );
+        let one = [
+            role(10, 1, "Thread-2", Role::Trainer, "trainer (Thread-2)"),
+            role(11, 1, "MainThread", Role::Worker, "worker"),
+            role(10, 2, "MainThread", Role::Helper, "MainThread"),
+        ];
+        assert_eq!(
+            roles_line(&one).as_deref(),
+            Some("trainer pid 10 (Thread-2); worker pid 11; 1 helper thread")
+        );
+        assert_eq!(roles_line(&[]), None);
+    }
 }
