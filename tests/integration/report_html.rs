@@ -281,6 +281,126 @@ fn merged_recordings_report_renders_both_ranks_in_a_browser() {
     assert!(dom.contains("class=\"uplot"), "no timeline chart");
 }
 
+/// The page's embedded data (`<script id="stackscope-data">`), as JSON.
+fn page_data(html: &str) -> serde_json::Value {
+    let open = "id=\"stackscope-data\">";
+    let at = html.find(open).expect("the page's data") + open.len();
+    let end = at
+        + html[at..]
+            .find("</script>")
+            .expect("end of the page's data");
+    serde_json::from_str(&html[at..end]).expect("the page's data is JSON")
+}
+
+/// The texts of the elements with `class`, in the order of the DOM.
+fn texts_of_class<'a>(dom: &'a str, class: &str) -> Vec<&'a str> {
+    let open = format!("class=\"{class}\"");
+    dom.match_indices(&open)
+        .map(|(at, _)| {
+            let rest = &dom[at..];
+            let start = rest.find('>').map_or(0, |i| i + 1);
+            let end = rest[start..].find('<').map_or(rest.len(), |i| start + i);
+            &rest[start..end]
+        })
+        .collect()
+}
+
+/// A real recording of a PyTorch job on an H100 (its main process the trainer, two DataLoader
+/// workers; `tests/data/recordings/README.md`): every thread lane is labelled by its process
+/// and role, the trainer's first, then the workers, then the helpers.
+#[test]
+fn lanes_are_labelled_by_process_and_role_trainer_first() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let recording = tmp.path().join("dataloader-2-workers-idle");
+    fs::create_dir_all(&recording).expect("recording dir");
+    let source = repo_root().join("tests/data/recordings/dataloader-2-workers-idle");
+    for file in ["samples.log", "summary.json"] {
+        fs::copy(source.join(file), recording.join(file)).expect("copy the recording");
+    }
+    let out = tmp.path().join("report");
+    let run = run_stackscope(
+        &[
+            "report",
+            recording.to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    assert!(
+        run.stdout
+            .contains("Roles: trainer pid 448 (MainThread); DataLoader workers pids 623, 624; "),
+        "{}",
+        run.describe()
+    );
+    let report = out.join("report.html");
+    let html = fs::read_to_string(&report).expect("report.html");
+    assert_self_contained(&html);
+    let data = page_data(&html);
+    let mut lanes: Vec<(u64, String, String)> = data["lanes"]
+        .as_array()
+        .expect("lanes")
+        .iter()
+        .map(|l| {
+            (
+                l["order"].as_u64().expect("order"),
+                l["label"].as_str().unwrap_or_default().to_owned(),
+                l["role"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    lanes.sort();
+    let labels: Vec<&str> = lanes.iter().map(|l| l.1.as_str()).collect();
+    assert_eq!(
+        &labels[..3],
+        &[
+            "pid 448 · trainer (MainThread)",
+            "pid 623 · DataLoader worker 0",
+            "pid 624 · DataLoader worker 1"
+        ],
+        "{labels:?}"
+    );
+    assert!(
+        lanes[3..].iter().all(|l| l.2 == "helper"),
+        "helpers after the role lanes: {lanes:?}"
+    );
+    assert!(
+        labels.contains(&"pid 448 · helper: QueueFeederThread"),
+        "{labels:?}"
+    );
+    assert!(
+        element_text(&html, "cycle").starts_with("busy ~1."),
+        "{}",
+        element_text(&html, "cycle")
+    );
+
+    let Some(browser) = Browser::find() else {
+        println!("skipping the browser checks: no chromium on PATH");
+        return;
+    };
+    let dom = browser.dom(&file_url(&report, ""));
+    let shown = texts_of_class(&dom, "lane-label");
+    assert!(shown.len() >= 3, "lane labels drawn: {shown:?}");
+    assert_eq!(
+        shown[0], "pid 448 · trainer (MainThread)",
+        "the trainer's lane first: {shown:?}"
+    );
+    for worker in ["DataLoader worker 0", "DataLoader worker 1"] {
+        let at = shown.iter().position(|l| l.contains(worker));
+        assert!(
+            at.is_some_and(|at| at > 0 && at < 3),
+            "{worker} after the trainer: {shown:?}"
+        );
+    }
+    assert!(
+        element_text(&dom, "roles").contains("DataLoader workers pids 623, 624"),
+        "{}",
+        element_text(&dom, "roles")
+    );
+}
+
 /// Distinct colours and the share of pixels that are not white.
 fn png_stats(path: &Path) -> (usize, f64) {
     let file = fs::File::open(path).expect("screenshot");

@@ -7,6 +7,9 @@
   var W = D.bucket_secs;
   var LANES_SHOWN = 8;
   var LANE_H = 14;
+  var LABEL_H = 12;
+  var ROW_H = LABEL_H + LANE_H;
+  var MAX_ROLE_LANES = 32;
 
   // ---- state: window [from, to) in seconds since the start, view, marked function ----
   var first = D.buckets.length ? D.buckets[0].i : 0;
@@ -348,35 +351,52 @@
   }
 
   // ---- thread lanes ----
+  // One lane per thread, each under its label (`pid 448 · trainer (MainThread)`): the trainer
+  // first, then its feeders, then the helpers; the labels are elements over the canvas, so
+  // they are never cut short and read as text.
   var lanesEl = document.getElementById("lanes");
   var canvas = document.createElement("canvas");
+  var laneBox = document.createElement("div");
+  laneBox.className = "lane-box";
+  var laneLabels = document.createElement("div");
+  laneLabels.id = "lane-labels";
+  laneBox.appendChild(canvas);
+  laneBox.appendChild(laneLabels);
   var marked = document.createElement("div");
   marked.id = "marked";
   var toggle = document.createElement("button");
   toggle.id = "more-lanes";
   var laneKey = document.createElement("div");
   laneKey.className = "lane-key";
-  laneKey.innerHTML = "threads, busiest first: <span class=\"swatch busy-lane\"></span>running " +
+  laneKey.innerHTML = "threads: the trainer, its feeders, then helpers: " +
+    "<span class=\"swatch busy-lane\"></span>running " +
     "<span class=\"swatch idle-lane\"></span>idle (sleeping or blocked) " +
     "<span class=\"swatch unsampled-lane\"></span>not sampled";
   lanesEl.appendChild(marked);
-  lanesEl.appendChild(canvas);
+  lanesEl.appendChild(laneBox);
   lanesEl.appendChild(laneKey);
   lanesEl.appendChild(toggle);
+  var ROLE_CLASS = { trainer: 0, dataloader_worker: 1, worker: 2 };
+  function laneClass(l) { var c = ROLE_CLASS[l.role]; return c === undefined ? 3 : c; }
   var laneOrder = D.lanes.map(function (l, i) { return i; }).sort(function (a, b) {
-    return (D.lanes[b].active - D.lanes[a].active) || (D.lanes[b].idle - D.lanes[a].idle) || a - b;
+    var la = D.lanes[a], lb = D.lanes[b];
+    return (laneClass(la) - laneClass(lb)) || ((la.order || 0) - (lb.order || 0)) ||
+      (lb.active - la.active) || (lb.idle - la.idle) || a - b;
   });
+  // Shown unfolded: the trainer and every feeder (up to MAX_ROLE_LANES), helpers to fill
+  // LANES_SHOWN.
+  var roleLanes = laneOrder.filter(function (i) { return laneClass(D.lanes[i]) < 3; }).length;
+  var lanesShown = Math.max(LANES_SHOWN, Math.min(roleLanes, MAX_ROLE_LANES));
   toggle.onclick = function () { state.lanesOpen = !state.lanesOpen; drawLanes(); };
 
   function drawLanes() {
     if (!plot) return;
-    var shown = state.lanesOpen ? laneOrder : laneOrder.slice(0, LANES_SHOWN);
+    var shown = state.lanesOpen ? laneOrder : laneOrder.slice(0, lanesShown);
     var hidden = laneOrder.length - shown.length;
-    toggle.style.display = laneOrder.length > LANES_SHOWN ? "" : "none";
+    toggle.style.display = laneOrder.length > lanesShown ? "" : "none";
     toggle.textContent = state.lanesOpen ? "fold the quieter threads" : "show " + hidden + " more threads";
     var dpr = window.devicePixelRatio || 1;
-    var rows = shown.length + 1;
-    var cssW = plot.width, cssH = rows * LANE_H + 4;
+    var cssW = plot.width, cssH = LANE_H + shown.length * ROW_H + 4;
     canvas.width = cssW * dpr; canvas.height = cssH * dpr;
     canvas.style.width = cssW + "px"; canvas.style.height = cssH + "px";
     var ctx = canvas.getContext("2d");
@@ -397,15 +417,25 @@
         ctx.fillRect(x(m[0]), 1, Math.max(1, x(m[0] + W) - x(m[0])), LANE_H - 2);
       });
     }
+    // Row r (from 1): its label at barTop(r) - LABEL_H, its bar at barTop(r).
+    var barTop = function (r) { return LANE_H + (r - 1) * ROW_H + LABEL_H; };
     var rowOf = {};
-    shown.forEach(function (lane, r) { rowOf[lane] = r + 1; });
+    laneLabels.textContent = "";
     shown.forEach(function (lane, r) {
-      var y = (r + 1) * LANE_H;
+      rowOf[lane] = r + 1;
+      var y = barTop(r + 1);
       ctx.fillStyle = "#f3f3f3";
       ctx.fillRect(left, y + 1, width, LANE_H - 2);
-      ctx.fillStyle = "#333";
-      var name = D.lanes[lane].name;
-      ctx.fillText(name.length > 14 ? name.slice(0, 13) + "…" : name, 2, y + LANE_H / 2);
+      var l = D.lanes[lane];
+      var label = document.createElement("div");
+      label.className = "lane-label";
+      label.setAttribute("data-role", l.role || "");
+      label.setAttribute("data-pid", String(l.pid));
+      label.title = l.name;
+      label.style.top = (y - LABEL_H) + "px";
+      label.style.left = left + "px";
+      label.textContent = l.label || l.name;
+      laneLabels.appendChild(label);
     });
     D.buckets.forEach(function (b) {
       var x0 = x(b.i * W), bw = Math.max(1, x((b.i + 1) * W) - x0);
@@ -416,7 +446,7 @@
         var share = active / Math.max(1, active + idle);
         // Busy green, idle grey; unsampled stays the lane's light background.
         ctx.fillStyle = share > 0 ? "rgba(42, 157, 58," + (0.3 + 0.7 * share) + ")" : "#b8b8b8";
-        ctx.fillRect(x0, r * LANE_H + 1, bw, LANE_H - 2);
+        ctx.fillRect(x0, barTop(r) + 1, bw, LANE_H - 2);
       }
     });
     if (state.from !== null || state.to !== null) {

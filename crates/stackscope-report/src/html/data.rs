@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    Aggregator, IdlePath, RecordingMeta, StackTable, Summary, Verdict, VerdictClass,
+    Aggregator, Cycle, IdlePath, RecordingMeta, Role, StackTable, Summary, ThreadRole, Verdict,
+    VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
 
@@ -40,6 +41,13 @@ pub struct PageData {
     pub verdict: Option<Verdict>,
     pub verdict_class: Option<VerdictClass>,
     pub idle_path: Option<IdlePath>,
+    /// The GPU's cycle of busy bursts, when it has one (`gpu.cycle`).
+    pub cycle: Option<Cycle>,
+    /// Seconds of a `record`'s start-up left out of the GPU figures (`gpu.startup_secs`).
+    pub startup_secs: f64,
+    /// The roles in a line: `trainer pid 448 (MainThread); DataLoader workers pids 623, 624;
+    /// 7 helper threads`.
+    pub roles: Option<String>,
     /// Width of a bucket in seconds; bucket `i` covers `[i * w, (i + 1) * w)`.
     pub bucket_secs: f64,
     /// Frame labels (`function (file:line)`, thread and process roots as named).
@@ -69,7 +77,17 @@ pub struct PageBucket {
 
 #[derive(Debug, Serialize)]
 pub struct PageLane {
+    /// The thread's own name.
     pub name: String,
+    /// What the lane is called on the page: `pid 448 · trainer (MainThread)`,
+    /// `pid 623 · DataLoader worker 0`, `pid 448 · helper: QueueFeederThread`; on a merged
+    /// page, prefixed by whose recording it is.
+    pub label: String,
+    /// The thread's role; `None` for a lane no role was worked out for (`[other threads]`).
+    pub role: Option<Role>,
+    /// Where the lane stands among its recording's lanes: the trainer first, then its feeders
+    /// (by role, then pid), then the helpers, grouped by process in that order.
+    pub order: u32,
     pub pid: u32,
     pub thread_id: u64,
     pub active: u64,
@@ -132,17 +150,7 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
                 .collect(),
         });
     }
-    let lanes = buckets
-        .lanes()
-        .iter()
-        .map(|l| PageLane {
-            name: l.name.clone(),
-            pid: l.pid,
-            thread_id: l.python_thread_id,
-            active: l.active,
-            idle: l.idle,
-        })
-        .collect();
+    let lanes = lanes_by_role(buckets.lanes(), &summary.roles);
     let gpu = summary.gpu.as_ref();
     let simulated = meta
         .gpu_devices
@@ -171,6 +179,9 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         verdict: gpu.map(|g| g.verdict.clone()),
         verdict_class: gpu.map(|g| g.verdict.class),
         idle_path: gpu.and_then(|g| g.idle_path.clone()),
+        cycle: gpu.and_then(|g| g.cycle),
+        startup_secs: gpu.map_or(0.0, |g| g.startup_secs),
+        roles: crate::roles_line(&summary.roles),
         bucket_secs: buckets.width_secs(),
         frames: dense.frame_labels,
         frame_functions: dense.frame_functions,
@@ -180,6 +191,79 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         lanes,
         gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
         merged: None,
+    }
+}
+
+/// The buckets' lanes, labelled by process and role and ordered as the page shows them.
+fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], roles: &[ThreadRole]) -> Vec<PageLane> {
+    let role_of = |l: &stackscope_aggregate::Lane| {
+        roles
+            .iter()
+            .find(|r| r.pid == l.pid && r.python_thread_id == l.python_thread_id)
+    };
+    // Processes in the order of their first role lane: the trainer's, then the feeders'.
+    let mut process_order: Vec<u32> = Vec::new();
+    let mut by_role: Vec<&ThreadRole> = roles.iter().collect();
+    by_role.sort_by_key(|r| (r.role, r.pid, r.python_thread_id));
+    for r in by_role {
+        if !process_order.contains(&r.pid) {
+            process_order.push(r.pid);
+        }
+    }
+    let mut out: Vec<PageLane> = lanes
+        .iter()
+        .map(|l| {
+            let role = role_of(l);
+            let label = match role {
+                Some(r) if r.role == Role::Helper => format!("pid {} · helper: {}", l.pid, r.label),
+                Some(r) => format!("pid {} · {}", l.pid, r.label),
+                None if l.pid == 0 => l.name.clone(),
+                None => format!("pid {} · {}", l.pid, l.name),
+            };
+            PageLane {
+                name: l.name.clone(),
+                label,
+                role: role.map(|r| r.role),
+                order: 0,
+                pid: l.pid,
+                thread_id: l.python_thread_id,
+                active: l.active,
+                idle: l.idle,
+            }
+        })
+        .collect();
+    let mut index: Vec<usize> = (0..out.len()).collect();
+    let class = |l: &PageLane| lane_class(l.role);
+    let place = |pid: u32| {
+        process_order
+            .iter()
+            .position(|&p| p == pid)
+            .unwrap_or(usize::MAX)
+    };
+    index.sort_by(|&a, &b| {
+        let (a, b) = (&out[a], &out[b]);
+        let feeder_pid = |l: &PageLane| if class(l) < 3 { l.pid } else { 0 };
+        (class(a), feeder_pid(a), place(a.pid), b.active, b.idle).cmp(&(
+            class(b),
+            feeder_pid(b),
+            place(b.pid),
+            a.active,
+            a.idle,
+        ))
+    });
+    for (order, i) in index.into_iter().enumerate() {
+        out[i].order = order as u32;
+    }
+    out
+}
+
+/// Lanes' order by role: the trainer, DataLoader workers, other workers, then the rest.
+pub(super) fn lane_class(role: Option<Role>) -> u8 {
+    match role {
+        Some(Role::Trainer) => 0,
+        Some(Role::DataloaderWorker) => 1,
+        Some(Role::Worker) => 2,
+        Some(Role::Helper) | None => 3,
     }
 }
 

@@ -113,10 +113,22 @@ pub fn merged_page_data(
             })
             .collect();
         renumbered.push((stacks, lanes.len() as u64));
+        let lane_base = lanes.len() as u32;
         for lane in &page.lanes {
             let place = place_of(part.input, lane.pid);
+            // `process 5124 on node-b` names the pid already: the role follows it.
+            let own = format!("pid {} · ", lane.pid);
+            let label = match lane.label.strip_prefix(&own) {
+                Some(rest) if place.rank.is_none() => rest,
+                _ => lane.label.as_str(),
+            };
             lanes.push(PageLane {
                 name: format!("{}: {}", short(&place), lane.name),
+                label: format!("{}: {label}", short(&place)),
+                role: lane.role,
+                // Every rank's trainer first, then their feeders, then the helpers (the page
+                // sorts by role, then by this).
+                order: lane_base + lane.order,
                 pid: lane.pid,
                 thread_id: lane.thread_id,
                 active: lane.active,
@@ -223,6 +235,9 @@ pub fn merged_page_data(
         verdict_class: verdict.as_ref().map(|v| v.class),
         verdict,
         idle_path: None,
+        cycle: None,
+        startup_secs: 0.0,
+        roles: None,
         bucket_secs: width,
         frames: dense.frame_labels,
         frame_functions: dense.frame_functions,

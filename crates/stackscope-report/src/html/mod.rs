@@ -156,6 +156,19 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         devices.join(", ")
     };
     row(w, "GPU", &devices, "devices")?;
+    if let Some(cycle) = &data.cycle {
+        let mut text = format!("{} ({} cycles)", cycle.describe(), cycle.cycles);
+        if data.startup_secs > 0.0 {
+            text.push_str(&format!(
+                ", after {:.1} s of start-up left out",
+                data.startup_secs
+            ));
+        }
+        row(w, "GPU cycle", &text, "cycle")?;
+    }
+    if let Some(roles) = &data.roles {
+        row(w, "roles", roles, "roles")?;
+    }
     writeln!(w, "</table>")?;
     let verdict = data.verdict.as_ref().map_or(
         "No GPU utilization was recorded, so there is no verdict.",
