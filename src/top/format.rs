@@ -3,6 +3,7 @@
 //! view say the same things in the same words.
 
 use stackscope_aggregate::top::{GpuLine, Row, SortKey, Totals, ViewOptions};
+use stackscope_aggregate::{Role, WhileIdle};
 
 /// The state of the session the header shows, beside the model's counts.
 #[derive(Debug, Clone, Default)]
@@ -33,6 +34,9 @@ pub struct Status {
     pub ended: Option<String>,
     /// The call path that sets GPU-idle samples apart, in the verdict's words.
     pub idle_code: Option<String>,
+    /// What the trainer and its feeders did while the GPU idled, as fields
+    /// ([`while_idle_fields`]); empty before the GPU idled.
+    pub while_idle: Vec<String>,
 }
 
 /// Header line 1: what is sampled.
@@ -98,6 +102,69 @@ pub fn options_fields(status: &Status, options: &ViewOptions, totals: &Totals) -
             duration(status.all_secs)
         ),
     ]
+}
+
+/// Feeder pids the line lists before counting the rest.
+const FEEDER_PIDS_SHOWN: usize = 6;
+
+/// The trainer's wait and the feeders' work while the GPU idled, one field each:
+/// `trainer pid 448 MainThread: waits at main (train.py:136) in _BaseDataLoaderIter.__next__
+/// 99% of GPU-idle time`, `DataLoader workers 623,624: 100% busy, 98% in augment_pixels
+/// (train.py:56)`.
+pub fn while_idle_fields(w: &WhileIdle) -> Vec<String> {
+    let mut fields = Vec::new();
+    if let Some(t) = &w.trainer {
+        let share = percent(t.share);
+        fields.push(match &t.waiting_in {
+            Some(callee) => format!(
+                "trainer pid {} {}: waits at {} in {} {share} of GPU-idle time",
+                t.pid,
+                t.thread,
+                t.frame,
+                function_only(callee)
+            ),
+            None => format!(
+                "trainer pid {} {}: runs at {} {share} of GPU-idle time",
+                t.pid, t.thread, t.frame
+            ),
+        });
+    }
+    for f in &w.feeders {
+        let many = f.pids.len() > 1;
+        let who = match (f.role, many) {
+            (Role::DataloaderWorker, true) => "DataLoader workers",
+            (Role::DataloaderWorker, false) => "DataLoader worker",
+            (_, true) => "workers",
+            (_, false) => "worker",
+        };
+        let mut pids: Vec<String> = f
+            .pids
+            .iter()
+            .take(FEEDER_PIDS_SHOWN)
+            .map(u32::to_string)
+            .collect();
+        if f.pids.len() > FEEDER_PIDS_SHOWN {
+            pids.push(format!("+{}", f.pids.len() - FEEDER_PIDS_SHOWN));
+        }
+        let mut text = format!("{who} {}: {} busy", pids.join(","), percent(f.busy_share));
+        if let Some(function) = &f.function {
+            text.push_str(&format!(", {} in {function}", percent(f.share)));
+        }
+        fields.push(text);
+    }
+    fields
+}
+
+/// `_BaseDataLoaderIter.__next__` of `_BaseDataLoaderIter.__next__ (torch/utils/data/x.py:741)`.
+fn function_only(label: &str) -> &str {
+    match label.rfind(" (") {
+        Some(at) if label.ends_with(')') => &label[..at],
+        _ => label,
+    }
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.0}%", (share * 100.0).clamp(0.0, 100.0))
 }
 
 /// Fields joined by ` · ` into as few lines of at most `width` characters as they take; a
@@ -372,5 +439,62 @@ mod tests {
         assert_eq!(duration(42.7), "42s");
         assert_eq!(duration(185.0), "3m05s");
         assert_eq!(duration(3720.0), "1h02m");
+    }
+
+    #[test]
+    fn while_idle_names_the_trainers_wait_and_the_feeders_work() {
+        use stackscope_aggregate::{FeedersWhileIdle, TrainerWhileIdle};
+        let w = WhileIdle {
+            trainer: Some(TrainerWhileIdle {
+                pid: 448,
+                thread: "MainThread".into(),
+                frame: "main (train.py:136)".into(),
+                waiting_in: Some(
+                    "_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:741)".into(),
+                ),
+                share: 0.992,
+            }),
+            feeders: vec![FeedersWhileIdle {
+                role: Role::DataloaderWorker,
+                pids: vec![623, 624],
+                busy_share: 1.0,
+                function: Some("augment_pixels (train.py:56)".into()),
+                share: 0.981,
+            }],
+        };
+        assert_eq!(
+            while_idle_fields(&w),
+            vec![
+                "trainer pid 448 MainThread: waits at main (train.py:136) in \
+                 _BaseDataLoaderIter.__next__ 99% of GPU-idle time"
+                    .to_owned(),
+                "DataLoader workers 623,624: 100% busy, 98% in augment_pixels (train.py:56)"
+                    .to_owned(),
+            ]
+        );
+        let running = WhileIdle {
+            trainer: Some(TrainerWhileIdle {
+                pid: 7,
+                thread: "MainThread".into(),
+                frame: "busy (train_sim.py:47)".into(),
+                waiting_in: None,
+                share: 1.0,
+            }),
+            feeders: vec![FeedersWhileIdle {
+                role: Role::Worker,
+                pids: (10..20).collect(),
+                busy_share: 0.5,
+                function: None,
+                share: 0.0,
+            }],
+        };
+        assert_eq!(
+            while_idle_fields(&running),
+            vec![
+                "trainer pid 7 MainThread: runs at busy (train_sim.py:47) 100% of GPU-idle time"
+                    .to_owned(),
+                "workers 10,11,12,13,14,15,+4: 50% busy".to_owned(),
+            ]
+        );
     }
 }

@@ -1,23 +1,33 @@
 //! The verdict's call path, live: which code sets the GPU-idle samples apart from the GPU-busy
 //! ones since start, in the same words as the recording's verdict and summary.json
-//! (`stackscope_aggregate::idle_path`, over an aggregate of the same events).
+//! (`stackscope_aggregate::idle_path`, over an aggregate of the same events); and, from the
+//! same aggregate, the job's roles and what the trainer and its feeders did while the GPU
+//! idled (`roles_of`, `while_idle_of`).
 
-use stackscope_aggregate::{idle_path, AggregateConfig, Aggregator};
+use stackscope_aggregate::{
+    idle_path, roles_of, while_idle_of, AggregateConfig, Aggregator, WhileIdle,
+};
 use stackscope_event::{Event, Timestamp};
 
 pub struct IdleCode {
     config: AggregateConfig,
+    /// The target's own process: its main thread is the trainer when no thread stands out.
+    root_pid: u32,
     aggregator: Aggregator,
 }
 
 impl IdleCode {
-    pub fn new(idle_below: f32, gpu_enabled: bool) -> IdleCode {
+    /// `subprocesses`: the target's tree is followed (`--subprocesses`), so its processes are
+    /// told apart as a recording's are.
+    pub fn new(idle_below: f32, gpu_enabled: bool, root_pid: u32, subprocesses: bool) -> IdleCode {
         let config = AggregateConfig {
             idle_below,
             gpu_enabled,
+            process_root: subprocesses,
             ..AggregateConfig::default()
         };
         IdleCode {
+            root_pid,
             aggregator: Aggregator::new(config.clone(), Timestamp::now()),
             config,
         }
@@ -46,5 +56,16 @@ impl IdleCode {
             return None;
         }
         idle_path(self.aggregator.stack_table()).map(|path| path.sentence())
+    }
+
+    /// What the trainer and its feeders did while the GPU idled since start, once the GPU
+    /// idled while they were sampled.
+    pub fn while_idle(&self) -> Option<WhileIdle> {
+        if !self.config.gpu_enabled {
+            return None;
+        }
+        let roles = roles_of(&self.aggregator, self.root_pid);
+        let while_idle = while_idle_of(&self.aggregator, &roles);
+        (while_idle.trainer.is_some() || !while_idle.feeders.is_empty()).then_some(while_idle)
     }
 }

@@ -109,7 +109,12 @@ impl Live {
         let now = Instant::now();
         let mut live = Live {
             session,
-            idle_code: idle_code::IdleCode::new(config.gpu.idle_below, gpu_enabled),
+            idle_code: idle_code::IdleCode::new(
+                config.gpu.idle_below,
+                gpu_enabled,
+                status.pid,
+                config.subprocesses,
+            ),
             model,
             status,
             interval_started: now,
@@ -179,6 +184,11 @@ impl Live {
         }
         self.status.dropped = dropped;
         self.status.idle_code = self.idle_code.sentence();
+        self.status.while_idle = self
+            .idle_code
+            .while_idle()
+            .map(|w| format::while_idle_fields(&w))
+            .unwrap_or_default();
         if let Some(m) = &self.metrics {
             crate::metrics::lock(&m.state).set_dropped(dropped);
         }

@@ -88,6 +88,9 @@ pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: us
     if let Some(sentence) = &status.idle_code {
         line(sentence);
     }
+    if !status.while_idle.is_empty() {
+        line(&status.while_idle.join(" · "));
+    }
     let columns = Columns::new(options, model.gpu_enabled());
     let headers = columns.percent_headers(options.sort);
     let thread_width = if columns.thread { 16 } else { 0 };

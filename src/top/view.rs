@@ -67,6 +67,10 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
     if let Some(sentence) = &screen.status.idle_code {
         header.push(Line::from(truncate_end(sentence, width)).yellow());
     }
+    // The trainer's wait and the feeders' work: one line when wide enough, else one each.
+    for text in format::pack(&screen.status.while_idle, width) {
+        header.push(Line::from(text).yellow());
+    }
 
     let header_height = u16::try_from(header.len()).unwrap_or(u16::MAX);
     let [header_area, table_area, footer_area] = Layout::vertical([

@@ -285,6 +285,18 @@ fn top_shows_the_hot_function_and_the_gpu_and_q_exits_0_leaving_all_as_it_was() 
         "{gpu_line}"
     );
     assert!(screen.contains("idle%"), "a GPU-idle column:\n{screen}");
+    // The trainer (the target's main thread, which never waits here) and where it runs while
+    // the GPU idles.
+    let trainer = format!("trainer pid {} MainThread: runs at ", fixture.pid);
+    let screen = tmux.wait_for("the trainer's line", |s| s.contains(&trainer));
+    let line = screen
+        .lines()
+        .find(|l| l.starts_with(&trainer))
+        .unwrap_or_default();
+    assert!(
+        line.contains("(cpu_split.py:") && line.contains("% of GPU-idle time"),
+        "{line}"
+    );
 
     // The screen changes between refreshes.
     let before = sample_count(&screen).expect("a sample count");
@@ -603,6 +615,89 @@ fn piped_top_with_the_fake_gpu_gives_the_data_phase_the_gpu_idle_samples() {
     assert!(
         last.contains("What sets GPU-idle time apart is load_batch → decode_images"),
         "{last}"
+    );
+}
+
+/// A trainer fed by two worker processes through a queue (`fixtures/feeder_job.py`), the fake
+/// GPU following its steps: `top --subprocesses` names the trainer's wait and the workers' work
+/// while the GPU idles, in the words of the recording's verdict.
+#[test]
+fn piped_top_names_the_trainers_wait_and_the_feeders_work_while_the_gpu_idles() {
+    let _serial = serial();
+    let dir = tempfile::Builder::new()
+        .prefix("stackscope-top-roles-")
+        .tempdir()
+        .expect("temp dir");
+    let gpu_file = dir.path().join("gpu-util");
+    fs::write(&gpu_file, "3").expect("gpu file");
+    let script = dir.path().join("nvml.json");
+    fs::write(
+        &script,
+        format!(
+            r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":50}}"#,
+            gpu_file.display()
+        ),
+    )
+    .expect("write the NVML script");
+    let gpu_arg = gpu_file.display().to_string();
+    let fixture = Fixture::start(
+        "feeder_job.py",
+        &[
+            "--seconds",
+            "9",
+            "--period",
+            "1.5",
+            "--step",
+            "0.5",
+            "--gpu-file",
+            &gpu_arg,
+        ],
+    );
+    let lib = fake_nvml();
+    let mut cmd = stackscope(&[
+        "top",
+        "--pid",
+        &fixture.pid.to_string(),
+        "--subprocesses",
+        "--nvml-lib",
+    ]);
+    cmd.arg(&lib).env("STACKSCOPE_FAKE_NVML", &script);
+    let run = run_with_timeout(cmd, Duration::from_secs(60));
+    run.assert_success();
+    let heading = format!("process {} ended: final totals", fixture.pid);
+    let last = run
+        .stdout
+        .split(&heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading:?}\n{}", run.describe()));
+    let line = last
+        .lines()
+        .find(|l| l.starts_with("trainer pid "))
+        .unwrap_or_else(|| panic!("no trainer line in the final table:\n{last}"));
+    assert!(
+        line.starts_with(&format!(
+            "trainer pid {} MainThread: waits at BatchLoader.__next__ (feeder_job.py:",
+            fixture.pid
+        )),
+        "{line}"
+    );
+    println!("{line}");
+    assert!(line.contains(") in Queue.get "), "{line}");
+    assert!(line.contains("% of GPU-idle time"), "{line}");
+    // The two worker processes, busy in the augmentation.
+    let workers = line
+        .split(" · ")
+        .find(|f| f.starts_with("workers "))
+        .unwrap_or_else(|| panic!("no workers in {line}"));
+    let pids = workers
+        .trim_start_matches("workers ")
+        .split(':')
+        .next()
+        .unwrap_or_default();
+    assert_eq!(pids.split(',').count(), 2, "{workers}");
+    assert!(
+        workers.contains("% in augment_pixels (feeder_job.py:"),
+        "{workers}"
     );
 }
 
