@@ -154,7 +154,28 @@ fn read_recording(dir: &Path) -> anyhow::Result<RecordingInput> {
         all,
         gpu_idle: read_folded(&dir.join("stacks-gpu-idle.folded"))?,
         gpu_busy: read_folded(&dir.join("stacks-gpu-busy.folded"))?,
+        trainer: trainer_of(&summary),
     })
+}
+
+/// The trainer while the GPU idled, from a summary's `gpu.while_idle.trainer`: its pid, and
+/// `main (train.py:136) waiting in Queue.get` (the frame alone when it ran there).
+fn trainer_of(summary: &Value) -> Option<(u32, String)> {
+    let trainer = summary.pointer("/gpu/while_idle/trainer")?;
+    let pid = u32::try_from(trainer.get("pid")?.as_u64()?).ok()?;
+    let frame = trainer.get("frame")?.as_str()?;
+    let line = match trainer.get("waiting_in").and_then(Value::as_str) {
+        Some(callee) => {
+            // The call's function is what is read; its library file is long and known.
+            let function = match callee.rfind(" (") {
+                Some(at) if callee.ends_with(')') => &callee[..at],
+                _ => callee,
+            };
+            format!("{frame} waiting in {function}")
+        }
+        None => frame.to_owned(),
+    };
+    Some((pid, line))
 }
 
 /// Folded lines `stack COUNT`; `None` when the file is not there.
@@ -199,5 +220,25 @@ mod tests {
             2
         );
         assert!(dumps_of(serde_json::json!({"hello": 1})).is_err());
+    }
+
+    #[test]
+    fn the_trainer_line_comes_from_the_summarys_while_idle() {
+        let summary = serde_json::json!({"gpu": {"while_idle": {"trainer": {
+            "pid": 448, "thread": "MainThread", "frame": "main (train.py:136)",
+            "waiting_in": "_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:741)",
+            "share": 0.99}, "feeders": []}}});
+        assert_eq!(
+            trainer_of(&summary),
+            Some((
+                448,
+                "main (train.py:136) waiting in _BaseDataLoaderIter.__next__".to_owned()
+            ))
+        );
+        let ran = serde_json::json!({"gpu": {"while_idle": {"trainer": {
+            "pid": 7, "thread": "MainThread", "frame": "busy (t.py:47)",
+            "waiting_in": null, "share": 1.0}}}});
+        assert_eq!(trainer_of(&ran), Some((7, "busy (t.py:47)".to_owned())));
+        assert_eq!(trainer_of(&serde_json::json!({"gpu": null})), None);
     }
 }

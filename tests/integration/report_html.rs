@@ -279,6 +279,19 @@ fn merged_recordings_report_renders_both_ranks_in_a_browser() {
     }
     assert!(flame.contains("decode_images"), "frames under the roots");
     assert!(dom.contains("class=\"uplot"), "no timeline chart");
+    // Each rank's lanes keep their role after the rank: both trainers first.
+    let lanes = texts_of_class(&dom, "lane-label");
+    for (i, rank) in ["rank 0 on ", "rank 1 on "].into_iter().enumerate() {
+        assert!(
+            lanes
+                .get(i)
+                .is_some_and(|l| l.starts_with(rank) && l.ends_with(" · trainer (MainThread)")),
+            "{lanes:?}"
+        );
+    }
+    // The rank table names each rank's trainer while the GPU idled.
+    let trainers = texts_of_class(&dom, "trainer");
+    assert_eq!(trainers.len(), 2, "{trainers:?}");
 }
 
 /// The page's embedded data (`<script id="stackscope-data">`), as JSON.

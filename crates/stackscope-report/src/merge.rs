@@ -282,11 +282,21 @@ pub fn write_merged_dump_json<W: Write>(merged: &MergedDump, mut w: W) -> Result
 
 /// The table of ranks of merged recordings, and the rank that differs most.
 pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result<(), ReportError> {
-    writeln!(
-        w,
+    // The trainer's column, when a recording names its trainer: after the top function, which
+    // is padded to line it up.
+    let trainers = merged.ranks.iter().any(|r| r.trainer.is_some());
+    let header = format!(
         "{:<28} {:>9} {:>9}  top function",
         "process", "samples", "GPU idle"
-    )?;
+    );
+    if trainers {
+        writeln!(
+            w,
+            "{header:<TOP_CHARS_WITH_TRAINER$}  trainer while the GPU idled"
+        )?;
+    } else {
+        writeln!(w, "{header}")?;
+    }
     for row in &merged.ranks {
         let who = match row.place.rank {
             Some(rank) => format!("rank {rank} on {}", row.place.host),
@@ -299,14 +309,26 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
             (Some(f), Some(share)) => format!("{f} {:.0}%", share * 100.0),
             _ => "-".to_owned(),
         };
-        writeln!(
-            w,
-            "{:<28} {:>9} {:>9}  {}",
-            cut_chars(&who, 28),
-            row.samples,
-            idle,
-            cut_chars(&top, 90)
-        )?;
+        let line = if trainers {
+            let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
+            let trainer = row.trainer.as_deref().unwrap_or("-");
+            format!(
+                "{:<28} {:>9} {:>9}  {top:<TOP_WIDTH_WITH_TRAINER$}  {}",
+                cut_chars(&who, 28),
+                row.samples,
+                idle,
+                cut_chars(trainer, 90)
+            )
+        } else {
+            format!(
+                "{:<28} {:>9} {:>9}  {}",
+                cut_chars(&who, 28),
+                row.samples,
+                idle,
+                cut_chars(&top, 90)
+            )
+        };
+        writeln!(w, "{}", line.trim_end())?;
     }
     match &merged.most_different {
         Some(odd) => writeln!(
@@ -325,6 +347,11 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
     }
     Ok(())
 }
+
+/// The top function's width when the trainer's column follows it.
+const TOP_WIDTH_WITH_TRAINER: usize = 44;
+/// Where the trainer's column starts: process, samples, GPU idle, then the top function.
+const TOP_CHARS_WITH_TRAINER: usize = 28 + 1 + 9 + 1 + 9 + 2 + TOP_WIDTH_WITH_TRAINER;
 
 fn cut_chars(text: &str, chars: usize) -> String {
     if text.chars().count() <= chars {
@@ -417,5 +444,47 @@ mod tests {
         let ranges: Vec<String> = (0..500).map(|i| (i * 2).to_string()).collect();
         let c = cut(&ranges.join(", "), RANGES_CHARS);
         assert!(c.len() <= RANGES_CHARS + 5 && c.ends_with(", ..."), "{c}");
+    }
+
+    #[test]
+    fn the_rank_table_has_a_trainer_column_when_a_recording_names_its_trainer() {
+        use stackscope_aggregate::merge_recordings;
+        let input = |host: &str, rank: u32, trainer: Option<&str>| RecordingInput {
+            host: host.into(),
+            pid: 10,
+            rank: Some(rank),
+            all: vec![("MainThread;poll (connection.py:3)".to_owned(), 9)],
+            trainer: trainer.map(|t| (10, t.to_owned())),
+            ..RecordingInput::default()
+        };
+        let merged = merge_recordings(&[
+            input(
+                "node-a",
+                0,
+                Some("main (train.py:136) waiting in Queue.get"),
+            ),
+            input("node-b", 1, None),
+        ]);
+        let mut out = Vec::new();
+        write_rank_table(&merged, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        let column = lines[0]
+            .find("trainer while the GPU idled")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(
+            lines[1].find("main (train.py:136) waiting in Queue.get"),
+            Some(column),
+            "{text}"
+        );
+        assert!(lines[1].contains("poll (connection.py) 100%"), "{text}");
+        assert!(lines[2].ends_with("  -"), "{text}");
+
+        // Without a trainer anywhere, the table is as it was.
+        let merged = merge_recordings(&[input("node-a", 0, None)]);
+        let mut out = Vec::new();
+        write_rank_table(&merged, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(!text.contains("trainer"), "{text}");
     }
 }

@@ -25,6 +25,10 @@ pub struct RecordingInput {
     /// The GPU views, when the recording had GPU data.
     pub gpu_idle: Option<Vec<(String, u64)>>,
     pub gpu_busy: Option<Vec<(String, u64)>>,
+    /// The recording's trainer while the GPU idled, from `gpu.while_idle.trainer` of its
+    /// summary, when it names one: its pid, and where it was (`main (train.py:136) waiting in
+    /// Queue.get`).
+    pub trainer: Option<(u32, String)>,
 }
 
 impl RecordingInput {
@@ -47,6 +51,9 @@ pub struct RankRow {
     pub top_function: Option<String>,
     /// That function's share of its samples.
     pub top_function_share: Option<f64>,
+    /// Where its trainer was while the GPU idled, when this process holds its recording's
+    /// trainer: `main (train.py:136) waiting in Queue.get`.
+    pub trainer: Option<String>,
 }
 
 /// The rank furthest from the others.
@@ -139,6 +146,12 @@ pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
                     .as_ref()
                     .map(|(_, n)| *n as f64 / s.samples.max(1) as f64),
                 top_function: top.map(|(f, _)| f),
+                trainer: inputs
+                    .iter()
+                    .filter(|i| i.host == *host)
+                    .filter_map(|i| i.trainer.as_ref())
+                    .find(|(trainer, _)| trainer == pid)
+                    .map(|(_, line)| line.clone()),
             }
         })
         .collect();
@@ -342,6 +355,7 @@ mod tests {
                 "rank 0 (pid 11) python t.py;MainThread;all_reduce (t.py:40)",
                 45,
             )])),
+            trainer: None,
         };
         let b = RecordingInput {
             host: "node-b".into(),
@@ -364,6 +378,7 @@ mod tests {
             ]),
             gpu_idle: None,
             gpu_busy: None,
+            trainer: None,
         };
         let merged = merge_recordings(&[a, b]);
         assert!(merged.all.contains(&(
@@ -436,5 +451,53 @@ mod tests {
         assert!(merged.most_different.is_none());
         assert_eq!(function_of("f (a.py:12)"), "f (a.py)");
         assert_eq!(function_of("f (libc.so)"), "f (libc.so)");
+    }
+
+    #[test]
+    fn each_recordings_trainer_is_on_its_process_row() {
+        let waiting = "main (train.py:136) waiting in Queue.get";
+        let a = RecordingInput {
+            host: "node-a".into(),
+            pid: 10,
+            rank: Some(0),
+            process_ranks: HashMap::from([(10, 0), (11, 0)]),
+            all: lines(&[
+                (
+                    "process 10 python t.py;MainThread;poll (connection.py:3)",
+                    9,
+                ),
+                ("process 11 python t.py;MainThread;augment (t.py:56)", 9),
+            ]),
+            trainer: Some((10, waiting.to_owned())),
+            ..RecordingInput::default()
+        };
+        let b = RecordingInput {
+            host: "node-b".into(),
+            pid: 10,
+            rank: Some(1),
+            all: lines(&[("MainThread;step (t.py:9)", 3)]),
+            trainer: Some((10, "main (train.py:136)".to_owned())),
+            ..RecordingInput::default()
+        };
+        let merged = merge_recordings(&[a, b]);
+        let rows: Vec<(String, Option<&str>)> = merged
+            .ranks
+            .iter()
+            .map(|r| (r.place.describe(), r.trainer.as_deref()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "rank 0 on node-a (pid 10)".to_owned(),
+                    Some("main (train.py:136) waiting in Queue.get")
+                ),
+                ("rank 0 on node-a (pid 11)".to_owned(), None),
+                (
+                    "rank 1 on node-b (pid 10)".to_owned(),
+                    Some("main (train.py:136)")
+                ),
+            ]
+        );
     }
 }

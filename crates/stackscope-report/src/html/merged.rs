@@ -454,10 +454,16 @@ pub(super) fn write_rank_table<W: Write>(
     merged: &MergedPage,
     w: &mut W,
 ) -> Result<(), ReportError> {
+    let trainers = merged.ranks.iter().any(|r| r.trainer.is_some());
     writeln!(
         w,
         "<table class=\"ranks\" id=\"ranks\">\n<tr><th>process</th><th>samples</th>\
-         <th>GPU idle</th><th>top function</th></tr>"
+         <th>GPU idle</th><th>top function</th>{}</tr>",
+        if trainers {
+            "<th>trainer while the GPU idled</th>"
+        } else {
+            ""
+        }
     )?;
     let odd = merged.most_different.as_ref().map(|o| &o.place);
     for row in &merged.ranks {
@@ -474,10 +480,18 @@ pub(super) fn write_rank_table<W: Write>(
         } else {
             ""
         };
+        let trainer = if trainers {
+            format!(
+                "<td class=\"trainer\">{}</td>",
+                escape(row.trainer.as_deref().unwrap_or("-"))
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             w,
             "<tr{}><td>{}{mark}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td>{}</td></tr>",
+             <td>{}</td>{trainer}</tr>",
             if is_odd { " class=\"odd\"" } else { "" },
             escape(&row.place.describe()),
             row.samples,
