@@ -158,7 +158,7 @@ fn record(
         idle_below: aggregate_config.idle_below,
         gpu_enabled: aggregate_config.gpu_enabled,
         process_root: aggregate_config.process_root,
-        leave_out_startup: aggregate_config.leave_out_startup,
+        leave_out_startup: Some(aggregate_config.leave_out_startup),
         expected_gpu_devices: Vec::new(),
     };
     let metrics = MetricsEndpoint::start(

@@ -455,7 +455,7 @@ fn a_day_long_recording_gives_a_report_within_the_bound() {
         idle_below: 30.0,
         gpu_enabled: true,
         process_root: false,
-        leave_out_startup: false,
+        leave_out_startup: Some(false),
         expected_gpu_devices: Vec::new(),
     };
     fs::create_dir_all(&out.out).expect("output dir");

@@ -28,9 +28,9 @@ pub struct LogHeader {
     /// `--subprocesses`).
     pub process_root: bool,
     /// Whether the recording left the target's start-up out of its GPU figures
-    /// (`AggregateConfig::leave_out_startup`: `record`, which starts the job). Logs written
-    /// before this flag existed read `false`.
-    pub leave_out_startup: bool,
+    /// (`AggregateConfig::leave_out_startup`: `record`, which starts the job); `None` in logs
+    /// written before the header said.
+    pub leave_out_startup: Option<bool>,
     /// Devices the recording passed to `Aggregator::expect_gpu_devices`, if any.
     pub expected_gpu_devices: Vec<u32>,
 }
@@ -47,7 +47,8 @@ impl LogHeader {
             u8::from(self.include_idle)
                 | (u8::from(self.gpu_enabled) << 1)
                 | (u8::from(self.process_root) << 2)
-                | (u8::from(self.leave_out_startup) << 3),
+                | (u8::from(self.leave_out_startup == Some(true)) << 3)
+                | (u8::from(self.leave_out_startup.is_some()) << 4),
         );
         put_f32(out, self.idle_below);
         put_varint(out, self.expected_gpu_devices.len() as u64);
@@ -81,7 +82,7 @@ impl LogHeader {
             idle_below,
             gpu_enabled: flags & 2 != 0,
             process_root: flags & 4 != 0,
-            leave_out_startup: flags & 8 != 0,
+            leave_out_startup: (flags & 16 != 0).then_some(flags & 8 != 0),
             expected_gpu_devices,
         })
     }
@@ -104,8 +105,34 @@ impl Default for LogHeader {
             idle_below: 30.0,
             gpu_enabled: true,
             process_root: false,
-            leave_out_startup: false,
+            leave_out_startup: Some(false),
             expected_gpu_devices: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_up_flag_round_trips_and_an_older_header_has_none() {
+        for flag in [Some(true), Some(false)] {
+            let header = LogHeader {
+                leave_out_startup: flag,
+                ..LogHeader::default()
+            };
+            let mut out = Vec::new();
+            header.encode(&mut out);
+            let decoded = LogHeader::decode(&mut Bytes::new(&out)).expect("decodes");
+            assert_eq!(decoded, header);
+        }
+        // Before the flag: bit 4 clear, so the header does not say.
+        let mut out = Vec::new();
+        LogHeader::default().encode(&mut out);
+        let flags_at = out.len() - 4 - 1 - 1;
+        out[flags_at] &= !(8 | 16);
+        let decoded = LogHeader::decode(&mut Bytes::new(&out)).expect("decodes");
+        assert_eq!(decoded.leave_out_startup, None);
     }
 }

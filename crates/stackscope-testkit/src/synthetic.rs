@@ -27,7 +27,7 @@ pub fn header(include_idle: bool, gpu: bool) -> LogHeader {
         idle_below: 30.0,
         gpu_enabled: gpu,
         process_root: false,
-        leave_out_startup: false,
+        leave_out_startup: Some(false),
         expected_gpu_devices: Vec::new(),
     }
 }

@@ -27,7 +27,7 @@ pub struct StackCounts {
     pub gpu_unknown: u64,
     /// Of `gpu_busy`, the samples taken while SM activity was low.
     pub gpu_low_sm: u64,
-    /// Samples of the start-up a `record` leaves out: in `all`, in no GPU view.
+    /// Of all, the samples of the start-up a `record` leaves out of the verdict.
     pub startup: u64,
 }
 

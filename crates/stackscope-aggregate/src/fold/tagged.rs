@@ -1,6 +1,8 @@
 //! Where a stack sample goes once the tagger knows the GPU's state at its instant: into the
-//! stack table's GPU views, the time buckets and its thread's activity; or, while a `record`'s
-//! start-up lasts, into the start-up counts only.
+//! stack table's GPU views, the time buckets and its thread's activity. A sample of the
+//! start-up a `record` leaves out stays in the GPU views (the flamegraphs and the exports show
+//! what ran, start-up included) and is counted as start-up, but not in its thread's activity,
+//! which the roles and the verdict read.
 //!
 //! Start-up ends where the first busy burst begins (`gpu/cycle.rs`), which is known only once
 //! the burst has lasted a moment. Until then tagged samples wait here, a bounded while: when
@@ -66,10 +68,9 @@ impl Sink<'_> {
     /// Counts one tagged sample; `in_startup` when it falls in a start-up left out.
     pub fn count(&mut self, (time, held, tag): Tagged, in_startup: bool) {
         if let (true, Some(stack)) = (held.kept, held.stack) {
+            self.table.count_tag(stack, tag);
             if in_startup {
                 self.table.count_startup(stack);
-            } else {
-                self.table.count_tag(stack, tag);
             }
             self.buckets.count_stack(time, stack, tag);
         }

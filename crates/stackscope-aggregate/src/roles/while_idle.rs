@@ -2,8 +2,10 @@
 //! `gpu.while_idle`, and the words of the verdict.
 //!
 //! The trainer's line is the innermost frame of its GPU-idle samples that lies in the job's own
-//! code (not the standard library, not an installed package: [`FileOrigin`]), counted by
-//! function (a loop runs over several lines) and named by its commonest line; what it waits in
+//! code (not the standard library, not an installed package: [`FileOrigin`]) and that is more
+//! frequent while the GPU idles than while it is busy (an inner loop both phases share is not
+//! the line, its caller in the data phase is), counted by function (a loop runs over several
+//! lines) and named by its commonest line; what it waits in
 //! is the call just inside that frame, when its samples there mostly waited. The feeders'
 //! function is their top function by self samples over the GPU-idle time.
 
@@ -90,17 +92,30 @@ pub fn while_idle(table: &StackTable, threads: &[ThreadFacts<'_>], roles: &Roles
     WhileIdle { trainer, feeders }
 }
 
-/// Where a stack's job frame is: its index in the stack's frames, and the code frame just inside
-/// it (the call it makes), when there is one.
-fn job_frame(table: &StackTable, frames: &[FrameId]) -> Option<(FrameId, Option<FrameId>)> {
+/// A frame joins the trainer's line only when its share of the trainer's GPU-idle samples
+/// exceeds its share of the GPU-busy ones by this much: a helper both phases run (a shared
+/// inner loop) says nothing about the idle time, its caller does.
+const MIN_FRAME_RISE: f64 = 0.1;
+
+/// Where a stack's job frame is, and the code frame just inside it (the call it makes), when
+/// there is one: the innermost frame of the job's own code that `rises` (is more frequent while
+/// the GPU idles than while it is busy); else the innermost of the job's frames; else the
+/// innermost code frame.
+fn job_frame(
+    table: &StackTable,
+    frames: &[FrameId],
+    rises: impl Fn(FrameId) -> bool,
+) -> Option<(FrameId, Option<FrameId>)> {
     let code = |f: &FrameId| {
         table
             .frame(*f)
             .is_some_and(|e| e.function.is_some() && e.origin != FileOrigin::Native)
     };
+    let job = |f: FrameId| table.frame(f).is_some_and(|e| e.origin == FileOrigin::Job);
     let at = frames
         .iter()
-        .rposition(|&f| table.frame(f).is_some_and(|e| e.origin == FileOrigin::Job))
+        .rposition(|&f| job(f) && rises(f))
+        .or_else(|| frames.iter().rposition(|&f| job(f)))
         .or_else(|| frames.iter().rposition(code))?;
     let inside = frames[at + 1..].iter().find(|f| code(f)).copied();
     Some((frames[at], inside))
@@ -116,7 +131,47 @@ struct AtFunction {
     callees: HashMap<FrameId, u64>,
 }
 
+/// For each frame, the trainer's GPU-idle and GPU-busy samples whose stack holds it.
+fn frame_presence(
+    table: &StackTable,
+    facts: &ThreadFacts<'_>,
+) -> (HashMap<FrameId, (u64, u64)>, u64, u64) {
+    let mut presence: HashMap<FrameId, (u64, u64)> = HashMap::new();
+    let (mut idle_total, mut busy_total) = (0u64, 0u64);
+    for (&stack, counts) in &facts.activity.stacks {
+        let (idle, busy) = (counts.gpu_idle.total(), counts.gpu_busy.total());
+        let Some(entry) = table.stacks().get(stack as usize) else {
+            continue;
+        };
+        idle_total += idle;
+        busy_total += busy;
+        let mut seen: Vec<FrameId> = Vec::with_capacity(entry.frames.len());
+        for &f in entry.frames.iter() {
+            if !seen.contains(&f) {
+                seen.push(f);
+                let slot = presence.entry(f).or_default();
+                slot.0 += idle;
+                slot.1 += busy;
+            }
+        }
+    }
+    (presence, idle_total, busy_total)
+}
+
 fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<TrainerWhileIdle> {
+    let (presence, idle_total, busy_total) = frame_presence(table, facts);
+    let share = |n: u64, total: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            n as f64 / total as f64
+        }
+    };
+    let rises = |f: FrameId| {
+        presence.get(&f).is_some_and(|&(idle, busy)| {
+            share(idle, idle_total) - share(busy, busy_total) >= MIN_FRAME_RISE
+        })
+    };
     // By function, so that a loop running over several lines counts as one place.
     let mut at: HashMap<u32, AtFunction> = HashMap::new();
     let mut total = 0u64;
@@ -129,7 +184,7 @@ fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<Tra
             continue;
         };
         total += idle.total();
-        let Some((frame, inside)) = job_frame(table, &entry.frames) else {
+        let Some((frame, inside)) = job_frame(table, &entry.frames, rises) else {
             continue;
         };
         let Some(function) = table.frame(frame).and_then(|f| f.function) else {

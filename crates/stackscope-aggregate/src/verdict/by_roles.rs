@@ -9,6 +9,7 @@
 //!   preprocessing); mostly busy with regular stalls (a checkpoint, evaluation, logging).
 
 use super::class::{Verdict, VerdictClass, GPU_BOUND_ABOVE, PREPROCESSING_BELOW, STARVED_BELOW};
+use super::idle_path::IdlePath;
 use crate::gpu::cycle::Cycle;
 use crate::roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 use crate::roles::Role;
@@ -19,8 +20,24 @@ pub const FEEDERS_BUSY: f64 = 0.6;
 /// its GPU-idle samples.
 const TRAINER_LINE_SHARE: f64 = 0.5;
 
-/// The verdict by roles, when the roles explain the GPU's idle time.
-pub fn by_roles(mean: f64, cycle: Option<&Cycle>, while_idle: &WhileIdle) -> Option<Verdict> {
+/// The verdict by roles, when the roles explain the GPU's idle time. Where the trainer ran
+/// (rather than waited) while the GPU idled, `idle_path`, the call path that sets GPU-idle time
+/// apart, is named after its line.
+pub fn by_roles(
+    mean: f64,
+    cycle: Option<&Cycle>,
+    while_idle: &WhileIdle,
+    idle_path: Option<&IdlePath>,
+) -> Option<Verdict> {
+    let mut verdict = by_trainer(mean, cycle, while_idle)?;
+    if let (Some(path), false) = (idle_path, while_idle.trainer_waits()) {
+        verdict.text.push(' ');
+        verdict.text.push_str(&path.sentence());
+    }
+    Some(verdict)
+}
+
+fn by_trainer(mean: f64, cycle: Option<&Cycle>, while_idle: &WhileIdle) -> Option<Verdict> {
     let trainer = while_idle.trainer.as_ref()?;
     let busy_feeders: Vec<&FeedersWhileIdle> = while_idle.busy_feeders(FEEDERS_BUSY).collect();
     let rhythm = cycle.map_or(String::new(), |c| format!(": {}", c.describe()));
@@ -195,7 +212,7 @@ mod tests {
             )),
             feeders: vec![workers(0.99)],
         };
-        let v = by_roles(21.0, Some(&CYCLE), &w).expect("a verdict");
+        let v = by_roles(21.0, Some(&CYCLE), &w, None).expect("a verdict");
         assert_eq!(v.class, VerdictClass::InputPipeline);
         for part in [
             "starved (mean utilization 21%): busy ~1.1 s every ~4.7 s",
@@ -212,7 +229,7 @@ mod tests {
             ..w
         };
         assert_eq!(
-            by_roles(21.0, Some(&CYCLE), &w).map(|v| v.class),
+            by_roles(21.0, Some(&CYCLE), &w, None).map(|v| v.class),
             Some(VerdictClass::Starved)
         );
     }
@@ -223,7 +240,7 @@ mod tests {
             trainer: Some(trainer(None, "save_checkpoint (ckpt.py:40)")),
             feeders: vec![],
         };
-        let v = by_roles(70.0, Some(&CYCLE), &w).expect("a stall");
+        let v = by_roles(70.0, Some(&CYCLE), &w, None).expect("a stall");
         assert_eq!(v.class, VerdictClass::PeriodicStall);
         assert!(v.text.contains("idles ~3.6 s every ~4.7 s"), "{}", v.text);
         assert!(
@@ -231,7 +248,7 @@ mod tests {
             "{}",
             v.text
         );
-        let v = by_roles(45.0, Some(&CYCLE), &w).expect("a swing");
+        let v = by_roles(45.0, Some(&CYCLE), &w, None).expect("a swing");
         assert_eq!(v.class, VerdictClass::CpuPreprocessing);
         assert!(v.text.contains("busy ~1.1 s every ~4.7 s"), "{}", v.text);
         assert!(
@@ -240,15 +257,18 @@ mod tests {
             v.text
         );
         // No cycle, or a GPU-bound job: the utilization classes decide.
-        assert_eq!(by_roles(55.0, None, &w), None);
-        assert_eq!(by_roles(95.0, Some(&CYCLE), &w), None);
-        let v = by_roles(12.0, None, &w).expect("starved");
+        assert_eq!(by_roles(55.0, None, &w, None), None);
+        assert_eq!(by_roles(95.0, Some(&CYCLE), &w, None), None);
+        let v = by_roles(12.0, None, &w, None).expect("starved");
         assert_eq!(v.class, VerdictClass::Starved);
         assert!(v.text.contains("runs at save_checkpoint"), "{}", v.text);
     }
 
     #[test]
     fn no_trainer_no_verdict_by_roles() {
-        assert_eq!(by_roles(10.0, Some(&CYCLE), &WhileIdle::default()), None);
+        assert_eq!(
+            by_roles(10.0, Some(&CYCLE), &WhileIdle::default(), None),
+            None
+        );
     }
 }

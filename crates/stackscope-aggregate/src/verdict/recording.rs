@@ -53,7 +53,7 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
     ) {
         return with_startup(low_sm, input.startup_secs);
     }
-    if let Some(by_roles) = by_roles(mean, input.cycle, input.while_idle) {
+    if let Some(by_roles) = by_roles(mean, input.cycle, input.while_idle, input.idle_path) {
         return with_startup(by_roles, input.startup_secs);
     }
     with_startup(by_utilization(mean, &input), input.startup_secs)

@@ -26,7 +26,7 @@ pub fn aggregate_config(header: &LogHeader) -> AggregateConfig {
         idle_below: header.idle_below,
         gpu_enabled: header.gpu_enabled,
         process_root: header.process_root,
-        leave_out_startup: header.leave_out_startup,
+        leave_out_startup: header.leave_out_startup.unwrap_or(false),
     }
 }
 
@@ -138,9 +138,11 @@ pub(crate) fn read_window<S: Sink>(
         config.include_idle = include_idle;
     }
     let old = OldSummary::read(dir);
-    // A log from before the header said so: a recording that knows its command's exit
-    // started the job itself (`record`).
-    config.leave_out_startup |= old.launched();
+    // A log from before the header said: a recording that knows its command's exit started
+    // the job itself (`record`).
+    if header.leave_out_startup.is_none() {
+        config.leave_out_startup = old.launched();
+    }
     // Start-up is the recording's beginning: a window that starts later has none.
     if window.from.is_some_and(|from| from > 0.0) {
         config.leave_out_startup = false;
