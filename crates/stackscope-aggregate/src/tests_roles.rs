@@ -177,3 +177,40 @@ fn attach_keeps_everything_and_a_gpu_never_busy_has_no_start_up() {
         .any(|f| f.function == "import_torch"));
     assert!(starved.mean_utilization.expect("mean") < 10.0);
 }
+
+/// Data loaded inline on the main thread (running in both phases) while torch's autograd
+/// engine, a native thread with no Python name, runs Python hooks only during the backward
+/// pass: the trainer is the main thread, not the native one.
+#[test]
+fn a_native_thread_busy_only_with_the_gpu_is_not_the_trainer() {
+    let mut agg = Aggregator::new(AggregateConfig::default(), Timestamp(0));
+    for t in (0..9_000u64).step_by(10) {
+        let training = t % 3_000 < 1_000;
+        if t % 160 == 0 {
+            let value = if training { 97.0 } else { 3.0 };
+            agg.handle(events::gpu_event(events::ms(t + 160), 0, value));
+        }
+        let frames: &[(&str, &str, u32)] = if training {
+            &[("train_step", "train.py", 20), ("main", "train.py", 41)]
+        } else {
+            &[("augment", "train.py", 30), ("main", "train.py", 40)]
+        };
+        agg.handle(at(TRAINER, t, true, frames));
+        // The engine's thread runs a hook during the backward pass and waits otherwise.
+        let engine = events::thread(2, Some(1010), None, training);
+        let hook = [("backward_hook", "torch/autograd/function.py", 5)];
+        agg.handle(events::stack(events::ms(t), TRAINER, &engine, &hook));
+    }
+    agg.finish();
+    let s = summary(&agg);
+    let trainer = s
+        .roles
+        .iter()
+        .find(|r| r.role == Role::Trainer)
+        .expect("trainer");
+    assert_eq!(trainer.thread, "MainThread", "{:?}", s.roles);
+    let gpu = s.gpu.expect("gpu");
+    let line = gpu.while_idle.trainer.expect("trainer's line");
+    assert_eq!(line.frame, "augment (train.py:30)");
+    assert_eq!(line.waiting_in, None);
+}

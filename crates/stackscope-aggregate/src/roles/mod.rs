@@ -1,8 +1,8 @@
 //! Roles: the job read as the people who run it read it.
 //!
-//! - the **trainer**: the thread that drives the GPU. Among the threads of processes that are
-//!   neither DataLoader workers nor helpers, the one whose samples run while the GPU works and
-//!   wait while it idles; the target's main thread when no thread stands out that way.
+//! - the **trainer**: the thread that drives the GPU. Among the Python threads of processes that
+//!   are neither DataLoader workers nor helpers, the one whose samples run while the GPU works
+//!   and wait while it idles; the target's main thread when no thread stands out that way.
 //! - its **feeders**: the other processes of the tree that hand it data: DataLoader workers,
 //!   recognised by their frames (`_worker_loop` of `torch/utils/data/_utils/worker.py`) and
 //!   numbered in the order they were started, and any other process whose main thread works
@@ -60,6 +60,9 @@ pub struct ThreadFacts<'a> {
     pub python_thread_id: u64,
     pub os_thread_id: Option<u64>,
     pub name: &'a str,
+    /// Whether its name was read (a thread Python's `threading` started); native threads that
+    /// run Python callbacks (torch's autograd engine) have none.
+    pub named: bool,
     pub activity: &'a Activity,
 }
 
@@ -206,8 +209,11 @@ fn choose_trainer<'a>(
     candidates: &[&'a ThreadFacts<'a>],
     root_pid: u32,
 ) -> Option<&'a ThreadFacts<'a>> {
+    // A native thread (torch's autograd engine runs the backward pass and its Python hooks on
+    // one) runs only while the GPU works and would stand out; the loop is a Python thread.
     let standing_out = candidates
         .iter()
+        .filter(|t| t.named)
         .filter_map(|t| {
             let a = &t.activity.totals;
             contrast(a.gpu_busy, a.gpu_idle).map(|c| (c, *t))
@@ -249,6 +255,7 @@ pub fn with_facts<R>(aggregator: &Aggregator, f: impl FnOnce(&[ThreadFacts<'_>])
             python_thread_id: t.python_thread_id,
             os_thread_id: t.os_thread_id,
             name: &t.name,
+            named: t.named,
             activity: &t.activity,
         })
         .collect();
