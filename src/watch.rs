@@ -82,7 +82,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             continue;
         }
         let gpu_idle = gpu_state.tag_at(now).idle();
-        match detector.observe(now, signature, gpu_idle) {
+        match detector.observe(now, signature) {
             Some(HangEvent::Hung { unchanged_secs }) => {
                 let utilization = gpu_state.utilization_at(now);
                 let path = write_hang_report(&config, unchanged_secs, gpu_idle, utilization)?;

@@ -46,10 +46,10 @@ pub use gpu::{
     DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
 pub use jobs::{
-    find_stragglers, group_threads, helper_kind, merge_dumps, merge_recordings, rank_ranges,
-    rerooted, HangDetector, HangEvent, HostedProcess, MergedDump, MergedGroup, MergedRecordings,
-    OddRank, ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, ThreadGroup,
-    ThreadRef,
+    find_stragglers, group_threads, helper_kind, is_hung, merge_dumps, merge_recordings,
+    rank_ranges, rerooted, GpuHangState, HangDetector, HangEvent, HangGpu, HostedProcess,
+    MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
+    RecordingInput, Straggler, ThreadGroup, ThreadRef,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};

@@ -221,6 +221,20 @@ impl<T> GpuTagger<T> {
         }
     }
 
+    /// The mean utilization and SM activity (where there is GPM) over the readings it holds
+    /// from `since` on (the last few seconds: what a hang report says of the GPU while nothing
+    /// moved); `None` without a utilization reading there.
+    pub fn recent_means(&self, since: Timestamp) -> Option<(f64, Option<f64>)> {
+        let mean = |series: &BTreeMap<u32, VecDeque<(Timestamp, f32)>>| {
+            let values: Vec<f64> = series
+                .values()
+                .flat_map(|s| s.iter().filter(|r| r.0 >= since).map(|r| f64::from(r.1)))
+                .collect();
+            (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+        };
+        Some((mean(&self.readings)?, mean(&self.sm_readings)))
+    }
+
     /// The mean SM activity at `time` of the devices with a GPM reading covering it.
     fn sm_active_at(&self, time: Timestamp) -> Option<f32> {
         let values: Vec<f32> = self

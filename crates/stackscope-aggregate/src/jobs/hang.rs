@@ -1,7 +1,91 @@
-//! Deciding that a job hangs: its stacks stopped changing for long enough (and its GPU, when
-//! there is GPU data, idles too). One report per hang: a new one only after progress resumed.
+//! Deciding that a job hangs, and what its GPU says about the hang: the one hang rule, used by
+//! `watch`, the metrics endpoint's `stackscope_hung` and a recording's summary.
+//!
+//! The rule: no thread's Python stack changed for the threshold ([`is_hung`]). The GPU does not
+//! veto a hang, it classifies it ([`HangGpu`]): a rank stuck in a collective keeps an NCCL
+//! kernel spinning, so the GPU reads 100% "utilized" while nothing moves. One report per hang:
+//! a new one only after progress resumed.
 
+use serde::{Deserialize, Serialize};
 use stackscope_event::Timestamp;
+
+use crate::gpu::{is_idle, is_low};
+
+/// The one hang rule: stacks unchanged for `unchanged_nanos` hang past `hang_after_nanos`.
+pub fn is_hung(unchanged_nanos: u64, hang_after_nanos: u64) -> bool {
+    unchanged_nanos >= hang_after_nanos
+}
+
+/// What the GPU did while the job did not move: `"gpu": {"state": ...}` of a hang report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuHangState {
+    /// The job waits on something on the host: a lock, a peer, I/O.
+    Idle,
+    /// Busy by utilization with few SMs at work (or, without GPM, frozen in a CUDA wait):
+    /// stuck in a kernel or a collective, the NCCL signature.
+    BusyLowSm,
+    /// Busy with SMs active: a kernel still working.
+    Busy,
+}
+
+/// The GPU over a hang, as a hang report's JSON writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HangGpu {
+    pub state: GpuHangState,
+    pub mean_utilization: f64,
+    pub mean_sm_active_pct: Option<f64>,
+}
+
+impl HangGpu {
+    /// Classifies a hang by the GPU's mean utilization and SM activity over it. Without GPM,
+    /// `frozen_in_cuda_wait` (a stack frozen in a CUDA synchronisation or a collective) stands
+    /// for low SM activity.
+    pub fn classify(
+        mean_utilization: f64,
+        mean_sm_active_pct: Option<f64>,
+        idle_below: f64,
+        frozen_in_cuda_wait: bool,
+    ) -> HangGpu {
+        let state = if is_idle(mean_utilization, idle_below) {
+            GpuHangState::Idle
+        } else {
+            match mean_sm_active_pct {
+                Some(sm) if is_low(mean_utilization, sm) => GpuHangState::BusyLowSm,
+                None if frozen_in_cuda_wait => GpuHangState::BusyLowSm,
+                _ => GpuHangState::Busy,
+            }
+        };
+        HangGpu {
+            state,
+            mean_utilization,
+            mean_sm_active_pct,
+        }
+    }
+
+    /// What the hang is, in words: "the GPU idles (3% utilization): the job waits on
+    /// something on the host (a lock, a peer, I/O)".
+    pub fn sentence(&self) -> String {
+        let util = self.mean_utilization;
+        let sm = self
+            .mean_sm_active_pct
+            .map_or(String::new(), |sm| format!(", SM activity {sm:.0}%"));
+        match self.state {
+            GpuHangState::Idle => format!(
+                "the GPU idles ({util:.0}% utilization{sm}): the job waits on something on the \
+                 host (a lock, a peer, I/O)"
+            ),
+            GpuHangState::BusyLowSm => format!(
+                "the GPU reads busy ({util:.0}% utilization{sm}) while nothing moves: stuck in a \
+                 kernel or a collective (the NCCL signature: a peer that never comes)"
+            ),
+            GpuHangState::Busy => format!(
+                "the GPU is busy ({util:.0}% utilization{sm}): a kernel is still working; the \
+                 stacks wait on it"
+            ),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HangEvent {
@@ -28,15 +112,8 @@ impl HangDetector {
         }
     }
 
-    /// Takes one observation: a fingerprint of every thread's stack at `time`, and whether the
-    /// GPU idles (`None` without GPU data). A busy GPU means the job moves even when Python
-    /// sits in one place (a long kernel), so it vetoes a hang.
-    pub fn observe(
-        &mut self,
-        time: Timestamp,
-        signature: u64,
-        gpu_idle: Option<bool>,
-    ) -> Option<HangEvent> {
+    /// Takes one observation: a fingerprint of every thread's stack at `time`.
+    pub fn observe(&mut self, time: Timestamp, signature: u64) -> Option<HangEvent> {
         if self.last_signature != Some(signature) {
             self.last_signature = Some(signature);
             self.last_change = time;
@@ -47,7 +124,7 @@ impl HangDetector {
             return None;
         }
         let unchanged = time.0.saturating_sub(self.last_change.0);
-        if !self.reported && unchanged >= self.hang_after_nanos && gpu_idle != Some(false) {
+        if !self.reported && is_hung(unchanged, self.hang_after_nanos) {
             self.reported = true;
             return Some(HangEvent::Hung {
                 unchanged_secs: unchanged as f64 / 1e9,
@@ -68,39 +145,52 @@ mod tests {
     #[test]
     fn one_report_per_hang_and_another_after_progress() {
         let mut d = HangDetector::new(5.0);
-        assert_eq!(d.observe(at(0), 1, None), None);
-        assert_eq!(d.observe(at(4), 1, None), None);
+        assert_eq!(d.observe(at(0), 1), None);
+        assert_eq!(d.observe(at(4), 1), None);
         assert_eq!(
-            d.observe(at(5), 1, None),
+            d.observe(at(5), 1),
             Some(HangEvent::Hung {
                 unchanged_secs: 5.0
             })
         );
-        assert_eq!(d.observe(at(9), 1, None), None, "reported once");
-        assert_eq!(d.observe(at(10), 2, None), Some(HangEvent::Resumed));
-        assert_eq!(d.observe(at(14), 2, None), None);
-        assert!(matches!(
-            d.observe(at(15), 2, None),
-            Some(HangEvent::Hung { .. })
-        ));
+        assert_eq!(d.observe(at(9), 1), None, "reported once");
+        assert_eq!(d.observe(at(10), 2), Some(HangEvent::Resumed));
+        assert_eq!(d.observe(at(14), 2), None);
+        assert!(matches!(d.observe(at(15), 2), Some(HangEvent::Hung { .. })));
     }
 
     #[test]
     fn changing_stacks_never_hang() {
         let mut d = HangDetector::new(2.0);
         for s in 0..100 {
-            assert_eq!(d.observe(at(s), s % 3, None), None);
+            assert_eq!(d.observe(at(s), s % 3), None);
         }
     }
 
     #[test]
-    fn a_busy_gpu_vetoes_a_hang() {
-        let mut d = HangDetector::new(2.0);
-        d.observe(at(0), 7, Some(false));
-        assert_eq!(d.observe(at(10), 7, Some(false)), None);
-        assert!(matches!(
-            d.observe(at(11), 7, Some(true)),
-            Some(HangEvent::Hung { .. })
-        ));
+    fn the_gpu_classifies_a_hang_and_vetoes_none() {
+        let idle = HangGpu::classify(3.0, Some(1.0), 30.0, false);
+        assert_eq!(idle.state, GpuHangState::Idle);
+        assert!(idle.sentence().contains("waits on something on the host"));
+        let nccl = HangGpu::classify(100.0, Some(1.0), 30.0, false);
+        assert_eq!(nccl.state, GpuHangState::BusyLowSm);
+        assert!(nccl
+            .sentence()
+            .contains("stuck in a kernel or a collective"));
+        assert!(nccl.sentence().contains("SM activity 1%"));
+        assert_eq!(
+            HangGpu::classify(100.0, Some(90.0), 30.0, false).state,
+            GpuHangState::Busy
+        );
+        // Without GPM, a stack frozen in a CUDA wait stands for idle SMs.
+        assert_eq!(
+            HangGpu::classify(99.0, None, 30.0, true).state,
+            GpuHangState::BusyLowSm
+        );
+        assert_eq!(
+            HangGpu::classify(99.0, None, 30.0, false).state,
+            GpuHangState::Busy
+        );
+        assert!(is_hung(5, 5) && !is_hung(4, 5));
     }
 }

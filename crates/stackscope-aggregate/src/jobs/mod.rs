@@ -10,7 +10,7 @@ mod merge;
 mod ranks;
 
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
-pub use hang::{HangDetector, HangEvent};
+pub use hang::{is_hung, GpuHangState, HangDetector, HangEvent, HangGpu};
 pub use helpers::{helper_by_command_line, helper_kind};
 pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
