@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
-use stackscope_aggregate::{GpuTag, GpuTagger};
+use stackscope_aggregate::{is_hung, GpuTag, GpuTagger};
 use stackscope_event::{Event, Frame, RankInfo, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
@@ -93,8 +93,12 @@ impl MetricsState {
         self.samples += 1;
         self.gpu.hold(time, ());
         self.count_gpu_idle();
+        // The hang rule looks at Python frames: native frames move in a thread stuck in Python
+        // (a spin-wait, a retried syscall).
         let mut hasher = DefaultHasher::new();
-        frames.hash(&mut hasher);
+        for frame in frames.iter().filter(|f| !f.native) {
+            frame.hash(&mut hasher);
+        }
         let signature = hasher.finish();
         let process = self.processes.entry(pid).or_insert_with(|| Progress {
             // Read once per process: its environment does not change.
@@ -131,7 +135,6 @@ impl MetricsState {
     /// The page, in Prometheus's text exposition format (version 0.0.4).
     pub fn render(&self, now: Timestamp) -> String {
         let mut out = String::new();
-        let gpu_busy = self.gpu.tag_at(now).idle() == Some(false);
         let header = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -147,12 +150,12 @@ impl MetricsState {
             &mut out,
             "stackscope_hung",
             "gauge",
-            "1 while the process's stacks have not changed for --hang-after seconds (and its GPU \
-             is not busy), else 0.",
+            "1 while no thread of the process has changed its Python stack for --hang-after \
+             seconds, whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
         );
         for (pid, p) in &self.processes {
             let unchanged = now.0.saturating_sub(p.last_change.0);
-            let hung = unchanged >= self.hang_after_nanos && !gpu_busy;
+            let hung = is_hung(unchanged, self.hang_after_nanos);
             let _ = writeln!(
                 out,
                 "stackscope_hung{{{}}} {}",
@@ -374,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_gpu_vetoes_a_hang_and_idle_samples_are_counted() {
+    fn a_busy_gpu_does_not_veto_a_hang_and_idle_samples_are_counted() {
         let mut m = MetricsState::new(1.0, 30.0);
         let reading = |time, utilization| {
             Event::Gpu(stackscope_event::GpuSample {
@@ -387,7 +390,15 @@ mod tests {
         m.observe_stack(1, 1, &frames(3), secs(0));
         m.observe(&reading(secs(4), 95.0));
         m.observe(&reading(secs(5), 95.0));
-        assert!(m.render(secs(5)).contains("} 0\n"));
+        // Stuck for 5 s with the GPU busy: hung (the NCCL signature), not vetoed.
+        assert!(m
+            .render(secs(5))
+            .contains("stackscope_hung{pid=\"1\",rank=\"\",host=\""));
+        assert!(
+            m.render(secs(5)).contains("\"} 1\n"),
+            "{}",
+            m.render(secs(5))
+        );
         // The stack at 5 s waits for the reading covering it (5 s to 6 s): idle.
         m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001));
         assert!(m
