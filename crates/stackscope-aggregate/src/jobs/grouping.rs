@@ -44,9 +44,9 @@ impl ThreadGroup<'_> {
 /// What makes two threads the same: their frames (not their locals). Not whether the OS saw
 /// them running: two threads blocked at the same line are the same whatever the scheduler was
 /// doing at the instant each was read.
-type StackKey = Vec<(String, String, u32, bool)>;
+pub(crate) type StackKey = Vec<(String, String, u32, bool)>;
 
-fn stack_key(thread: &ThreadDump) -> StackKey {
+pub(crate) fn stack_key(thread: &ThreadDump) -> StackKey {
     thread
         .frames
         .iter()
@@ -154,32 +154,23 @@ pub fn find_stragglers(processes: &[ProcessDump]) -> Vec<Straggler> {
 }
 
 fn odd_ones_out(peers: &[(&ProcessDump, &ThreadDump)], name_threads: bool) -> Vec<Straggler> {
-    if peers.len() < 3 {
-        return Vec::new();
-    }
-    let mut counts: HashMap<StackKey, usize> = HashMap::new();
-    for (_, t) in peers {
-        *counts.entry(stack_key(t)).or_default() += 1;
-    }
-    let Some((majority_key, together)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+    let keys: Vec<PlaceKey> = peers.iter().map(|(_, t)| place_key(t)).collect();
+    let Some((majority, together)) = clear_majority(&keys) else {
         return Vec::new();
     };
-    let apart = peers.len() - together;
-    // "Most wait in one place and one (or a few) is elsewhere": a clear majority, few apart.
-    if apart == 0 || together * 2 <= peers.len() || apart > (peers.len() / 4).max(1) {
-        return Vec::new();
-    }
     let Some(peers_location) = peers
         .iter()
-        .find(|(_, t)| stack_key(t) == majority_key)
-        .map(|(_, t)| innermost(t))
+        .zip(&keys)
+        .find(|(_, k)| **k == majority)
+        .map(|((_, t), _)| innermost(t))
     else {
         return Vec::new();
     };
     peers
         .iter()
-        .filter(|(_, t)| stack_key(t) != majority_key)
-        .map(|(p, t)| Straggler {
+        .zip(&keys)
+        .filter(|(_, k)| **k != majority)
+        .map(|((p, t), _)| Straggler {
             pid: p.pid,
             rank: p.rank.rank,
             thread: name_threads.then(|| t.display_name()),
@@ -190,6 +181,39 @@ fn odd_ones_out(peers: &[(&ProcessDump, &ThreadDump)], name_threads: bool) -> Ve
             together,
         })
         .collect()
+}
+
+/// Where a thread is, as peers are compared: its Python frames, innermost first. Native
+/// frames are left out: every waiting thread shares the innermost one (a futex wait in libc),
+/// and their addresses differ from process to process.
+pub(crate) type PlaceKey = Vec<(String, String, u32)>;
+
+pub(crate) fn place_key(thread: &ThreadDump) -> PlaceKey {
+    thread
+        .frames
+        .iter()
+        .filter(|f| !f.native)
+        .map(|f| (f.function.clone(), f.file.clone(), f.line))
+        .collect()
+}
+
+/// The place most peers share and how many share it, when "most wait in one place and one (or
+/// a few) is elsewhere": at least three peers, a clear majority, and few apart. `None` when
+/// there is no straggler to name (all together, or a job split in halves).
+pub(crate) fn clear_majority(keys: &[PlaceKey]) -> Option<(PlaceKey, usize)> {
+    if keys.len() < 3 {
+        return None;
+    }
+    let mut counts: HashMap<&PlaceKey, usize> = HashMap::new();
+    for key in keys {
+        *counts.entry(key).or_default() += 1;
+    }
+    let (majority, together) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+    let apart = keys.len() - together;
+    if apart == 0 || together * 2 <= keys.len() || apart > (keys.len() / 4).max(1) {
+        return None;
+    }
+    Some((majority.clone(), together))
 }
 
 /// The thread that stands for its process: `MainThread`, else the first one read.
@@ -207,10 +231,12 @@ fn family_name(name: &str) -> String {
         .to_owned()
 }
 
-fn innermost(thread: &ThreadDump) -> String {
+/// The label of a thread's innermost Python frame: where it is, for a reader.
+pub(crate) fn innermost(thread: &ThreadDump) -> String {
     thread
         .frames
-        .first()
+        .iter()
+        .find(|f| !f.native)
         .map(FrameDump::label)
         .unwrap_or_else(|| "no Python frames".to_owned())
 }
@@ -343,5 +369,44 @@ mod tests {
         assert!(find_stragglers(&[process(1, None, threads)]).is_empty());
         let all_same: Vec<ThreadDump> = (0..4).map(|i| thread("w-", i, &[("a", 1)])).collect();
         assert!(find_stragglers(&[process(1, None, all_same)]).is_empty());
+    }
+
+    /// Ranks blocked on a lock and on an event share the innermost native frame (a futex wait
+    /// in libc); the straggler is told apart, and named, by its Python frames.
+    #[test]
+    fn stragglers_are_compared_and_named_by_python_frames() {
+        let futex = |frames: &[(&str, u32)]| {
+            let mut t = thread("MainThread", 1, frames);
+            t.frames.insert(
+                0,
+                FrameDump {
+                    function: "libc.so.6+0x98e51".to_owned(),
+                    file: "libc.so.6".to_owned(),
+                    line: 0,
+                    native: true,
+                    locals: None,
+                    path: None,
+                },
+            );
+            t
+        };
+        let waiting = [("all_reduce", 40), ("train", 60)];
+        let mut ranks: Vec<ProcessDump> = (1..=3)
+            .map(|pid| process(pid, Some(100), vec![futex(&waiting)]))
+            .collect();
+        ranks.push(process(
+            4,
+            Some(100),
+            vec![futex(&[
+                ("refresh_index", 22),
+                ("load_shard", 50),
+                ("train", 58),
+            ])],
+        ));
+        let found = find_stragglers(&ranks);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pid, 4);
+        assert_eq!(found[0].location, "refresh_index (job.py:22)");
+        assert_eq!(found[0].peers_location, "all_reduce (job.py:40)");
     }
 }

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::grouping::main_thread;
+use super::grouping::{
+    clear_majority, innermost, main_thread, place_key, stack_key, PlaceKey, StackKey,
+};
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump, ThreadState};
 
@@ -87,16 +89,6 @@ pub struct MergedGroup {
 pub struct HostedProcess<'a> {
     pub host: &'a str,
     pub process: &'a ProcessDump,
-}
-
-type StackKey = Vec<(String, String, u32, bool)>;
-
-fn stack_key(thread: &ThreadDump) -> StackKey {
-    thread
-        .frames
-        .iter()
-        .map(|f| (f.function.clone(), f.file.clone(), f.line, f.native))
-        .collect()
 }
 
 /// Merges the processes of many dumps.
@@ -238,31 +230,23 @@ fn rank_stragglers(processes: &[HostedProcess<'_>]) -> Vec<RankStraggler> {
             .filter_map(|p| main_thread(p.process).map(|t| (p, t)))
             .collect();
     }
-    if peers.len() < 3 {
-        return Vec::new();
-    }
-    let mut counts: HashMap<StackKey, usize> = HashMap::new();
-    for (_, t) in &peers {
-        *counts.entry(stack_key(t)).or_default() += 1;
-    }
-    let Some((majority, together)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
-        return Vec::new();
-    };
-    let apart = peers.len() - together;
+    let keys: Vec<PlaceKey> = peers.iter().map(|(_, t)| place_key(t)).collect();
     // A clear majority in one place and a few elsewhere; a job split in halves has no
     // straggler to name, its groups say it all.
-    if apart == 0 || together * 2 <= peers.len() || apart > (peers.len() / 4).max(1) {
+    let Some((majority, together)) = clear_majority(&keys) else {
         return Vec::new();
-    }
+    };
     let peers_location = peers
         .iter()
-        .find(|(_, t)| stack_key(t) == majority)
-        .map(|(_, t)| innermost(t))
+        .zip(&keys)
+        .find(|(_, k)| **k == majority)
+        .map(|((_, t), _)| innermost(t))
         .unwrap_or_default();
     let mut out: Vec<RankStraggler> = peers
         .iter()
-        .filter(|(_, t)| stack_key(t) != majority)
-        .map(|(p, t)| RankStraggler {
+        .zip(&keys)
+        .filter(|(_, k)| **k != majority)
+        .map(|((p, t), _)| RankStraggler {
             place: ProcessPlace {
                 host: p.host.to_owned(),
                 pid: p.process.pid,
@@ -315,14 +299,6 @@ fn rank_leaders(processes: &[HostedProcess<'_>]) -> Vec<bool> {
             !inherited && !launcher
         })
         .collect()
-}
-
-fn innermost(thread: &ThreadDump) -> String {
-    thread
-        .frames
-        .first()
-        .map(FrameDump::label)
-        .unwrap_or_else(|| "no Python frames".to_owned())
 }
 
 /// `0-5, 7, 9-11` from sorted, distinct ranks.
