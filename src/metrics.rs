@@ -238,8 +238,8 @@ pub fn lock(metrics: &SharedMetrics) -> MutexGuard<'_, MetricsState> {
 }
 
 /// How long `attach` and `top` (which have no `--hang-after`) wait before a process counts as
-/// hung in `stackscope_hung`.
-pub const DEFAULT_HANG_AFTER_SECS: f64 = 300.0;
+/// hung in `stackscope_hung`: the hang rule's default.
+pub use stackscope_aggregate::DEFAULT_HANG_AFTER_SECS;
 
 /// The metrics and their server, when `--metrics-addr` asked for them. The server stops when
 /// this is dropped.

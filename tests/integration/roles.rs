@@ -367,3 +367,22 @@ fn the_twelve_worker_recording_is_not_an_input_pipeline() {
         Some(12)
     );
 }
+
+/// A job stuck in one GPU kernel (utilization 99-100%, SM activity ~1%, Python waiting in
+/// `evaluate`): stuck, not launch-bound.
+#[test]
+fn the_kernel_hang_recording_is_stuck_not_launch_bound() {
+    let (out, gpu) = replay("gpu-kernel-hang");
+    let verdict = &gpu["verdict"];
+    assert_eq!(text(&verdict["class"]), "stuck", "{verdict}");
+    let words = text(&verdict["text"]);
+    assert!(words.contains("evaluate (stuck.py:21)"), "{words}");
+    assert!(
+        words.contains("stuck in a kernel or a collective"),
+        "{words}"
+    );
+    assert!(!words.contains("launch-bound"), "{words}");
+    let stuck = &out.summary()["stuck"];
+    assert_eq!(stuck["whole_recording"], true, "{stuck}");
+    assert!(num(&stuck["unchanged_secs"], "unchanged") > 7.0, "{stuck}");
+}

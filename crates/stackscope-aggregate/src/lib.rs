@@ -47,9 +47,10 @@ pub use gpu::{
 };
 pub use jobs::{
     find_stragglers, group_threads, helper_kind, is_hung, merge_dumps, merge_recordings,
-    rank_ranges, rerooted, GpuHangState, HangDetector, HangEvent, HangGpu, HostedProcess,
-    MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
-    RecordingInput, Straggler, ThreadGroup, ThreadRef,
+    rank_ranges, rerooted, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu,
+    HostedProcess, MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow,
+    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
+    DEFAULT_HANG_AFTER_SECS,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};

@@ -8,6 +8,7 @@ use crate::fold::{
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
 use crate::gpu::{bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary};
+use crate::jobs::{FrozenThread, HangGpu, Stuck};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
 use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
@@ -19,6 +20,8 @@ const CYCLE_STEP_NANOS: u64 = 100_000_000;
 /// The cycle search looks at the latest stretch of this length, so its cost stays fixed
 /// however long the recording: a training loop's rhythm shows within minutes.
 const CYCLE_WINDOW_NANOS: u64 = 600_000_000_000;
+/// How many frozen threads a stuck recording names.
+const STUCK_THREADS: usize = 5;
 /// How many functions the start-up's list holds.
 const STARTUP_FUNCTIONS: usize = 5;
 
@@ -74,6 +77,10 @@ pub struct Summary {
     /// What each thread is to the job: the trainer, its feeders, helpers (`roles/`).
     #[serde(default)]
     pub roles: Vec<ThreadRole>,
+    /// When the target did not move (the hang rule over the recording): for how long, and
+    /// where its threads are frozen. `None` when it moved.
+    #[serde(default)]
+    pub stuck: Option<Stuck>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +195,7 @@ impl Aggregator {
             gpu: self.gpu_summary(meta),
             gpu_unavailable: meta.gpu_unavailable.clone(),
             roles: roles::of(self, meta.pid).threads,
+            stuck: self.stuck(),
         }
     }
 
@@ -246,7 +254,11 @@ impl Aggregator {
         });
         let roles = roles::of(self, meta.pid);
         let while_idle = roles::while_idle_of(self, &roles);
+        let stuck = self.stuck();
+        let hang_gpu = mean_utilization
+            .map(|mean| HangGpu::classify(mean, mean_sm_active, f64::from(idle_below), false));
         let verdict = verdict(VerdictInput {
+            stuck: stuck.as_ref().zip(hang_gpu),
             mean_utilization,
             cycle: cycle.as_ref(),
             while_idle: &while_idle,
@@ -293,6 +305,38 @@ impl Aggregator {
         let grid = resample_mean(series, from, last, CYCLE_STEP_NANOS);
         let bursts = bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
         cycle(&bursts, from, from + grid.len() as u64 * CYCLE_STEP_NANOS)
+    }
+
+    /// Whether the target did not move (`Stuck::judge`), with where its busiest threads are.
+    fn stuck(&self) -> Option<Stuck> {
+        let unchanged_secs = self.motion.unchanged_secs();
+        let whole_recording = Stuck::judge(unchanged_secs, self.motion.span_secs())?;
+        let mut threads: Vec<_> = self.threads.iter().collect();
+        threads.sort_by(|a, b| {
+            b.activity
+                .totals
+                .all()
+                .total()
+                .cmp(&a.activity.totals.all().total())
+                .then(a.pid.cmp(&b.pid))
+        });
+        let frozen = threads
+            .iter()
+            .filter_map(|t| {
+                let frame = t.last_frames.as_ref()?.iter().find(|f| !f.native)?;
+                Some(FrozenThread {
+                    pid: t.pid,
+                    thread: t.name.clone(),
+                    frame: frame.label(),
+                })
+            })
+            .take(STUCK_THREADS)
+            .collect();
+        Some(Stuck {
+            unchanged_secs,
+            whole_recording,
+            threads: frozen,
+        })
     }
 
     fn thread_summaries(&self) -> Vec<ThreadSummary> {

@@ -56,6 +56,10 @@ pub fn write_text_summary<W: Write>(
     } else if let Some(why) = &summary.gpu_unavailable {
         writeln!(w, "No GPU data: {why}")?;
     }
+    // With GPU data the verdict says it; without, this line is the only one that does.
+    if let (Some(stuck), None) = (&summary.stuck, &summary.gpu) {
+        writeln!(w, "Stuck: {}.", stuck.sentence())?;
+    }
     w.flush()?;
     Ok(())
 }

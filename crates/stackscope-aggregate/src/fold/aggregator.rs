@@ -8,6 +8,7 @@ use super::activity::follows_waiting;
 use super::buckets::{ThreadName, TimeBuckets};
 use super::intern::{FrameId, StackCounts, StackTable};
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
+use super::motion::{same_python_stack, Motion};
 use super::processes::ProcessTable;
 use super::tagged::{self, Held, Sink, Startup, Tagged};
 use super::threads::{thread_key, ThreadTable};
@@ -95,6 +96,8 @@ pub struct Aggregator {
     pub(crate) errors: ErrorCounts,
     /// Samples per stack and thread over time, for the HTML report.
     pub(crate) buckets: TimeBuckets,
+    /// When any thread's Python stack last changed: whether the target is stuck.
+    pub(crate) motion: Motion,
 }
 
 impl Aggregator {
@@ -128,6 +131,7 @@ impl Aggregator {
             idle_skipped: 0,
             errors: ErrorCounts::default(),
             buckets: TimeBuckets::new(start),
+            motion: Motion::default(),
         }
     }
 
@@ -173,6 +177,14 @@ impl Aggregator {
         if kept {
             thread.samples += 1;
         }
+        let moved = match &thread.last_frames {
+            Some(last) => !same_python_stack(last, &sample.frames),
+            None => true,
+        };
+        if moved {
+            thread.last_frames = Some(sample.frames.clone());
+        }
+        self.motion.sample(sample.time, moved);
         if self.config.process_root {
             self.processes.sample(sample.pid, kept);
         }

@@ -11,6 +11,7 @@ mod functions;
 mod intern;
 mod limits;
 mod meta;
+mod motion;
 mod processes;
 mod tagged;
 mod threads;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 
-use stackscope_event::ThreadInfo;
+use stackscope_event::{Frames, ThreadInfo};
 
 use super::activity::Activity;
 use super::intern::FrameId;
@@ -39,6 +39,8 @@ pub(crate) struct ThreadStat {
     pub lane: Option<u32>,
     /// What it did while the GPU idled and while it was busy, for roles and the verdict.
     pub activity: Activity,
+    /// Its latest stack, to tell whether it moved.
+    pub last_frames: Option<Frames>,
 }
 
 /// Threads folded out of the table.
@@ -101,6 +103,7 @@ impl ThreadTable {
             root: None,
             lane: None,
             activity: Activity::default(),
+            last_frames: None,
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;

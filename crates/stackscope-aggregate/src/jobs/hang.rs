@@ -11,9 +11,72 @@ use stackscope_event::Timestamp;
 
 use crate::gpu::{is_idle, is_low};
 
+/// How long a process must not move to count as hung where no `--hang-after` says (the
+/// metrics endpoint of `attach` and `top`, a recording's summary).
+pub const DEFAULT_HANG_AFTER_SECS: f64 = 300.0;
+/// A recording must span this long for "nothing moved in it" to say anything.
+pub const MIN_STUCK_SECS: f64 = 3.0;
+/// Slack for "the whole recording": threads are first read over the first tick or two.
+const WHOLE_RECORDING_SLACK_SECS: f64 = 1.0;
+
 /// The one hang rule: stacks unchanged for `unchanged_nanos` hang past `hang_after_nanos`.
 pub fn is_hung(unchanged_nanos: u64, hang_after_nanos: u64) -> bool {
     unchanged_nanos >= hang_after_nanos
+}
+
+/// A recording whose target did not move: `summary.json`'s `stuck`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stuck {
+    /// Seconds no thread's Python stack changed, up to the recording's end.
+    pub unchanged_secs: f64,
+    /// Whether that was the whole recording.
+    pub whole_recording: bool,
+    /// Where the threads are frozen, the busiest first.
+    pub threads: Vec<FrozenThread>,
+}
+
+/// One thread of a stuck target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrozenThread {
+    pub pid: u32,
+    pub thread: String,
+    /// Its innermost Python frame, `function (file:line)`.
+    pub frame: String,
+}
+
+impl Stuck {
+    /// Whether a recording whose threads' stacks were unchanged for `unchanged_secs` at its end,
+    /// out of `span_secs` sampled, is stuck: unchanged for the whole recording (at least
+    /// [`MIN_STUCK_SECS`]), or for [`DEFAULT_HANG_AFTER_SECS`] at its end. `Some(whole)`.
+    pub fn judge(unchanged_secs: f64, span_secs: f64) -> Option<bool> {
+        let whole =
+            span_secs >= MIN_STUCK_SECS && unchanged_secs + WHOLE_RECORDING_SLACK_SECS >= span_secs;
+        let hung = is_hung(
+            (unchanged_secs * 1e9) as u64,
+            (DEFAULT_HANG_AFTER_SECS * 1e9) as u64,
+        );
+        (whole || hung).then_some(whole)
+    }
+
+    /// "no thread's Python stack changed for 8.0 s (the whole recording). Frozen: MainThread
+    /// (pid 1048) at evaluate (stuck.py:30)".
+    pub fn sentence(&self) -> String {
+        let frozen: Vec<String> = self
+            .threads
+            .iter()
+            .map(|t| format!("{} (pid {}) at {}", t.thread, t.pid, t.frame))
+            .collect();
+        format!(
+            "no thread's Python stack changed for {:.1} s{}. Frozen: {}",
+            self.unchanged_secs,
+            if self.whole_recording {
+                " (the whole recording)"
+            } else {
+                " (to the end of the recording)"
+            },
+            frozen.join("; ")
+        )
+    }
 }
 
 /// What the GPU did while the job did not move: `"gpu": {"state": ...}` of a hang report.
@@ -192,5 +255,13 @@ mod tests {
             GpuHangState::Busy
         );
         assert!(is_hung(5, 5) && !is_hung(4, 5));
+    }
+
+    #[test]
+    fn a_recording_is_stuck_when_nothing_moved_in_all_of_it_or_for_the_threshold() {
+        assert_eq!(Stuck::judge(7.99, 8.0), Some(true));
+        assert_eq!(Stuck::judge(2.0, 8.0), None, "moved 6 s in");
+        assert_eq!(Stuck::judge(1.9, 2.0), None, "too short to say");
+        assert_eq!(Stuck::judge(DEFAULT_HANG_AFTER_SECS, 3600.0), Some(false));
     }
 }

@@ -10,7 +10,10 @@ mod merge;
 mod ranks;
 
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
-pub use hang::{is_hung, GpuHangState, HangDetector, HangEvent, HangGpu};
+pub use hang::{
+    is_hung, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu, Stuck,
+    DEFAULT_HANG_AFTER_SECS,
+};
 pub use helpers::{helper_by_command_line, helper_kind};
 pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,

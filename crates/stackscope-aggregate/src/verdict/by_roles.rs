@@ -116,7 +116,7 @@ fn input_pipeline(
             "{first} While it idles, the training loop waits for its next batch {} ({:.0}% of its \
              GPU-idle time); {}: the input pipeline cannot keep up; more workers or {faster} \
              feed the GPU.",
-            trainer_at(trainer),
+            place(trainer),
             trainer.share * 100.0,
             named.join("; ")
         ),
@@ -144,8 +144,16 @@ pub fn while_idle_sentence(while_idle: &WhileIdle) -> Option<String> {
 /// "waits at main (train.py:136) in Queue.get (...)" or "runs at load (x.py:3)".
 fn trainer_at(trainer: &TrainerWhileIdle) -> String {
     match &trainer.waiting_in {
-        Some(call) => format!("at {} in {call}", trainer.frame),
+        Some(_) => format!("waits {}", place(trainer)),
         None => format!("runs at {}", trainer.frame),
+    }
+}
+
+/// "at main (train.py:136) in Queue.get (...)", or "at load (x.py:3)".
+fn place(trainer: &TrainerWhileIdle) -> String {
+    match &trainer.waiting_in {
+        Some(call) => format!("at {} in {call}", trainer.frame),
+        None => format!("at {}", trainer.frame),
     }
 }
 

@@ -38,6 +38,9 @@ pub enum VerdictClass {
     /// Kernels run most of the time but on a small part of the GPU (utilization high, GPM SM
     /// activity low): launch-bound, small ops, or synchronisation. See `low_sm.rs`.
     LowSmActivity,
+    /// The target did not move (no thread's Python stack changed): a hang, not a performance
+    /// problem. See `jobs/hang.rs`.
+    Stuck,
     /// No utilization data.
     Unknown,
 }

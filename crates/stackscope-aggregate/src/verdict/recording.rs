@@ -12,11 +12,15 @@ use super::idle_path::IdlePath;
 use super::low_sm::low_sm_verdict;
 use crate::fold::FunctionStat;
 use crate::gpu::Cycle;
+use crate::jobs::{HangGpu, Stuck};
 use crate::roles::while_idle::WhileIdle;
 
 /// What the verdict is drawn from.
 #[derive(Debug, Clone, Copy)]
 pub struct VerdictInput<'a> {
+    /// The target did not move, and what its GPU did meanwhile: "stuck" instead of a
+    /// performance verdict.
+    pub stuck: Option<(&'a Stuck, HangGpu)>,
     pub mean_utilization: Option<f64>,
     /// The GPU's rhythm, when it has one.
     pub cycle: Option<&'a Cycle>,
@@ -43,6 +47,16 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
             text: "No GPU utilization was recorded, so there is no verdict.".to_owned(),
         };
     };
+    if let Some((stuck, gpu)) = input.stuck {
+        return Verdict {
+            class: VerdictClass::Stuck,
+            text: format!(
+                "The job is stuck, not slow: {}. Meanwhile {}.",
+                stuck.sentence(),
+                gpu.sentence()
+            ),
+        };
+    }
     // Utilization high but SM activity low is its own class, and keeps a GPU whose SMs idle
     // from reading GPU-bound.
     if let Some(low_sm) = low_sm_verdict(
@@ -161,6 +175,7 @@ mod tests {
             cycles: 3,
         });
         verdict(VerdictInput {
+            stuck: None,
             mean_utilization: mean,
             cycle: cycle.as_ref(),
             while_idle: &WhileIdle::default(),
@@ -205,6 +220,7 @@ mod tests {
     fn small_shares_are_not_named_but_the_first_always_is() {
         let idle = [stat("tiny", "a.py", 0.02), stat("tinier", "a.py", 0.01)];
         let v = verdict(VerdictInput {
+            stuck: None,
             mean_utilization: Some(10.0),
             cycle: None,
             while_idle: &WhileIdle::default(),
@@ -224,6 +240,7 @@ mod tests {
         let busy = [stat("launch", "train.py", 0.9)];
         let judge_sm = |sm: Option<f64>| {
             verdict(VerdictInput {
+                stuck: None,
                 mean_utilization: Some(97.0),
                 cycle: None,
                 while_idle: &WhileIdle::default(),
@@ -251,6 +268,7 @@ mod tests {
     #[test]
     fn no_idle_samples_is_said() {
         let v = verdict(VerdictInput {
+            stuck: None,
             mean_utilization: Some(99.0),
             cycle: None,
             while_idle: &WhileIdle::default(),
