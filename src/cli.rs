@@ -48,11 +48,11 @@ pub enum Command {
     #[command(
         after_help = "Example:\n  stackscope watch --pid 12345 --hang-after 300 -o hangs\n\n\
                             Samples every thread once a second (--rate). When no thread's Python \
-                            stack has changed for --hang-after seconds (and the GPU idles, where \
-                            there is GPU data), writes hang-TIMESTAMP.txt and .json (a full \
-                            grouped dump with locals) into the output directory, prints one line, \
-                            and keeps watching: a new report only after progress resumed and \
-                            stopped again."
+                            stack has changed for --hang-after seconds, writes hang-TIMESTAMP.txt \
+                            and .json (a full grouped dump with locals, and what the GPU did: \
+                            idle, busy_low_sm or busy) into the output directory, owner-only, \
+                            prints one line, and keeps watching: a new report only after progress \
+                            resumed and stopped again. Keeps the newest --keep-reports reports."
     )]
     Watch(WatchArgs),
     /// Write every output again for a time window of a recording, from its sample log.
@@ -217,6 +217,14 @@ pub struct WatchArgs {
     /// Also watch every Python process below it.
     #[arg(long)]
     pub subprocesses: bool,
+    /// Shows the values of locals whose names look like secrets (password, token, key...);
+    /// hang reports are kept on disk.
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// Hang reports kept in the output directory: after each new one, the oldest beyond this
+    /// many are removed.
+    #[arg(long, value_name = "N", default_value = "100", value_parser = parse_keep)]
+    pub keep_reports: usize,
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
@@ -326,6 +334,10 @@ pub struct DumpArgs {
     /// CUDA or NCCL call under the Python line that made it.
     #[arg(long)]
     pub native: bool,
+    /// Shows the values of locals whose names look like secrets (password, token, key...);
+    /// hang reports are kept on disk.
+    #[arg(long)]
+    pub show_secrets: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -338,6 +350,15 @@ fn parse_rate(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(rate)
+}
+
+fn parse_keep(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "expected how many hang reports to keep, 1 or more, not '{s}'"
+        )),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {

@@ -120,6 +120,8 @@ pub struct DumpConfig {
     pub locals: bool,
     pub subprocesses: bool,
     pub native: bool,
+    /// `--show-secrets`: locals with secret-looking names shown as they are.
+    pub show_secrets: bool,
 }
 
 impl From<DumpArgs> for DumpConfig {
@@ -130,6 +132,7 @@ impl From<DumpArgs> for DumpConfig {
             locals: args.locals,
             subprocesses: args.subprocesses,
             native: args.native,
+            show_secrets: args.show_secrets,
         }
     }
 }
@@ -191,6 +194,10 @@ pub struct WatchConfig {
     pub gpu: GpuSettings,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
+    /// `--show-secrets`: locals with secret-looking names shown as they are in hang reports.
+    pub show_secrets: bool,
+    /// `--keep-reports`: hang reports kept in `out_dir`, the newest.
+    pub keep_reports: usize,
 }
 
 impl WatchConfig {
@@ -205,6 +212,8 @@ impl WatchConfig {
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
             metrics_addr: args.metrics.metrics_addr,
+            show_secrets: args.show_secrets,
+            keep_reports: args.keep_reports,
         })
     }
 }

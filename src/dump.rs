@@ -11,11 +11,15 @@ pub fn run(config: DumpConfig) -> anyhow::Result<()> {
         locals: config.locals,
         native: config.native,
     };
-    let processes = if config.subprocesses {
+    let mut processes = if config.subprocesses {
         dump_tree(config.pid, &options)?
     } else {
         vec![dump_process(config.pid, &options)?]
     };
+    // Only locals can hold a secret; without --locals there are none to hide.
+    if !config.show_secrets {
+        stackscope_report::redact_secrets(&mut processes);
+    }
     let out = std::io::stdout().lock();
     if config.json {
         stackscope_report::write_dump_json(&processes, config.subprocesses, out)

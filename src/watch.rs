@@ -4,9 +4,13 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
-use stackscope_aggregate::{find_stragglers, GpuTagger, HangDetector, HangEvent};
+use anyhow::Context;
+use stackscope_aggregate::{
+    find_stragglers, GpuHangState, GpuTagger, HangDetector, HangEvent, HangGpu,
+};
 use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
@@ -21,6 +25,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let signals = Signals::install()?;
     let options = TargetOptions::default();
     let root = Root::attach(config.pid, &options, config.subprocesses)?;
+    create_private_dir(&config.out_dir)?;
     ensure_writable_dir(&config.out_dir)?;
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -84,17 +89,26 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         let gpu_idle = gpu_state.tag_at(now).idle();
         match detector.observe(now, signature) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let utilization = gpu_state.utilization_at(now);
-                let path = write_hang_report(&config, unchanged_secs, gpu_idle, utilization)?;
+                let gpu = HangGpuReading {
+                    idle: gpu_idle,
+                    utilization: gpu_state.utilization_at(now),
+                    recent: gpu_state.recent_means(gpu_window_start(now, config.hang_after_secs)),
+                };
+                let (path, classified) = write_hang_report(&config, unchanged_secs, &gpu)?;
                 reports += 1;
+                if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
+                    eprintln!(
+                        "stackscope: cannot remove old hang reports from {}: {e:#}",
+                        config.out_dir.display()
+                    );
+                }
                 println!(
                     "stackscope: process {} looks hung (stacks unchanged for {:.0} s{}): report {}",
                     config.pid,
                     unchanged_secs,
-                    if gpu_idle == Some(true) {
-                        ", GPU idle"
-                    } else {
-                        ""
+                    match classified {
+                        Some(g) => format!(", GPU {}", state_name(g.state)),
+                        None => String::new(),
                     },
                     path.display()
                 );
@@ -194,60 +208,197 @@ fn take_gpu_readings(gpu: &mut GpuTagger<()>, batch: Batch, metrics: Option<&Sha
     gpu.release(|_, (), _| {});
 }
 
+/// What the GPU did when a hang was found.
+struct HangGpuReading {
+    /// The recording's rule at the instant (`gpu_idle` of the report's JSON).
+    idle: Option<bool>,
+    /// The devices' mean utilization at the instant (`gpu_mean_utilization`).
+    utilization: Option<f32>,
+    /// The means of utilization and SM activity over the last few seconds, which classify
+    /// the hang; `None` without GPU data.
+    recent: Option<(f64, Option<f64>)>,
+}
+
+/// The GPU readings that classify a hang are those of the hang's last seconds: as long as
+/// --hang-after, within 2 to 5 s (the tagger holds about 5 s of readings, and the poller reads
+/// twice a second).
+fn gpu_window_start(now: Timestamp, hang_after_secs: f64) -> Timestamp {
+    let window = hang_after_secs.clamp(2.0, 5.0);
+    Timestamp(now.0.saturating_sub((window * 1e9) as u64))
+}
+
+/// Native functions a thread frozen in a CUDA wait or a collective has on its stack: with
+/// no GPM reading, such a stack stands for SMs doing nothing.
+const CUDA_WAITS: [&str; 8] = [
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "cuCtxSynchronize",
+    "nccl",
+    "ProcessGroupNCCL",
+];
+
+/// Whether any thread of `processes` has a native frame in a CUDA wait or in NCCL.
+fn frozen_in_cuda_wait(processes: &[ProcessDump]) -> bool {
+    processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .flat_map(|t| &t.frames)
+        .any(|f| f.native && CUDA_WAITS.iter().any(|w| f.function.contains(w)))
+}
+
+/// `idle`, `busy_low_sm`, `busy`: the state as the report's JSON names it.
+fn state_name(state: GpuHangState) -> &'static str {
+    match state {
+        GpuHangState::Idle => "idle",
+        GpuHangState::BusyLowSm => "busy_low_sm",
+        GpuHangState::Busy => "busy",
+    }
+}
+
+/// Writes the report's two files; gives the text's path and the GPU's class of the hang.
 fn write_hang_report(
     config: &WatchConfig,
     unchanged_secs: f64,
-    gpu_idle: Option<bool>,
-    gpu_utilization: Option<f32>,
-) -> anyhow::Result<PathBuf> {
+    gpu_reading: &HangGpuReading,
+) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
     // The report is the full picture: native frames under the Python ones, and locals.
     let options = TargetOptions {
         blocking: true,
         locals: true,
         native: true,
     };
-    let processes: Vec<ProcessDump> = if config.subprocesses {
+    let mut processes: Vec<ProcessDump> = if config.subprocesses {
         dump_tree(config.pid, &options)?
     } else {
         vec![dump_process(config.pid, &options)?]
     };
+    let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
+        HangGpu::classify(
+            utilization,
+            sm_active,
+            f64::from(config.gpu.idle_below),
+            frozen_in_cuda_wait(&processes),
+        )
+    });
+    // The report stays on disk: secrets stay out of it unless asked for.
+    if !config.show_secrets {
+        stackscope_report::redact_secrets(&mut processes);
+    }
     let now = chrono::Local::now();
-    let stamp = now.format("%Y%m%d-%H%M%S");
-    let base = format!("hang-{stamp}");
+    let base = report_base(&config.out_dir, &now.format("%Y%m%d-%H%M%S").to_string());
     let mut text = Vec::new();
     writeln!(
         text,
-        "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s{}\n",
+        "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
         now.to_rfc3339(),
         config.pid,
         unchanged_secs,
-        match (gpu_idle, gpu_utilization) {
-            (Some(true), Some(m)) => format!(", GPU idle ({m:.0}% utilization)"),
-            (Some(false), Some(m)) => format!(", GPU busy ({m:.0}% utilization)"),
-            _ => String::new(),
-        }
     )?;
+    if let Some(gpu) = &gpu {
+        writeln!(text, "{}", gpu.sentence())?;
+    }
+    writeln!(text)?;
     stackscope_report::write_dump_text(&processes, &mut text)?;
     let json = serde_json::json!({
         "detected_at": now.to_rfc3339(),
         "pid": config.pid,
         "unchanged_secs": unchanged_secs,
         "hang_after_secs": config.hang_after_secs,
-        "gpu_idle": gpu_idle,
-        "gpu_mean_utilization": gpu_utilization,
+        "gpu": gpu,
+        "gpu_idle": gpu_reading.idle,
+        "gpu_mean_utilization": gpu_reading.utilization,
         "stragglers": find_stragglers(&processes),
         "processes": processes,
     });
     let json = serde_json::to_vec_pretty(&json)?;
-    let text_path = write_atomic(&config.out_dir, &format!("{base}.txt"), &text)?;
-    write_atomic(&config.out_dir, &format!("{base}.json"), &json)?;
-    Ok(text_path)
+    let text_path = write_owner_only(&config.out_dir, &format!("{base}.txt"), &text)?;
+    write_owner_only(&config.out_dir, &format!("{base}.json"), &json)?;
+    Ok((text_path, gpu))
 }
 
-fn write_atomic(dir: &std::path::Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
+/// `hang-STAMP`, or `hang-STAMP-2`, `-3`... where a report of the same second is there.
+fn report_base(dir: &Path, stamp: &str) -> String {
+    let taken = |base: &str| {
+        dir.join(format!("{base}.txt")).exists() || dir.join(format!("{base}.json")).exists()
+    };
+    let mut base = format!("hang-{stamp}");
+    let mut n = 2u32;
+    while taken(&base) {
+        base = format!("hang-{stamp}-{n}");
+        n += 1;
+    }
+    base
+}
+
+/// Writes `name` atomically, readable by its owner only (0600): a hang report holds the
+/// job's locals. The temporary file is made 0600 before a byte goes in, and renamed so.
+fn write_owner_only(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
     Ok(stackscope_report::write_atomic(dir, name, |w| {
+        w.get_ref()
+            .set_permissions(std::fs::Permissions::from_mode(0o600))?;
         Ok(w.write_all(bytes)?)
     })?)
+}
+
+/// Creates watch's output directory owner-only (0700) when it is not there; one that is
+/// there keeps its mode.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot write to output directory {}", dir.display()))
+}
+
+/// Removes the oldest hang reports (`hang-*.txt` and `hang-*.json`, by pairs) of `dir` beyond
+/// the newest `keep`.
+fn prune_reports(dir: &Path, keep: usize) -> anyhow::Result<()> {
+    let mut bases: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let base = name
+            .strip_suffix(".txt")
+            .or_else(|| name.strip_suffix(".json"));
+        if let Some(base) = base.filter(|b| b.starts_with("hang-")) {
+            if !bases.iter().any(|b| b == base) {
+                bases.push(base.to_owned());
+            }
+        }
+    }
+    if bases.len() <= keep {
+        return Ok(());
+    }
+    bases.sort_by_key(|b| report_order(b));
+    for base in &bases[..bases.len() - keep] {
+        for ext in ["txt", "json"] {
+            match std::fs::remove_file(dir.join(format!("{base}.{ext}"))) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reports in the order written: `hang-STAMP` before `hang-STAMP-2` before `hang-STAMP-10`.
+fn report_order(base: &str) -> (String, u32) {
+    let stamp_len = "hang-YYYYmmdd-HHMMSS".len();
+    match (base.get(..stamp_len), base.get(stamp_len..)) {
+        (Some(stamp), Some(rest)) => (
+            stamp.to_owned(),
+            rest.strip_prefix('-')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(if rest.is_empty() { 1 } else { u32::MAX }),
+        ),
+        _ => (base.to_owned(), 0),
+    }
 }
 
 #[cfg(test)]
@@ -283,5 +434,143 @@ mod tests {
         // Long after the last reading there is no GPU data: no veto of a hang, whatever the
         // last reading said.
         assert_eq!(gpu.tag_at(Timestamp(10 * SEC)).idle(), None);
+    }
+
+    fn frame(function: &str, native: bool) -> stackscope_event::FrameDump {
+        stackscope_event::FrameDump {
+            function: function.to_owned(),
+            file: if native { "libcudart.so" } else { "train.py" }.to_owned(),
+            line: if native { 0 } else { 7 },
+            native,
+            locals: None,
+            path: None,
+        }
+    }
+
+    fn process(frames: Vec<stackscope_event::FrameDump>) -> ProcessDump {
+        ProcessDump {
+            pid: 1,
+            ns_pid: None,
+            parent_pid: None,
+            command_line: "python3 train.py".into(),
+            python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
+            threads: vec![stackscope_event::ThreadDump {
+                name: Some("MainThread".into()),
+                os_thread_id: Some(1),
+                ns_thread_id: None,
+                python_thread_id: 1,
+                active: true,
+                owns_gil: false,
+                state: Default::default(),
+                frames,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_native_cuda_wait_or_collective_is_a_frozen_stack() {
+        for wait in [
+            "cudaStreamSynchronize",
+            "cuEventSynchronize",
+            "ncclAllReduce",
+            "c10d::ProcessGroupNCCL::WorkNCCL::wait",
+        ] {
+            let p = process(vec![frame(wait, true), frame("step", false)]);
+            assert!(frozen_in_cuda_wait(&[p]), "{wait}");
+        }
+        // A Python function of that name is no native wait; names are case-sensitive.
+        let p = process(vec![frame("cudaDeviceSynchronize", false)]);
+        assert!(!frozen_in_cuda_wait(&[p]));
+        let p = process(vec![frame("NCCL_helper", true), frame("futex_wait", true)]);
+        assert!(!frozen_in_cuda_wait(&[p]));
+    }
+
+    #[test]
+    fn the_gpu_window_is_the_hangs_last_seconds() {
+        let now = Timestamp(100 * SEC);
+        assert_eq!(gpu_window_start(now, 1.0), Timestamp(98 * SEC));
+        assert_eq!(gpu_window_start(now, 3.0), Timestamp(97 * SEC));
+        assert_eq!(gpu_window_start(now, 600.0), Timestamp(95 * SEC));
+        assert_eq!(gpu_window_start(Timestamp(SEC), 600.0), Timestamp(0));
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_oldest_reports_beyond_keep_go_by_pairs() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        for base in [
+            "hang-20240101-120000",
+            "hang-20240101-120000-2",
+            "hang-20240101-120000-10",
+            "hang-20240102-090000",
+        ] {
+            std::fs::write(dir.join(format!("{base}.txt")), "t").expect("write");
+            std::fs::write(dir.join(format!("{base}.json")), "j").expect("write");
+        }
+        // Not reports: left alone.
+        std::fs::write(dir.join("notes.txt"), "n").expect("write");
+        std::fs::write(dir.join("hang-notes.md"), "n").expect("write");
+        prune_reports(dir, 4).expect("prune");
+        assert_eq!(names(dir).len(), 10, "nothing beyond 4 reports");
+        prune_reports(dir, 2).expect("prune");
+        assert_eq!(
+            names(dir),
+            vec![
+                "hang-20240101-120000-10.json",
+                "hang-20240101-120000-10.txt",
+                "hang-20240102-090000.json",
+                "hang-20240102-090000.txt",
+                "hang-notes.md",
+                "notes.txt",
+            ]
+        );
+        // A lone half of a pair counts as a report too.
+        std::fs::remove_file(dir.join("hang-20240102-090000.txt")).expect("rm");
+        prune_reports(dir, 1).expect("prune");
+        assert_eq!(
+            names(dir),
+            vec!["hang-20240102-090000.json", "hang-notes.md", "notes.txt"]
+        );
+    }
+
+    #[test]
+    fn a_second_report_in_the_same_second_gets_a_new_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        assert_eq!(report_base(dir, "20240101-120000"), "hang-20240101-120000");
+        std::fs::write(dir.join("hang-20240101-120000.json"), "j").expect("write");
+        assert_eq!(
+            report_base(dir, "20240101-120000"),
+            "hang-20240101-120000-2"
+        );
+    }
+
+    #[test]
+    fn reports_are_owner_only_in_an_owner_only_directory() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("a/hangs");
+        create_private_dir(&dir).expect("create");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        let path = write_owner_only(&dir, "hang-x.txt", b"report").expect("write");
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(std::fs::read(&path).expect("read"), b"report");
+        // A directory that is there keeps its mode.
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        create_private_dir(&shared).expect("there");
+        assert_eq!(mode(&shared), 0o755);
     }
 }

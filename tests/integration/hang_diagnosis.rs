@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A dump of up to five processes (a debug build, a loaded 2-core machine);
 /// tests/integration/dump.rs holds a single process to "well under a second".
 const DUMP_LIMIT: Duration = Duration::from_secs(10);
@@ -248,7 +248,7 @@ fn dump_json(pid: u32, extra: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("dump --json is not JSON ({e})\n{}", run.describe()))
 }
 
-fn ready_u32(value: &Value, what: &str) -> u32 {
+pub(crate) fn ready_u32(value: &Value, what: &str) -> u32 {
     value
         .as_u64()
         .unwrap_or_else(|| panic!("{what} should be a pid in the ready file, got {value}"))
@@ -742,13 +742,13 @@ fn dump_native_shows_the_lock_wait_under_the_python_frame() {
 
 // ---------------------------------------------------------------- watch
 
-const HANG_AFTER_SECS: u64 = 2;
+pub(crate) const HANG_AFTER_SECS: u64 = 2;
 /// A hang report of five processes with native frames: generous, since a
 /// debug build symbolizes each process's libraries anew.
 const TREE_REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 const WORK_SECS: u64 = 2;
 
-fn watch_command(pid: u32, out: &OutDir, extra: &[&str]) -> std::process::Command {
+pub(crate) fn watch_command(pid: u32, out: &OutDir, extra: &[&str]) -> std::process::Command {
     let pid = pid.to_string();
     let hang_after = HANG_AFTER_SECS.to_string();
     let mut args = vec![
@@ -767,7 +767,7 @@ fn watch_command(pid: u32, out: &OutDir, extra: &[&str]) -> std::process::Comman
 }
 
 /// The hang reports (`hang-*.txt`) in `dir`, sorted.
-fn reports(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn reports(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -787,7 +787,11 @@ fn reports(dir: &Path) -> Vec<PathBuf> {
 
 /// Polls until `dir` holds a hang report whose .json is there too, or
 /// `running` ends, or the deadline passes. Gives the report's .txt path.
-fn wait_for_report(running: &mut Running, dir: &Path, deadline: Instant) -> Option<PathBuf> {
+pub(crate) fn wait_for_report(
+    running: &mut Running,
+    dir: &Path,
+    deadline: Instant,
+) -> Option<PathBuf> {
     loop {
         if let Some(txt) = reports(dir).into_iter().next() {
             if txt.with_extension("json").exists() {
@@ -804,7 +808,7 @@ fn wait_for_report(running: &mut Running, dir: &Path, deadline: Instant) -> Opti
     }
 }
 
-fn looks_hung_lines(stdout: &str) -> Vec<&str> {
+pub(crate) fn looks_hung_lines(stdout: &str) -> Vec<&str> {
     stdout
         .lines()
         .filter(|l| l.contains("looks hung"))
@@ -1089,4 +1093,209 @@ fn watch_subprocesses_report_names_the_straggling_rank_first() {
     for pid in ranks.iter().chain([&launcher]) {
         assert_not_stopped(*pid);
     }
+}
+
+// ---------------------------------------------------------------- reports that are safe to keep
+
+/// The secrets secrets_job.py holds in its stuck frame, and a local that is none.
+const API_TOKEN: &str = "tok-123-9f8e7d";
+const PASSWORD: &str = "hunter2-pw-5c4b3a";
+const NOT_SECRET: &str = "db-7.internal";
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Every local of every frame of a JSON dump (a process, or a report's `processes`), by name.
+fn json_locals(doc: &Value) -> Vec<(String, Value)> {
+    let processes: Vec<&Value> = match doc["processes"].as_array() {
+        Some(list) => list.iter().collect(),
+        None => vec![doc],
+    };
+    processes
+        .iter()
+        .flat_map(|p| p["threads"].as_array().into_iter().flatten())
+        .flat_map(|t| t["frames"].as_array().into_iter().flatten())
+        .flat_map(|f| f["locals"].as_array().into_iter().flatten())
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap_or_default().to_owned(),
+                l["repr"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn json_local(doc: &Value, name: &str) -> Value {
+    json_locals(doc)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, repr)| repr)
+        .unwrap_or_else(|| panic!("no local {name} in {doc:#}"))
+}
+
+/// Asserts a text or JSON output shows the secrets' names but not their values (or, with
+/// `shown`, their values).
+fn assert_secrets(output: &str, shown: bool, what: &str) {
+    for secret in [API_TOKEN, PASSWORD] {
+        assert_eq!(
+            output.contains(secret),
+            shown,
+            "{what}: {secret} {}:\n{output}",
+            if shown { "shown" } else { "hidden" }
+        );
+    }
+    assert!(
+        output.contains(NOT_SECRET),
+        "{what}: other locals stay:\n{output}"
+    );
+    assert_eq!(
+        output.contains("<redacted>"),
+        !shown,
+        "{what}: hidden values read <redacted>:\n{output}"
+    );
+}
+
+/// Watches secrets_job.py until its report; gives the report's .txt and the output directory.
+fn watch_secrets_job(extra: &[&str]) -> (PathBuf, OutDir) {
+    let _serial = serial();
+    let fixture = Fixture::start("secrets_job.py", &[]);
+    let pid = ready_u32(&fixture.ready_json()["pid"], "pid");
+    let out = OutDir::new();
+    let mut running = spawn_stackscope(watch_command(pid, &out, extra));
+    let deadline = Instant::now() + Duration::from_secs(HANG_AFTER_SECS + 20);
+    let found = wait_for_report(&mut running, &out.out, deadline);
+    running.signal("INT");
+    let run = running.finish(RUN_TIMEOUT);
+    let txt = found.unwrap_or_else(|| panic!("no hang report\n{}", run.describe()));
+    run.assert_success();
+    (txt, out)
+}
+
+#[test]
+fn watch_report_hides_secret_locals_and_is_owner_only() {
+    let (txt, out) = watch_secrets_job(&[]);
+    let text = fs::read_to_string(&txt).expect("report text");
+    let line = marker_line(&fixture_source("secrets_job.py"), "secrets-stuck");
+    assert!(
+        text.contains(&format!("login (secrets_job.py:{line})")),
+        "{text}"
+    );
+    assert_secrets(&text, false, "the report's text");
+    assert!(text.contains("password = <redacted>"), "{text}");
+    assert!(text.contains("api_token = <redacted>"), "{text}");
+    let json_path = txt.with_extension("json");
+    let json = fs::read_to_string(&json_path).expect("report json");
+    assert_secrets(&json, false, "the report's JSON");
+    let doc: Value = serde_json::from_str(&json).expect("report JSON");
+    assert_eq!(json_local(&doc, "api_token"), "<redacted>");
+    assert_eq!(json_local(&doc, "password"), "<redacted>");
+    // Owner-only: the files 0600, the directory watch made 0700.
+    assert_eq!(mode(&txt), 0o600, "{}", txt.display());
+    assert_eq!(mode(&json_path), 0o600, "{}", json_path.display());
+    assert_eq!(mode(&out.out), 0o700, "{}", out.out.display());
+}
+
+#[test]
+fn watch_show_secrets_keeps_them_in_the_report() {
+    let (txt, _out) = watch_secrets_job(&["--show-secrets"]);
+    let text = fs::read_to_string(&txt).expect("report text");
+    assert_secrets(&text, true, "the report's text with --show-secrets");
+    let json = fs::read_to_string(txt.with_extension("json")).expect("report json");
+    assert_secrets(&json, true, "the report's JSON with --show-secrets");
+    assert_eq!(mode(&txt), 0o600, "{}", txt.display());
+}
+
+#[test]
+fn dump_locals_hides_secret_locals_unless_shown() {
+    let fixture = Fixture::start("secrets_job.py", &[]);
+    let pid = ready_u32(&fixture.ready_json()["pid"], "pid");
+    let text = dump_run(pid, &["--locals"]).stdout;
+    assert_secrets(&text, false, "dump --locals");
+    assert!(text.contains("password = <redacted>"), "{text}");
+    let json = dump_run(pid, &["--locals", "--json"]).stdout;
+    assert_secrets(&json, false, "dump --locals --json");
+    let doc: Value = serde_json::from_str(&json).expect("dump JSON");
+    assert_eq!(json_local(&doc, "api_token"), "<redacted>");
+    assert_eq!(json_local(&doc, "password"), "<redacted>");
+
+    let text = dump_run(pid, &["--locals", "--show-secrets"]).stdout;
+    assert_secrets(&text, true, "dump --locals --show-secrets");
+    let json = dump_run(pid, &["--locals", "--json", "--show-secrets"]).stdout;
+    assert_secrets(&json, true, "dump --locals --json --show-secrets");
+    assert_not_stopped(pid);
+}
+
+#[test]
+fn watch_keeps_only_the_newest_reports() {
+    let _serial = serial();
+    // 1 s of work, 4 s stuck, three times: three hangs, each its own report.
+    let fixture = Fixture::start(
+        "hangs_repeatedly.py",
+        &["--work-secs", "1", "--stuck-secs", "4", "--cycles", "3"],
+    );
+    let pid = ready_u32(&fixture.ready_json()["pid"], "pid");
+    let out = OutDir::new();
+    let pid_arg = pid.to_string();
+    let mut running = spawn_stackscope(stackscope(&[
+        "watch",
+        "--pid",
+        &pid_arg,
+        "--hang-after",
+        "1.5",
+        "--gpu",
+        "off",
+        "--keep-reports",
+        "2",
+        "-o",
+        out.arg(),
+    ]));
+    // The fixture ends after its third cycle (about 15 s), and watch with it.
+    let run = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while running.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(200));
+        }
+        if running.child.try_wait().ok().flatten().is_none() {
+            running.signal("INT");
+        }
+        running.finish(RUN_TIMEOUT)
+    };
+    run.assert_success();
+    run.assert_no_panic();
+    let hung = looks_hung_lines(&run.stdout);
+    assert_eq!(hung.len(), 3, "three hangs\n{}", run.describe());
+    let kept = reports(&out.out);
+    assert_eq!(
+        kept.len(),
+        2,
+        "the newest 2 reports kept\n{}",
+        run.describe()
+    );
+    // The two kept are the last two written, each with its .json; the first is gone.
+    for (line, txt) in hung[1..].iter().zip(&kept) {
+        assert!(
+            line.ends_with(&format!("report {}", txt.display())),
+            "{line} / {}",
+            txt.display()
+        );
+        assert!(txt.with_extension("json").exists(), "{}", txt.display());
+    }
+    let first = hung[0].rsplit("report ").next().expect("a path");
+    assert!(!Path::new(first).exists(), "{first} removed");
+    assert!(
+        !Path::new(first).with_extension("json").exists(),
+        "{first}'s JSON removed"
+    );
+    let names: Vec<String> = fs::read_dir(&out.out)
+        .expect("out dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 4, "two pairs and nothing else: {names:?}");
 }

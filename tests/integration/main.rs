@@ -28,3 +28,4 @@ mod report_html;
 mod roles;
 mod subprocesses;
 mod top;
+mod watch_gpu;

@@ -21,6 +21,7 @@ pub mod html;
 mod merge;
 mod outputs;
 mod rebuild;
+mod redact;
 mod summary;
 
 pub use dump::{write_dump_json, write_dump_text};
@@ -42,6 +43,7 @@ pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
 pub use rebuild::{
     aggregate_config, read_trace, rebuild, RebuildOptions, RebuildOutcome, TraceOutcome,
 };
+pub use redact::{looks_secret, redact_secrets, REDACTED, SECRET_NAME_PARTS};
 pub use stackscope_samplelog::RebuildError;
 pub use summary::{roles_line, write_summary_json, write_text_summary};
 

@@ -1,0 +1,150 @@
+//! Secrets kept out of what stackscope prints and saves: a local variable whose name looks like
+//! a secret (a password, a token, a key) has its value replaced by [`REDACTED`] in `dump
+//! --locals` and in `watch`'s hang reports, which are kept on disk, unless `--show-secrets`.
+//!
+//! The rule is by name only, and errs on the side of hiding: `author` is hidden with `auth`.
+//! A secret held under an innocent name (`config = {'password': ...}`) is not found.
+
+use stackscope_event::ProcessDump;
+
+/// What a secret-looking local's value becomes.
+pub const REDACTED: &str = "<redacted>";
+
+/// Parts of a name (lower case) that make a local look like a secret.
+pub const SECRET_NAME_PARTS: [&str; 11] = [
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "auth",
+    "credential",
+    "private_key",
+    "cookie",
+    "session",
+];
+
+/// Whether a local variable named `name` looks like it holds a secret: its name contains,
+/// whatever the case, one of [`SECRET_NAME_PARTS`].
+pub fn looks_secret(name: &str) -> bool {
+    let name = name.to_lowercase();
+    SECRET_NAME_PARTS.iter().any(|part| name.contains(part))
+}
+
+/// Replaces the value of every secret-looking local of every frame by [`REDACTED`]; returns
+/// how many values it hid. A value that could not be read (`None`) stays unread.
+pub fn redact_secrets(processes: &mut [ProcessDump]) -> usize {
+    let mut hidden = 0;
+    let locals = processes
+        .iter_mut()
+        .flat_map(|p| p.threads.iter_mut())
+        .flat_map(|t| t.frames.iter_mut())
+        .filter_map(|f| f.locals.as_mut())
+        .flatten();
+    for local in locals {
+        if local.repr.is_some() && looks_secret(&local.name) {
+            local.repr = Some(REDACTED.to_owned());
+            hidden += 1;
+        }
+    }
+    hidden
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::{FrameDump, LocalVariable, ThreadDump, ThreadState};
+
+    fn local(name: &str, repr: Option<&str>) -> LocalVariable {
+        LocalVariable {
+            name: name.to_owned(),
+            repr: repr.map(str::to_owned),
+            arg: false,
+        }
+    }
+
+    fn dump(locals: Vec<LocalVariable>) -> Vec<ProcessDump> {
+        vec![ProcessDump {
+            pid: 1,
+            ns_pid: None,
+            parent_pid: None,
+            command_line: "python3 job.py".into(),
+            python_version: "3.11.7".into(),
+            rank: Default::default(),
+            host: None,
+            threads: vec![ThreadDump {
+                name: Some("MainThread".into()),
+                os_thread_id: Some(1),
+                ns_thread_id: None,
+                python_thread_id: 1,
+                active: false,
+                owns_gil: false,
+                state: ThreadState::WaitingOnLock,
+                frames: vec![FrameDump {
+                    function: "login".into(),
+                    file: "job.py".into(),
+                    line: 3,
+                    native: false,
+                    locals: Some(locals),
+                    path: None,
+                }],
+            }],
+        }]
+    }
+
+    #[test]
+    fn secret_looking_names_whatever_their_case() {
+        for name in [
+            "password",
+            "DB_PASSWORD",
+            "passwd",
+            "client_secret",
+            "api_token",
+            "AccessToken",
+            "api_key",
+            "OPENAI_APIKEY",
+            "auth",
+            "authorization",
+            "credentials",
+            "ssh_private_key",
+            "cookie_jar",
+            "Session",
+        ] {
+            assert!(looks_secret(name), "{name}");
+        }
+        for name in [
+            "batch",
+            "key",
+            "keys",
+            "private",
+            "pass_count",
+            "tok",
+            "step",
+        ] {
+            assert!(!looks_secret(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn only_secret_values_are_hidden() {
+        let mut processes = dump(vec![
+            local("api_token", Some("'tok-123'")),
+            local("password", Some("'hunter2'")),
+            local("batch_size", Some("32")),
+            local("session", None),
+        ]);
+        assert_eq!(redact_secrets(&mut processes), 2);
+        let locals = processes[0].threads[0].frames[0]
+            .locals
+            .as_ref()
+            .expect("locals");
+        let reprs: Vec<Option<&str>> = locals.iter().map(|l| l.repr.as_deref()).collect();
+        assert_eq!(
+            reprs,
+            vec![Some(REDACTED), Some(REDACTED), Some("32"), None],
+            "names stay, values go"
+        );
+        assert_eq!(locals[0].name, "api_token");
+    }
+}
