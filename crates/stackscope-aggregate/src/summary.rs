@@ -204,19 +204,7 @@ impl Aggregator {
             return None;
         }
         let idle_below = self.config.idle_below;
-        let devices: Vec<GpuDeviceSummary> = self
-            .timeline
-            .device_summaries()
-            .into_iter()
-            .map(|mut device| {
-                let index = device.index;
-                if let Some(info) = meta.gpu_devices.iter().find(|d| d.index == index) {
-                    device.name.clone_from(&info.name);
-                    device.uuid.clone_from(&info.uuid);
-                }
-                device
-            })
-            .collect();
+        let devices = self.device_summaries(meta);
         let series: Vec<Vec<(u64, f32)>> = self
             .timeline
             .devices()
@@ -291,6 +279,22 @@ impl Aggregator {
             top_low_sm_functions: top_low_sm,
             low_sm_path,
         })
+    }
+
+    /// Each device's figures, named as the recording's meta names them.
+    fn device_summaries(&self, meta: &RecordingMeta) -> Vec<GpuDeviceSummary> {
+        self.timeline
+            .device_summaries()
+            .into_iter()
+            .map(|mut device| {
+                let index = device.index;
+                if let Some(info) = meta.gpu_devices.iter().find(|d| d.index == index) {
+                    device.name.clone_from(&info.name);
+                    device.uuid.clone_from(&info.uuid);
+                }
+                device
+            })
+            .collect()
     }
 
     /// The cycle in the latest stretch of the timeline (which it keeps at full resolution),
