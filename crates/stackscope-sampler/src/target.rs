@@ -10,7 +10,7 @@ use stackscope_event::{Frame, Frames, ThreadInfo};
 use stackscope_native::{merge, NativeUnwinder};
 
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
-use crate::fast::{FastReader, Misfits, OsTids, Strategy};
+use crate::fast::{FastReader, Misfits, OsTids, Strategy, Unread};
 use crate::idle;
 use crate::leader::{self, LiveThreadsStop};
 use crate::names::ThreadNames;
@@ -18,11 +18,16 @@ use crate::namespace::TidMap;
 use crate::procfs;
 
 /// The Python versions whose interpreter layouts stackscope reads.
-const SUPPORTED: &str = "3.6 to 3.14";
+const SUPPORTED: &str = "3.6 to 3.15";
 
-/// Fails for a version stackscope cannot read.
+/// The newest minor version py-spy's reader reads: a later one is read by ours alone, when
+/// it knows the interpreter's `_Py_DebugOffsets`.
+const PY_SPY_NEWEST_MINOR: u64 = 14;
+
+/// Fails for a version stackscope cannot read. A version only our reader reads (3.15) passes
+/// here and is refused at attach when the reader does not know its table.
 pub fn check_supported_version(pid: u32, major: u64, minor: u64) -> Result<(), AttachError> {
-    if major == 3 && (6..=14).contains(&minor) {
+    if major == 3 && (6..=15).contains(&minor) {
         Ok(())
     } else {
         Err(AttachError::UnsupportedVersion {
@@ -139,12 +144,36 @@ impl PythonTarget {
         };
         let mut spy = open_interpreter(read_pid, &config).map_err(|e| e.for_pid(pid))?;
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
+        let version = spy.version.to_string();
+        let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
         let fast = if options.locals || options.native {
-            None
+            Err(Some(
+                "its local variables and native frames are read by py-spy's reader".into(),
+            ))
         } else {
             open_fast_reader(read_pid, &mut spy, options.blocking, leader_exited, reader)
         };
-        let version = spy.version.to_string();
+        let fast = match fast {
+            Ok(fast) => Some(fast),
+            Err(why) if py_spy_reads => {
+                if let Some(why) = why.filter(|_| !options.locals && !options.native) {
+                    crate::fast::notice_once(&format!(
+                        "stackscope: Python {version}: {why}; its stacks are read by py-spy's \
+                         reader"
+                    ));
+                }
+                None
+            }
+            Err(why) => {
+                let why = why.unwrap_or_else(|| "stackscope's reader cannot read it".into());
+                return Err(AttachError::Other {
+                    pid,
+                    message: format!(
+                        "Python {version}: {why}, and py-spy's reader does not read this version"
+                    ),
+                });
+            }
+        };
         let command_line = procfs::command_line(read_pid).unwrap_or_default();
         let native = if options.native {
             Some(
@@ -300,9 +329,17 @@ impl PythonTarget {
 
     /// Keeps py-spy's frames with each stack (read by py-spy's reader from now on), for a
     /// dump: they carry each file's absolute path. A one-off read needs no speed.
+    /// A version only our reader reads (3.15) keeps it: the dump gets its file names as shown.
     pub fn keep_raw_frames(&mut self) {
-        self.keep_raw = true;
-        self.fast = None;
+        if self.py_spy_reads() {
+            self.keep_raw = true;
+            self.fast = None;
+        }
+    }
+
+    /// Whether py-spy's reader reads this interpreter's version (else ours alone does).
+    fn py_spy_reads(&self) -> bool {
+        self.spy.version.minor <= PY_SPY_NEWEST_MINOR
     }
 
     /// Whether the process's leader thread has exited (it is read through another thread).
@@ -422,7 +459,12 @@ impl PythonTarget {
     /// come and go, however many in a row.
     fn fast_failed(&mut self, e: &crate::fast::ReadError) -> SampleFailure {
         let failure = read_failure(self.pid, e);
-        if matches!(failure, SampleFailure::Transient { .. }) && self.misfits.failed(e) {
+        // A version py-spy does not read keeps our reader whatever happens: there is no
+        // other.
+        if matches!(failure, SampleFailure::Transient { .. })
+            && self.misfits.failed(e)
+            && self.py_spy_reads()
+        {
             self.fast = None;
         }
         failure
@@ -547,27 +589,42 @@ impl ReaderChoice {
 
 /// Our own reader for this interpreter, if its version has one and a first read agrees with
 /// py-spy's on which threads there are (a build whose layout differs from the tables, say a
-/// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's.
+/// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's. A
+/// version py-spy does not read is checked by a first read alone. Err: why there is none,
+/// where it is worth saying (a table our reader refused, py-spy's reader asked for).
 fn open_fast_reader(
     pid: u32,
     spy: &mut PythonSpy,
     blocking: bool,
     leader_exited: bool,
     reader: ReaderChoice,
-) -> Option<FastReader> {
+) -> Result<FastReader, Option<String>> {
     let strategy = match reader {
-        ReaderChoice::PySpy => return None,
+        ReaderChoice::PySpy => {
+            return Err(Some(
+                "STACKSCOPE_READER=py-spy asks for py-spy's reader".into(),
+            ))
+        }
         // A process whose leader exited cannot be stopped whole.
         ReaderChoice::StopProcess if !leader_exited => Strategy::StopProcess,
         ReaderChoice::StopGilHolders => Strategy::StopGilHolders,
         _ => Strategy::DEFAULT,
     };
-    let mut fast = FastReader::new(pid, spy, strategy).ok()??;
+    let mut fast = match FastReader::new(pid, spy, strategy) {
+        Ok(fast) => fast,
+        Err(Unread::Refused(why)) => return Err(Some(why)),
+        Err(Unread::NoLayout) => return Err(None),
+        Err(Unread::Failed(e)) => return Err(Some(format!("stackscope's reader failed: {e}"))),
+    };
+    let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
     // Threads that come and go can make two reads disagree: a few more tries.
     for _ in 0..6 {
         let Ok(ours) = fast.read(blocking) else {
             continue;
         };
+        if !py_spy_reads {
+            return Ok(fast);
+        }
         let Ok(theirs) = spy.get_stack_traces() else {
             continue;
         };
@@ -576,10 +633,10 @@ fn open_fast_reader(
         a.sort_unstable();
         b.sort_unstable();
         if a == b {
-            return Some(fast);
+            return Ok(fast);
         }
     }
-    None
+    Err(None)
 }
 
 /// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)
@@ -676,7 +733,8 @@ mod tests {
         let err = check_supported_version(1, 2, 7).unwrap_err();
         assert!(err.to_string().contains("Python 2.7"), "{err}");
         assert!(err.to_string().contains("does not support"), "{err}");
-        assert!(check_supported_version(1, 3, 15).is_err());
+        assert!(check_supported_version(1, 3, 15).is_ok());
+        assert!(check_supported_version(1, 3, 16).is_err());
     }
 
     #[test]

@@ -8,19 +8,24 @@
 //! here, so a patch release (or a build with other struct sizes) reads right the day it
 //! ships.
 //!
-//! The tables' own shape is fixed only within a minor version, so it is parsed per minor
-//! version; a version whose table or frame design this reader does not know (3.14 keeps
-//! the current frame as a tagged `_PyStackRef`, a free-threaded build has no GIL to bracket
-//! reads with) gets a [`Refusal`]: py-spy's reader reads it, with one notice.
+//! The tables' own shape is fixed only within a minor version: each known version's is
+//! described by field name in [`super::debug_tables`] (3.13, 3.14, 3.15). What 3.14 and
+//! 3.15 change in the design the reader follows: `f_executable` is a tagged `_PyStackRef`
+//! (its tag bits masked off), the eval loop's entry frames and 3.15's sentinel base frame
+//! (in the thread state) are told by their `owner`. A version whose table this reader does
+//! not know, or a free-threaded build (no GIL to bracket reads with), gets a [`Refusal`]:
+//! py-spy's reader reads it where it can, with one notice (`crate::target` decides).
 //!
 //! A few things the tables do not publish are structural and checked rather than assumed
 //! where possible: `datastack_top` and `datastack_limit` follow `datastack_chunk`; the GIL's
 //! `switch_number` follows `locked`; str's `length`/`state` and dict's `ma_keys`/`ma_values`
 //! must sit where the other versions have them; and for thread names the heap type's
-//! `ht_cached_keys` (880) and the 8-byte header of inline values.
+//! `ht_cached_keys` (published from 3.15; before, 464 bytes past the type object) and the
+//! 8-byte header of inline values.
 
 use std::sync::Mutex;
 
+use super::debug_tables::Shape;
 use super::layout::{common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict};
 use super::remote::Remote;
 
@@ -29,8 +34,6 @@ const COOKIE: &[u8; 8] = b"xdebugpy";
 /// a field of `_PyRuntime`, some hundred kilobytes in).
 const MAX_SEARCH: usize = 4 << 20;
 const WINDOW: usize = 64 << 10;
-/// Bytes of the 3.13 table.
-const TABLE_313: usize = 584;
 
 /// Why a 3.13+ interpreter is left to py-spy's reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,13 +47,23 @@ pub(crate) fn layout(
 ) -> Result<&'static Layout, Refusal> {
     let runtime = find_runtime(remote, interp)
         .ok_or_else(|| Refusal("no _Py_DebugOffsets found before the interpreter state".into()))?;
+    let shape = Shape::for_minor(minor).ok_or_else(|| {
+        Refusal(format!(
+            "the _Py_DebugOffsets of 3.{minor} is not a table this reader knows"
+        ))
+    })?;
     let table = remote
-        .read(runtime, TABLE_313)
+        .read(runtime, shape.len())
         .map_err(|e| Refusal(format!("cannot read _Py_DebugOffsets: {e}")))?;
     let layout = parse(&table, minor)?;
     // The table must lead back to the interpreter py-spy found.
+    let head_at = Fields {
+        table: &table,
+        shape,
+    }
+    .get("runtime_state", "interpreters_head")?;
     let head = remote
-        .read(runtime + field(&table, 5)?, 8)
+        .read(runtime + head_at, 8)
         .ok()
         .and_then(|b| super::layout::usize_at(&b, 0));
     if head != Some(interp) {
@@ -88,8 +101,9 @@ fn field(table: &[u8], i: usize) -> Result<usize, Refusal> {
         .ok_or_else(|| Refusal(format!("_Py_DebugOffsets: word {i} unreadable or absurd")))
 }
 
-/// The reader's layout from a 3.13 table.
-fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
+/// The table's shape for the interpreter's version, once its header is checked: the
+/// cookie, the version it states, and a GIL.
+fn shape_of(table: &[u8], minor: u64) -> Result<&'static Shape, Refusal> {
     if table.get(0..8) != Some(COOKIE.as_slice()) {
         return Err(Refusal("_Py_DebugOffsets: no cookie".into()));
     }
@@ -100,50 +114,134 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
             "_Py_DebugOffsets says {t_major}.{t_minor}, the interpreter {minor}"
         )));
     }
-    if minor != 13 {
-        return Err(Refusal(format!(
-            "the frame design of 3.{minor} (tagged stack references, a new offsets table) is \
-             not one this reader knows"
-        )));
-    }
+    let shape = Shape::for_minor(minor).ok_or_else(|| {
+        Refusal(format!(
+            "the _Py_DebugOffsets of 3.{minor} is not a table this reader knows"
+        ))
+    })?;
     if super::layout::word(table, 16).unwrap_or(1) != 0 {
         return Err(Refusal(
             "a free-threaded build: no GIL to tell which threads ran during a read".into(),
         ));
     }
-    // Word indexes in the 3.13 table (Include/internal/pycore_runtime.h).
-    // runtime_state: 3..6; interpreter_state: 6..19; thread_state: 19..28;
-    // interpreter_frame: 28..34; code_object: 34..44; pyobject: 44..46; type_object: 46..50;
-    // tuple: 50..53; list: 53..56; dict: 56..59; float: 59..61; long: 61..64;
-    // bytes: 64..67; unicode: 67..71; gc: 71..73.
-    let f = |i| field(table, i);
-    let gil_state = f(15)?;
-    let gil_locked = f(17)?.checked_sub(gil_state);
-    let gil_holder = f(18)?.checked_sub(gil_state);
-    let ts = [f(21)?, f(23)?, f(24)?, f(25)?, f(26)?];
-    let datastack_chunk = f(26)?;
-    let frame_size = f(28)?;
-    let unicode_state = f(68)?;
-    let unicode_length = f(69)?;
-    let ascii_size = f(70)?;
-    let checks = [
-        (gil_locked == Some(common::GIL_LOCKED), "GIL locked"),
-        (gil_holder == Some(common::GIL_LAST_HOLDER), "GIL holder"),
-        (f(45)? == common::OB_TYPE, "ob_type"),
-        (f(49)? == common::TP_FLAGS, "tp_flags"),
-        (f(57)? == common::DICT_KEYS, "ma_keys"),
-        (f(58)? == common::DICT_VALUES, "ma_values"),
-        (f(65)? == common::OB_SIZE, "bytes ob_size"),
-        (f(66)? == common::BYTES_DATA, "bytes ob_sval"),
-        (unicode_state == common::UNICODE_STATE, "str state"),
-        (unicode_length == common::UNICODE_LENGTH, "str length"),
-    ];
-    if let Some((_, what)) = checks.iter().find(|(ok, _)| !ok) {
-        return Err(Refusal(format!(
-            "_Py_DebugOffsets: {what} is not where this reader expects it"
-        )));
+    if table.len() < shape.len() {
+        return Err(Refusal("_Py_DebugOffsets: a short read".into()));
     }
-    let fr_header_len = f(32)?;
+    Ok(shape)
+}
+
+/// A table read by field name ([`Shape`]).
+struct Fields<'a> {
+    table: &'a [u8],
+    shape: &'static Shape,
+}
+
+impl Fields<'_> {
+    /// `section.field`, which this version's table must have.
+    fn get(&self, section: &str, name: &str) -> Result<usize, Refusal> {
+        self.opt(section, name)?.ok_or_else(|| {
+            Refusal(format!(
+                "_Py_DebugOffsets of 3.{} has no {section}.{name}",
+                self.shape.minor
+            ))
+        })
+    }
+
+    /// `section.field`, where this version's table has it.
+    fn opt(&self, section: &str, name: &str) -> Result<Option<usize>, Refusal> {
+        self.shape
+            .index(section, name)
+            .map(|i| field(self.table, i))
+            .transpose()
+    }
+}
+
+/// What the reader assumes rather than reads: the fields every version read here has at
+/// the same place, checked against the table.
+fn check_fixed(f: &Fields) -> Result<(), Refusal> {
+    let gil_state = f.get("interpreter_state", "gil_runtime_state")?;
+    let gil_locked = f.get("interpreter_state", "gil_runtime_state_locked")?;
+    let gil_holder = f.get("interpreter_state", "gil_runtime_state_holder")?;
+    let mut checks = vec![
+        (
+            gil_locked.checked_sub(gil_state) == Some(common::GIL_LOCKED),
+            "GIL locked",
+        ),
+        (
+            gil_holder.checked_sub(gil_state) == Some(common::GIL_LAST_HOLDER),
+            "GIL holder",
+        ),
+        (f.get("pyobject", "ob_type")? == common::OB_TYPE, "ob_type"),
+        (
+            f.get("type_object", "tp_flags")? == common::TP_FLAGS,
+            "tp_flags",
+        ),
+        (
+            f.get("dict_object", "ma_keys")? == common::DICT_KEYS,
+            "ma_keys",
+        ),
+        (
+            f.get("dict_object", "ma_values")? == common::DICT_VALUES,
+            "ma_values",
+        ),
+        (
+            f.get("bytes_object", "ob_size")? == common::OB_SIZE,
+            "bytes ob_size",
+        ),
+        (
+            f.get("bytes_object", "ob_sval")? == common::BYTES_DATA,
+            "bytes ob_sval",
+        ),
+        (
+            f.get("unicode_object", "state")? == common::UNICODE_STATE,
+            "str state",
+        ),
+        (
+            f.get("unicode_object", "length")? == common::UNICODE_LENGTH,
+            "str length",
+        ),
+    ];
+    // Published from 3.15 on.
+    if let Some(dictoffset) = f.opt("type_object", "tp_dictoffset")? {
+        checks.push((dictoffset == common::TP_DICTOFFSET, "tp_dictoffset"));
+    }
+    match checks.iter().find(|(ok, _)| !ok) {
+        Some((_, what)) => Err(Refusal(format!(
+            "_Py_DebugOffsets: {what} is not where this reader expects it"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Bytes of `PyHeapTypeObject` between its `PyTypeObject` and `ht_cached_keys`: the five
+/// method suites (async, number, mapping, sequence, buffer) and `ht_name`, `ht_slots`,
+/// `ht_qualname` (Include/cpython/object.h, unchanged from 3.11 to 3.14). 3.15 publishes
+/// the offset itself.
+const HEAP_TYPE_TO_CACHED_KEYS: usize = 464;
+
+/// The reader's layout from a 3.13, 3.14 or 3.15 table.
+fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
+    let shape = shape_of(table, minor)?;
+    let f = Fields { table, shape };
+    check_fixed(&f)?;
+    let ts = |name| f.get("thread_state", name);
+    let frame = |name| f.get("interpreter_frame", name);
+    let code = |name| f.get("code_object", name);
+    let datastack_chunk = ts("datastack_chunk")?;
+    // The thread state is read up to the last field used: `datastack_limit` comes last
+    // in every version so far, but the table does not promise it.
+    let ts_last = [
+        ts("next")?,
+        ts("current_frame")?,
+        ts("thread_id")?,
+        ts("native_thread_id")?,
+        datastack_chunk + 16,
+    ];
+    let ascii_size = f.get("unicode_object", "asciiobject_size")?;
+    let ht_cached_keys = match f.opt("heap_type_object", "ht_cached_keys")? {
+        Some(at) => at,
+        None => f.get("type_object", "size")? + HEAP_TYPE_TO_CACHED_KEYS,
+    };
     let layout = Layout {
         minor,
         frames: FrameDesign::Chunks,
@@ -151,56 +249,61 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
         dict_keys: DictKeys::Compact,
         source: "_Py_DebugOffsets",
         current_frame_in_tstate: true,
-        interp_threads_head: f(9)?,
-        ts_next: f(21)?,
+        interp_threads_head: f.get("interpreter_state", "threads_head")?,
+        ts_next: ts("next")?,
         ts_cframe: 0,
-        ts_thread_id: f(24)?,
-        ts_native_thread_id: f(25)?,
+        ts_thread_id: ts("thread_id")?,
+        ts_native_thread_id: ts("native_thread_id")?,
         ts_datastack_chunk: datastack_chunk,
         ts_datastack_top: datastack_chunk + 8,
         ts_datastack_limit: datastack_chunk + 16,
-        ts_read_len: ts
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or(0)
-            .max(datastack_chunk + 16)
-            + 8,
-        cframe_current_frame: f(23)?,
-        fr_code: f(30)?,
-        fr_previous: f(29)?,
-        fr_prev_instr: f(31)?,
-        fr_owner: f(33)?,
-        fr_header_len,
-        // FRAME_OWNED_BY_CSTACK (Include/internal/pycore_frame.h).
-        owner_cstack: Some(3),
-        co_firstlineno: f(39)?,
-        co_filename: f(35)?,
-        co_name: f(36)?,
-        co_qualname: f(37)?,
-        co_linetable: f(38)?,
-        co_code_adaptive: f(43)?,
+        ts_read_len: ts_last.iter().max().copied().unwrap_or(0) + 8,
+        cframe_current_frame: ts("current_frame")?,
+        fr_code: frame("executable")?,
+        fr_previous: frame("previous")?,
+        fr_prev_instr: frame("instr_ptr")?,
+        fr_owner: frame("owner")?,
+        fr_header_len: frame("localsplus")?,
+        // 3.13's FRAME_OWNED_BY_CSTACK; 3.14's and 3.15's FRAME_OWNED_BY_INTERPRETER, and
+        // the one after it (Include/internal/pycore_frame.h, pycore_interpframe_structs.h).
+        owner_shims_from: Some(3),
+        // Py_TAG_BITS of a default (GIL) build.
+        code_tag_bits: if minor >= 14 { 3 } else { 0 },
+        co_firstlineno: code("firstlineno")?,
+        co_filename: code("filename")?,
+        co_name: code("name")?,
+        co_qualname: code("qualname")?,
+        co_linetable: code("linetable")?,
+        co_code_adaptive: code("co_code_adaptive")?,
         unicode_ascii_header: ascii_size,
         // PyCompactUnicodeObject: `utf8_length` and `utf8` after the ASCII header.
-        unicode_compact_header: ascii_size + 16,
+        unicode_compact_header: f
+            .opt("unicode_object", "compactunicodeobject_size")?
+            .unwrap_or(ascii_size + 16),
         gil_holder: GilHolder::LastHolderWhileLocked,
         gil_offset: 0,
         managed_dict: ManagedDict::Inline,
-        ht_cached_keys: 880,
+        ht_cached_keys,
         dict_values_header: 8,
     };
+    check_frame(&layout, frame("size")?)?;
+    Ok(layout)
+}
+
+/// Whether the frame and code fields fit what the walk reads.
+fn check_frame(layout: &Layout, frame_size: usize) -> Result<(), Refusal> {
     let frame_fields = [layout.fr_code, layout.fr_previous, layout.fr_prev_instr];
     if frame_size == 0
-        || fr_header_len > frame_size
-        || frame_fields.iter().any(|&o| o + 8 > fr_header_len)
-        || layout.fr_owner >= fr_header_len
+        || layout.fr_header_len > frame_size
+        || frame_fields.iter().any(|&o| o + 8 > layout.fr_header_len)
+        || layout.fr_owner >= layout.fr_header_len
         || layout.co_firstlineno >= layout.co_linetable
     {
         return Err(Refusal(
             "_Py_DebugOffsets: a frame or code layout this reader cannot read".into(),
         ));
     }
-    Ok(layout)
+    Ok(())
 }
 
 /// One leaked copy of each distinct layout (a process tree or a re-attach builds the same
@@ -222,7 +325,8 @@ mod tests {
 
     /// A 3.13.0 table as the installed interpreter has it, built by hand.
     fn table_313() -> Vec<u8> {
-        let mut words = vec![0u64; TABLE_313 / 8];
+        let len = Shape::for_minor(13).map_or(0, |s| s.len());
+        let mut words = vec![0u64; len / 8];
         words[1] = 0x030d_00f0;
         let set = |w: &mut Vec<u64>, i: usize, v: u64| w[i] = v;
         // interpreter_state: threads_head, gil_runtime_state, locked, holder.
@@ -249,7 +353,15 @@ mod tests {
         ] {
             set(&mut words, i, v);
         }
-        for (i, v) in [(45, 8), (49, 168), (57, 32), (58, 40), (65, 16), (66, 32)] {
+        for (i, v) in [
+            (45, 8),
+            (46, 416),
+            (49, 168),
+            (57, 32),
+            (58, 40),
+            (65, 16),
+            (66, 32),
+        ] {
             set(&mut words, i, v);
         }
         for (i, v) in [(68, 32), (69, 16), (70, 40)] {
@@ -274,9 +386,10 @@ mod tests {
     #[test]
     fn other_versions_and_free_threaded_builds_are_refused() {
         assert!(parse(&table_313(), 12).is_err());
+        // A 3.13 table calling itself 3.14 is too short for 3.14's shape.
         let mut t = table_313();
         t[8..16].copy_from_slice(&0x030e_00f0u64.to_le_bytes());
-        assert!(parse(&t, 14).unwrap_err().0.contains("frame design"));
+        assert!(parse(&t, 14).is_err());
         let mut t = table_313();
         t[16..24].copy_from_slice(&1u64.to_le_bytes());
         assert!(parse(&t, 13).unwrap_err().0.contains("free-threaded"));
@@ -290,5 +403,81 @@ mod tests {
         let a = intern(parse(&table_313(), 13).expect("layout"));
         let b = intern(parse(&table_313(), 13).expect("layout"));
         assert!(std::ptr::eq(a, b));
+    }
+
+    /// Captured from Debian's python3.14 3.14.10 and python3.15 3.15.2
+    /// (tests/data/README.md).
+    const TABLE_314: &[u8] = include_bytes!("../../tests/data/debug_offsets_3.14.bin");
+    const TABLE_315: &[u8] = include_bytes!("../../tests/data/debug_offsets_3.15.bin");
+
+    #[test]
+    fn the_captured_314_table_decodes() {
+        let l = parse(TABLE_314, 14).expect("3.14 layout");
+        assert_eq!(l.interp_threads_head, 7344);
+        assert_eq!(
+            (l.ts_next, l.cframe_current_frame, l.ts_thread_id),
+            (8, 72, 152)
+        );
+        assert_eq!((l.ts_native_thread_id, l.ts_datastack_chunk), (160, 232));
+        assert_eq!((l.ts_datastack_limit, l.ts_read_len), (248, 256));
+        assert_eq!((l.fr_code, l.fr_previous, l.fr_prev_instr), (0, 8, 56));
+        assert_eq!((l.fr_owner, l.fr_header_len), (74, 80));
+        assert_eq!((l.co_filename, l.co_name, l.co_qualname), (112, 120, 128));
+        assert_eq!(
+            (l.co_linetable, l.co_firstlineno, l.co_code_adaptive),
+            (136, 68, 208)
+        );
+        assert_eq!((l.unicode_ascii_header, l.unicode_compact_header), (40, 56));
+        assert_eq!(l.ht_cached_keys, 880);
+        assert_eq!((l.code_tag_bits, l.owner_shims_from), (3, Some(3)));
+    }
+
+    #[test]
+    fn the_captured_315_table_decodes() {
+        let l = parse(TABLE_315, 15).expect("3.15 layout");
+        assert_eq!(l.interp_threads_head, 7336);
+        // `base_frame` and the profiler's fields now sit between `current_frame` and
+        // `thread_id`.
+        assert_eq!(
+            (l.ts_next, l.cframe_current_frame, l.ts_thread_id),
+            (8, 72, 176)
+        );
+        assert_eq!((l.ts_native_thread_id, l.ts_datastack_chunk), (184, 256));
+        assert_eq!((l.ts_datastack_limit, l.ts_read_len), (272, 280));
+        assert_eq!((l.fr_code, l.fr_previous, l.fr_prev_instr), (0, 8, 56));
+        assert_eq!((l.fr_owner, l.fr_header_len), (74, 80));
+        assert_eq!(
+            (l.co_linetable, l.co_firstlineno, l.co_code_adaptive),
+            (136, 68, 208)
+        );
+        assert_eq!(l.unicode_compact_header, 56);
+        // Published by 3.15 itself.
+        assert_eq!(l.ht_cached_keys, 888);
+        assert_eq!(l.code_tag_bits, 3);
+    }
+
+    /// A table with its version field set to `hex`.
+    fn with_version(table: &[u8], hex: u64) -> Vec<u8> {
+        let mut t = table.to_vec();
+        t[8..16].copy_from_slice(&hex.to_le_bytes());
+        t
+    }
+
+    #[test]
+    fn a_table_of_an_unknown_version_is_refused() {
+        // A 3.16 table (here, 3.15's bytes calling themselves 3.16) is no table we know.
+        let t = with_version(TABLE_315, 0x0310_00a1);
+        assert!(parse(&t, 16)
+            .unwrap_err()
+            .0
+            .contains("not a table this reader knows"));
+        // Nor is a table that disagrees with the interpreter's version.
+        assert!(parse(TABLE_314, 15).unwrap_err().0.contains("says 3.14"));
+        assert!(parse(&with_version(TABLE_314, 0x030f_02f0), 14).is_err());
+        // 3.14's table read as 3.15's shape: too short, or fields out of place.
+        assert!(parse(&with_version(TABLE_314, 0x030f_02f0), 15).is_err());
+        let mut t = TABLE_315.to_vec();
+        t[16..24].copy_from_slice(&1u64.to_le_bytes());
+        assert!(parse(&t, 15).unwrap_err().0.contains("free-threaded"));
     }
 }

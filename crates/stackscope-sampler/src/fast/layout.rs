@@ -92,9 +92,14 @@ pub(crate) struct Layout {
     pub fr_owner: usize,
     /// Bytes read of each frame: everything before `localsplus`.
     pub fr_header_len: usize,
-    /// The owner value of the C-stack shim frames 3.12 puts at each entry into the eval
-    /// loop; they hold no Python code and py-spy leaves them out.
-    pub owner_cstack: Option<u8>,
+    /// The lowest owner value of frames that hold no Python code of their own: the C-stack
+    /// shims 3.12 puts at each entry into the eval loop (3), 3.14's entry frames (3) and
+    /// C-stack frames (4), 3.15's sentinel base frame in the thread state (4). py-spy leaves
+    /// them out.
+    pub owner_shims_from: Option<u8>,
+    /// 3.14+: `f_executable` is a `_PyStackRef`, whose low bits are tags (`Py_TAG_BITS`,
+    /// Include/internal/pycore_stackref.h): masked off to get the code object. 0 before.
+    pub code_tag_bits: usize,
 
     // PyCodeObject
     pub co_firstlineno: usize,
@@ -195,7 +200,8 @@ pub(crate) static PY310: Layout = Layout {
     // `f_state`.
     fr_owner: 108,
     fr_header_len: 112,
-    owner_cstack: None,
+    owner_shims_from: None,
+    code_tag_bits: 0,
     co_firstlineno: 40,
     co_filename: 104,
     co_name: 112,
@@ -234,7 +240,8 @@ pub(crate) static PY311: Layout = Layout {
     fr_prev_instr: 56,
     fr_owner: 69,
     fr_header_len: 72,
-    owner_cstack: None,
+    owner_shims_from: None,
+    code_tag_bits: 0,
     co_firstlineno: 72,
     co_filename: 112,
     co_name: 120,
@@ -272,7 +279,8 @@ pub(crate) static PY312: Layout = Layout {
     fr_prev_instr: 56,
     fr_owner: 70,
     fr_header_len: 72,
-    owner_cstack: Some(3),
+    owner_shims_from: Some(3),
+    code_tag_bits: 0,
     co_firstlineno: 68,
     co_filename: 112,
     co_name: 120,

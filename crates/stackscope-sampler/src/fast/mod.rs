@@ -1,4 +1,4 @@
-//! stackscope's own stack reader for CPython 3.10 to 3.13.
+//! stackscope's own stack reader for CPython 3.10 to 3.15.
 //!
 //! py-spy, in its default mode, stops every thread for each sample and copies each frame,
 //! code object, name, file name and line table with its own system call: about eight reads a
@@ -23,9 +23,10 @@
 //! in a fraction of a percent of samples.
 //!
 //! Where the layouts come from ([`layout`]): tables typed here for 3.10, 3.11 and 3.12; for
-//! 3.13 and later the interpreter's own `_Py_DebugOffsets` ([`debug_offsets`]), with py-spy's
-//! reader and one notice for a version whose design this reader does not know. 3.9 and older
-//! are read by py-spy. Whether a thread is idle is decided the same way for every version
+//! 3.13 to 3.15 the interpreter's own `_Py_DebugOffsets` ([`debug_offsets`], whose shape per
+//! version is in [`debug_tables`]); a table this reader does not know is read by py-spy's
+//! reader where py-spy reads the version, with one notice, and refused where it does not.
+//! 3.9 and older are read by py-spy. Whether a thread is idle is decided the same way for every version
 //! and both readers ([`crate::idle`]).
 
 mod activity;
@@ -33,6 +34,7 @@ mod addrmap;
 mod attempt;
 mod code;
 mod debug_offsets;
+mod debug_tables;
 mod error;
 mod filenames;
 mod gil;
@@ -155,6 +157,17 @@ pub(crate) struct FastReader {
     tids: TidMap,
 }
 
+/// Why there is no reader of ours for an interpreter.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// Its version has no layout here (3.9 and older).
+    NoLayout,
+    /// Its `_Py_DebugOffsets` is not one this reader knows: why.
+    Refused(String),
+    /// The layout did not fit what was read.
+    Failed(ReadError),
+}
+
 /// Each thread's frames, in list order, and the GIL holder's thread state.
 struct Read {
     frames: Vec<Frames>,
@@ -163,29 +176,16 @@ struct Read {
 
 impl FastReader {
     /// A reader for the interpreter py-spy found, if its version has a layout table here.
-    pub(crate) fn new(
-        pid: u32,
-        spy: &PythonSpy,
-        strategy: Strategy,
-    ) -> Result<Option<FastReader>, ReadError> {
+    pub(crate) fn new(pid: u32, spy: &PythonSpy, strategy: Strategy) -> Result<FastReader, Unread> {
         let (major, minor) = (spy.version.major, spy.version.minor);
         let layout = match Layout::for_version(major, minor) {
             Some(layout) => layout,
             None if major == 3 && minor >= 13 => {
                 let mut remote = Remote::new(pid);
-                match debug_offsets::layout(&mut remote, minor, spy.addresses.interpreter_address) {
-                    Ok(layout) => layout,
-                    Err(refusal) => {
-                        notice_once(&format!(
-                            "stackscope: Python {major}.{minor}: {}; its stacks are read by \
-                             py-spy's reader",
-                            refusal.0
-                        ));
-                        return Ok(None);
-                    }
-                }
+                debug_offsets::layout(&mut remote, minor, spy.addresses.interpreter_address)
+                    .map_err(|refusal| Unread::Refused(refusal.0))?
             }
-            None => return Ok(None),
+            None => return Err(Unread::NoLayout),
         };
         let found = spy.addresses.threadstate_address;
         let globals = Globals {
@@ -203,9 +203,9 @@ impl FastReader {
             .ok()
             .and_then(|b| GilWords::parse(&b));
         if found == 0 || !gil.is_some_and(|g| g.plausible()) {
-            return Err(ReadError::Layout(
+            return Err(Unread::Failed(ReadError::Layout(
                 "no GIL where the layout table puts it".to_owned(),
-            ));
+            )));
         }
         let mut reader = FastReader {
             pid,
@@ -214,7 +214,7 @@ impl FastReader {
             modules_ptr: spy.addresses.imports_modules_address,
             remote,
             process: remoteprocess::Process::new(pid as remoteprocess::Pid)
-                .map_err(ReadError::stop)?,
+                .map_err(|e| Unread::Failed(ReadError::stop(e)))?,
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
@@ -234,9 +234,10 @@ impl FastReader {
             seen_running: false,
             tids: TidMap::new(pid),
         };
-        reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)?;
+        reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)
+            .map_err(Unread::Failed)?;
         reader.fill_os_thread_ids();
-        Ok(Some(reader))
+        Ok(reader)
     }
 
     /// Finds (again) the OS thread id of each thread, where the interpreter does not record
@@ -799,7 +800,7 @@ impl Drop for FastReader {
 }
 
 /// Prints a notice once per process of ours, however many targets meet the same case.
-fn notice_once(message: &str) {
+pub(crate) fn notice_once(message: &str) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if !said.iter().any(|m| m == message) {

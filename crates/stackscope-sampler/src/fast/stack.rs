@@ -139,7 +139,8 @@ impl Walk {
                 return Err(WalkError::TooDeep);
             }
             let field = |offset| usize_at(header, offset).ok_or(WalkError::Garbage(addr));
-            let code = field(layout.fr_code)?;
+            // A tagged stack reference (3.14+): the tags are not part of the address.
+            let code = field(layout.fr_code)? & !layout.code_tag_bits;
             let previous = field(layout.fr_previous)?;
             let prev_instr = match layout.frames {
                 FrameDesign::Chunks => field(layout.fr_prev_instr)?,
@@ -158,12 +159,15 @@ impl Walk {
                 return Err(WalkError::Garbage(previous));
             }
             self.next = previous;
-            if layout.owner_cstack.is_some() && owner == layout.owner_cstack {
-                // An entry shim: no code of its own.
+            if owner
+                .zip(layout.owner_shims_from)
+                .is_some_and(|(o, from)| o >= from)
+            {
+                // An entry shim (or 3.15's base frame): no code of its own.
                 continue;
             }
             if code == 0 && layout.minor >= 13 {
-                // 3.13: a frame with no executable; py-spy leaves it out.
+                // 3.13+: a frame with no executable; py-spy leaves it out.
                 continue;
             }
             if code == 0 || code & 7 != 0 {
@@ -503,6 +507,40 @@ mod tests {
         );
         assert_eq!(walk.advance(l), Ok(None));
         assert_eq!(walk.frames.len(), 1);
+    }
+
+    /// 3.14+: the code object comes as a tagged stack reference, and frames owned by the
+    /// interpreter (entry frames, 3) or the thread state (3.15's base frame, 4) are left out.
+    #[test]
+    fn tagged_executables_are_masked_and_interpreter_frames_skipped() {
+        let l = &Layout {
+            minor: 14,
+            code_tag_bits: 3,
+            ..PY312.clone()
+        };
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 512];
+        let put = |mem: &mut Vec<u8>, at: usize, code: u64, prev: u64, owner: u8| {
+            mem[at + l.fr_code..at + l.fr_code + 8].copy_from_slice(&code.to_le_bytes());
+            mem[at + l.fr_previous..at + l.fr_previous + 8].copy_from_slice(&prev.to_le_bytes());
+            mem[at + l.fr_owner] = owner;
+        };
+        // Innermost (deferred reference: tag 1), its caller (untagged), an entry frame
+        // (owner 3, executable None), the base frame (owner 4).
+        put(&mut mem, 384, 0xc001, (base + 256) as u64, 0);
+        put(&mut mem, 256, 0xd000, (base + 128) as u64, 0);
+        put(&mut mem, 128, 0x9_0000, (base + 32) as u64, 3);
+        put(&mut mem, 32, 0, 0, 4);
+        let mut walk = Walk::new(
+            base + 384,
+            Region {
+                addr: base,
+                bytes: mem,
+            },
+        );
+        assert_eq!(walk.advance(l), Ok(None));
+        let codes: Vec<usize> = walk.frames.iter().map(|f| f.code).collect();
+        assert_eq!(codes, [0xc000, 0xd000]);
     }
 
     /// 3.10 frame objects: a walk ending in a function's frame reaches the thread's first
