@@ -147,7 +147,7 @@ impl PythonTarget {
         let version = spy.version.to_string();
         let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
         let fast = if options.locals || options.native {
-            Err(Some(
+            Err(NoFast::Quiet(
                 "its local variables and native frames are read by py-spy's reader".into(),
             ))
         } else {
@@ -156,7 +156,7 @@ impl PythonTarget {
         let fast = match fast {
             Ok(fast) => Some(fast),
             Err(why) if py_spy_reads => {
-                if let Some(why) = why.filter(|_| !options.locals && !options.native) {
+                if let NoFast::Refused(why) = why {
                     crate::fast::notice_once(&format!(
                         "stackscope: Python {version}: {why}; its stacks are read by py-spy's \
                          reader"
@@ -164,8 +164,7 @@ impl PythonTarget {
                 }
                 None
             }
-            Err(why) => {
-                let why = why.unwrap_or_else(|| "stackscope's reader cannot read it".into());
+            Err(NoFast::Refused(why) | NoFast::Quiet(why)) => {
                 return Err(AttachError::Other {
                     pid,
                     message: format!(
@@ -590,18 +589,17 @@ impl ReaderChoice {
 /// Our own reader for this interpreter, if its version has one and a first read agrees with
 /// py-spy's on which threads there are (a build whose layout differs from the tables, say a
 /// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's. A
-/// version py-spy does not read is checked by a first read alone. Err: why there is none,
-/// where it is worth saying (a table our reader refused, py-spy's reader asked for).
+/// version py-spy does not read is checked by a first read alone. Err: why there is none.
 fn open_fast_reader(
     pid: u32,
     spy: &mut PythonSpy,
     blocking: bool,
     leader_exited: bool,
     reader: ReaderChoice,
-) -> Result<FastReader, Option<String>> {
+) -> Result<FastReader, NoFast> {
     let strategy = match reader {
         ReaderChoice::PySpy => {
-            return Err(Some(
+            return Err(NoFast::Quiet(
                 "STACKSCOPE_READER=py-spy asks for py-spy's reader".into(),
             ))
         }
@@ -612,9 +610,11 @@ fn open_fast_reader(
     };
     let mut fast = match FastReader::new(pid, spy, strategy) {
         Ok(fast) => fast,
-        Err(Unread::Refused(why)) => return Err(Some(why)),
-        Err(Unread::NoLayout) => return Err(None),
-        Err(Unread::Failed(e)) => return Err(Some(format!("stackscope's reader failed: {e}"))),
+        Err(Unread::Refused(why)) => return Err(NoFast::Refused(why)),
+        Err(Unread::NoLayout) => return Err(NoFast::Quiet("no layout for it".into())),
+        Err(Unread::Failed(e)) => {
+            return Err(NoFast::Quiet(format!("stackscope's reader failed: {e}")))
+        }
     };
     let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
     // Threads that come and go can make two reads disagree: a few more tries.
@@ -636,7 +636,19 @@ fn open_fast_reader(
             return Ok(fast);
         }
     }
-    Err(None)
+    Err(NoFast::Quiet(
+        "stackscope's reader did not read the threads py-spy's did".into(),
+    ))
+}
+
+/// Why a target has no reader of ours.
+enum NoFast {
+    /// A `_Py_DebugOffsets` our reader does not know: said once where py-spy's reader takes
+    /// over.
+    Refused(String),
+    /// Asked for, or a version or first read our reader cannot read: said only where no
+    /// reader is left.
+    Quiet(String),
 }
 
 /// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)
