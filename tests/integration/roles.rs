@@ -245,11 +245,13 @@ fn a_gpu_bound_loop_does_not_blame_its_workers() {
         gpu["verdict"]
     );
     assert!(gpu["cycle"].is_null(), "{}", gpu["cycle"]);
-    // The workers wait in Queue.put: they feed nothing that the GPU waits for.
-    assert_eq!(
-        gpu["while_idle"]["feeders"].as_array().map(Vec::len),
-        Some(0)
-    );
+    // The workers wait in Queue.put: nothing the GPU waits for. (The GPU idles a moment at the
+    // job's end, while it stops its workers, so they may be listed; never as busy, never blamed.)
+    for feeders in gpu["while_idle"]["feeders"].as_array().expect("feeders") {
+        assert!(num(&feeders["busy_share"], "busy share") < 0.6, "{feeders}");
+    }
+    let words = text(&gpu["verdict"]["text"]);
+    assert!(!words.contains("input pipeline"), "{words}");
     let roles = out.summary()["roles"].clone();
     let trainer: Vec<&Value> = roles
         .as_array()
