@@ -32,8 +32,7 @@ pub(crate) fn is_active(state: Option<u8>, holds_gil: bool) -> bool {
 /// fast reader keeps its files open instead, see `fast::activity`).
 pub(crate) fn state_of(pid: u32, tid: u64) -> Option<u8> {
     let stat = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
+    crate::procfs::StatLine::parse(&stat)?.state()
 }
 
 /// The state letter of every thread of `pid`, by OS thread id.

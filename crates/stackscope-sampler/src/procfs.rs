@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use stackscope_event::ThreadState;
 
+pub(crate) mod stat;
+pub(crate) use stat::StatLine;
+
 /// Whether a process with this pid exists (a zombie counts as gone: it runs no more code). A
 /// process whose leader thread exited while other threads run on is alive.
 pub fn is_alive(pid: u32) -> bool {
@@ -89,7 +92,7 @@ impl StopCheck {
         }
         let read = self.file.as_ref()?.read_at(&mut self.buf, 0);
         match read {
-            Ok(n) if n > 0 => state_in(&String::from_utf8_lossy(&self.buf[..n])),
+            Ok(n) if n > 0 => state_in(self.buf.get(..n)?),
             _ => {
                 self.file = None;
                 None
@@ -225,15 +228,14 @@ fn blocked_state(syscall: &str) -> ThreadState {
     }
 }
 
-/// The state letter of a `stat` file. The command name is in parentheses and may itself contain
-/// ") ", so the state follows the last one.
+/// The state letter of a `stat` file ([`StatLine`]). Read as text, as it always was: a file
+/// that is not UTF-8 (a command name that is not) answers None.
 fn state_of(stat_path: &str) -> Option<char> {
-    state_in(&fs::read_to_string(stat_path).ok()?)
+    state_in(fs::read_to_string(stat_path).ok()?.as_bytes())
 }
 
-fn state_in(stat: &str) -> Option<char> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.trim_start().chars().next()
+fn state_in(stat: &[u8]) -> Option<char> {
+    StatLine::parse(stat)?.state().map(char::from)
 }
 
 #[cfg(test)]

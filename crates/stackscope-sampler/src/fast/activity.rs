@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::addrmap::TidMap;
 use super::switches::{OffCpu, SwitchRings};
+use crate::procfs::StatLine;
 
 /// How long a sleeping thread's state is taken as still true while its Python state does not
 /// change (docs/performance.md: the error this allows, measured).
@@ -273,21 +274,14 @@ fn parse_sched(line: &[u8]) -> Option<Sched> {
     Some(Sched { run_ns, switches })
 }
 
-/// The state letter: the first field after the command name, which is in parentheses and
-/// may itself contain ") ".
+/// The state letter ([`StatLine::state`]).
 fn state(stat: &[u8]) -> Option<u8> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
+    StatLine::parse(stat)?.state()
 }
 
-/// utime + stime: the 12th and 13th fields after the command name.
+/// utime + stime ([`StatLine::cpu_ticks`]).
 fn cpu_ticks(stat: &[u8]) -> Option<u64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    let mut fields = rest.split_ascii_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    StatLine::parse(stat)?.cpu_ticks()
 }
 
 /// Whether a state letter says the thread can run: running, runnable or asleep, not stopped

@@ -828,11 +828,8 @@ fn procfs_thread_alive(pid: u32, tid: u64) -> bool {
     crate::procfs::state(pid).is_some()
         && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
             .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .map(|(_, rest)| rest.trim_start().to_owned())
-            })
-            .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+            .and_then(|s| crate::procfs::StatLine::parse(s.as_bytes()).map(|l| l.state()))
+            .is_some_and(|state| !matches!(state, Some(b'Z' | b'X')))
 }
 
 /// An attempt's outcomes, filed.

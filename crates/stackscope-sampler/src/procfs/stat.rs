@@ -1,0 +1,103 @@
+//! One line of `/proc/PID/stat` or `/proc/PID/task/TID/stat` (proc(5)):
+//! `pid (comm) state ppid ...`, parsed in one place.
+//!
+//! The command name in parentheses is whatever the process or thread named itself: it may
+//! hold spaces, `(`, `)` and `) (`, so the fields that follow it are found after the LAST `)`
+//! on the line. A line cut short (a torn or truncated read) answers None for the fields it
+//! lacks, never a field of the wrong place.
+
+/// The fields of a stat line after the command name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatLine<'a> {
+    /// Everything after the last `)`.
+    rest: &'a [u8],
+}
+
+impl<'a> StatLine<'a> {
+    /// Splits a stat line at its last `)`; None where there is none (not a stat line, or one
+    /// cut before the end of the command name).
+    pub(crate) fn parse(line: &'a [u8]) -> Option<StatLine<'a>> {
+        let close = line.iter().rposition(|&b| b == b')')?;
+        Some(StatLine {
+            rest: line.get(close + 1..)?,
+        })
+    }
+
+    /// The scheduler state letter (`R`, `S`, `D`, `T`, `t`, `Z`, `X`, ...): the first field
+    /// after the command name.
+    pub(crate) fn state(&self) -> Option<u8> {
+        self.field(0)?.first().copied()
+    }
+
+    /// utime + stime, in clock ticks: the 12th and 13th fields after the command name (the
+    /// 14th and 15th of the line).
+    pub(crate) fn cpu_ticks(&self) -> Option<u64> {
+        let utime: u64 = std::str::from_utf8(self.field(11)?).ok()?.parse().ok()?;
+        let stime: u64 = std::str::from_utf8(self.field(12)?).ok()?.parse().ok()?;
+        Some(utime + stime)
+    }
+
+    /// The `n`th whitespace-separated field after the command name (0: the state).
+    fn field(&self, n: usize) -> Option<&'a [u8]> {
+        self.rest
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty())
+            .nth(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_line_gives_its_state_and_cpu_time() {
+        let line = b"12 (python3) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0 20 0 1 0 5 6 7\n";
+        let stat = StatLine::parse(line).expect("a stat line");
+        assert_eq!(stat.state(), Some(b'S'));
+        assert_eq!(stat.cpu_ticks(), Some(100));
+    }
+
+    #[test]
+    fn the_fields_follow_the_last_parenthesis() {
+        // A thread may name itself anything: ") (" and a fake state inside the name.
+        let line = b"12 (a) (R 9) b) T 1 2 3 4 5 6 7 8 9 10 7 3 0 0";
+        let stat = StatLine::parse(line).expect("a stat line");
+        assert_eq!(stat.state(), Some(b'T'));
+        assert_eq!(stat.cpu_ticks(), Some(10));
+        assert_eq!(
+            StatLine::parse(b"12 (a) b) S 1 2").and_then(|s| s.state()),
+            Some(b'S')
+        );
+        assert_eq!(
+            StatLine::parse(b"12 (x) R 1").and_then(|s| s.state()),
+            Some(b'R')
+        );
+        assert_eq!(
+            StatLine::parse(b"12 ( ) Z 1").and_then(|s| s.state()),
+            Some(b'Z')
+        );
+    }
+
+    #[test]
+    fn a_short_or_torn_line_answers_none() {
+        assert!(StatLine::parse(b"garbage").is_none());
+        assert!(StatLine::parse(b"").is_none());
+        // Cut inside the command name: no ')' at all.
+        assert!(StatLine::parse(b"12 (pyth").is_none());
+        // Cut right after the name: no state.
+        let stat = StatLine::parse(b"12 (python3)").expect("the name closes");
+        assert_eq!(stat.state(), None);
+        assert_eq!(stat.cpu_ticks(), None);
+        assert_eq!(
+            StatLine::parse(b"12 (python3) ").and_then(|s| s.state()),
+            None
+        );
+        // Cut before stime, or inside a number.
+        let stat = StatLine::parse(b"12 (x) S 1 2 3 4 5 6 7 8 9 10 70").expect("a stat line");
+        assert_eq!(stat.state(), Some(b'S'));
+        assert_eq!(stat.cpu_ticks(), None);
+        let stat = StatLine::parse(b"12 (x) S 1 2 3 4 5 6 7 8 9 10 7x 3").expect("a stat line");
+        assert_eq!(stat.cpu_ticks(), None);
+    }
+}
