@@ -3,8 +3,9 @@
 //!
 //! - [`python`]: a Python fixture process that says when it is ready (a ready file, or its
 //!   first line on stdout), waited for with a deadline and killed on Drop; and the interpreters
-//!   the tests run on (`python3` plus each pyenv minor version installed, one printed line for
-//!   each that is missing).
+//!   the tests run on (`python3` plus each pyenv minor version installed; 3.14 and 3.15, where
+//!   pyenv lacks them, from a Debian unstable root built once by `scripts/sid-root`; one
+//!   printed line for each that is missing).
 //! - [`events`]: builders of the sampler's events (stack samples, GPU readings, process
 //!   events) for the aggregate, report and sample log tests.
 //! - [`synthetic`]: a synthetic training-like recording and its sample log header, for the

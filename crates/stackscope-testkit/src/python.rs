@@ -417,12 +417,27 @@ pub fn pyenv_root() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv"))
 }
 
-/// The CPython minor versions the tests run on, wherever pyenv has them.
-pub const VERSIONS: [&str; 5] = ["3.10", "3.11", "3.12", "3.13", "3.14"];
+/// The CPython minor versions the tests run on: pyenv's where it has them, else those of
+/// [`SID_VERSIONS`] from the Debian unstable root ([`sid_root`]).
+pub const VERSIONS: [&str; 6] = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"];
+
+/// The minor versions the Debian unstable root provides where pyenv lacks them.
+pub const SID_VERSIONS: [&str; 2] = ["3.14", "3.15"];
 
 /// pyenv's interpreter of each of `minors` (the newest patch release installed), as
 /// `(minor, path)`; one printed line for each minor that is not installed.
 pub fn pyenv_interpreters(minors: &[&str]) -> Vec<(String, PathBuf)> {
+    let found = pyenv_found(minors);
+    for &minor in minors {
+        if !found.iter().any(|(m, _)| m == minor) {
+            eprintln!("skipped: Python {minor} is not installed under pyenv");
+        }
+    }
+    found
+}
+
+/// pyenv's newest patch release of each of `minors` that is installed, silently.
+fn pyenv_found(minors: &[&str]) -> Vec<(String, PathBuf)> {
     let root = pyenv_root();
     let mut installed: Vec<String> = root
         .as_ref()
@@ -449,23 +464,163 @@ pub fn pyenv_interpreters(minors: &[&str]) -> Vec<(String, PathBuf)> {
                 p.exists().then_some(p)
             })
             .next();
-        match found {
-            Some(p) => out.push((minor.to_owned(), p)),
-            None => eprintln!("skipped: Python {minor} is not installed under pyenv"),
+        if let Some(p) = found {
+            out.push((minor.to_owned(), p));
         }
     }
     out
 }
 
-/// The interpreters to test: `python3`, then pyenv's of each of `minors` that is installed
-/// ([`pyenv_interpreters`]). Says which run.
+/// The interpreter of each of `minors`, as `(minor, path)` in the order asked: pyenv's (the
+/// newest patch release installed), else, for [`SID_VERSIONS`], the Debian unstable root's
+/// wrapper ([`sid_python`]), which builds that root the first time. One printed line for each
+/// minor that neither has, and one for all those the root was to give when it cannot be built
+/// (`skipped: Python 3.14 and 3.15: the Debian root could not be built: WHY`).
+pub fn interpreters_of(minors: &[&str]) -> Vec<(String, PathBuf)> {
+    let mut found = pyenv_found(minors);
+    let from_sid: Vec<&str> = minors
+        .iter()
+        .copied()
+        .filter(|m| SID_VERSIONS.contains(m) && !found.iter().any(|(f, _)| f == m))
+        .collect();
+    for &minor in minors {
+        if !found.iter().any(|(m, _)| m == minor) && !from_sid.contains(&minor) {
+            eprintln!("skipped: Python {minor} is not installed under pyenv");
+        }
+    }
+    if !from_sid.is_empty() {
+        match sid_root() {
+            Ok(bin) => found.extend(
+                from_sid
+                    .iter()
+                    .map(|m| (m.to_string(), bin.join(format!("python{m}")))),
+            ),
+            Err(why) => eprintln!(
+                "skipped: Python {}: the Debian root could not be built: {why}",
+                from_sid.join(" and ")
+            ),
+        }
+    }
+    found.sort_by_key(|(m, _)| minors.iter().position(|x| x == m));
+    found
+}
+
+/// The Debian unstable root's wrapper of Python `minor` (one of [`SID_VERSIONS`]), built the
+/// first time it is asked for ([`sid_root`]); why not, when the root cannot be built.
+pub fn sid_python(minor: &str) -> Result<PathBuf, String> {
+    assert!(
+        SID_VERSIONS.contains(&minor),
+        "the Debian root has no {minor}"
+    );
+    Ok(sid_root()?.join(format!("python{minor}")))
+}
+
+/// The directory of the Debian unstable root's interpreter wrappers (`python3.14`,
+/// `python3.15`), each used exactly like a python path: it keeps its pid and runs the
+/// interpreter in a mount namespace of its own whose root is a Debian unstable root, where the
+/// host's `/tmp`, `$TMPDIR` and this workspace are at the same paths (so fixtures and ready
+/// files are where the test says). `scripts/sid-root` builds the root, once, in
+/// `$STACKSCOPE_SID_ROOT` or `<workspace>/target/debian-sid-root` (mmdebstrap, as root, from
+/// Debian's mirror: about 190 MB, 20 to 40 s), under a lock file, so that any number of test
+/// threads and test binaries may ask at once; this runs it once per test process. Why not, in
+/// one line, when it cannot be built (not root, no mmdebstrap, no network, or
+/// `STACKSCOPE_SID_ROOT=off`).
+pub fn sid_root() -> Result<PathBuf, String> {
+    static ROOT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    ROOT.get_or_init(build_sid_root).clone()
+}
+
+fn build_sid_root() -> Result<PathBuf, String> {
+    if std::env::var_os("STACKSCOPE_SID_ROOT").is_some_and(|v| v == "off") {
+        return Err("STACKSCOPE_SID_ROOT=off".to_owned());
+    }
+    let script = workspace_root().join("scripts/sid-root");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let why = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no reason given");
+        return Err(format!("{why} ({})", out.status));
+    }
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    match SID_VERSIONS
+        .iter()
+        .map(|m| bin.join(format!("python{m}")))
+        .find(|p| !p.exists())
+    {
+        Some(missing) => Err(format!("{} is missing after building", missing.display())),
+        None => Ok(bin),
+    }
+}
+
+/// The interpreters to test: `python3`, then the one of each of `minors` that pyenv or the
+/// Debian unstable root gives ([`interpreters_of`]). Says which run.
 pub fn interpreters(minors: &[&str]) -> Vec<String> {
     let mut out = vec!["python3".to_owned()];
     out.extend(
-        pyenv_interpreters(minors)
+        interpreters_of(minors)
             .into_iter()
             .map(|(_, p)| p.to_string_lossy().into_owned()),
     );
     eprintln!("interpreters: {}", out.join(", "));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each wrapper of the Debian root runs its version, keeps the pid it was spawned with, runs
+    /// in another root (the Debian one: stackscope reads it through /proc/PID/root), and sees
+    /// the test's paths (a temp dir, the repository) where the test does.
+    #[test]
+    fn the_debian_root_wrappers_keep_the_pid_and_run_in_the_root() {
+        for minor in SID_VERSIONS {
+            let python = match sid_python(minor) {
+                Ok(python) => python,
+                Err(why) => {
+                    eprintln!(
+                        "skipped: Python {}: the Debian root could not be built: {why}",
+                        SID_VERSIONS.join(" and ")
+                    );
+                    return;
+                }
+            };
+            // A file of the repository copied into a temp dir: both are where the test sees
+            // them.
+            let dir = tempfile::tempdir().expect("temp dir");
+            let copy = dir.path().join("copy");
+            let code = "import os, sys\n\
+                        open(sys.argv[1], 'w').write(open(sys.argv[2]).read())\n\
+                        print('ready', os.getpid(), '%d.%d' % sys.version_info[:2], flush=True)\n\
+                        sys.stdin.read()\n";
+            let fixture = Fixture::code(code)
+                .python(&python)
+                .args(&[copy.clone(), fixture_path("versions_target.py")])
+                .stdin()
+                .spawn();
+            let said = fixture.wait_ready();
+            eprintln!("{}: {said}", python.display());
+            assert_eq!(
+                said,
+                format!("ready {} {minor}", fixture.pid),
+                "{minor}: the wrapper's pid is the interpreter's"
+            );
+            assert_eq!(
+                fs::read_to_string(&copy).expect("the copy"),
+                fs::read_to_string(fixture_path("versions_target.py")).expect("the fixture"),
+                "{minor}"
+            );
+            let root = fs::read_link(format!("/proc/{}/root", fixture.pid)).expect("root");
+            assert_ne!(root, Path::new("/"), "{minor}: runs in the Debian root");
+            assert!(root.ends_with("root"), "{minor}: root {}", root.display());
+        }
+    }
 }

@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{pythons, pythons_of, Fixture, VERSIONS};
+use common::{pythons_of, pythons_without, Fixture, VERSIONS};
 use stackscope_sampler::{PythonTarget, TargetOptions};
 
 const FIXTURE: &str = include_str!("../../../../fixtures/idle_threads.py");
@@ -39,7 +39,8 @@ fn waiting_threads_are_idle_and_working_ones_busy_on_every_version() {
 #[test]
 fn the_same_rule_holds_for_py_spys_reader() {
     let _serial = crate::common::serial();
-    for python in pythons() {
+    // 3.15: until py-spy's reader (which reads locals) reads it
+    for python in pythons_without(&["3.15"]) {
         let options = TargetOptions {
             locals: true,
             ..TargetOptions::default()

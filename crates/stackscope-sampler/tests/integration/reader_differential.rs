@@ -4,7 +4,8 @@
 //! Each fixture is stopped by the test itself (a ptrace stop of every thread, the way py-spy
 //! stops a process), both readers read it, and it is resumed; several times, so that spinning
 //! threads are caught at different instructions. Run against every interpreter the fast
-//! reader reads that is installed here: `python3` and each of 3.10 to 3.14 pyenv has.
+//! reader reads that is installed here: `python3` and each of 3.10 to 3.15 (pyenv's, else 3.14
+//! and 3.15 from the Debian unstable root of `scripts/sid-root`).
 
 use std::time::Duration;
 

@@ -7,13 +7,24 @@ pub use stackscope_testkit::python::{Fixture, VERSIONS};
 /// those never overlap; the others run beside them.
 pub use stackscope_testkit::serial;
 
-/// The interpreters to test: `python3`, then the newest patch release of each of
-/// [`VERSIONS`] that pyenv has. Says which run and, in one line each, which are missing.
+/// The interpreters to test: `python3`, then each of [`VERSIONS`]: pyenv's newest patch
+/// release, else (3.14, 3.15) the Debian unstable root's. Says which run and, in one line each,
+/// which are missing.
 pub fn pythons() -> Vec<String> {
     pythons_of(&VERSIONS)
 }
 
-/// `python3`, then the newest patch release of each of `versions` that pyenv has.
+/// [`pythons`] less the minor versions in `skip`.
+pub fn pythons_without(skip: &[&str]) -> Vec<String> {
+    let versions: Vec<&str> = VERSIONS
+        .iter()
+        .copied()
+        .filter(|v| !skip.contains(v))
+        .collect();
+    pythons_of(&versions)
+}
+
+/// `python3`, then the interpreter of each of `versions` (pyenv's, else the Debian root's).
 pub fn pythons_of(versions: &[&str]) -> Vec<String> {
     stackscope_testkit::python::interpreters(versions)
 }
