@@ -6,12 +6,16 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use stackscope_gpu::GpuSelection;
+use stackscope_sampler::ReaderTuning;
 
 use crate::cli::{
     AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs,
     TopArgs, WatchArgs,
 };
 use stackscope_report::ExportFormat;
+
+mod tuning;
+pub use tuning::reader_tuning_from_env;
 
 /// A mistake on the command line found after clap: exits with status 2, like clap's own.
 #[derive(Debug)]
@@ -70,6 +74,8 @@ pub struct RecordingConfig {
     pub formats: Vec<ExportFormat>,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
+    /// The reader's experiment switches, from the environment ([`tuning`]).
+    pub tuning: ReaderTuning,
 }
 
 impl RecordingConfig {
@@ -98,6 +104,7 @@ impl RecordingConfig {
                 None => Vec::new(),
             },
             metrics_addr: args.metrics.metrics_addr,
+            tuning: reader_tuning_from_env(),
         })
     }
 
@@ -122,6 +129,8 @@ pub struct DumpConfig {
     pub native: bool,
     /// `--show-secrets`: locals with secret-looking names shown as they are.
     pub show_secrets: bool,
+    /// The reader's experiment switches, from the environment ([`tuning`]).
+    pub tuning: ReaderTuning,
 }
 
 impl From<DumpArgs> for DumpConfig {
@@ -133,6 +142,7 @@ impl From<DumpArgs> for DumpConfig {
             subprocesses: args.subprocesses,
             native: args.native,
             show_secrets: args.show_secrets,
+            tuning: reader_tuning_from_env(),
         }
     }
 }
@@ -198,6 +208,8 @@ pub struct WatchConfig {
     pub show_secrets: bool,
     /// `--keep-reports`: hang reports kept in `out_dir`, the newest.
     pub keep_reports: usize,
+    /// The reader's experiment switches, from the environment ([`tuning`]).
+    pub tuning: ReaderTuning,
 }
 
 impl WatchConfig {
@@ -214,6 +226,7 @@ impl WatchConfig {
             metrics_addr: args.metrics.metrics_addr,
             show_secrets: args.show_secrets,
             keep_reports: args.keep_reports,
+            tuning: reader_tuning_from_env(),
         })
     }
 }
@@ -308,6 +321,8 @@ pub struct TopConfig {
     pub gpu: GpuSettings,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
+    /// The reader's experiment switches, from the environment ([`tuning`]).
+    pub tuning: ReaderTuning,
 }
 
 impl TopConfig {
@@ -319,6 +334,7 @@ impl TopConfig {
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
             metrics_addr: args.metrics.metrics_addr,
+            tuning: reader_tuning_from_env(),
         })
     }
 }

@@ -10,6 +10,7 @@ pub fn run(config: DumpConfig) -> anyhow::Result<()> {
         blocking: true,
         locals: config.locals,
         native: config.native,
+        tuning: config.tuning,
     };
     let mut processes = if config.subprocesses {
         dump_tree(config.pid, &options)?

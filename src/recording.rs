@@ -35,6 +35,7 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
         blocking: config.blocking,
         locals: false,
         native: config.native,
+        tuning: config.tuning,
     };
     let (target, child, out_dir) = match &config.target {
         Target::Pid(pid) => {
@@ -133,6 +134,7 @@ fn record(
                         blocking: config.blocking,
                         locals: false,
                         native: config.native,
+                        tuning: config.tuning,
                     },
                 },
             )),

@@ -23,7 +23,10 @@ use crate::signals::{Request, Signals};
 
 pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let signals = Signals::install()?;
-    let options = TargetOptions::default();
+    let options = TargetOptions {
+        tuning: config.tuning,
+        ..TargetOptions::default()
+    };
     let root = Root::attach(config.pid, &options, config.subprocesses)?;
     create_private_dir(&config.out_dir)?;
     ensure_writable_dir(&config.out_dir)?;
@@ -269,6 +272,7 @@ fn write_hang_report(
         blocking: true,
         locals: true,
         native: true,
+        tuning: config.tuning,
     };
     let mut processes: Vec<ProcessDump> = if config.subprocesses {
         dump_tree(config.pid, &options)?

@@ -57,6 +57,7 @@ fn start(target: &Target, rate_hz: f64) -> Session {
         blocking: true,
         locals: false,
         native: false,
+        tuning: crate::config::reader_tuning_from_env(),
     };
     let pid = target.child.id();
     let root = Root::attach(pid, &options, false).expect("attaches to python3");

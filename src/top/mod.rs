@@ -34,6 +34,7 @@ pub fn run(config: TopConfig) -> anyhow::Result<()> {
         blocking: true,
         locals: false,
         native: false,
+        tuning: config.tuning,
     };
     // Attaching can fail (no such process, not Python, permission): fail before the terminal
     // changes, so the error is one plain line.

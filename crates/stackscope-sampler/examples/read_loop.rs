@@ -6,13 +6,21 @@ use stackscope_sampler::{PythonTarget, SampleTimer, TargetOptions};
 
 mod common;
 use common::thread_cpu;
+// The binary's one list of the reader's environment variables.
+#[path = "../../../src/config/tuning.rs"]
+mod reader_tuning;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let pid: u32 = args.get(1).and_then(|a| a.parse().ok()).expect("PID");
     let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
     let secs: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5.0);
-    let mut target = PythonTarget::attach(pid, &TargetOptions::default()).expect("attach");
+    // The reader's switches from the environment, as the binary reads them.
+    let options = TargetOptions {
+        tuning: reader_tuning::reader_tuning_from_env(),
+        ..TargetOptions::default()
+    };
+    let mut target = PythonTarget::attach(pid, &options).expect("attach");
     eprintln!("reader: {}", target.reader());
     let cpu0 = thread_cpu();
     let mut timer = SampleTimer::new(rate);

@@ -1,8 +1,9 @@
-//! Where the sampling thread's CPU time goes, tick by tick, for `STACKSCOPE_READER_STATS=1`:
-//! asleep and waking, reading, and the rest (events, batches). Waking is measured because on
-//! a VM it is not small: the kernel charges a thread woken on an idle CPU from the moment of
-//! its wake-up, so the CPU's way out of idle (timer reprogramming, each a trap to the host)
-//! counts as the thread's (docs/performance.md, "What waking costs").
+//! Where the sampling thread's CPU time goes, tick by tick, for [`crate::ReaderTuning::stats`]
+//! (`STACKSCOPE_READER_STATS=1` to the binary): asleep and waking, reading, and the rest
+//! (events, batches). Waking is measured because on a VM it is not small: the kernel charges
+//! a thread woken on an idle CPU from the moment of its wake-up, so the CPU's way out of idle
+//! (timer reprogramming, each a trap to the host) counts as the thread's (docs/performance.md,
+//! "What waking costs").
 
 /// This thread's CPU time in nanoseconds (0 if the clock cannot be read).
 pub(crate) fn thread_ns() -> u64 {
@@ -17,13 +18,6 @@ pub(crate) fn thread_ns() -> u64 {
     (t.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(t.tv_nsec as u64)
-}
-
-/// Whether `STACKSCOPE_READER_STATS` asks for the counters: the reader's, printed when it is
-/// dropped, and the timings here (read once per caller: each measurement costs a system
-/// call, so nothing is measured otherwise).
-pub(crate) fn wanted() -> bool {
-    std::env::var_os("STACKSCOPE_READER_STATS").is_some()
 }
 
 /// What the sampling thread's time since the last mark was spent on.

@@ -24,14 +24,14 @@ mod slice;
 mod target;
 mod timer;
 mod tree;
+mod tuning;
 
 pub use dump::{dump_process, dump_target, dump_tree};
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use root::{python_descendants, OtherProcess, Root};
 pub use sampler::{reader_name, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
 pub use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
-pub use target::{
-    check_supported_version, IdleAudit, PythonTarget, ReaderChoice, TargetOptions, ThreadStack,
-};
+pub use target::{check_supported_version, IdleAudit, PythonTarget, TargetOptions, ThreadStack};
 pub use timer::{SampleTimer, Tick};
 pub use tree::{descendants, ProcessSet};
+pub use tuning::{ReaderChoice, ReaderTuning, ShortSlices};

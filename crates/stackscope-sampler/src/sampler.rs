@@ -10,13 +10,14 @@ use crossbeam_channel::{Receiver, Sender};
 use stackscope_event::{Batch, Event, SampleError, StackSample, Timestamp};
 
 use crate::batch::{Batcher, Flushed};
-use crate::cputime::{self, Phase, TickCosts};
+use crate::cputime::{Phase, TickCosts};
 use crate::error::SampleFailure;
 use crate::procfs;
 use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions};
 use crate::timer::SampleTimer;
 use crate::tree::ProcessSet;
+use crate::tuning::ShortSlices;
 
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
@@ -141,11 +142,11 @@ impl Sampler {
         let handle = std::thread::Builder::new()
             .name("stackscope-sampler".into())
             .spawn(move || {
-                let slices = crate::slice::Policy::from_env();
-                if slices == crate::slice::Policy::Always {
+                let slices = config.options.tuning.short_slices;
+                if slices == ShortSlices::Always {
                     crate::slice::ask_for_short_slices();
                 }
-                let adaptive = slices == crate::slice::Policy::WhenLosingTicks;
+                let adaptive = slices == ShortSlices::WhenLosingTicks;
                 let mut out = Output {
                     batcher: Batcher::new(sender),
                     stats: &thread_stats,
@@ -259,7 +260,7 @@ fn run(
     }
     // Each target's stat file, kept open: asked every sample whether someone stopped it.
     let mut stop_checks: HashMap<u32, procfs::StopCheck> = HashMap::new();
-    let mut costs = TickCosts::new(cputime::wanted());
+    let mut costs = TickCosts::new(config.options.tuning.stats);
     loop {
         if stop.load(Ordering::Relaxed) {
             return StopReason::Requested;

@@ -13,36 +13,17 @@
 //! Asking for short slices all the time took the ticks sampled there from 86-93% to 98-99%,
 //! but a sampler that preempts the target's running thread on every wake-up takes its time
 //! from the job (its GIL holder) instead of from an idle CPU. So by default
-//! ([`Policy::WhenLosingTicks`]) the sampler asks for short slices only after a wake-up that
-//! came a whole period late, for the next [`Adaptive::WINDOW`] ticks, then gives the default
-//! slice back: at 100 Hz a wake-up 10 ms late almost never happens, and nothing changes.
-//! `STACKSCOPE_SHORT_SLICES=0` never asks, `=1` always does (docs/performance.md, "Short
-//! slices"). The thread's nice value and policy are left as they are; older kernels ignore
+//! ([`crate::ShortSlices::WhenLosingTicks`]) the sampler asks for short slices only after a
+//! wake-up that came a whole period late, for the next [`Adaptive::WINDOW`] ticks, then gives
+//! the default slice back: at 100 Hz a wake-up 10 ms late almost never happens, and nothing
+//! changes. [`crate::ReaderTuning::short_slices`] can say never (`STACKSCOPE_SHORT_SLICES=0`
+//! to the binary) or always (`=1`) (docs/performance.md, "Short slices"). The thread's nice
+//! value and policy are left as they are; older kernels ignore
 //! the field for fair threads, and a failure changes nothing.
 
 use std::time::Duration;
 
 use crate::timer::Tick;
-
-/// When the sampling thread asks for short slices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Policy {
-    Never,
-    Always,
-    /// After a tick that woke a whole period late, for a while ([`Adaptive`]).
-    WhenLosingTicks,
-}
-
-impl Policy {
-    /// From `STACKSCOPE_SHORT_SLICES`: `0`, `1`, or anything else (unset) for the default.
-    pub(crate) fn from_env() -> Policy {
-        match std::env::var("STACKSCOPE_SHORT_SLICES").as_deref() {
-            Ok("0") => Policy::Never,
-            Ok("1") => Policy::Always,
-            _ => Policy::WhenLosingTicks,
-        }
-    }
-}
 
 /// The slice asked for: the scheduler's smallest (0.1 ms), about one sample's work.
 const SLICE_NS: u64 = 100_000;

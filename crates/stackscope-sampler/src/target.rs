@@ -16,6 +16,7 @@ use crate::leader::{self, LiveThreadsStop};
 use crate::names::ThreadNames;
 use crate::namespace::TidMap;
 use crate::procfs;
+use crate::tuning::{ReaderChoice, ReaderTuning};
 
 /// The Python versions whose interpreter layouts stackscope reads.
 const SUPPORTED: &str = "3.6 to 3.15";
@@ -47,6 +48,8 @@ pub struct TargetOptions {
     pub locals: bool,
     /// Also unwind each thread's native (C/C++) stack and merge it with the Python frames.
     pub native: bool,
+    /// The stack reader's experiment switches (default: none asked for).
+    pub tuning: ReaderTuning,
 }
 
 impl Default for TargetOptions {
@@ -55,6 +58,7 @@ impl Default for TargetOptions {
             blocking: true,
             locals: false,
             native: false,
+            tuning: ReaderTuning::DEFAULT,
         }
     }
 }
@@ -86,6 +90,8 @@ pub struct PythonTarget {
     exe: Option<std::path::PathBuf>,
     keep_raw: bool,
     blocking: bool,
+    /// As attached with ([`TargetOptions::tuning`]).
+    tuning: ReaderTuning,
     /// Set with `native`: the process's modules, unwind tables and symbols, cached.
     native: Option<NativeUnwinder>,
     names: ThreadNames,
@@ -106,14 +112,14 @@ pub struct PythonTarget {
 
 impl PythonTarget {
     /// Attaches to `pid`: finds its interpreter and checks that its version is supported.
-    /// The stack reader is the default one, or the one `STACKSCOPE_READER` names
-    /// ([`ReaderChoice::from_env`], for benchmarks).
+    /// The stack reader is the one `options.tuning.reader` names (the default one unless a
+    /// benchmark asks otherwise).
     pub fn attach(pid: u32, options: &TargetOptions) -> Result<PythonTarget, AttachError> {
-        PythonTarget::attach_with_reader(pid, options, ReaderChoice::from_env())
+        PythonTarget::attach_with_reader(pid, options, options.tuning.reader)
     }
 
-    /// [`attach`](PythonTarget::attach) with the stack reader chosen by the caller, whatever the
-    /// environment says: tests compare the readers within one process.
+    /// [`attach`](PythonTarget::attach) with the stack reader chosen by the caller, whatever
+    /// `options.tuning.reader` says: tests compare the readers within one process.
     pub fn attach_with_reader(
         pid: u32,
         options: &TargetOptions,
@@ -151,7 +157,14 @@ impl PythonTarget {
                 "its local variables and native frames are read by py-spy's reader".into(),
             ))
         } else {
-            open_fast_reader(read_pid, &mut spy, options.blocking, leader_exited, reader)
+            open_fast_reader(
+                read_pid,
+                &mut spy,
+                options.blocking,
+                leader_exited,
+                reader,
+                &options.tuning,
+            )
         };
         let fast = match fast {
             Ok(fast) => Some(fast),
@@ -193,6 +206,7 @@ impl PythonTarget {
             exe: procfs::exe(read_pid).ok(),
             keep_raw: options.locals,
             blocking: options.blocking,
+            tuning: options.tuning,
             native,
             names: ThreadNames::default(),
             strings: StringCache::default(),
@@ -265,6 +279,7 @@ impl PythonTarget {
             blocking: self.blocking,
             locals: self.keep_raw,
             native: self.native.is_some(),
+            tuning: self.tuning,
         }
     }
 
@@ -279,11 +294,11 @@ impl PythonTarget {
     }
 
     /// Our reader's idle bookkeeping so far, for tests and benchmarks: thread states reused
-    /// from an earlier reading, and, with `STACKSCOPE_IDLE_AUDIT=1` set before attaching,
+    /// from an earlier reading, and, with [`ReaderTuning::idle_audit`] set at attach,
     /// idle decisions made and those a fresh reading would have changed.
     /// From now on, also read every reused thread state and count the idle decisions that
     /// differ from a fresh reading ([`idle_audit`](PythonTarget::idle_audit); our reader only;
-    /// `STACKSCOPE_IDLE_AUDIT=1` at attach does the same). It costs a `/proc` read per thread
+    /// [`ReaderTuning::idle_audit`] at attach does the same). It costs a `/proc` read per thread
     /// per sample: for tests.
     pub fn audit_idle_decisions(&mut self) {
         if let Some(fast) = self.fast.as_mut() {
@@ -557,35 +572,6 @@ pub struct IdleAudit {
     pub rings_refused: u64,
 }
 
-/// Which stack reader a target is read with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReaderChoice {
-    /// Ours where the interpreter's version has one, stopping only the GIL's holders; py-spy's
-    /// otherwise.
-    #[default]
-    Default,
-    /// py-spy's reader, whatever the version.
-    PySpy,
-    /// Ours, stopping the whole process for each read (py-spy's way; not for a process whose
-    /// leader thread exited, which cannot be stopped whole: that one gets the default).
-    StopProcess,
-    /// Ours, stopping only the GIL's holders (the default strategy, named).
-    StopGilHolders,
-}
-
-impl ReaderChoice {
-    /// `STACKSCOPE_READER`, for benchmarks: `py-spy`, `stop` or `gil`; anything else (or
-    /// nothing) is the default.
-    pub fn from_env() -> ReaderChoice {
-        match std::env::var("STACKSCOPE_READER").as_deref() {
-            Ok("py-spy") => ReaderChoice::PySpy,
-            Ok("stop") => ReaderChoice::StopProcess,
-            Ok("gil") => ReaderChoice::StopGilHolders,
-            _ => ReaderChoice::Default,
-        }
-    }
-}
-
 /// Our own reader for this interpreter, if its version has one and a first read agrees with
 /// py-spy's on which threads there are (a build whose layout differs from the tables, say a
 /// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's. A
@@ -596,6 +582,7 @@ fn open_fast_reader(
     blocking: bool,
     leader_exited: bool,
     reader: ReaderChoice,
+    tuning: &ReaderTuning,
 ) -> Result<FastReader, NoFast> {
     let strategy = match reader {
         ReaderChoice::PySpy => {
@@ -608,7 +595,7 @@ fn open_fast_reader(
         ReaderChoice::StopGilHolders => Strategy::StopGilHolders,
         _ => Strategy::DEFAULT,
     };
-    let mut fast = match FastReader::new(pid, spy, strategy) {
+    let mut fast = match FastReader::new(pid, spy, strategy, tuning) {
         Ok(fast) => fast,
         Err(Unread::Refused(why)) => return Err(NoFast::Refused(why)),
         Err(Unread::NoLayout) => return Err(NoFast::Quiet("no layout for it".into())),

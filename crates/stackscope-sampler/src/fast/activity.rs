@@ -81,8 +81,9 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    pub(crate) fn new(pid: u32) -> Activity {
-        Activity::with_rings(pid, SwitchRings::new(pid))
+    /// `switch_rings`: [`crate::ReaderTuning::switch_rings`].
+    pub(crate) fn new(pid: u32, switch_rings: bool) -> Activity {
+        Activity::with_rings(pid, SwitchRings::new(pid, switch_rings))
     }
 
     pub(crate) fn with_rings(pid: u32, switches: SwitchRings) -> Activity {
@@ -302,7 +303,7 @@ mod tests {
 
     #[test]
     fn our_own_thread_runs_and_a_missing_one_is_unknown() {
-        let mut activity = Activity::new(std::process::id());
+        let mut activity = Activity::new(std::process::id(), true);
         let tid = nix::unistd::gettid().as_raw() as u64;
         assert_eq!(activity.state(tid), Some(b'R'));
         assert_eq!(activity.state(tid), Some(b'R'));
@@ -349,8 +350,7 @@ mod tests {
     fn a_sleeper_with_a_switch_ring_is_renewed_by_its_ring() {
         let (tid, go, thread) = sleeper();
         let pid = std::process::id();
-        let mut activity = Activity::new(pid);
-        activity.switches.enable_for_tests();
+        let mut activity = Activity::new(pid, true);
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(activity.state(tid), Some(b'S'));
         std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
@@ -394,7 +394,7 @@ mod tests {
         // Asleep until told, then a moment of work, then asleep again.
         let (tid, go_tx, sleeper) = sleeper();
         let pid = std::process::id();
-        let mut activity = Activity::with_rings(pid, SwitchRings::none(pid));
+        let mut activity = Activity::with_rings(pid, SwitchRings::new(pid, false));
         // Asleep at two readings (the second takes the schedstat baseline)...
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(activity.state(tid), Some(b'S'));

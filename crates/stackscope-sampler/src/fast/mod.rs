@@ -72,6 +72,7 @@ pub(crate) use ostid::OsTids;
 use remote::Remote;
 
 use crate::namespace::TidMap;
+use crate::tuning::ReaderTuning;
 pub(crate) use stats::ReaderStats;
 
 /// How the reader keeps stacks consistent.
@@ -135,10 +136,11 @@ pub(crate) struct FastReader {
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
     os_tids: Option<OsTids>,
     /// Whether a sleeping thread whose Python state did not change keeps its last OS state
-    /// for a while ([`activity::REUSE_FOR`]); `STACKSCOPE_IDLE_REUSE=0` reads it every time.
+    /// for a while ([`activity::REUSE_FOR`]); [`ReaderTuning::idle_reuse`] off reads it every
+    /// time.
     reuse_states: bool,
     /// Whether a still thread is read only for what proves it did not move ([`still`]);
-    /// `STACKSCOPE_STILL_READS=0` copies its frames every sample (for comparisons).
+    /// [`ReaderTuning::still_reads`] off copies its frames every sample (for comparisons).
     still_reads: bool,
     /// Samples to go before still threads are again taken as still on the GIL's word
     /// ([`quiet`]) after a sample where that did not hold.
@@ -150,9 +152,11 @@ pub(crate) struct FastReader {
     /// stopped by a signal or a debugger (the sampler then need not read the leader's state
     /// to know; a process stopped between two samples is seen stopped at the second).
     seen_running: bool,
-    /// `STACKSCOPE_IDLE_AUDIT=1`: also read every reused state, and count the idle decisions
-    /// it would have changed (docs/performance.md).
+    /// [`ReaderTuning::idle_audit`]: also read every reused state, and count the idle
+    /// decisions it would have changed (docs/performance.md).
     audit: bool,
+    /// [`ReaderTuning::stats`]: print the counters when dropped.
+    print_stats: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     tids: TidMap,
 }
@@ -176,7 +180,12 @@ struct Read {
 
 impl FastReader {
     /// A reader for the interpreter py-spy found, if its version has a layout table here.
-    pub(crate) fn new(pid: u32, spy: &PythonSpy, strategy: Strategy) -> Result<FastReader, Unread> {
+    pub(crate) fn new(
+        pid: u32,
+        spy: &PythonSpy,
+        strategy: Strategy,
+        tuning: &ReaderTuning,
+    ) -> Result<FastReader, Unread> {
         let (major, minor) = (spy.version.major, spy.version.minor);
         let layout = match Layout::for_version(major, minor) {
             Some(layout) => layout,
@@ -196,7 +205,7 @@ impl FastReader {
                 GilHolder::LastHolderWhileLocked => 0,
             },
         };
-        let mut remote = Remote::new(pid);
+        let mut remote = Remote::new(pid).timed(tuning.stats);
         // Everything consistent rests on the GIL: make sure the table finds it.
         let gil = remote
             .read(globals.gil, common::GIL_LEN)
@@ -218,17 +227,17 @@ impl FastReader {
             threads: Vec::new(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
-            activity: Activity::new(pid),
+            activity: Activity::new(pid, tuning.switch_rings),
             strategy,
             expected_holder: gil.map_or(0, |g| g.last_holder),
             likely_holders: Vec::new(),
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
-            reuse_states: strategy == Strategy::StopGilHolders
-                && std::env::var_os("STACKSCOPE_IDLE_REUSE").is_none_or(|v| v != "0"),
-            audit: std::env::var_os("STACKSCOPE_IDLE_AUDIT").is_some_and(|v| v != "0"),
-            still_reads: std::env::var_os("STACKSCOPE_STILL_READS").is_none_or(|v| v != "0"),
+            reuse_states: strategy == Strategy::StopGilHolders && tuning.idle_reuse,
+            audit: tuning.idle_audit,
+            still_reads: tuning.still_reads,
+            print_stats: tuning.stats,
             quiet_backoff: 0,
             quiet_losses: 0,
             seen_running: false,
@@ -786,7 +795,7 @@ impl FastReader {
 
 impl Drop for FastReader {
     fn drop(&mut self) {
-        if crate::cputime::wanted() {
+        if self.print_stats {
             eprintln!(
                 "stackscope: reader for pid {} (Python 3.{} layout from {}, {:?}): {}",
                 self.pid,

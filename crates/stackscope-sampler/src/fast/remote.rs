@@ -58,9 +58,15 @@ impl Remote {
             syscalls: 0,
             bytes: 0,
             syscall_ns: 0,
-            timed: crate::cputime::wanted(),
+            timed: false,
             spare: None,
         }
+    }
+
+    /// Times each `process_vm_readv` ([`crate::ReaderTuning::stats`]) where `timed`.
+    pub(crate) fn timed(mut self, timed: bool) -> Remote {
+        self.timed = timed;
+        self
     }
 
     /// An empty batch, with the room of the last one handed back.

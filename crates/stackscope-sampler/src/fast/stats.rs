@@ -1,5 +1,6 @@
 //! What the fast reader did, counted: for benchmarks and for telling why a target was slow to
-//! read (`STACKSCOPE_READER_STATS=1` prints it when a reader is dropped).
+//! read ([`crate::ReaderTuning::stats`], `STACKSCOPE_READER_STATS=1` to the binary, prints
+//! it when a reader is dropped).
 
 use std::fmt;
 
@@ -35,7 +36,7 @@ pub(crate) struct ReaderStats {
     pub stat_renewed: u64,
     pub ring_renewed: u64,
     pub sched_reads: u64,
-    /// With `STACKSCOPE_IDLE_AUDIT=1`: idle decisions made, and how many differ from the
+    /// With [`crate::ReaderTuning::idle_audit`]: idle decisions made, and how many differ from the
     /// decision a fresh stat read would have given.
     pub idle_decisions: u64,
     pub idle_disagreed: u64,

@@ -16,7 +16,8 @@
 //! right to trace it, and `perf_event_paranoid` at most 2 (the event counts nothing in the
 //! kernel, so it asks for no more), or `CAP_PERFMON`. Each ring is two pages of locked memory,
 //! counted against `perf_event_mlock_kb` unless we have `CAP_IPC_LOCK`. Where a ring cannot
-//! be had, the thread is simply not watched and is read as before; `STACKSCOPE_SWITCH_RINGS=0`
+//! be had, the thread is simply not watched and is read as before;
+//! [`crate::ReaderTuning::switch_rings`] off (`STACKSCOPE_SWITCH_RINGS=0` to the binary)
 //! watches none.
 
 use std::io;
@@ -198,29 +199,16 @@ pub(crate) struct SwitchRings {
 }
 
 impl SwitchRings {
-    pub(crate) fn new(pid: u32) -> SwitchRings {
+    /// Rings for the threads of `pid` where `enabled` ([`crate::ReaderTuning::switch_rings`]),
+    /// for none otherwise.
+    pub(crate) fn new(pid: u32, enabled: bool) -> SwitchRings {
         SwitchRings {
             pid,
             rings: TidMap::default(),
-            enabled: std::env::var_os("STACKSCOPE_SWITCH_RINGS").is_none_or(|v| v != "0"),
+            enabled,
             opened: 0,
             refused: 0,
         }
-    }
-
-    /// Rings for no thread: every thread is read as if none could be had.
-    #[cfg(test)]
-    pub(crate) fn none(pid: u32) -> SwitchRings {
-        SwitchRings {
-            enabled: false,
-            ..SwitchRings::new(pid)
-        }
-    }
-
-    /// Rings whatever `STACKSCOPE_SWITCH_RINGS` says.
-    #[cfg(test)]
-    pub(crate) fn enable_for_tests(&mut self) {
-        self.enabled = true;
     }
 
     /// If thread `tid` is off every CPU now (as of its latest switch), that moment; its ring
@@ -286,8 +274,7 @@ mod tests {
             }
         });
         let tid = tid_rx.recv().unwrap();
-        let mut rings = SwitchRings::new(std::process::id());
-        rings.enable_for_tests();
+        let mut rings = SwitchRings::new(std::process::id(), true);
         // Asleep when its ring is opened: off the CPU, as its syscall file says.
         std::thread::sleep(Duration::from_millis(20));
         let first = rings.off_cpu(tid).expect("asleep, before any switch");
@@ -329,8 +316,7 @@ mod tests {
     #[test]
     fn a_thread_that_exits_is_not_still_off() {
         let (tid, go, thread) = crate::fast::test_threads::sleeper();
-        let mut rings = SwitchRings::new(std::process::id());
-        rings.enable_for_tests();
+        let mut rings = SwitchRings::new(std::process::id(), true);
         std::thread::sleep(Duration::from_millis(20));
         let then = rings.off_cpu(tid).expect("asleep");
         assert!(rings.still_off(tid, then));
