@@ -262,23 +262,36 @@ fn state_name(state: GpuHangState) -> &'static str {
 }
 
 /// Writes the report's two files; gives the text's path and the GPU's class of the hang.
+/// The report's dump: the full picture (native frames under the Python ones, and locals);
+/// where those cannot be read (an interpreter only our reader reads: locals and native frames
+/// come from py-spy's), the Python stacks alone, rather than no report.
+fn dump_for_report(config: &WatchConfig) -> anyhow::Result<Vec<ProcessDump>> {
+    let dump = |locals_and_native: bool| -> anyhow::Result<Vec<ProcessDump>> {
+        let options = TargetOptions {
+            blocking: true,
+            locals: locals_and_native,
+            native: locals_and_native,
+            tuning: config.tuning,
+        };
+        Ok(if config.subprocesses {
+            dump_tree(config.pid, &options)?
+        } else {
+            vec![dump_process(config.pid, &options)?]
+        })
+    };
+    dump(true).or_else(|full| {
+        let stacks = dump(false)?;
+        eprintln!("stackscope: the hang report has no locals or native frames: {full:#}");
+        Ok(stacks)
+    })
+}
+
 fn write_hang_report(
     config: &WatchConfig,
     unchanged_secs: f64,
     gpu_reading: &HangGpuReading,
 ) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
-    // The report is the full picture: native frames under the Python ones, and locals.
-    let options = TargetOptions {
-        blocking: true,
-        locals: true,
-        native: true,
-        tuning: config.tuning,
-    };
-    let mut processes: Vec<ProcessDump> = if config.subprocesses {
-        dump_tree(config.pid, &options)?
-    } else {
-        vec![dump_process(config.pid, &options)?]
-    };
+    let mut processes = dump_for_report(config)?;
     let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
         HangGpu::classify(
             utilization,

@@ -147,3 +147,43 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
         }
     }
 }
+
+/// A version whose locals and native frames no reader of ours reads (3.15: they come from
+/// py-spy's reader, which does not read it) still gets its hang report from `watch`, with the
+/// Python stacks alone.
+#[test]
+fn watch_reports_a_hang_on_315_without_locals() {
+    let python = match stackscope_testkit::python::sid_python("3.15") {
+        Ok(python) => python,
+        Err(why) => {
+            eprintln!("skipped: Python 3.15: {why}");
+            return;
+        }
+    };
+    let fixture = Fixture::script("deadlock.py").python(&python).start();
+    let out = OutDir::new();
+    let pid = fixture.ready_json()["pid"]
+        .as_u64()
+        .expect("pid")
+        .to_string();
+    let mut cmd =
+        common::stackscope(&["watch", "--pid", &pid, "--hang-after", "1", "-o", out.arg()]);
+    cmd.arg("--gpu").arg("off");
+    let running = common::spawn_stackscope(cmd);
+    let report = common::wait_until(Duration::from_secs(30), "a hang report", || {
+        std::fs::read_dir(&out.out)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "txt"))
+    });
+    let run = common::stop_bounded(running);
+    let text = std::fs::read_to_string(&report).expect("report");
+    assert!(text.contains("Python v3.15"), "{text}");
+    assert!(text.contains("queue_waiter_body (deadlock.py:"), "{text}");
+    assert!(
+        run.stderr.contains("no locals or native frames"),
+        "{}",
+        run.describe()
+    );
+}
