@@ -17,75 +17,12 @@ use super::gil::{GilWords, Ran};
 use super::holder::{self, Later};
 use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use super::quiet;
-use super::recent::{self, RecentStacks};
+use super::recent;
 use super::remote::{Batch, Remote, Slot};
 use super::snapshot::{self, Checked, TsWords};
-use super::stack::{Extra, Need, RawFrame, Walk};
-use super::still::{self, Proof};
-use super::switches::OffCpu;
-
-/// A thread as the reader knows it between samples.
-#[derive(Debug, Clone)]
-pub(crate) struct Known {
-    pub tstate: usize,
-    /// Its thread state as last read: where to find its frames next time.
-    pub ts: TsWords,
-    /// Ranges outside its current chunk that its last walk needed.
-    pub extra: Vec<Extra>,
-    /// The code objects of its last stack: their identity is read with the next snapshot.
-    pub codes: Vec<usize>,
-    /// Its Python state as last read ([`signature`]; 0: none yet): where the sample says
-    /// whether the thread moved, which decides how fresh its OS state must be.
-    pub sig: u64,
-    /// Set by the reader before a sample: asleep at its last reading and not the GIL's
-    /// expected holder, so most likely where it was: read for what proves that ([`still`]).
-    pub still: bool,
-    /// What its last full read showed, when that read is one to prove the next ones against
-    /// (read whole, without a check, not caught mid-call).
-    pub proof: Option<Proof>,
-    /// The GIL's words read at the end of the read that last found its stack good (None:
-    /// not known): a thread that did not take the GIL since is still there ([`quiet`]).
-    pub proven_at: Option<GilWords>,
-    /// The last few distinct stacks built for it: a thread back at one of them is handed
-    /// that very stack ([`RecentStacks`]).
-    pub recent: RecentStacks,
-    /// A moment the thread was off every CPU (our id of it, and its switch ring then), taken
-    /// no later than a read that found its stack good: while the ring has not moved, that
-    /// stack stands ([`super::switches`]).
-    pub off_cpu: Option<(u64, OffCpu)>,
-    /// Set by the reader for one read: the thread's switch ring shows it has not run since
-    /// its proof was last good, so only its thread state is read ([`still::plan`]).
-    pub ran_not: bool,
-}
-
-impl Known {
-    /// Takes a fresh reading of the thread state, keeping the OS thread id found for it
-    /// where the interpreter does not record one (3.10).
-    pub(crate) fn refresh(&mut self, ts: TsWords) {
-        let old = self.ts;
-        self.ts = ts;
-        if ts.native_thread_id == 0 && ts.thread_id == old.thread_id {
-            self.ts.native_thread_id = old.native_thread_id;
-        }
-    }
-}
-
-/// How a thread's try ended.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    Done(Frames),
-    /// It may have run while it was copied: these frames may be torn.
-    Ran(Frames),
-    /// Read stopped, but caught in the middle of a call or return (its stack does not reach
-    /// its first frame): better read after letting it run a moment.
-    Midway(Frames),
-    /// Where its frames are had changed since the last sample: read again.
-    Again,
-    /// The thread state is gone: the thread list changed.
-    Gone,
-    /// Something no read of a still thread explains.
-    Broken(String),
-}
+use super::stack::{self, Need, RawFrame, Walk};
+use super::still;
+use super::thread_model::{Known, Outcome, Proof, StillThreads};
 
 pub(crate) struct Attempt {
     /// `interp->threads.head`, when the list was read.
@@ -138,6 +75,9 @@ pub(crate) struct Request<'a> {
     pub still_reads: bool,
     /// Whether a still thread may be taken as still on the GIL's word alone ([`quiet`]).
     pub quiet: bool,
+    /// Threads (by their place in the list) whose switch rings show they have not run since
+    /// their proofs were last good: only their thread states are read ([`still::plan`]).
+    pub words_only: &'a [usize],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +92,7 @@ pub(crate) fn attempt(
     remote: &mut Remote,
     codes: &mut CodeCache,
     threads: &mut [Known],
+    still: &mut StillThreads,
     which: &[usize],
     req: &Request<'_>,
     stats: &mut WalkStats,
@@ -178,20 +119,27 @@ pub(crate) fn attempt(
         .iter()
         .map(|&i| {
             let k = &threads[i];
+            let is_still = still.is_still(i);
             let with_check = !req.stopped
                 && match req.check {
                     Check::All => true,
                     Check::Threads(t) => t.contains(&k.tstate),
                 };
             match &k.proof {
-                Some(_) if req.quiet && !with_check && bracket && quiet::possible(k) => Plan::Quiet,
-                Some(proof) if k.still && !with_check => {
-                    Plan::Still(still::plan(&mut batch, layout, k.tstate, proof, k.ran_not))
+                Some(_) if req.quiet && !with_check && bracket && quiet::possible(k, is_still) => {
+                    Plan::Quiet
                 }
+                Some(proof) if is_still && !with_check => Plan::Still(still::plan(
+                    &mut batch,
+                    layout,
+                    k.tstate,
+                    proof,
+                    req.words_only.contains(&i),
+                )),
                 _ => {
                     let check = with_check.then_some(&mut seed);
                     let full = snapshot::plan(
-                        &mut batch, layout, k.tstate, k.ts, &k.extra, check, k.still,
+                        &mut batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
                     );
                     Plan::Full(full)
                 }
@@ -274,7 +222,11 @@ pub(crate) fn attempt(
                 continue;
             }
             Plan::Still(planned) => {
-                let (ts, outcome) = still::settle(&batch, layout, planned, &mut threads[i], &ran);
+                let still::Settled { ts, outcome, moved } =
+                    still::settle(&batch, layout, planned, &mut threads[i], &ran);
+                if moved {
+                    still.moved(i);
+                }
                 stats.unchanged += u64::from(ts.is_some() && matches!(outcome, Outcome::Done(_)));
                 states.push(ts);
                 outcomes.push(Some(outcome));
@@ -440,7 +392,7 @@ pub(crate) fn attempt(
                 // 3.10: a frame that came and went (a leaf call's, made again at the same
                 // address from its code object's spare frame) is likely there next time:
                 // keep a few of the last ranges this walk did not use.
-                let keep = (extra.len() + RECENT_FRAMES).min(snapshot::max_extra(layout));
+                let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
                 for e in &known.extra {
                     if extra.len() >= keep {
                         break;
@@ -449,7 +401,7 @@ pub(crate) fn attempt(
                         extra.push(*e);
                     }
                 }
-                extra = super::stack::coalesce(extra);
+                extra = stack::coalesce(extra);
             }
             known.extra = extra;
             known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);

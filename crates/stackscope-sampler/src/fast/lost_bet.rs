@@ -3,9 +3,10 @@
 //! ([`super::switches`]) where they have one, and otherwise read for their still proofs
 //! ([`super::still`]), as one more system call of the sample.
 
-use super::attempt::{Attempt, Outcome};
+use super::attempt::Attempt;
 use super::error::ReadError;
 use super::switches::OffCpu;
+use super::thread_model::Outcome;
 use super::FastReader;
 
 impl FastReader {
@@ -39,6 +40,8 @@ impl FastReader {
         let mut which = Vec::new();
         let mut marks: Vec<Option<(u64, OffCpu)>> = Vec::new();
         let mut reread: Vec<usize> = Vec::new();
+        // Those whose rings show they did not run: their thread states alone are read.
+        let mut words_only: Vec<usize> = Vec::new();
         for (&p, &ok) in positions.iter().zip(&proven) {
             let i = all[p];
             if ok {
@@ -51,7 +54,7 @@ impl FastReader {
                         continue;
                     }
                 }
-                self.threads[i].ran_not = true;
+                words_only.push(i);
                 marks.push(self.threads[i].off_cpu);
             } else {
                 marks.push(self.off_cpu_now(i));
@@ -59,11 +62,7 @@ impl FastReader {
             which.push(i);
             reread.push(p);
         }
-        let again = self.attempt_still(&which, process_stopped);
-        for &i in &which {
-            self.threads[i].ran_not = false;
-        }
-        let again = again?;
+        let again = self.attempt_still(&which, &words_only, process_stopped)?;
         for (((&p, outcome), state), mark) in reread
             .iter()
             .zip(again.outcomes)

@@ -16,6 +16,9 @@
 //!   copies agree ([`holder`]); one that keeps failing that is stopped alone, read and
 //!   resumed ([`Strategy`]).
 //!
+//! What the reader keeps of each thread between samples, and how one try at reading it ends,
+//! is in [`thread_model`], which every module that reads threads shares.
+//!
 //! So a sample of a steady process costs one read of its memory (every thread in one
 //! `process_vm_readv`, split only past `IOV_MAX` ranges) and one `pread` of the `/proc` stat
 //! file of each thread that runs, moved, or was last read over 100 ms ago (a sleeping thread
@@ -55,13 +58,14 @@ mod still;
 mod switches;
 #[cfg(test)]
 mod test_threads;
+mod thread_model;
 mod threads;
 
 use py_spy::PythonSpy;
 use stackscope_event::Frames;
 
 use activity::Activity;
-use attempt::{attempt, Attempt, Check, Globals, Known, Outcome, Request, WalkStats};
+use attempt::{attempt, Attempt, Check, Globals, Request, WalkStats};
 use code::CodeCache;
 pub(crate) use error::{Misfits, ReadError};
 use filenames::FileNames;
@@ -70,6 +74,7 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
+use thread_model::{Known, Outcome, StillThreads};
 
 use crate::namespace::TidMap;
 use crate::tuning::ReaderTuning;
@@ -123,6 +128,8 @@ pub(crate) struct FastReader {
     remote: Remote,
     process: remoteprocess::Process,
     threads: Vec<Known>,
+    /// Which of `threads` this sample takes as still (set before each sample's read).
+    still: StillThreads,
     codes: CodeCache,
     names: ThreadNames,
     activity: Activity,
@@ -225,6 +232,7 @@ impl FastReader {
             process: remoteprocess::Process::new(pid as remoteprocess::Pid)
                 .map_err(|e| Unread::Failed(ReadError::stop(e)))?,
             threads: Vec::new(),
+            still: StillThreads::default(),
             codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
             names: ThreadNames::new(),
             activity: Activity::new(pid, tuning.switch_rings),
@@ -295,7 +303,7 @@ impl FastReader {
         // if it turns out not to (below). On a process with one busy thread that saves the
         // only `/proc` read of most samples.
         let mut deferred: Vec<bool> = Vec::with_capacity(self.threads.len());
-        for k in &mut self.threads {
+        for (i, k) in self.threads.iter().enumerate() {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).
             let own = self.tids.ours(tid);
@@ -307,7 +315,7 @@ impl FastReader {
                 if self.audit {
                     audited.push(None);
                 }
-                k.still = false;
+                self.still.set(i, false);
                 states.push((tid, None));
                 reused.push(false);
                 continue;
@@ -315,31 +323,32 @@ impl FastReader {
             let earlier = reusable
                 .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
                 .flatten();
-            match earlier {
+            let still = match earlier {
                 Some(state) => {
                     if self.audit {
                         audited.push(own.and_then(|own| self.activity.peek(own)));
                     }
-                    k.still = true;
                     states.push((tid, Some(state)));
                     reused.push(true);
+                    true
                 }
                 None => {
                     if self.audit {
                         audited.push(None);
                     }
                     let state = own.and_then(|own| self.activity.state(own));
+                    states.push((tid, state));
+                    reused.push(false);
                     // Asleep now, as read: as likely where it was as one whose reading is
                     // reused (every sleeper's reading expires within 100-400 ms, and reading them
                     // all in full then cost a sample about as much as all the others).
-                    k.still = reusable && activity::is_asleep(state);
-                    states.push((tid, state));
-                    reused.push(false);
+                    reusable && activity::is_asleep(state)
                 }
-            }
+            };
             // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is
             // read in full once, which a change no proof sees cannot hide from.
-            k.still &= k.proof.as_ref().is_some_and(|p| p.stands(now));
+            self.still
+                .set(i, still && k.proof.as_ref().is_some_and(|p| p.stands(now)));
         }
         self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
         let awake = states
@@ -513,7 +522,10 @@ impl FastReader {
                     &self.threads,
                     None,
                 ) {
-                    Ok(fresh) => self.threads = fresh,
+                    Ok(fresh) => {
+                        self.threads = fresh;
+                        self.still.clear();
+                    }
                     // A thread state freed while we walked the list: walk it again.
                     Err(_) if !process_stopped => {
                         rebuilds += 1;
@@ -707,13 +719,20 @@ impl FastReader {
         // The first read of a sample checks the thread expected to hold the GIL; a second
         // read is only of threads that may have run: all of them.
         let quiet = with_list && self.still_reads && self.quiet_backoff == 0;
-        self.attempt_with(which, with_list, stopped, !with_list, quiet)
+        self.attempt_with(which, with_list, stopped, !with_list, quiet, &[])
     }
 
     /// Reads the threads `which` (none of them taken on the GIL's word) without the list,
-    /// still ones for their proofs, with the sample's check for the likely holders.
-    fn attempt_still(&mut self, which: &[usize], stopped: bool) -> Result<Attempt, ReadError> {
-        self.attempt_with(which, false, stopped, false, false)
+    /// still ones for their proofs (those of `words_only`, whose switch rings show they did
+    /// not run, for their thread states alone), with the sample's check for the likely
+    /// holders.
+    fn attempt_still(
+        &mut self,
+        which: &[usize],
+        words_only: &[usize],
+        stopped: bool,
+    ) -> Result<Attempt, ReadError> {
+        self.attempt_with(which, false, stopped, false, false, words_only)
     }
 
     fn attempt_with(
@@ -723,6 +742,7 @@ impl FastReader {
         stopped: bool,
         check_all: bool,
         quiet: bool,
+        words_only: &[usize],
     ) -> Result<Attempt, ReadError> {
         self.stats.attempts += 1;
         let req = Request {
@@ -737,11 +757,13 @@ impl FastReader {
             },
             still_reads: self.still_reads,
             quiet,
+            words_only,
         };
         attempt(
             &mut self.remote,
             &mut self.codes,
             &mut self.threads,
+            &mut self.still,
             which,
             &req,
             &mut self.walk_stats,

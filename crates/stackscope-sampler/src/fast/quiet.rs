@@ -20,8 +20,8 @@
 //! The thread list: a thread that starts is linked at the list's head, which every sample
 //! reads; a thread that ends unlinks itself holding the GIL, which it had to take (a switch).
 
-use super::attempt::Known;
 use super::gil::{GilWords, Ran};
+use super::thread_model::Known;
 
 /// The most samples without the bet after lost ones.
 pub(crate) const MAX_BACKOFF: u32 = 63;
@@ -34,10 +34,11 @@ pub(crate) fn backoff(losses: u32) -> u32 {
         .min(MAX_BACKOFF)
 }
 
-/// Whether `k` may be planned with no reads: a still thread with a stack to stand for it,
-/// known good as of a GIL reading.
-pub(crate) fn possible(k: &Known) -> bool {
-    k.still && k.proof.is_some() && k.proven_at.is_some()
+/// Whether `k` may be planned with no reads: a still thread (`still`, this sample's
+/// [`super::thread_model::StillThreads`]) with a stack to stand for it, known good as of a
+/// GIL reading.
+pub(crate) fn possible(k: &Known, still: bool) -> bool {
+    still && k.proof.is_some() && k.proven_at.is_some()
 }
 
 /// Whether the GIL read at the end of this sample's read (`now`) proves that `k` did not run
@@ -67,12 +68,10 @@ mod tests {
             extra: Vec::new(),
             codes: Vec::new(),
             sig: 1,
-            still: true,
             proof: None,
             proven_at,
             recent: Default::default(),
             off_cpu: None,
-            ran_not: false,
         }
     }
 

@@ -14,7 +14,7 @@
 use super::holder::{self, Later, Reads};
 use super::layout::{usize_at, word, FrameDesign, Layout};
 use super::remote::{Batch, Slot};
-use super::stack::{Extra, Region};
+use super::stack::{max_extra, Extra, Region};
 
 /// Room copied past the chunk's used part as the thread state last showed it, for the
 /// frames pushed since (a few small frames): most samples then need no second read.
@@ -22,20 +22,6 @@ const SLACK: usize = 1024;
 /// At most this much of one chunk is copied (a chunk is usually 16 KiB; one made for a
 /// frame with a huge stack can be larger, and its far frames are read one by one).
 const MAX_COPY: usize = 1 << 20;
-/// At most this many extra ranges (frames and older chunks outside the current chunk,
-/// remembered from the last sample) are read with a thread.
-pub(crate) const MAX_EXTRA: usize = 64;
-/// 3.10, where every frame is its own object and so its own range: py-spy's depth limit.
-pub(crate) const MAX_EXTRA_OBJECTS: usize = 4096;
-
-/// The bound on extra ranges for a layout.
-pub(crate) fn max_extra(layout: &Layout) -> usize {
-    match layout.frames {
-        FrameDesign::Chunks => MAX_EXTRA,
-        FrameDesign::Objects => MAX_EXTRA_OBJECTS,
-    }
-}
-
 /// The words of a thread state the reader uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct TsWords {

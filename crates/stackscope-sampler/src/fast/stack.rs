@@ -38,6 +38,20 @@ pub(crate) struct Extra {
     pub chunk: bool,
 }
 
+/// At most this many extra ranges (frames and older chunks outside the current chunk,
+/// remembered from the last sample) are read with a thread.
+pub(crate) const MAX_EXTRA: usize = 64;
+/// 3.10, where every frame is its own object and so its own range: py-spy's depth limit.
+pub(crate) const MAX_EXTRA_OBJECTS: usize = 4096;
+
+/// The bound on extra ranges for a layout.
+pub(crate) fn max_extra(layout: &Layout) -> usize {
+    match layout.frames {
+        FrameDesign::Chunks => MAX_EXTRA,
+        FrameDesign::Objects => MAX_EXTRA_OBJECTS,
+    }
+}
+
 /// A region, whether it is a chunk, and whether the walk found a frame in it.
 #[derive(Debug)]
 struct Copied {
@@ -297,7 +311,7 @@ impl Walk {
                 len: r.region.bytes.len(),
                 chunk: r.chunk,
             })
-            .take(super::snapshot::max_extra(layout))
+            .take(max_extra(layout))
             .collect()
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Most threads of a training process sleep for the whole recording (a pool's idle workers, a
 //! watchdog). For a thread that slept at its last reading and is not the GIL's expected
-//! holder ([`super::attempt::Known::still`]), the sample copies, in the same system call as
+//! holder ([`super::thread_model::StillThreads`]), the sample copies, in the same system call as
 //! every other thread's reads, only
 //!
 //! - its thread state (as for every thread: the list check needs its `next`), whose
@@ -31,13 +31,12 @@
 //! reads do not all fall in one sample): then the thread is read in full once, and its stack
 //! is right again (docs/performance.md).
 
-use super::attempt::{Known, Outcome};
 use super::gil::Ran;
 use super::layout::{usize_at, Layout};
 use super::remote::{Batch, Slot};
 use super::snapshot::TsWords;
-use stackscope_event::Frames;
-use std::time::{Duration, Instant};
+use super::thread_model::{Known, Outcome, Proof};
+use std::time::Duration;
 
 /// How long a proof stands before its thread is read in full again: the bound on how long a
 /// change that no proof can see (above) shows the thread's earlier stack.
@@ -45,33 +44,11 @@ pub(crate) const PROOF_FOR: Duration = Duration::from_secs(4);
 /// Proofs of threads read in the same sample expire up to this much apart.
 const PROOF_SPREAD_MS: u64 = 2000;
 
-/// What a thread's last full read showed, enough to tell whether it moved since.
-#[derive(Debug, Clone)]
-pub(crate) struct Proof {
-    /// Its thread state's words.
-    pub ts: TsWords,
-    /// Its current-frame pointer (0: no Python running).
-    pub current_frame: usize,
-    /// The header of the frame at `current_frame`, as copied (empty when there is none).
-    pub header: Vec<u8>,
-    /// The stack it had.
-    pub frames: Frames,
-    /// When the thread must be read in full again ([`lifetime`]).
-    pub expires: Instant,
-}
-
 /// How long a proof of the thread state at `tstate` stands: [`PROOF_FOR`], and up to
 /// [`PROOF_SPREAD_MS`] more, fixed for the thread.
 pub(crate) fn lifetime(tstate: usize) -> Duration {
     let mixed = (tstate as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     PROOF_FOR + Duration::from_millis((mixed >> 40) % PROOF_SPREAD_MS)
-}
-
-impl Proof {
-    /// Whether the proof may still stand in for a full read at `now`.
-    pub(crate) fn stands(&self, now: Instant) -> bool {
-        now < self.expires
-    }
 }
 
 /// Where a still thread's reads went in the batch.
@@ -221,18 +198,32 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned, proof: &P
     Verdict::Unchanged(ts)
 }
 
-/// Files a still thread's read: its thread state's words as read (None: unreadable), and how
-/// its try ended. Unchanged, its stack is the proof's (read again, like any thread's, if it
-/// may have run during the read); moved or unreadable, it is read in full next.
+/// A still thread's read, filed.
+pub(crate) struct Settled {
+    /// Its thread state's words as read (None: unreadable).
+    pub ts: Option<TsWords>,
+    /// How its try ended.
+    pub outcome: Outcome,
+    /// It moved, or could not be read: no longer still this sample (read in full next).
+    pub moved: bool,
+}
+
+/// Files a still thread's read. Unchanged, its stack is the proof's (read again, like any
+/// thread's, if it may have run during the read); moved or unreadable, its proof is dropped
+/// and it is read in full next.
 pub(crate) fn settle(
     batch: &Batch,
     layout: &Layout,
     planned: &Planned,
     k: &mut Known,
     ran: &Ran,
-) -> (Option<TsWords>, Outcome) {
+) -> Settled {
     let Some(proof) = k.proof.as_ref() else {
-        return (None, Outcome::Again);
+        return Settled {
+            ts: None,
+            outcome: Outcome::Again,
+            moved: false,
+        };
     };
     let verdict = check(batch, layout, planned, proof);
     match verdict {
@@ -244,18 +235,28 @@ pub(crate) fn settle(
             } else {
                 Outcome::Done(frames)
             };
-            (Some(ts), outcome)
+            Settled {
+                ts: Some(ts),
+                outcome,
+                moved: false,
+            }
         }
         Verdict::Moved(ts) => {
             k.refresh(ts);
-            k.still = false;
             k.proof = None;
-            (Some(ts), Outcome::Again)
+            Settled {
+                ts: Some(ts),
+                outcome: Outcome::Again,
+                moved: true,
+            }
         }
         Verdict::Unreadable => {
-            k.still = false;
             k.proof = None;
-            (None, Outcome::Gone)
+            Settled {
+                ts: None,
+                outcome: Outcome::Gone,
+                moved: true,
+            }
         }
     }
 }
@@ -265,6 +266,7 @@ mod tests {
     use super::*;
     use crate::fast::layout::{PY310, PY311};
     use crate::fast::remote::Remote;
+    use std::time::Instant;
 
     fn put(mem: &mut [u8], at: usize, v: usize) {
         mem[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());

@@ -4,11 +4,12 @@
 //! is walked afresh (a read per thread) only when those no longer link up: a thread started
 //! or ended.
 
-use super::attempt::{Attempt, Globals, Known};
+use super::attempt::{Attempt, Globals};
 use super::error::ReadError;
 use super::layout::{usize_at, Layout};
 use super::remote::Remote;
 use super::snapshot::TsWords;
+use super::thread_model::Known;
 
 /// py-spy's bound on the list, against loops in torn links.
 const MAX_THREADS: usize = 4096;
@@ -83,13 +84,11 @@ pub(crate) fn rebuild(
             extra,
             codes,
             sig,
-            still: false,
             proof,
             // Known good again after this sample's read.
             proven_at: None,
             recent,
             off_cpu,
-            ran_not: false,
         });
         addr = ts.next;
     }
