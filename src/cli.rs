@@ -9,7 +9,8 @@ use stackscope_aggregate::DEFAULT_IDLE_BELOW;
 #[derive(Debug, Parser)]
 #[command(
     name = "stackscope",
-    version,
+    // The version and the commit it was built from (build.rs): "stackscope 0.1.0 (commit 1a2b3c4)".
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("STACKSCOPE_BUILD_COMMIT"), ")"),
     about = "Sampling profiler for live Python processes and their GPUs",
     long_about = "stackscope attaches to a running Python process by pid (no restart, no code \
                   change), samples every thread's Python stack from outside, polls the GPUs \

@@ -28,4 +28,5 @@ mod report_html;
 mod roles;
 mod subprocesses;
 mod top;
+mod version;
 mod watch_gpu;
