@@ -1,7 +1,7 @@
 //! One try at reading a set of threads: the snapshot, the walks, the code objects, and for
 //! each thread its frames, or why it must be read again.
 //!
-//! One system call copies every thread's frames, framed by two reads of the GIL ([`gil`]):
+//! One system call copies every thread's frames, framed by two reads of the GIL ([`super::gil`]):
 //! the threads that cannot have run in between have their stacks as copied. A thread that may
 //! have run (the GIL's holder) is kept too if it was read with a check and passes it: its
 //! current frame the same before and after the copy, every frame the walk used the same in a
@@ -87,7 +87,11 @@ pub(crate) enum Check<'a> {
     All,
 }
 
-/// Reads the threads `threads[i]` for each i in `which`.
+/// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
+/// ranges into one batch ([`plan`]), run it, read the GIL and list words around it
+/// ([`Bracket::read`]), check each thread's copy ([`check`]), walk the frames with rounds of
+/// later reads ([`walk`]), read what the walks still need to be judged ([`read_late`]), load
+/// new code objects, and judge and record each walk ([`record`]).
 pub(crate) fn attempt(
     remote: &mut Remote,
     codes: &mut CodeCache,
@@ -98,12 +102,64 @@ pub(crate) fn attempt(
     stats: &mut WalkStats,
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
-    let bracket = !req.stopped;
     let mut batch = remote.batch();
-    // First the GIL, then everything else, then the GIL again: the kernel copies the ranges
-    // in order.
+    let (mut parts, ranges) = plan(&mut batch, threads, still, which, req);
+    batch.run(remote)?;
+    let mut bracket = Bracket::read(&batch, layout, &ranges);
+    let (mut walks, quiet_failed) =
+        check(&batch, layout, threads, still, &mut parts, &bracket, stats);
+    // The batch stays until the checks are done: the later copies are read in it.
+    walk(remote, layout, &mut walks, &mut parts, stats)?;
+    let ran_late = read_late(remote, req, &walks, &parts, &mut bracket)?;
+    load_codes(remote, codes, layout, &walks, &bracket.ids)?;
+    let judged = Judged {
+        batch: &batch,
+        ids: &bracket.ids,
+        ran: &bracket.ran,
+        ran_late: &ran_late,
+    };
+    record(codes, threads, &walks, &mut parts, req, &judged);
+    remote.recycle(batch);
+    Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
+}
+
+/// One thread's part of an attempt, from its plan to its outcome.
+struct Part {
+    /// Its place in the thread list.
+    i: usize,
+    plan: Plan,
+    /// Its thread state as read (for the list check; None: unreadable).
+    state: Option<TsWords>,
+    /// How its try ended; None while its walk is still to be judged.
+    outcome: Option<Outcome>,
+    /// Its walk needed frames read after the snapshot.
+    read_late: bool,
+}
+
+/// Where the process-wide words went in the first batch.
+struct Ranges {
+    gil_before: Option<Slot>,
+    /// The list head, and the word that names the GIL's holder.
+    list: Option<(Slot, Option<Slot>)>,
+    /// The identity of the code objects the threads ran last time.
+    code_ids: AddrMap<Slot>,
+    gil_after: Option<Slot>,
+}
+
+/// Plans the first batch: the GIL, the list words, each thread's ranges, the identity of
+/// the code objects the threads ran last time, still threads' states, and the GIL again (the
+/// kernel copies the ranges in that order).
+fn plan(
+    batch: &mut Batch,
+    threads: &[Known],
+    still: &StillThreads,
+    which: &[usize],
+    req: &Request<'_>,
+) -> (Vec<Part>, Ranges) {
+    let layout = req.layout;
+    let bracket = !req.stopped;
     let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
-    let list_slots = req.with_list.then(|| {
+    let list = req.with_list.then(|| {
         let head = batch.add(req.globals.head_ptr, 8);
         let holder = match layout.gil_holder {
             GilHolder::TstateCurrent => Some(batch.add(req.globals.tstate_current, 8)),
@@ -115,174 +171,262 @@ pub(crate) fn attempt(
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
-    let plans: Vec<Plan> = which
+    let mut parts: Vec<Part> = which
         .iter()
-        .map(|&i| {
-            let k = &threads[i];
-            let is_still = still.is_still(i);
-            let with_check = !req.stopped
-                && match req.check {
-                    Check::All => true,
-                    Check::Threads(t) => t.contains(&k.tstate),
-                };
-            match &k.proof {
-                Some(_) if req.quiet && !with_check && bracket && quiet::possible(k, is_still) => {
-                    Plan::Quiet
-                }
-                Some(proof) if is_still && !with_check => Plan::Still(still::plan(
-                    &mut batch,
-                    layout,
-                    k.tstate,
-                    proof,
-                    req.words_only.contains(&i),
-                )),
-                _ => {
-                    let check = with_check.then_some(&mut seed);
-                    let full = snapshot::plan(
-                        &mut batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
-                    );
-                    Plan::Full(full)
-                }
-            }
+        .map(|&i| Part {
+            i,
+            plan: plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed),
+            state: None,
+            outcome: None,
+            read_late: false,
         })
         .collect();
     // The code objects the threads ran last time, most likely still on their stacks: their
     // identity comes with the snapshot, so a steady sample needs no second call. (A still
     // thread's stack comes with its names: a code object on a stack cannot be freed.)
     let (id_start, id_end) = layout.code_identity_range();
-    let mut code_slots: AddrMap<Slot> = AddrMap::default();
-    for (&i, plan) in which.iter().zip(&plans) {
-        if matches!(plan, Plan::Still(_) | Plan::Quiet) {
+    let mut code_ids: AddrMap<Slot> = AddrMap::default();
+    for part in &parts {
+        if matches!(part.plan, Plan::Still(_) | Plan::Quiet) {
             continue;
         }
-        for &code in &threads[i].codes {
-            code_slots
+        for &code in &threads[part.i].codes {
+            code_ids
                 .entry(code)
                 .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
         }
     }
-    let mut plans = plans;
-    let still_plans: Vec<&mut still::Planned> = plans
+    let still_plans: Vec<&mut still::Planned> = parts
         .iter_mut()
-        .filter_map(|p| match p {
+        .filter_map(|p| match &mut p.plan {
             Plan::Still(s) => Some(s),
             Plan::Full(_) | Plan::Quiet => None,
         })
         .collect();
-    still::add_tstates(&mut batch, still_plans);
+    still::add_tstates(batch, still_plans);
     let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
-    batch.run(remote)?;
-
-    let gil_words = |batch: &Batch, slot: Option<Slot>| {
-        slot.and_then(|s| batch.get(s)).and_then(GilWords::parse)
+    let ranges = Ranges {
+        gil_before,
+        list,
+        code_ids,
+        gil_after,
     };
-    let before = gil_words(&batch, gil_before);
-    let after = gil_words(&batch, gil_after);
-    let ran = if bracket {
-        Ran::between(before, after)
-    } else {
-        Ran::NONE
-    };
-    let head = list_slots.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
-    let gil_holder = list_slots
-        .and_then(|(_, g)| g)
-        .and_then(|g| batch.get(g))
-        .and_then(|b| match layout.gil_holder {
-            GilHolder::TstateCurrent => usize_at(b, 0),
-            GilHolder::LastHolderWhileLocked => {
-                GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
-            }
-        });
-    let mut ids: AddrMap<Option<CodeId>> = code_slots
-        .iter()
-        .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
-        .collect();
+    (parts, ranges)
+}
 
+/// How thread `k` (the `i`th of the list; `is_still` this sample) is read: taken as still on
+/// the GIL's word, for its proof alone, or copied in full (with a check for a likely holder).
+fn plan_thread(
+    batch: &mut Batch,
+    k: &Known,
+    is_still: bool,
+    i: usize,
+    req: &Request<'_>,
+    seed: &mut u64,
+) -> Plan {
+    let layout = req.layout;
+    let bracket = !req.stopped;
+    let with_check = !req.stopped
+        && match req.check {
+            Check::All => true,
+            Check::Threads(t) => t.contains(&k.tstate),
+        };
+    match &k.proof {
+        Some(_) if req.quiet && !with_check && bracket && quiet::possible(k, is_still) => {
+            Plan::Quiet
+        }
+        Some(proof) if is_still && !with_check => Plan::Still(still::plan(
+            batch,
+            layout,
+            k.tstate,
+            proof,
+            req.words_only.contains(&i),
+        )),
+        _ => {
+            let check = with_check.then_some(seed);
+            Plan::Full(snapshot::plan(
+                batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
+            ))
+        }
+    }
+}
+
+/// What the first batch says of the process as a whole.
+struct Bracket {
+    /// The GIL's words before and after the copies (None: not bracketed, or not read).
+    before: Option<GilWords>,
+    after: Option<GilWords>,
+    /// The threads that can have run during the copies.
+    ran: Ran,
+    head: Option<usize>,
+    gil_holder: Option<usize>,
+    /// Code objects' identities, as read (None: unreadable).
+    ids: AddrMap<Option<CodeId>>,
+}
+
+impl Bracket {
+    fn read(batch: &Batch, layout: &Layout, ranges: &Ranges) -> Bracket {
+        let before = gil_words(batch, ranges.gil_before);
+        let after = gil_words(batch, ranges.gil_after);
+        let ran = if ranges.gil_before.is_some() {
+            Ran::between(before, after)
+        } else {
+            Ran::NONE
+        };
+        let head = ranges.list.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
+        let gil_holder = ranges
+            .list
+            .and_then(|(_, g)| g)
+            .and_then(|g| batch.get(g))
+            .and_then(|b| match layout.gil_holder {
+                GilHolder::TstateCurrent => usize_at(b, 0),
+                GilHolder::LastHolderWhileLocked => {
+                    GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
+                }
+            });
+        let ids = ranges
+            .code_ids
+            .iter()
+            .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
+            .collect();
+        Bracket {
+            before,
+            after,
+            ran,
+            head,
+            gil_holder,
+            ids,
+        }
+    }
+}
+
+fn gil_words(batch: &Batch, slot: Option<Slot>) -> Option<GilWords> {
+    slot.and_then(|s| batch.get(s)).and_then(GilWords::parse)
+}
+
+/// Checks each thread's copy: a thread taken as still on the GIL's word is done or lost its
+/// bet; a still one is where it was or not; a full copy is a stack to walk, or must be read
+/// again. Answers the walks to make, and the threads whose bets were lost (by position).
+fn check(
+    batch: &Batch,
+    layout: &Layout,
+    threads: &mut [Known],
+    still: &mut StillThreads,
+    parts: &mut [Part],
+    bracket: &Bracket,
+    stats: &mut WalkStats,
+) -> (Vec<Walking>, Vec<usize>) {
+    let mut walks = Vec::new();
     let mut quiet_failed = Vec::new();
-    let mut states = Vec::with_capacity(which.len());
-    let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(which.len());
-    let mut walks: Vec<Walking> = Vec::new();
-    for (pos, (&i, plan)) in which.iter().zip(&plans).enumerate() {
-        let planned = match plan {
-            Plan::Full(planned) => planned,
+    for (pos, part) in parts.iter_mut().enumerate() {
+        let Part {
+            i,
+            plan,
+            state,
+            outcome,
+            ..
+        } = part;
+        let k = &mut threads[*i];
+        match plan {
             Plan::Quiet => {
-                let k = &threads[i];
                 // Its thread state as known (for the list check): unchanged if it did not run.
-                states.push(Some(k.ts));
-                match k.proof.as_ref().filter(|_| quiet::holds(k, after)) {
+                *state = Some(k.ts);
+                match k.proof.as_ref().filter(|_| quiet::holds(k, bracket.after)) {
                     Some(proof) => {
                         stats.quiet += 1;
-                        outcomes.push(Some(Outcome::Done(proof.frames.clone())));
+                        *outcome = Some(Outcome::Done(proof.frames.clone()));
                     }
                     None => {
                         quiet_failed.push(pos);
-                        outcomes.push(Some(Outcome::Again));
+                        *outcome = Some(Outcome::Again);
                     }
                 }
-                continue;
             }
             Plan::Still(planned) => {
-                let still::Settled { ts, outcome, moved } =
-                    still::settle(&batch, layout, planned, &mut threads[i], &ran);
-                if moved {
-                    still.moved(i);
+                let settled = still::settle(batch, layout, planned, k, &bracket.ran);
+                if settled.moved {
+                    still.moved(*i);
                 }
-                stats.unchanged += u64::from(ts.is_some() && matches!(outcome, Outcome::Done(_)));
-                states.push(ts);
-                outcomes.push(Some(outcome));
-                continue;
+                stats.unchanged +=
+                    u64::from(settled.ts.is_some() && matches!(settled.outcome, Outcome::Done(_)));
+                *state = settled.ts;
+                *outcome = Some(settled.outcome);
             }
-        };
-        match snapshot::check(&batch, layout, planned) {
-            Checked::Walkable {
-                ts,
-                current_frame,
-                chunk,
-                extra,
-                later,
-            } => {
-                states.push(Some(ts));
-                threads[i].refresh(ts);
-                let mut walk = Walk::new(current_frame, chunk);
-                for (region, is_chunk) in extra {
-                    walk.add_region(region, is_chunk);
+            Plan::Full(planned) => match check_copy(batch, layout, planned, k, pos) {
+                (ts, Ok(walking)) => {
+                    *state = ts;
+                    walks.push(walking);
                 }
-                walks.push(Walking {
-                    pos,
-                    walk,
-                    later,
-                    ts,
-                    start: current_frame,
-                });
-                outcomes.push(None);
-            }
-            Checked::Again(fresh) => {
-                states.push(Some(fresh));
-                threads[i].refresh(fresh);
-                outcomes.push(Some(Outcome::Again));
-            }
-            Checked::Unreadable => {
-                states.push(None);
-                outcomes.push(Some(Outcome::Gone));
-            }
+                (ts, Err(answer)) => {
+                    *state = ts;
+                    *outcome = Some(answer);
+                }
+            },
         }
     }
-    // The batch stays until the checks are done: the later copies are read in it.
+    (walks, quiet_failed)
+}
 
-    // Walk every thread as far as the copies go, then read what the walks still need,
-    // all threads together, until every walk is complete.
-    let mut read_late = vec![false; which.len()];
+/// Checks a thread's full copy (`k`'s, at `pos` in the attempt): its thread state as read,
+/// and a walk to make, or why there is none (read it again; the list changed).
+fn check_copy(
+    batch: &Batch,
+    layout: &Layout,
+    planned: &snapshot::Planned,
+    k: &mut Known,
+    pos: usize,
+) -> (Option<TsWords>, Result<Walking, Outcome>) {
+    match snapshot::check(batch, layout, planned) {
+        Checked::Walkable {
+            ts,
+            current_frame,
+            chunk,
+            extra,
+            later,
+        } => {
+            k.refresh(ts);
+            let mut walk = Walk::new(current_frame, chunk);
+            for (region, is_chunk) in extra {
+                walk.add_region(region, is_chunk);
+            }
+            let walking = Walking {
+                pos,
+                walk,
+                later,
+                ts,
+                start: current_frame,
+            };
+            (Some(ts), Ok(walking))
+        }
+        Checked::Again(fresh) => {
+            k.refresh(fresh);
+            (Some(fresh), Err(Outcome::Again))
+        }
+        Checked::Unreadable => (None, Err(Outcome::Gone)),
+    }
+}
+
+/// Walks every thread as far as the copies go, then reads what the walks still need, all
+/// threads together, until every walk is complete; a walk that cannot go on is broken.
+fn walk(
+    remote: &mut Remote,
+    layout: &Layout,
+    walks: &mut [Walking],
+    parts: &mut [Part],
+    stats: &mut WalkStats,
+) -> std::io::Result<()> {
     let mut pending: Vec<usize> = (0..walks.len()).collect();
     let mut rounds = 0;
     while !pending.is_empty() {
         let mut needs: Vec<(usize, Need)> = Vec::new();
         for &w in &pending {
             let Walking { pos, walk, .. } = &mut walks[w];
+            let outcome = &mut parts[*pos].outcome;
             match walk.advance(layout) {
                 Ok(None) => {}
                 Ok(Some(need)) if rounds < max_rounds(layout) => needs.push((w, need)),
-                Ok(Some(_)) => outcomes[*pos] = Some(broken("too many frames outside")),
-                Err(e) => outcomes[*pos] = Some(broken(&format!("{e:?}"))),
+                Ok(Some(_)) => *outcome = Some(broken("too many frames outside")),
+                Err(e) => *outcome = Some(broken(&format!("{e:?}"))),
             }
         }
         if needs.is_empty() {
@@ -303,7 +447,7 @@ pub(crate) fn attempt(
         pending.clear();
         for ((w, need), (frame, chunk)) in needs.into_iter().zip(slots) {
             let Walking { pos, walk, .. } = &mut walks[w];
-            read_late[*pos] = true;
+            parts[*pos].read_late = true;
             walk.supply(
                 need,
                 round.get(frame).map(<[u8]>::to_vec),
@@ -312,46 +456,70 @@ pub(crate) fn attempt(
             if walk.can_continue(need, layout) {
                 pending.push(w);
             } else {
-                outcomes[*pos] = Some(broken("cannot read a frame"));
+                parts[*pos].outcome = Some(broken("cannot read a frame"));
             }
         }
     }
+    Ok(())
+}
 
-    // One more call if needed: the identity of code objects not read with the snapshot, and
-    // the GIL once more when frames were read after the snapshot, since those reads are
-    // only good for threads that did not run until then either.
+/// One more call if needed: the identity of code objects not read with the snapshot (into
+/// `bracket.ids`), and the GIL once more when frames were read after the snapshot, since
+/// those reads are only good for threads that did not run until then either. Answers the
+/// threads that can have run until then.
+fn read_late(
+    remote: &mut Remote,
+    req: &Request<'_>,
+    walks: &[Walking],
+    parts: &[Part],
+    bracket: &mut Bracket,
+) -> std::io::Result<Ran> {
+    let layout = req.layout;
+    let (id_start, id_end) = layout.code_identity_range();
     let mut late = Batch::default();
     let mut late_codes: AddrMap<Slot> = AddrMap::default();
-    for Walking { pos, walk, .. } in &walks {
-        if outcomes[*pos].is_some() {
+    for Walking { pos, walk, .. } in walks {
+        if parts[*pos].outcome.is_some() {
             continue;
         }
         for f in &walk.frames {
-            if !ids.contains_key(&f.code) {
+            if !bracket.ids.contains_key(&f.code) {
                 late_codes
                     .entry(f.code)
                     .or_insert_with(|| late.add(f.code + id_start, id_end - id_start));
             }
         }
     }
-    let any_late = read_late.iter().any(|&l| l);
-    let gil_late = (bracket && any_late).then(|| late.add(req.globals.gil, common::GIL_LEN));
+    let bracketed = !req.stopped;
+    let any_late = parts.iter().any(|p| p.read_late);
+    let gil_late = (bracketed && any_late).then(|| late.add(req.globals.gil, common::GIL_LEN));
     if !late.is_empty() {
         late.run(remote)?;
     }
-    let ran_late = if bracket && any_late {
-        Ran::between(before, gil_words(&late, gil_late))
+    let ran_late = if bracketed && any_late {
+        Ran::between(bracket.before, gil_words(&late, gil_late))
     } else {
         Ran::NONE
     };
     for (&addr, &slot) in &late_codes {
-        ids.insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));
+        bracket
+            .ids
+            .insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));
     }
-    drop(late);
-    // Only code objects on a stack read now are loaded: one checked ahead that is no longer
-    // on any may have been freed, and its bytes are anything.
+    Ok(ran_late)
+}
+
+/// Loads the code objects new to the cache. Only those on a stack read now: one checked
+/// ahead that is no longer on any may have been freed, and its bytes are anything.
+fn load_codes(
+    remote: &mut Remote,
+    codes: &mut CodeCache,
+    layout: &Layout,
+    walks: &[Walking],
+    ids: &AddrMap<Option<CodeId>>,
+) -> std::io::Result<()> {
     let mut missing: Vec<(usize, CodeId)> = Vec::new();
-    for Walking { walk, .. } in &walks {
+    for Walking { walk, .. } in walks {
         for f in &walk.frames {
             if let Some(Some(id)) = ids.get(&f.code) {
                 if codes.get(f.code, id).is_none() && !missing.iter().any(|(a, _)| *a == f.code) {
@@ -360,114 +528,158 @@ pub(crate) fn attempt(
             }
         }
     }
-    codes.load(remote, layout, &missing)?;
+    codes.load(remote, layout, &missing)
+}
 
-    for w in &walks {
-        let (pos, walk) = (&w.pos, &w.walk);
-        if outcomes[*pos].is_some() {
+/// What a walk is judged by: the first batch (the later copies of checked threads), the
+/// code objects' identities, and who can have run during the copies and until the late
+/// reads.
+struct Judged<'a> {
+    batch: &'a Batch,
+    ids: &'a AddrMap<Option<CodeId>>,
+    ran: &'a Ran,
+    ran_late: &'a Ran,
+}
+
+/// Judges each walk not already answered, and records in its thread what the next read
+/// needs: the ranges outside its chunk, its signature, its code objects, and its proof.
+fn record(
+    codes: &mut CodeCache,
+    threads: &mut [Known],
+    walks: &[Walking],
+    parts: &mut [Part],
+    req: &Request<'_>,
+    judged: &Judged<'_>,
+) {
+    let layout = req.layout;
+    for w in walks {
+        let part = &mut parts[w.pos];
+        if part.outcome.is_some() {
             continue;
         }
-        let known = &mut threads[which[*pos]];
+        let known = &mut threads[part.i];
         known.proof = None;
-        let checked_ok =
-            passes_check(layout, w, &batch) && instructions_in_code(layout, &ids, &walk.frames);
-        let may_have_run = (ran.may_have_run(known.tstate) && !checked_ok)
-            || (read_late[*pos] && ran_late.may_have_run(known.tstate));
-        let outcome = match recent::name(layout, codes, &ids, &walk.frames, &mut known.recent) {
-            Ok(frames) if may_have_run => Outcome::Ran(frames),
-            Ok(frames) if req.stopped && !walk.ends_at_first_frame(layout) => {
-                Outcome::Midway(frames)
-            }
-            Ok(frames) => Outcome::Done(frames),
-            // A thread that ran can read as anything: read it again, stopped.
-            Err(_) if may_have_run => Outcome::Ran(Frames::default()),
-            Err(why) => Outcome::Broken(why),
-        };
+        let checked_ok = passes_check(layout, w, judged.batch)
+            && instructions_in_code(layout, judged.ids, &w.walk.frames);
+        let may_have_run = (judged.ran.may_have_run(known.tstate) && !checked_ok)
+            || (part.read_late && judged.ran_late.may_have_run(known.tstate));
+        let outcome =
+            match recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent) {
+                Ok(frames) if may_have_run => Outcome::Ran(frames),
+                Ok(frames) if req.stopped && !w.walk.ends_at_first_frame(layout) => {
+                    Outcome::Midway(frames)
+                }
+                Ok(frames) => Outcome::Done(frames),
+                // A thread that ran can read as anything: read it again, stopped.
+                Err(_) if may_have_run => Outcome::Ran(Frames::default()),
+                Err(why) => Outcome::Broken(why),
+            };
         if matches!(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
         ) {
-            let mut extra = walk.outside_ranges(layout);
-            if layout.frames == FrameDesign::Objects {
-                // 3.10: a frame that came and went (a leaf call's, made again at the same
-                // address from its code object's spare frame) is likely there next time:
-                // keep a few of the last ranges this walk did not use.
-                let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
-                for e in &known.extra {
-                    if extra.len() >= keep {
-                        break;
-                    }
-                    if !extra.contains(e) {
-                        extra.push(*e);
-                    }
-                }
-                extra = stack::coalesce(extra);
-            }
-            known.extra = extra;
-            known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
-            // This walk's code objects, then a few of the earlier walks' that it did not
-            // use: a leaf call that comes and goes between samples keeps its identity read
-            // with the snapshot instead of costing a call of its own after it.
-            let earlier = std::mem::take(&mut known.codes);
-            for f in &walk.frames {
-                if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
-                    known.codes.push(f.code);
-                }
-            }
-            let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
-            for code in earlier {
-                if known.codes.len() >= keep {
-                    break;
-                }
-                if !known.codes.contains(&code) {
-                    known.codes.push(code);
-                }
-            }
+            remember_walk(known, &w.walk, layout);
         }
         if let Outcome::Done(frames) = &outcome {
-            // A stack read whole from one copy is what later still reads are checked against.
-            let header = match w.start {
-                0 => Some(Vec::new()),
-                start => walk.header(start, layout).map(<[u8]>::to_vec),
-            };
-            if let (true, None, Some(header)) = (req.still_reads, &w.later, header) {
-                known.proof = Some(Proof {
-                    ts: w.ts,
-                    current_frame: w.start,
-                    header,
-                    frames: frames.clone(),
-                    expires: std::time::Instant::now() + still::lifetime(known.tstate),
-                });
+            if req.still_reads {
+                known.proof = proof_of(known.tstate, w, frames, layout);
             }
         }
-        outcomes[*pos] = Some(outcome);
+        part.outcome = Some(outcome);
     }
-    // A walk that failed in a thread that may have run followed torn links: read it again.
-    for (pos, &i) in which.iter().enumerate() {
-        if let Some(Outcome::Broken(_)) = outcomes[pos] {
-            if ran.may_have_run(threads[i].tstate) {
-                outcomes[pos] = Some(Outcome::Ran(Frames::default()));
+}
+
+/// Records in `known` what its walk tells the next read: the ranges outside its chunk, its
+/// signature, and the code objects to check ahead.
+fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
+    let mut extra = walk.outside_ranges(layout);
+    if layout.frames == FrameDesign::Objects {
+        // 3.10: a frame that came and went (a leaf call's, made again at the same address
+        // from its code object's spare frame) is likely there next time: keep a few of the
+        // last ranges this walk did not use.
+        let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
+        for e in &known.extra {
+            if extra.len() >= keep {
+                break;
+            }
+            if !extra.contains(e) {
+                extra.push(*e);
             }
         }
+        extra = stack::coalesce(extra);
     }
-    // What this read found good is good as of the GIL read after it.
-    for (pos, &i) in which.iter().enumerate() {
-        let good = bracket && matches!(outcomes[pos], Some(Outcome::Done(_)));
-        threads[i].proven_at = if good { after } else { None };
+    known.extra = extra;
+    known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
+    // This walk's code objects, then a few of the earlier walks' that it did not use: a leaf
+    // call that comes and goes between samples keeps its identity read with the snapshot
+    // instead of costing a call of its own after it.
+    let earlier = std::mem::take(&mut known.codes);
+    for f in &walk.frames {
+        if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
+            known.codes.push(f.code);
+        }
     }
-    remote.recycle(batch);
-    Ok(Attempt {
-        head,
+    let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
+    for code in earlier {
+        if known.codes.len() >= keep {
+            break;
+        }
+        if !known.codes.contains(&code) {
+            known.codes.push(code);
+        }
+    }
+}
+
+/// A stack read whole from one copy (no check's later copies) is what later still reads
+/// of thread `tstate` are checked against.
+fn proof_of(tstate: usize, w: &Walking, frames: &Frames, layout: &Layout) -> Option<Proof> {
+    let header = match w.start {
+        0 => Some(Vec::new()),
+        start => w.walk.header(start, layout).map(<[u8]>::to_vec),
+    };
+    match (&w.later, header) {
+        (None, Some(header)) => Some(Proof {
+            ts: w.ts,
+            current_frame: w.start,
+            header,
+            frames: frames.clone(),
+            expires: std::time::Instant::now() + still::lifetime(tstate),
+        }),
+        _ => None,
+    }
+}
+
+/// The attempt's answer: a broken walk of a thread that may have run followed torn links
+/// (read it again); what this read found good is good as of the GIL read after it.
+fn finish(
+    threads: &mut [Known],
+    parts: Vec<Part>,
+    bracket: &Bracket,
+    bracketed: bool,
+    quiet_failed: Vec<usize>,
+) -> Attempt {
+    let mut states = Vec::with_capacity(parts.len());
+    let mut outcomes = Vec::with_capacity(parts.len());
+    for part in parts {
+        let k = &mut threads[part.i];
+        let mut outcome = part.outcome;
+        if matches!(outcome, Some(Outcome::Broken(_))) && bracket.ran.may_have_run(k.tstate) {
+            outcome = Some(Outcome::Ran(Frames::default()));
+        }
+        let good = bracketed && matches!(outcome, Some(Outcome::Done(_)));
+        k.proven_at = if good { bracket.after } else { None };
+        states.push(part.state);
+        outcomes.push(outcome.unwrap_or(Outcome::Again));
+    }
+    Attempt {
+        head: bracket.head,
         states,
-        gil_holder,
-        last_holder: after.map(|g| g.last_holder),
-        gil_after: after,
+        gil_holder: bracket.gil_holder,
+        last_holder: bracket.after.map(|g| g.last_holder),
+        gil_after: bracket.after,
         quiet_failed,
-        outcomes: outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or(Outcome::Again))
-            .collect(),
-    })
+        outcomes,
+    }
 }
 
 /// A thread's Python state in one word: every frame's address, code object and instruction

@@ -179,6 +179,37 @@ pub(crate) enum Unread {
     Failed(ReadError),
 }
 
+/// One thread before a sample's read: its OS state and how it was had, and where its Python
+/// state was.
+struct Before {
+    /// Its OS thread id, as the interpreter records it.
+    tid: u64,
+    /// Its scheduler state (None: not read yet, or unreadable).
+    state: Option<u8>,
+    how: StateFrom,
+    /// Its thread state, and its Python state's signature ([`Known::sig`]).
+    tstate: usize,
+    sig: u64,
+}
+
+/// How a thread's OS state before the read was had.
+#[derive(Debug, Clone, Copy)]
+enum StateFrom {
+    /// Not read: the GIL's expected holder, read after the read if it turns out not to hold
+    /// the GIL then.
+    Deferred,
+    /// An earlier reading, reused (with, for the idle audit, a reading made now).
+    Reused { audited: Option<u8> },
+    /// Read now.
+    Read,
+}
+
+impl StateFrom {
+    fn is_reused(&self) -> bool {
+        matches!(self, StateFrom::Reused { .. })
+    }
+}
+
 /// Each thread's frames, in list order, and the GIL holder's thread state.
 struct Read {
     frames: Vec<Frames>,
@@ -290,101 +321,24 @@ impl FastReader {
         self.stats.samples += 1;
         self.quiet_backoff = self.quiet_backoff.saturating_sub(1);
         self.fill_os_thread_ids();
-        // The OS's view first: once we stop a thread, it reads as stopped. A thread that
-        // slept a moment ago, still does if its Python state has not changed (checked after
-        // the read, below) and it was not the GIL's holder: its last reading stands.
-        let now = std::time::Instant::now();
-        let mut states: Vec<(u64, Option<u8>)> = Vec::with_capacity(self.threads.len());
-        let mut reused: Vec<bool> = Vec::with_capacity(self.threads.len());
-        let mut audited: Vec<Option<u8>> = Vec::new();
-        let old_sigs: Vec<(usize, u64)> = self.threads.iter().map(|k| (k.tstate, k.sig)).collect();
-        // The GIL's holder at the end of the last read is busy by the idle rule if it still
-        // holds the GIL at the end of this one, whatever the OS says: its state is read only
-        // if it turns out not to (below). On a process with one busy thread that saves the
-        // only `/proc` read of most samples.
-        let mut deferred: Vec<bool> = Vec::with_capacity(self.threads.len());
-        for (i, k) in self.threads.iter().enumerate() {
-            let tid = k.ts.native_thread_id;
-            // Our id for it (they differ for a process in a container).
-            let own = self.tids.ours(tid);
-            // A thread with a stack on record, under the reuse rules.
-            let reusable = self.reuse_states && k.sig != 0;
-            let defer = reusable && k.tstate == self.expected_holder;
-            deferred.push(defer);
-            if defer {
-                if self.audit {
-                    audited.push(None);
-                }
-                self.still.set(i, false);
-                states.push((tid, None));
-                reused.push(false);
-                continue;
-            }
-            let earlier = reusable
-                .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
-                .flatten();
-            let still = match earlier {
-                Some(state) => {
-                    if self.audit {
-                        audited.push(own.and_then(|own| self.activity.peek(own)));
-                    }
-                    states.push((tid, Some(state)));
-                    reused.push(true);
-                    true
-                }
-                None => {
-                    if self.audit {
-                        audited.push(None);
-                    }
-                    let state = own.and_then(|own| self.activity.state(own));
-                    states.push((tid, state));
-                    reused.push(false);
-                    // Asleep now, as read: as likely where it was as one whose reading is
-                    // reused (every sleeper's reading expires within 100-400 ms, and reading them
-                    // all in full then cost a sample about as much as all the others).
-                    reusable && activity::is_asleep(state)
-                }
-            };
-            // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is
-            // read in full once, which a change no proof sees cannot hide from.
-            self.still
-                .set(i, still && k.proof.as_ref().is_some_and(|p| p.stands(now)));
-        }
-        self.stats.stat_reused += reused.iter().filter(|&&r| r).count() as u64;
-        let awake = states
+        // The OS's view first: once we stop a thread, it reads as stopped.
+        let before = self.states_before(std::time::Instant::now());
+        self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
+        let awake = before
             .iter()
-            .zip(&reused)
-            .any(|((_, state), &reused)| !reused && activity::is_awake_or_asleep(*state));
-        let mut moved = false;
+            .any(|b| !b.how.is_reused() && activity::is_awake_or_asleep(b.state));
         let stop = if blocking && self.strategy == Strategy::StopProcess {
             Some(self.stop_process()?)
         } else {
             None
         };
-        // Read with a check: the thread that held the GIL last time, and those running now
-        // (a thread waiting for the GIL sleeps).
-        let mut likely: Vec<usize> = vec![self.expected_holder];
-        for (k, (_, state)) in self.threads.iter().zip(&states) {
-            if *state == Some(b'R') {
-                likely.push(k.tstate);
-            }
-        }
-        // Several threads running: only the one holding the GIL now can move its frames
-        // during the read (the others would have to take the GIL, which the read's bracket
-        // shows). Asking the GIL first costs a small system call; copying each running thread
-        // eight times cost far more (four busy threads: three of them copied for nothing).
-        if likely.len() > 1 && blocking && stop.is_none() {
-            if let Some(holder) = self.current_holder() {
-                likely = vec![holder];
-            }
-        }
-        self.likely_holders = likely;
-        let mut result = self.read_threads(blocking, stop.is_some(), &states);
+        self.likely_holders = self.likely_holders(&before, blocking && stop.is_none());
+        let mut result = self.read_threads(blocking, stop.is_some(), &before);
         if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
             let stopped = self.stop_process()?;
-            result = self.read_threads(blocking, true, &states);
+            result = self.read_threads(blocking, true, &before);
             drop(stopped);
         }
         drop(stop);
@@ -393,7 +347,99 @@ impl FastReader {
             // Threads new to the list (or to their thread state) during this read.
             self.fill_os_thread_ids();
         }
+        let (out, moved) = self.thread_reads(read, &before);
+        self.seen_running = awake || moved;
+        Ok(out)
+    }
 
+    /// Each thread's OS state before the read, and which threads this sample takes as still
+    /// ([`FastReader::still`]). A thread that slept a moment ago, still does if its Python
+    /// state has not changed (checked after the read, [`FastReader::state_after`]) and it was
+    /// not the GIL's holder: its last reading stands.
+    fn states_before(&mut self, now: std::time::Instant) -> Vec<Before> {
+        let mut before = Vec::with_capacity(self.threads.len());
+        for (i, k) in self.threads.iter().enumerate() {
+            let tid = k.ts.native_thread_id;
+            // Our id for it (they differ for a process in a container).
+            let own = self.tids.ours(tid);
+            // A thread with a stack on record, under the reuse rules.
+            let reusable = self.reuse_states && k.sig != 0;
+            let (state, how, still) = if reusable && k.tstate == self.expected_holder {
+                // The GIL's holder at the end of the last read is busy by the idle rule if it
+                // still holds the GIL at the end of this one, whatever the OS says: its state
+                // is read only if it turns out not to (after the read). On a process with one
+                // busy thread that saves the only `/proc` read of most samples.
+                (None, StateFrom::Deferred, false)
+            } else {
+                let earlier = reusable
+                    .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
+                    .flatten();
+                match earlier {
+                    Some(state) => {
+                        let audited = if self.audit {
+                            own.and_then(|own| self.activity.peek(own))
+                        } else {
+                            None
+                        };
+                        (Some(state), StateFrom::Reused { audited }, true)
+                    }
+                    None => {
+                        let state = own.and_then(|own| self.activity.state(own));
+                        // Asleep now, as read: as likely where it was as one whose reading is
+                        // reused (every sleeper's reading expires within 100-400 ms, and
+                        // reading them all in full then cost a sample about as much as all
+                        // the others).
+                        (
+                            state,
+                            StateFrom::Read,
+                            reusable && activity::is_asleep(state),
+                        )
+                    }
+                }
+            };
+            // A proof stands for a while only ([`still::PROOF_FOR`]): past it, the thread is
+            // read in full once, which a change no proof sees cannot hide from.
+            let still = match how {
+                StateFrom::Deferred => false,
+                _ => still && k.proof.as_ref().is_some_and(|p| p.stands(now)),
+            };
+            self.still.set(i, still);
+            before.push(Before {
+                tid,
+                state,
+                how,
+                tstate: k.tstate,
+                sig: k.sig,
+            });
+        }
+        before
+    }
+
+    /// The threads to read with a check: the one that held the GIL last time, and those
+    /// running now (a thread waiting for the GIL sleeps). `ask_gil`: with several running,
+    /// ask the GIL which one holds it (not with the process stopped).
+    fn likely_holders(&mut self, before: &[Before], ask_gil: bool) -> Vec<usize> {
+        let mut likely: Vec<usize> = vec![self.expected_holder];
+        for (k, b) in self.threads.iter().zip(before) {
+            if b.state == Some(b'R') {
+                likely.push(k.tstate);
+            }
+        }
+        // Several threads running: only the one holding the GIL now can move its frames
+        // during the read (the others would have to take the GIL, which the read's bracket
+        // shows). Asking the GIL first costs a small system call; copying each running thread
+        // eight times cost far more (four busy threads: three of them copied for nothing).
+        if likely.len() > 1 && ask_gil {
+            if let Some(holder) = self.current_holder() {
+                likely = vec![holder];
+            }
+        }
+        likely
+    }
+
+    /// Each thread as read, with its names and whether it is busy; and whether Python ran in
+    /// some thread since the last sample.
+    fn thread_reads(&mut self, read: Read, before: &[Before]) -> (Vec<ThreadRead>, bool) {
         let live: Vec<u64> = self
             .threads
             .iter()
@@ -410,72 +456,29 @@ impl FastReader {
             .iter()
             .find(|k| k.tstate == read.gil_holder && read.gil_holder != 0)
             .map_or(0, |k| k.ts.thread_id);
+        let mut moved = false;
         let mut out = Vec::with_capacity(self.threads.len());
-        for (i, ((known, frames), name)) in
-            self.threads.iter().zip(read.frames).zip(names).enumerate()
-        {
+        for (i, (frames, name)) in read.frames.into_iter().zip(names).enumerate() {
+            let Some(known) = self.threads.get(i) else {
+                break;
+            };
             let ts = known.ts;
             let owns_gil = ts.thread_id == gil_thread;
             let tid = ts.native_thread_id;
             // Where it was before the read (the same place unless the list changed).
-            let at = match states.get(i) {
-                Some((t, _)) if *t == tid => Some(i),
-                _ => states.iter().position(|(t, _)| *t == tid),
+            let at = match before.get(i) {
+                Some(b) if b.tid == tid => Some(i),
+                _ => before.iter().position(|b| b.tid == tid),
             };
-            let same_as_before = || match old_sigs.get(i) {
-                Some((t, sig)) if *t == known.tstate => *sig == known.sig,
-                _ => old_sigs
+            let same = match before.get(i) {
+                Some(b) if b.tstate == known.tstate => b.sig == known.sig,
+                _ => before
                     .iter()
-                    .any(|(t, sig)| *t == known.tstate && *sig == known.sig),
+                    .any(|b| b.tstate == known.tstate && b.sig == known.sig),
             };
             // Python ran since the last sample: nobody had the process stopped.
-            moved |= known.sig != 0 && !same_as_before();
-            let state = match at {
-                Some(j) if deferred[j] => {
-                    if self.audit {
-                        self.stats.idle_decisions += 1;
-                    }
-                    if owns_gil {
-                        // Busy, whatever its state (unknown: a stopped holder reads busy).
-                        None
-                    } else {
-                        os_state(&mut self.tids, &mut self.activity, tid)
-                    }
-                }
-                Some(j) if reused[j] => {
-                    // A reused state stands only for a thread that did not move: one whose
-                    // Python state changed, or that holds the GIL, is read at once.
-                    let same = same_as_before();
-                    if self.audit {
-                        self.stats.idle_decisions += 1;
-                    }
-                    if same && !owns_gil {
-                        // The audit's question: would reading now have decided otherwise?
-                        let reference = audited.get(j).copied().flatten();
-                        if self.audit
-                            && crate::idle::is_active(states[j].1, owns_gil)
-                                != crate::idle::is_active(reference, owns_gil)
-                        {
-                            self.stats.idle_disagreed += 1;
-                        }
-                        states[j].1
-                    } else {
-                        self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
-                        os_state(&mut self.tids, &mut self.activity, tid)
-                    }
-                }
-                Some(j) => {
-                    if self.audit {
-                        self.stats.idle_decisions += 1;
-                    }
-                    states[j].1
-                }
-                // A thread new this sample: read now unless we stopped the process.
-                None if self.strategy == Strategy::StopGilHolders => {
-                    os_state(&mut self.tids, &mut self.activity, tid)
-                }
-                None => None,
-            };
+            moved |= known.sig != 0 && !same;
+            let state = self.state_after(at.and_then(|j| before.get(j)), tid, owns_gil, same);
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
                 os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0).then(
@@ -491,8 +494,50 @@ impl FastReader {
                 frames,
             });
         }
-        self.seen_running = awake || moved;
-        Ok(out)
+        (out, moved)
+    }
+
+    /// The OS state a thread is judged by after the read: `before` (None: a thread new this
+    /// sample), read now where that does not stand. `same`: its Python state did not change.
+    fn state_after(
+        &mut self,
+        before: Option<&Before>,
+        tid: u64,
+        owns_gil: bool,
+        same: bool,
+    ) -> Option<u8> {
+        let Some(before) = before else {
+            // A thread new this sample: read now unless we stopped the process.
+            return match self.strategy {
+                Strategy::StopGilHolders => os_state(&mut self.tids, &mut self.activity, tid),
+                Strategy::StopProcess => None,
+            };
+        };
+        if self.audit {
+            self.stats.idle_decisions += 1;
+        }
+        match before.how {
+            // Busy, whatever its state (unknown: a stopped holder reads busy).
+            StateFrom::Deferred if owns_gil => None,
+            StateFrom::Deferred => os_state(&mut self.tids, &mut self.activity, tid),
+            // A reused state stands only for a thread that did not move: one whose Python
+            // state changed, or that holds the GIL, is read at once.
+            StateFrom::Reused { audited } if same && !owns_gil => {
+                // The audit's question: would reading now have decided otherwise?
+                if self.audit
+                    && crate::idle::is_active(before.state, owns_gil)
+                        != crate::idle::is_active(audited, owns_gil)
+                {
+                    self.stats.idle_disagreed += 1;
+                }
+                before.state
+            }
+            StateFrom::Reused { .. } => {
+                self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
+                os_state(&mut self.tids, &mut self.activity, tid)
+            }
+            StateFrom::Read => before.state,
+        }
     }
 
     /// Stops the whole process until the lock drops, counted.
@@ -501,12 +546,12 @@ impl FastReader {
         self.process.lock().map_err(ReadError::stop)
     }
 
-    /// `states`: each thread's scheduler state before the read.
+    /// `before`: each thread's scheduler state before the read.
     fn read_threads(
         &mut self,
         blocking: bool,
         process_stopped: bool,
-        states: &[(u64, Option<u8>)],
+        before: &[Before],
     ) -> Result<Read, ReadError> {
         let mut rebuilds = 0;
         'list: loop {
@@ -593,8 +638,8 @@ impl FastReader {
             // cannot have run in between, GIL or not.
             ran.retain(|(i, frames)| {
                 let tid = self.threads[*i].ts.native_thread_id;
-                let before = states.iter().find(|(t, _)| *t == tid).and_then(|(_, s)| *s);
-                let still = activity::is_stopped(before)
+                let then = before.iter().find(|b| b.tid == tid).and_then(|b| b.state);
+                let still = activity::is_stopped(then)
                     && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
                 if still {
                     results[*i] = Some(frames.clone());
