@@ -67,12 +67,17 @@ fn within(value: f64, truth: f64, share: f64) -> bool {
     (value - truth).abs() <= share * truth
 }
 
+/// How far a burst's busy time may be off by sampling alone: the fake NVML is read every 100 ms,
+/// so each edge of a burst can land a sample early or late (on a loaded machine, both).
+const BUSY_SAMPLING_SLACK_SECS: f64 = 0.2;
+
 fn assert_cycle(gpu: &Value, period: f64, busy: f64, tolerance: f64) {
     let cycle = &gpu["cycle"];
     let got_period = num(&cycle["period_secs"], "cycle.period_secs");
     let got_busy = num(&cycle["busy_secs"], "cycle.busy_secs");
+    let busy_ok = (got_busy - busy).abs() <= (tolerance * busy).max(BUSY_SAMPLING_SLACK_SECS);
     assert!(
-        within(got_period, period, tolerance) && within(got_busy, busy, tolerance),
+        within(got_period, period, tolerance) && busy_ok,
         "cycle {cycle} against busy {busy} s every {period} s"
     );
     assert!(num(&cycle["cycles"], "cycle.cycles") >= 2.0, "{cycle}");
