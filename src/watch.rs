@@ -263,8 +263,9 @@ fn state_name(state: GpuHangState) -> &'static str {
 
 /// Writes the report's two files; gives the text's path and the GPU's class of the hang.
 /// The report's dump: the full picture (native frames under the Python ones, and locals);
-/// where those cannot be read (an interpreter only our reader reads: locals and native frames
-/// come from py-spy's), the Python stacks alone, rather than no report.
+/// where those cannot be read (a process whose native stacks cannot be unwound, an
+/// interpreter whose locals no reader here reads), the Python stacks alone, rather than no
+/// report.
 fn dump_for_report(config: &WatchConfig) -> anyhow::Result<Vec<ProcessDump>> {
     let dump = |locals_and_native: bool| -> anyhow::Result<Vec<ProcessDump>> {
         let options = TargetOptions {

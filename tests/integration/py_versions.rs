@@ -1,8 +1,8 @@
 //! `attach` and `dump` on every CPython here (`python3`, and 3.10 to 3.15: pyenv's, else 3.14 and
 //! 3.15 from the Debian unstable root of `scripts/sid-root`):
 //! our own reader reads them (summary.json says so), sleeping threads are left out of the
-//! profile by the one idle rule, and `dump`, `--locals` included (not on 3.15, which py-spy's
-//! reader, the one that reads locals, does not read), shows the same stacks.
+//! profile by the one idle rule, and `dump`, with `--locals` and `--native` too, shows the
+//! same stacks (locals and native frames: py-spy's reader up to 3.12, ours from 3.13).
 //! A version that is not installed is skipped with one line.
 
 use crate::common;
@@ -95,13 +95,7 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
             .unwrap_or(0);
         assert_eq!(deepest, 31, "{minor}: down() frames on the busy stack");
 
-        // 3.15: no --locals until py-spy's reader (which reads locals) reads it
-        let extras: &[&[&str]] = if minor == "3.15" {
-            &[&[]]
-        } else {
-            &[&[], &["--locals"]]
-        };
-        for &extra in extras {
+        for extra in [&[][..], &["--locals"], &["--native"]] {
             let mut args = vec!["dump", "--pid"];
             let pid = target.pid();
             args.push(&pid);
@@ -138,21 +132,32 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
                 assert!(sleeper.contains("idle"), "{minor}: {sleeper}");
             }
             assert!(text.contains("hot"), "{minor}:\n{text}");
-            if !extra.is_empty() {
+            if extra == ["--locals"] {
                 assert!(
                     text.lines().any(|l| l.trim() == "n = 7"),
                     "{minor}: no local n = 7 with --locals:\n{text}"
+                );
+            }
+            if extra == ["--native"] {
+                // The sleepers' native frames: the C library's sleep (a select before 3.11).
+                assert!(
+                    text.lines()
+                        .any(|l| l.contains("nanosleep") || l.contains("select (")),
+                    "{minor}: no native sleep with --native:\n{text}"
+                );
+                assert!(
+                    !text.contains(" = "),
+                    "{minor}: locals without --locals\n{text}"
                 );
             }
         }
     }
 }
 
-/// A version whose locals and native frames no reader of ours reads (3.15: they come from
-/// py-spy's reader, which does not read it) still gets its hang report from `watch`, with the
-/// Python stacks alone.
+/// A version only our reader reads (3.15, which py-spy's does not) gets the full hang report
+/// from `watch`: locals and native frames, read by our reader's deep read.
 #[test]
-fn watch_reports_a_hang_on_315_without_locals() {
+fn watch_reports_a_hang_on_315_with_locals() {
     let python = match stackscope_testkit::python::sid_python("3.15") {
         Ok(python) => python,
         Err(why) => {
@@ -182,7 +187,12 @@ fn watch_reports_a_hang_on_315_without_locals() {
     assert!(text.contains("Python v3.15"), "{text}");
     assert!(text.contains("queue_waiter_body (deadlock.py:"), "{text}");
     assert!(
-        run.stderr.contains("no locals or native frames"),
+        text.lines()
+            .any(|l| l.trim() == "marker = \"queue-waiter-local\""),
+        "{text}"
+    );
+    assert!(
+        !run.stderr.contains("no locals or native frames"),
         "{}",
         run.describe()
     );

@@ -89,6 +89,8 @@ pub struct PythonTarget {
     /// every address we hold is stale.
     exe: Option<std::path::PathBuf>,
     keep_raw: bool,
+    /// Local variables were asked for ([`TargetOptions::locals`]).
+    locals: bool,
     blocking: bool,
     /// As attached with ([`TargetOptions::tuning`]).
     tuning: ReaderTuning,
@@ -96,8 +98,8 @@ pub struct PythonTarget {
     native: Option<NativeUnwinder>,
     names: ThreadNames,
     strings: StringCache,
-    /// Our own reader, for the versions it knows (without locals or native frames, which
-    /// py-spy reads); py-spy's reader otherwise.
+    /// Our own reader, for the versions it knows (with locals and native frames from 3.13,
+    /// before which py-spy reads those); py-spy's reader otherwise.
     fast: Option<FastReader>,
     /// Samples in a row the fast reader failed for a misfit of its layout; past a limit
     /// py-spy's reader takes over.
@@ -152,19 +154,22 @@ impl PythonTarget {
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let version = spy.version.to_string();
         let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
-        let fast = if options.locals || options.native {
-            Err(NoFast::Quiet(
-                "its local variables and native frames are read by py-spy's reader".into(),
-            ))
-        } else {
-            open_fast_reader(
-                read_pid,
-                &mut spy,
-                options.blocking,
-                leader_exited,
-                reader,
-                &options.tuning,
-            )
+        let fast = open_fast_reader(
+            read_pid,
+            &mut spy,
+            options.blocking,
+            leader_exited,
+            reader,
+            &options.tuning,
+        );
+        // Locals and native frames: ours where the interpreter describes them (3.13+).
+        let fast = match fast {
+            Ok(fast) if (options.locals || options.native) && !fast.reads_deep() => {
+                Err(NoFast::Quiet(
+                    "its local variables and native frames are read by py-spy's reader".into(),
+                ))
+            }
+            other => other,
         };
         let fast = match fast {
             Ok(fast) => Some(fast),
@@ -205,6 +210,7 @@ impl PythonTarget {
             command_line,
             exe: procfs::exe(read_pid).ok(),
             keep_raw: options.locals,
+            locals: options.locals,
             blocking: options.blocking,
             tuning: options.tuning,
             native,
@@ -277,7 +283,7 @@ impl PythonTarget {
     pub fn options(&self) -> TargetOptions {
         TargetOptions {
             blocking: self.blocking,
-            locals: self.keep_raw,
+            locals: self.locals,
             native: self.native.is_some(),
             tuning: self.tuning,
         }
@@ -286,7 +292,7 @@ impl PythonTarget {
     /// Which stack reader reads this target: `"stackscope"` (our own, for the CPython
     /// versions it has layouts for) or `"py-spy"`. For diagnostics and benchmarks.
     pub fn reader(&self) -> &'static str {
-        if self.fast.is_some() && self.native.is_none() {
+        if self.fast.is_some() {
             "stackscope"
         } else {
             "py-spy"
@@ -324,7 +330,9 @@ impl PythonTarget {
     /// Whether our reader's last read saw, afresh, one of the process's threads running or
     /// asleep (not stopped): then nobody had stopped the process. False for py-spy's reader.
     pub fn seen_running(&self) -> bool {
-        self.native.is_none() && self.fast.as_ref().is_some_and(|f| f.seen_running())
+        !self.reads_deep()
+            && self.native.is_none()
+            && self.fast.as_ref().is_some_and(|f| f.seen_running())
     }
 
     /// Whether the process has exec'd another program since we attached.
@@ -341,11 +349,13 @@ impl PythonTarget {
                 && !procfs::thread_alive(self.pid, u64::from(self.read_pid)))
     }
 
-    /// Keeps py-spy's frames with each stack (read by py-spy's reader from now on), for a
-    /// dump: they carry each file's absolute path. A one-off read needs no speed.
-    /// A version only our reader reads (3.15) keeps it: the dump gets its file names as shown.
+    /// Keeps py-spy's shape of each stack's frames, for a dump: they carry each file's
+    /// absolute path. From 3.13 our reader's deep read makes them; before, py-spy's reader
+    /// reads from now on (a one-off read needs no speed).
     pub fn keep_raw_frames(&mut self) {
-        if self.py_spy_reads() {
+        if self.fast.as_ref().is_some_and(|f| f.reads_deep()) {
+            self.keep_raw = true;
+        } else if self.py_spy_reads() {
             self.keep_raw = true;
             self.fast = None;
         }
@@ -377,6 +387,9 @@ impl PythonTarget {
     }
 
     fn read_stacks_uncached_names(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        if self.reads_deep() {
+            return self.read_stacks_deep();
+        }
         if self.native.is_some() {
             return self.read_stacks_with_native();
         }
@@ -717,6 +730,7 @@ impl StringCache {
     }
 }
 
+mod deep_read;
 #[cfg(test)]
 mod fast_failures;
 

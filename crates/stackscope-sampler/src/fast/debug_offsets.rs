@@ -26,7 +26,7 @@
 use std::sync::Mutex;
 
 use super::debug_tables::Shape;
-use super::layout::{common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict};
+use super::layout::{common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict, ObjectLayout};
 use super::remote::Remote;
 
 const COOKIE: &[u8; 8] = b"xdebugpy";
@@ -285,9 +285,28 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
         managed_dict: ManagedDict::Inline,
         ht_cached_keys,
         dict_values_header: 8,
+        objects: Some(objects(&f)?),
     };
     check_frame(&layout, frame("size")?)?;
     Ok(layout)
+}
+
+/// Where locals and the values they hold are ([`ObjectLayout`]), for `dump --locals`.
+fn objects(f: &Fields) -> Result<ObjectLayout, Refusal> {
+    let code = |name| f.get("code_object", name);
+    Ok(ObjectLayout {
+        co_argcount: code("argcount")?,
+        co_localsplusnames: code("localsplusnames")?,
+        co_localspluskinds: code("localspluskinds")?,
+        tp_name: f.get("type_object", "tp_name")?,
+        tuple_items: f.get("tuple_object", "ob_item")?,
+        list_items: f.get("list_object", "ob_item")?,
+        list_size: f.get("list_object", "ob_size")?,
+        float_value: f.get("float_object", "ob_fval")?,
+        long_tag: f.get("long_object", "lv_tag")?,
+        long_digits: f.get("long_object", "ob_digit")?,
+        bytes_data: f.get("bytes_object", "ob_sval")?,
+    })
 }
 
 /// Whether the frame and code fields fit what the walk reads.

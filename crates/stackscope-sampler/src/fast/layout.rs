@@ -126,6 +126,29 @@ pub(crate) struct Layout {
     /// Bytes before the value pointers of a split dict's values (3.13: capacity, size,
     /// embedded, valid).
     pub dict_values_header: usize,
+
+    /// Where a frame's local variables and the objects they hold are described: from the
+    /// interpreter's `_Py_DebugOffsets` (3.13+), for `dump --locals` ([`super::deep`]); None
+    /// for the typed tables, whose locals py-spy's reader reads.
+    pub objects: Option<ObjectLayout>,
+}
+
+/// What a one-off read of local variables needs beyond the stack walk: the code object's
+/// names and kinds of its fast locals, and where the values of the common types keep what
+/// their repr shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ObjectLayout {
+    pub co_argcount: usize,
+    pub co_localsplusnames: usize,
+    pub co_localspluskinds: usize,
+    pub tp_name: usize,
+    pub tuple_items: usize,
+    pub list_items: usize,
+    pub list_size: usize,
+    pub float_value: usize,
+    pub long_tag: usize,
+    pub long_digits: usize,
+    pub bytes_data: usize,
 }
 
 /// Fields at the same place in every version read here.
@@ -216,6 +239,7 @@ pub(crate) static PY310: Layout = Layout {
     managed_dict: ManagedDict::Split,
     ht_cached_keys: 0,
     dict_values_header: 0,
+    objects: None,
 };
 
 pub(crate) static PY311: Layout = Layout {
@@ -255,6 +279,7 @@ pub(crate) static PY311: Layout = Layout {
     managed_dict: ManagedDict::Split,
     ht_cached_keys: 872,
     dict_values_header: 0,
+    objects: None,
 };
 
 pub(crate) static PY312: Layout = Layout {
@@ -294,6 +319,7 @@ pub(crate) static PY312: Layout = Layout {
     managed_dict: ManagedDict::Tagged,
     ht_cached_keys: 880,
     dict_values_header: 0,
+    objects: None,
 };
 
 impl Layout {

@@ -14,16 +14,6 @@ pub fn pythons() -> Vec<String> {
     pythons_of(&VERSIONS)
 }
 
-/// [`pythons`] less the minor versions in `skip`.
-pub fn pythons_without(skip: &[&str]) -> Vec<String> {
-    let versions: Vec<&str> = VERSIONS
-        .iter()
-        .copied()
-        .filter(|v| !skip.contains(v))
-        .collect();
-    pythons_of(&versions)
-}
-
 /// `python3`, then the interpreter of each of `versions` (pyenv's, else the Debian root's).
 pub fn pythons_of(versions: &[&str]) -> Vec<String> {
     stackscope_testkit::python::interpreters(versions)

@@ -1,0 +1,169 @@
+//! Stacks with what a sample leaves out, read by our own reader: local variables (`dump
+//! --locals`, the hang report) and native frames (`--native`), on the interpreters whose
+//! `_Py_DebugOffsets` describes them (3.13 and later; py-spy's reader reads them before).
+//!
+//! The process is stopped once around everything: the sample's read, the deep read of each
+//! thread's frames ([`crate::fast`]'s `deep`), and each thread's native unwind, which must
+//! all come from one instant to be joined. Whether a thread runs is read from `/proc` before
+//! the stop, since during it every thread reads as stopped.
+
+use std::any::Any;
+
+use py_spy::StackTrace;
+use stackscope_event::Frame;
+use stackscope_native::{merge, EntryFrame};
+
+use super::PythonTarget;
+use crate::error::{classify_sample_error, SampleFailure};
+use crate::fast::{DeepFrame, DeepThread, ThreadRead};
+use crate::idle;
+use crate::leader::LiveThreadsStop;
+
+impl PythonTarget {
+    /// Whether stacks are read by [`read_stacks_deep`](PythonTarget::read_stacks_deep):
+    /// locals or native frames were asked for and our reader reads them for this version.
+    pub(super) fn reads_deep(&self) -> bool {
+        (self.keep_raw || self.native.is_some())
+            && self.fast.as_ref().is_some_and(|f| f.reads_deep())
+    }
+
+    pub(super) fn read_stacks_deep(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        let states = idle::states(self.pid);
+        let stop = self.stop_for_deep_read()?;
+        let Some(fast) = self.fast.as_mut() else {
+            return Ok(Vec::new());
+        };
+        // The process is stopped (unless nonblocking was asked for): no copy can be torn.
+        let threads = match fast.read(false) {
+            Ok(threads) => threads,
+            Err(e) => {
+                drop(stop);
+                return Err(self.fast_failed(&e));
+            }
+        };
+        let mut deep = fast.read_deep(self.locals);
+        let native: Vec<Option<stackscope_native::NativeStack>> = threads
+            .iter()
+            .map(|t| {
+                let unwinder = self.native.as_mut()?;
+                let tid = u32::try_from(t.os_thread_id?).ok()?;
+                unwinder.unwind(tid).ok()
+            })
+            .collect();
+        drop(stop);
+        Ok(threads
+            .into_iter()
+            .zip(native)
+            .map(|(thread, native)| {
+                let frames = matching_deep(&mut deep, &thread);
+                let state = thread.os_thread_id.and_then(|t| states.get(&t).copied());
+                let active = idle::is_active(state, thread.owns_gil);
+                self.deep_stack(thread, frames, native, active)
+            })
+            .collect())
+    }
+
+    /// Stops the process (or, its leader gone, its live threads) for a deep read; nothing
+    /// when the target was attached nonblocking.
+    fn stop_for_deep_read(&mut self) -> Result<Option<Box<dyn Any>>, SampleFailure> {
+        let pid = self.pid;
+        let failed =
+            |e: anyhow::Error| classify_sample_error(pid, &e.context("cannot stop the process"));
+        if !self.blocking && self.native.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(if self.leader_exited() {
+            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| failed(e.into()))?)
+        } else {
+            Box::new(self.spy.process.lock().map_err(|e| failed(e.into()))?)
+        }))
+    }
+
+    /// One thread's stack: its Python frames, joined with its native ones where they were
+    /// unwound and its deep read lines up, and py-spy's shape of its frames (paths,
+    /// locals) for the dump.
+    fn deep_stack(
+        &mut self,
+        thread: ThreadRead,
+        deep: Option<Vec<DeepFrame>>,
+        native: Option<stackscope_native::NativeStack>,
+        active: bool,
+    ) -> ThreadStack {
+        let frames: Vec<Frame> = match (&deep, native) {
+            (Some(deep), Some(native)) => {
+                let python: Vec<EntryFrame> = thread
+                    .frames
+                    .iter()
+                    .zip(deep)
+                    .map(|(frame, d)| EntryFrame {
+                        frame: frame.clone(),
+                        entry: d.entry,
+                    })
+                    .collect();
+                merge(&python, &native.frames)
+                    .frames
+                    .into_iter()
+                    .map(|f| self.strings.shorten_native(f))
+                    .collect()
+            }
+            // Without a native stack, or one whose eval frames cannot be told from the deep
+            // read, the Python frames alone.
+            _ => thread.frames.to_vec(),
+        };
+        let trace = StackTrace {
+            pid: self.pid as py_spy::Pid,
+            thread_id: thread.thread_id,
+            thread_name: thread.name.as_deref().map(str::to_owned),
+            os_thread_id: thread.os_thread_id,
+            active,
+            owns_gil: thread.owns_gil,
+            frames: raw_frames(&thread.frames, deep.as_deref(), self.locals),
+            process_info: None,
+        };
+        self.thread_stack(trace, frames, active)
+    }
+}
+
+use super::ThreadStack;
+
+/// The deep read of `thread`, when it has exactly the thread's frames (a thread that moved
+/// between the two reads, possible only unstopped, has none).
+fn matching_deep(deep: &mut Vec<DeepThread>, thread: &ThreadRead) -> Option<Vec<DeepFrame>> {
+    let at = deep.iter().position(|d| d.thread_id == thread.thread_id)?;
+    let found = deep.swap_remove(at);
+    (found.frames.len() == thread.frames.len()).then_some(found.frames)
+}
+
+/// py-spy's shape of a thread's Python frames, which the dump reads paths (and, with
+/// `locals`, local variables) from.
+fn raw_frames(frames: &[Frame], deep: Option<&[DeepFrame]>, locals: bool) -> Vec<py_spy::Frame> {
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let d = deep.and_then(|d| d.get(i));
+            py_spy::Frame {
+                name: f.function.to_string(),
+                filename: d
+                    .and_then(|d| d.path.clone())
+                    .unwrap_or_else(|| f.file.to_string()),
+                module: None,
+                short_filename: Some(f.file.to_string()),
+                line: i32::try_from(f.line).unwrap_or(0),
+                locals: d.filter(|_| locals).map(|d| {
+                    d.locals
+                        .iter()
+                        .map(|l| py_spy::stack_trace::LocalVariable {
+                            name: l.name.clone(),
+                            addr: 0,
+                            arg: l.arg,
+                            repr: Some(l.repr.clone()),
+                        })
+                        .collect()
+                }),
+                is_entry: d.is_some_and(|d| d.entry),
+                is_shim_entry: false,
+            }
+        })
+        .collect()
+}
