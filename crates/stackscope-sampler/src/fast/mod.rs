@@ -52,6 +52,7 @@ mod pystr;
 mod quiet;
 mod recent;
 mod remote;
+mod sample_read;
 mod snapshot;
 mod stack;
 mod stats;
@@ -77,7 +78,7 @@ use layout::{common, GilHolder, Layout};
 use names::ThreadNames;
 pub(crate) use ostid::OsTids;
 use remote::Remote;
-use thread_model::{Known, Outcome, StillThreads};
+use thread_model::{Known, StillThreads};
 
 use crate::namespace::TidMap;
 use crate::tuning::ReaderTuning;
@@ -116,12 +117,6 @@ pub(crate) struct ThreadRead {
     pub active: bool,
     pub frames: Frames,
 }
-
-/// Reads of a thread that moved since its last sample, or held the GIL and failed the check,
-/// before it is stopped.
-const TRIES: usize = 3;
-/// Stops of a thread caught in the middle of a call, before its stack is taken as it is.
-const STOPS: usize = 3;
 
 pub(crate) struct FastReader {
     pid: u32,
@@ -549,215 +544,6 @@ impl FastReader {
         self.process.lock().map_err(ReadError::stop)
     }
 
-    /// `before`: each thread's scheduler state before the read.
-    fn read_threads(
-        &mut self,
-        blocking: bool,
-        process_stopped: bool,
-        before: &[Before],
-    ) -> Result<Read, ReadError> {
-        let mut rebuilds = 0;
-        'list: loop {
-            if rebuilds > 0 {
-                if rebuilds > 3 {
-                    return Err(ReadError::ListKeepsChanging);
-                }
-                self.stats.list_rebuilds += 1;
-                match threads::rebuild(
-                    &mut self.remote,
-                    self.layout,
-                    &self.globals,
-                    &self.threads,
-                    None,
-                ) {
-                    Ok(fresh) => {
-                        self.threads = fresh;
-                        self.still.clear();
-                    }
-                    // A thread state freed while we walked the list: walk it again.
-                    Err(_) if !process_stopped => {
-                        rebuilds += 1;
-                        continue 'list;
-                    }
-                    Err(e) => return Err(e),
-                }
-                self.fill_os_thread_ids();
-            }
-            rebuilds += 1;
-            let all: Vec<usize> = (0..self.threads.len()).collect();
-            let betting = self.quiet_backoff == 0;
-            let mut first = self.attempt(&all, true, process_stopped)?;
-            if !first.quiet_failed.is_empty() {
-                // Threads taken as still may have run: those (not the others, whose reads
-                // stand, the busy thread's checked copies among them) are read again for
-                // what proves they did not move, each proof its own.
-                self.stats.quiet_misses += 1;
-                self.quiet_losses = self.quiet_losses.saturating_add(1);
-                self.quiet_backoff = quiet::backoff(self.quiet_losses);
-                let started = std::time::Instant::now();
-                self.reread_lost_bet(&mut first, &all, process_stopped)?;
-                self.stats.quiet_miss_ns += started.elapsed().as_nanos() as u64;
-            } else if betting {
-                self.quiet_losses = 0;
-            }
-            if let Some(holder) = first.last_holder {
-                self.expected_holder = holder;
-            }
-            let stale_list = !threads::matches(&self.threads, &first);
-            let gil_holder = first.gil_holder.unwrap_or(0);
-            let mut results: Vec<Option<Frames>> = vec![None; all.len()];
-            let mut settled = settle(&all, first, &mut results)?;
-            if stale_list || settled.gone {
-                continue 'list;
-            }
-            // Threads that moved, or may have run without passing the check: read again (with
-            // the check) a couple of times before stopping them.
-            let mut ran = std::mem::take(&mut settled.ran);
-            for _ in 1..TRIES {
-                if settled.again.is_empty() && ran.is_empty() {
-                    break;
-                }
-                let mut which = std::mem::take(&mut settled.again);
-                which.extend(ran.iter().map(|(i, _)| *i));
-                self.stats.rereads += which.len() as u64;
-                let next = self.attempt(&which, false, process_stopped)?;
-                let mut again = settle(&which, next, &mut results)?;
-                // A thread read as "ran" again keeps its latest frames.
-                ran.retain(|(i, _)| !which.contains(i));
-                ran.append(&mut again.ran);
-                settled.again = again.again;
-                settled.gone |= again.gone;
-                settled.midway.append(&mut again.midway);
-            }
-            if settled.gone {
-                continue 'list;
-            }
-            // With the whole process stopped, a thread caught mid-call reads as py-spy would
-            // read it.
-            for (i, frames) in std::mem::take(&mut settled.midway) {
-                results[i] = Some(frames);
-            }
-            // A thread that was stopped (by a debugger, a test) before and after the read
-            // cannot have run in between, GIL or not.
-            ran.retain(|(i, frames)| {
-                let tid = self.threads[*i].ts.native_thread_id;
-                let then = before.iter().find(|b| b.tid == tid).and_then(|b| b.state);
-                let still = activity::is_stopped(then)
-                    && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
-                if still {
-                    results[*i] = Some(frames.clone());
-                }
-                !still
-            });
-            let again = std::mem::take(&mut settled.again);
-            if process_stopped && !again.is_empty() {
-                return Err(ReadError::Layout(
-                    "a thread of the stopped process never read whole".to_owned(),
-                ));
-            }
-            if !blocking {
-                if !again.is_empty() {
-                    self.stats.torn += 1;
-                    return Err(ReadError::Torn);
-                }
-                // Not ours to stop: keep what was read, torn or not.
-                self.stats.unverified += ran.len() as u64;
-                for (i, frames) in ran {
-                    results[i] = Some(frames);
-                }
-            } else if !again.is_empty() || !ran.is_empty() {
-                let mut to_stop = again;
-                to_stop.extend(ran.iter().map(|(i, _)| *i));
-                for i in self.stop_and_read(&to_stop, &mut results)? {
-                    // Could not be stopped: gone (the list changed), or not ours to stop
-                    // (another tracer holds it): then its first read is all there is.
-                    match ran.iter().find(|(r, _)| *r == i) {
-                        Some((_, frames))
-                            if self
-                                .tids
-                                .ours(self.threads[i].ts.native_thread_id)
-                                .is_some_and(|tid| procfs_thread_alive(self.pid, tid)) =>
-                        {
-                            self.stats.unverified += 1;
-                            results[i] = Some(frames.clone());
-                        }
-                        _ => continue 'list,
-                    }
-                }
-            }
-            let frames = results
-                .into_iter()
-                .map(|r| r.ok_or(ReadError::Torn))
-                .collect::<Result<Vec<_>, _>>()?;
-            return Ok(Read { frames, gil_holder });
-        }
-    }
-
-    /// Stops the threads that may have run during the read, one by one (not the whole
-    /// process), reads them and resumes them when the locks drop, whatever happens. Answers
-    /// the threads it could not stop.
-    fn stop_and_read(
-        &mut self,
-        which: &[usize],
-        results: &mut [Option<Frames>],
-    ) -> Result<Vec<usize>, ReadError> {
-        let started = std::time::Instant::now();
-        let mut left = which.to_vec();
-        let mut midway = Vec::new();
-        let mut unstoppable = Vec::new();
-        // A thread caught in the middle of a call is let go and stopped again: a few
-        // instructions later its stack is usually whole.
-        for _ in 0..STOPS {
-            let mut locks = Vec::with_capacity(left.len());
-            let mut stopped = Vec::with_capacity(left.len());
-            for &i in &left {
-                let tid = self.tids.ours(self.threads[i].ts.native_thread_id);
-                match tid.and_then(stop_thread) {
-                    Some(lock) => {
-                        locks.push(lock);
-                        stopped.push(i);
-                    }
-                    None => unstoppable.push(i),
-                }
-            }
-            self.stats.thread_stops += stopped.len() as u64;
-            // Stopped, a thread reads at the latest on the second try (the first may use a
-            // stale guess of where its frames are).
-            let mut again = stopped;
-            midway.clear();
-            for _ in 0..2 {
-                if again.is_empty() {
-                    break;
-                }
-                let next = self.attempt(&again, false, true)?;
-                let settled = settle(&again, next, results)?;
-                again = settled.again;
-                midway.extend(settled.midway);
-            }
-            drop(locks);
-            if !again.is_empty() {
-                self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
-                return Err(ReadError::Layout(
-                    "a stopped thread's frames never read whole".to_owned(),
-                ));
-            }
-            left = midway.iter().map(|(i, _)| *i).collect();
-            if left.is_empty() {
-                break;
-            }
-            self.stats.midway += left.len() as u64;
-            std::thread::yield_now();
-        }
-        // Still not whole after a few stops: a stack that really starts elsewhere, or an
-        // interpreter that keeps the current frame in a register for long stretches (3.12 in
-        // a tight generator loop): py-spy reads such stacks the same way.
-        for (i, frames) in midway {
-            results[i] = Some(frames);
-        }
-        self.stats.thread_stop_ns += started.elapsed().as_nanos() as u64;
-        Ok(unstoppable)
-    }
-
     fn attempt(
         &mut self,
         which: &[usize],
@@ -893,53 +679,4 @@ pub(crate) fn notice_once(message: &str) {
 fn os_state(tids: &mut TidMap, activity: &mut Activity, native_thread_id: u64) -> Option<u8> {
     tids.ours(native_thread_id)
         .and_then(|tid| activity.state(tid))
-}
-
-/// Stops one thread (PTRACE_SEIZE and PTRACE_INTERRUPT); it runs again when the lock drops.
-/// None when it cannot be: it has exited, or another tracer holds it.
-fn stop_thread(tid: u64) -> Option<remoteprocess::ThreadLock> {
-    let tid = remoteprocess::Tid::try_from(tid).ok()?;
-    remoteprocess::Thread::new(tid).ok()?.lock().ok()
-}
-
-/// Whether thread `tid` of `pid` still exists and has not exited.
-fn procfs_thread_alive(pid: u32, tid: u64) -> bool {
-    crate::procfs::state(pid).is_some()
-        && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
-            .ok()
-            .and_then(|s| crate::procfs::StatLine::parse(s.as_bytes()).map(|l| l.state()))
-            .is_some_and(|state| !matches!(state, Some(b'Z' | b'X')))
-}
-
-/// An attempt's outcomes, filed.
-#[derive(Default)]
-struct Settled {
-    /// To read again.
-    again: Vec<usize>,
-    /// Read, but they may have run meanwhile.
-    ran: Vec<(usize, Frames)>,
-    /// Read stopped in the middle of a call or return.
-    midway: Vec<(usize, Frames)>,
-    /// A thread state could not be read: the list changed under us.
-    gone: bool,
-}
-
-/// Files an attempt's outcomes: frames into `results`, the rest into [`Settled`].
-fn settle(
-    which: &[usize],
-    attempt: Attempt,
-    results: &mut [Option<Frames>],
-) -> Result<Settled, ReadError> {
-    let mut settled = Settled::default();
-    for (&i, outcome) in which.iter().zip(attempt.outcomes) {
-        match outcome {
-            Outcome::Done(frames) => results[i] = Some(frames),
-            Outcome::Ran(frames) => settled.ran.push((i, frames)),
-            Outcome::Midway(frames) => settled.midway.push((i, frames)),
-            Outcome::Again => settled.again.push(i),
-            Outcome::Gone => settled.gone = true,
-            Outcome::Broken(why) => return Err(ReadError::Layout(why)),
-        }
-    }
-    Ok(settled)
 }
