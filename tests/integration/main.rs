@@ -22,6 +22,7 @@ mod multinode;
 mod proc_trees;
 mod py_versions;
 mod pyspy_scenarios;
+mod readme;
 mod record;
 mod report;
 mod report_html;
