@@ -25,6 +25,7 @@ mod pyspy_scenarios;
 mod record;
 mod report;
 mod report_html;
+mod report_page;
 mod roles;
 mod subprocesses;
 mod top;
