@@ -1,5 +1,6 @@
-// stackscope report.html: draws the GPU timeline (uPlot), the thread lanes (canvas) and the
-// flamegraph of the selected window (d3-flame-graph) from the JSON embedded in the page.
+// stackscope report.html: draws the GPU timeline (uPlot; its colours and legend from series.js),
+// the thread lanes (canvas) and the flamegraph of the selected window (flame.js, over
+// d3-flame-graph) from the JSON embedded in the page, and keeps the window and view in the URL.
 // Everything it needs is in the page: it loads nothing.
 (function () {
   "use strict";
@@ -39,9 +40,9 @@
     state.from = clamp(state.from);
     state.to = clamp(state.to);
     if (state.from !== null && state.to !== null && state.from > state.to) {
-      var t = state.from;
+      var later = state.from;
       state.from = state.to;
-      state.to = t;
+      state.to = later;
     }
   }
   function writeHash() {
@@ -217,7 +218,7 @@
       var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
       if (back < g.t[0]) {
         g.t.unshift(back);
-        [g.utilization, g.sm_active, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
+        stackscopeSeries.kinds.forEach(function (k) { g[k.key].unshift(g[k.key][0]); });
       }
     });
     var times = {};

@@ -131,5 +131,5 @@ var stackscopeSeries = (function () {
     return update;
   }
 
-  return { gpuLines: gpuLines, legend: legend, colour: colour, plain: PLAIN };
+  return { kinds: KINDS, gpuLines: gpuLines, legend: legend, colour: colour, plain: PLAIN };
 })();
