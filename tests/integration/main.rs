@@ -26,6 +26,7 @@ mod readme;
 mod record;
 mod report;
 mod report_html;
+mod report_page;
 mod roles;
 mod subprocesses;
 mod top;

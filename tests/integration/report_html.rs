@@ -5,116 +5,14 @@
 
 use crate::common;
 
+use common::browser::*;
 use common::*;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// The bound the issue sets on a 24-hour recording's page.
 const MAX_REPORT_BYTES: u64 = 20 << 20;
-
-/// Headless Chromium with a fresh profile, network features off.
-struct Browser {
-    exe: PathBuf,
-}
-
-impl Browser {
-    fn find() -> Option<Browser> {
-        let names = ["chromium", "chromium-browser", "google-chrome"];
-        let path = std::env::var_os("PATH")?;
-        for dir in std::env::split_paths(&path) {
-            for name in names {
-                let exe = dir.join(name);
-                if exe.is_file() {
-                    return Some(Browser { exe });
-                }
-            }
-        }
-        None
-    }
-
-    /// Runs Chromium on `url` with `extra` arguments; returns (stdout, stderr).
-    fn run(&self, url: &str, extra: &[&str]) -> (String, String) {
-        let profile = tempfile::tempdir().expect("profile dir");
-        let mut cmd = Command::new(&self.exe);
-        cmd.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--virtual-time-budget=10000",
-            "--window-size=1300,1100",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .args(extra)
-        .arg(url);
-        let run = run_with_timeout(cmd, RUN_TIMEOUT);
-        assert_eq!(run.code(), Some(0), "chromium failed\n{}", run.describe());
-        (run.stdout, run.stderr)
-    }
-
-    /// The page's DOM after its scripts ran.
-    fn dom(&self, url: &str) -> String {
-        let (dom, stderr) = self.run(url, &["--dump-dom"]);
-        // The page's Content-Security-Policy blocks anything from outside the file; Chromium
-        // logs each blocked load to the console.
-        assert!(
-            !stderr.contains("Content Security Policy"),
-            "the page tried to load something from outside itself:\n{stderr}"
-        );
-        assert!(
-            dom.contains("data-ready=\"1\""),
-            "the page's script did not finish:\n{stderr}"
-        );
-        dom
-    }
-}
-
-fn file_url(path: &Path, fragment: &str) -> String {
-    let path = fs::canonicalize(path).expect("canonical path");
-    format!("file://{}{fragment}", path.display())
-}
-
-/// The text of the element with `id`, up to its next tag.
-fn element_text<'a>(dom: &'a str, id: &str) -> &'a str {
-    let open = format!("id=\"{id}\"");
-    let at = dom
-        .find(&open)
-        .unwrap_or_else(|| panic!("no #{id} in the page"));
-    let rest = &dom[at..];
-    let start = rest.find('>').map_or(0, |i| i + 1);
-    let end = rest[start..].find('<').map_or(rest.len(), |i| start + i);
-    &rest[start..end]
-}
-
-/// The file names nothing outside itself: no external scripts, styles, images, frames or
-/// imports, and it carries the policy that makes the browser refuse any.
-fn assert_self_contained(html: &str) {
-    for needle in [
-        "<script src",
-        "<link",
-        "<img",
-        "<iframe",
-        "@import",
-        "url(http",
-        "src=\"http",
-        "href=\"http",
-        "src=\"//",
-    ] {
-        assert!(!html.contains(needle), "report.html holds {needle:?}");
-    }
-    assert!(
-        html.contains("http-equiv=\"Content-Security-Policy\" content=\"default-src 'none';"),
-        "no content security policy"
-    );
-}
 
 #[test]
 fn demo_report_joins_the_gpu_timeline_to_the_code_in_a_browser() {
@@ -210,10 +108,12 @@ fn demo_report_joins_the_gpu_timeline_to_the_code_in_a_browser() {
     assert!(window_out.join("report.html").is_file());
 
     // A screenshot with something drawn on it.
-    let shot = out.tmp.path().join("report.png");
-    let arg = format!("--screenshot={}", shot.display());
-    browser.run(&file_url(&report, "#view=diff"), &[&arg]);
-    let (colours, non_white) = png_stats(&shot);
+    let shot = browser.screenshot(
+        &file_url(&report, "#view=diff"),
+        DEFAULT_WINDOW,
+        out.tmp.path(),
+    );
+    let (colours, non_white) = shot.stats();
     assert!(
         colours > 30 && non_white > 0.05,
         "blank screenshot: {colours} colours, {non_white:.3} not white"
@@ -292,30 +192,6 @@ fn merged_recordings_report_renders_both_ranks_in_a_browser() {
     // The rank table names each rank's trainer while the GPU idled.
     let trainers = texts_of_class(&dom, "trainer");
     assert_eq!(trainers.len(), 2, "{trainers:?}");
-}
-
-/// The page's embedded data (`<script id="stackscope-data">`), as JSON.
-fn page_data(html: &str) -> serde_json::Value {
-    let open = "id=\"stackscope-data\">";
-    let at = html.find(open).expect("the page's data") + open.len();
-    let end = at
-        + html[at..]
-            .find("</script>")
-            .expect("end of the page's data");
-    serde_json::from_str(&html[at..end]).expect("the page's data is JSON")
-}
-
-/// The texts of the elements with `class`, in the order of the DOM.
-fn texts_of_class<'a>(dom: &'a str, class: &str) -> Vec<&'a str> {
-    let open = format!("class=\"{class}\"");
-    dom.match_indices(&open)
-        .map(|(at, _)| {
-            let rest = &dom[at..];
-            let start = rest.find('>').map_or(0, |i| i + 1);
-            let end = rest[start..].find('<').map_or(rest.len(), |i| start + i);
-            &rest[start..end]
-        })
-        .collect()
 }
 
 /// A real recording of a PyTorch job on an H100 (its main process the trainer, two DataLoader
@@ -412,29 +288,6 @@ fn lanes_are_labelled_by_process_and_role_trainer_first() {
         "{}",
         element_text(&dom, "roles")
     );
-}
-
-/// Distinct colours and the share of pixels that are not white.
-fn png_stats(path: &Path) -> (usize, f64) {
-    let file = fs::File::open(path).expect("screenshot");
-    let decoder = png::Decoder::new(std::io::BufReader::new(file));
-    let mut reader = decoder.read_info().expect("a PNG");
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).expect("a frame");
-    let channels = info.color_type.samples();
-    let pixels = &buf[..info.buffer_size()];
-    let mut colours = std::collections::HashSet::new();
-    let mut non_white = 0usize;
-    let mut n = 0usize;
-    for px in pixels.chunks(channels) {
-        let rgb = (px[0], px[1], px[2 % channels]);
-        colours.insert(rgb);
-        if rgb != (255, 255, 255) {
-            non_white += 1;
-        }
-        n += 1;
-    }
-    (colours.len(), non_white as f64 / n.max(1) as f64)
 }
 
 #[test]

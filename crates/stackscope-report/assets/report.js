@@ -1,5 +1,6 @@
-// stackscope report.html: draws the GPU timeline (uPlot), the thread lanes (canvas) and the
-// flamegraph of the selected window (d3-flame-graph) from the JSON embedded in the page.
+// stackscope report.html: draws the GPU timeline (uPlot; its colours and legend from series.js),
+// the thread lanes (canvas) and the flamegraph of the selected window (flame.js, over
+// d3-flame-graph) from the JSON embedded in the page, and keeps the window and view in the URL.
 // Everything it needs is in the page: it loads nothing.
 (function () {
   "use strict";
@@ -30,6 +31,19 @@
       if (k === "to" && v !== "" && isFinite(+v)) state.to = +v;
       if (k === "view" && /^(all|idle|busy|diff)$/.test(v)) state.view = v;
     });
+    clampWindow();
+  }
+  // The window lies within the recording and runs forward, wherever it came from (a link, a
+  // drag past the axis): the title, the count and the shading then all describe the same span.
+  function clampWindow() {
+    var clamp = function (t) { return t === null ? null : Math.min(fullTo, Math.max(fullFrom, t)); };
+    state.from = clamp(state.from);
+    state.to = clamp(state.to);
+    if (state.from !== null && state.to !== null && state.from > state.to) {
+      var later = state.from;
+      state.from = state.to;
+      state.to = later;
+    }
   }
   function writeHash() {
     var parts = [];
@@ -107,21 +121,11 @@
   }
 
   // ---- flamegraph ----
-  var fgWidth = Math.max(600, (document.getElementById("flamegraph").clientWidth || 1100));
-  var chart = flamegraph()
-    .width(fgWidth)
-    .cellHeight(18)
-    .transitionDuration(0)
-    .minFrameSize(1)
-    .selfValue(true)
-    .sort(true)
-    .title("")
-    .setDetailsElement(document.getElementById("details"))
-    .getName(function (d) { return d.data.name; })
-    .onClick(function (d) {
-      state.mark = d && d.data ? d.data.fn : -1;
-      drawMarks();
-    });
+  var flame = stackscopeFlame(document.getElementById("flamegraph"), function (d) {
+    state.mark = d && d.data ? d.data.fn : -1;
+    drawMarks();
+  });
+  var chart = flame.chart.setDetailsElement(document.getElementById("details"));
   var lastCounts = null;
   chart.setColorMapper(function (d, original) {
     if (d.highlight) return "#e05cc4";
@@ -152,20 +156,12 @@
     if (state.view === "diff") return lastCounts.idleTotal + lastCounts.busyTotal;
     return lastCounts.total;
   }
-  var fgSel = d3.select("#flamegraph");
-  var fgDrawn = false;
 
   function render() {
     lastCounts = windowCounts();
-    var tree = buildTree(lastCounts);
-    if (!fgDrawn) {
-      fgSel.datum(tree).call(chart);
-      fgDrawn = true;
-    } else {
-      chart.update(tree);
-    }
+    flame.draw(buildTree(lastCounts));
     var term = document.getElementById("search").value;
-    if (term) chart.search(term);
+    if (term) flame.search(term);
     document.getElementById("selection-samples").textContent = String(lastCounts.total);
     var vs = document.getElementById("view-samples");
     vs.textContent = state.view === "all" ? "" : "(" + viewTotal() + " in this view)";
@@ -209,85 +205,89 @@
     return [xs, ys];
   }
 
+  // The GPU lines on one x (every device's reading times merged, gaps null): uPlot's data,
+  // and for each line after x its look and legend entry.
+  function gpuPlotData() {
+    // A reading describes the time before it, back to the previous one. The first one's
+    // start is unknown: it reaches back to the start when that is within a few spacings
+    // (the older readings of a long recording are merged into coarser and coarser points),
+    // else one spacing (a device that appeared late).
+    D.gpus.forEach(function (g) {
+      if (g.t.length < 2) return;
+      var spacing = g.t[1] - g.t[0];
+      var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
+      if (back < g.t[0]) {
+        g.t.unshift(back);
+        stackscopeSeries.kinds.forEach(function (k) { g[k.key].unshift(g[k.key][0]); });
+      }
+    });
+    var times = {};
+    D.gpus.forEach(function (g) { g.t.forEach(function (t) { times[t] = 1; }); });
+    var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
+    var pos = {};
+    xs.forEach(function (t, i) { pos[t] = i; });
+    var data = [xs], entries = [];
+    stackscopeSeries.gpuLines(D.gpus).forEach(function (line) {
+      var g = D.gpus[line.gpu], kind = line.kind;
+      var col = new Array(xs.length).fill(null);
+      g.t.forEach(function (t, i) { col[pos[t]] = g[kind.key][i]; });
+      data.push(col);
+      entries.push({
+        label: kind.name, group: line.device, stroke: line.stroke, width: kind.width,
+        dash: kind.dash, unit: kind.unit, stepped: kind.stepped,
+        show: D.gpus.length === 1 || kind.many
+      });
+    });
+    return { data: data, entries: entries };
+  }
+
   function buildPlot() {
-    var series = [{}];
-    var data;
-    var colors = ["#2a9d3a", "#1f6fd1", "#d1501f", "#8a2be2", "#c79a00", "#008b8b"];
-    if (D.gpus.length) {
-      // A reading describes the time before it, back to the previous one. The first one's
-      // start is unknown: it reaches back to the start when that is within a few spacings
-      // (the older readings of a long recording are merged into coarser and coarser points),
-      // else one spacing (a device that appeared late).
-      D.gpus.forEach(function (g) {
-        if (g.t.length < 2) return;
-        var spacing = g.t[1] - g.t[0];
-        var back = g.t[0] - fullFrom <= 4 * spacing ? fullFrom : g.t[0] - spacing;
-        if (back < g.t[0]) {
-          g.t.unshift(back);
-          [g.utilization, g.sm_active, g.memory, g.power_watts].forEach(function (c) { c.unshift(c[0]); });
-        }
-      });
-      // One x for all devices: merge the times, fill gaps with null.
-      var times = {};
-      D.gpus.forEach(function (g) { g.t.forEach(function (t) { times[t] = 1; }); });
-      var xs = Object.keys(times).map(Number).sort(function (a, b) { return a - b; });
-      var pos = {};
-      xs.forEach(function (t, i) { pos[t] = i; });
-      data = [xs];
-      D.gpus.forEach(function (g, gi) {
-        var label = (g.owner ? g.owner + ": " : "") + "GPU " + g.index + (g.name ? " " + g.name : "");
-        // SM activity (GPM) sits beside utilization: kernels that run on a few SMs read high
-        // on utilization alone.
-        var cols = [["utilization", g.utilization, "%"], ["memory", g.memory, "%"], ["power", g.power_watts, "W"], ["SM activity", g.sm_active, "%"]];
-        cols.forEach(function (c, ci) {
-          if (!c[1].some(function (v) { return v !== null; })) return;
-          var col = new Array(xs.length).fill(null);
-          g.t.forEach(function (t, i) { col[pos[t]] = c[1][i]; });
-          data.push(col);
-          series.push({
-            label: label + " " + c[0] + " (" + c[2] + ")",
-            stroke: colors[gi % colors.length],
-            width: ci === 0 ? 2 : 1,
-            dash: ci === 1 ? [6, 4] : ci === 2 ? [2, 3] : ci === 3 ? [10, 3, 2, 3] : undefined,
-            scale: c[2] === "W" ? "W" : "%",
-            spanGaps: false,
-            show: ci === 0 || ci === 3 || D.gpus.length === 1,
-            paths: ci === 0 ? uPlot.paths.stepped({ align: -1 }) : undefined
-          });
-        });
-      });
-    } else {
-      data = samplesSeries();
-      series.push({ label: "stack samples per second (no GPU data)", stroke: "#555", width: 1, scale: "n" });
-    }
+    var built = D.gpus.length ? gpuPlotData() : {
+      data: samplesSeries(),
+      entries: [{ label: "stack samples per second (no GPU data)", group: "", stroke: stackscopeSeries.colour(0),
+        width: stackscopeSeries.plain.width, dash: null, unit: "samples/s", show: true }]
+    };
+    var series = [{}].concat(built.entries.map(function (e) {
+      return {
+        label: e.label, stroke: e.stroke, width: e.width, dash: e.dash || undefined, show: e.show,
+        scale: D.gpus.length ? (e.unit === "W" ? "W" : "%") : "n", spanGaps: false,
+        // Lines only: the legend draws them so; the cursor's values are in the legend.
+        points: { show: false },
+        paths: e.stepped ? uPlot.paths.stepped({ align: -1 }) : undefined
+      };
+    }));
+    var updateLegend = null;
     var opts = {
       width: plotWidth,
-      height: 220,
+      height: 170,
       scales: { x: { time: false, range: function () { return [fullFrom, fullTo]; } }, "%": { range: [0, 100] } },
       axes: [
-        { label: "seconds since start" },
-        { scale: D.gpus.length ? "%" : "n", label: D.gpus.length ? "%" : "samples/s" },
-        { scale: "W", side: 1, grid: { show: false }, label: "W" }
+        { label: "seconds since start", labelSize: 18, labelGap: 0, size: 30 },
+        { scale: D.gpus.length ? "%" : "n", label: D.gpus.length ? "%" : "samples/s", labelSize: 20 },
+        { scale: "W", side: 1, grid: { show: false }, label: "W", labelSize: 20 }
       ],
       series: series,
       cursor: { drag: { x: true, y: false, setScale: false } },
-      legend: { live: true },
+      // The legend below the plot is stackscope's own (series.js): it draws each line as drawn.
+      legend: { show: false },
       hooks: {
         setSelect: [function (u) {
           if (u.select.width < 2) return;
           var a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
           // Snap to bucket edges: the counts are exact there.
-          state.from = Math.max(fullFrom, Math.floor(a / W) * W);
-          state.to = Math.min(fullTo, Math.ceil(b / W) * W);
-          if (state.to <= state.from) state.to = state.from + W;
+          state.from = Math.floor(a / W) * W;
+          state.to = Math.max(Math.ceil(b / W) * W, state.from + W);
+          clampWindow();
           u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
           render();
         }],
+        setCursor: [function (u) { if (updateLegend) updateLegend(u); }],
         draw: [drawOverlay]
       }
     };
     if (!D.gpus.length || !series.some(function (s) { return s.scale === "W"; })) opts.axes.pop();
-    plot = new uPlot(opts, data, timelineEl);
+    plot = new uPlot(opts, built.data, timelineEl);
+    updateLegend = stackscopeSeries.legend(document.getElementById("timeline-legend"), built.entries, plot);
   }
 
   // Shading of the selected window and the marks of the clicked function, over the chart.
@@ -462,9 +462,9 @@
     if (v) { state.view = v; render(); }
   });
   document.getElementById("search").addEventListener("input", function (e) {
-    if (e.target.value) chart.search(e.target.value); else chart.clear();
+    flame.search(e.target.value);
   });
-  document.getElementById("reset-zoom").onclick = function () { chart.resetZoom(); };
+  document.getElementById("reset-zoom").onclick = function () { flame.resetZoom(); };
   document.getElementById("whole").onclick = function () { state.from = null; state.to = null; render(); };
   window.addEventListener("hashchange", function () { parseHash(); render(); });
 

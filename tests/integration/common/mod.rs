@@ -5,6 +5,7 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod browser;
 mod leftovers;
 pub use leftovers::*;
 // The Python fixture process (ready file, deadline, killed on Drop) is the workspace's one.

@@ -7,7 +7,9 @@
 //!
 //! The headline (target, duration, samples, errors, verdict) is written into the HTML itself,
 //! so it reads even where scripts do not run; the timeline, thread lanes and flamegraph are
-//! drawn by `assets/report.js` from the embedded data.
+//! drawn by `assets/report.js` from the embedded data, with `assets/flame.js` (the flamegraph
+//! as an icicle) and `assets/series.js` (the timeline's colours and legend). See
+//! `docs/report-page.md`.
 
 mod data;
 mod merged;
@@ -34,6 +36,8 @@ const UPLOT_CSS: &str = include_str!("../../assets/vendor/uPlot.min.css");
 const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection.min.js");
 const FLAMEGRAPH_JS: &str = include_str!("../../assets/vendor/d3-flamegraph.min.js");
 const FLAMEGRAPH_CSS: &str = include_str!("../../assets/vendor/d3-flamegraph.css");
+const FLAME_JS: &str = include_str!("../../assets/flame.js");
+const SERIES_JS: &str = include_str!("../../assets/series.js");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 const REPORT_CSS: &str = include_str!("../../assets/report.css");
 const LICENCES: &str = "uPlot 1.6.32 (MIT, Leon Sorokin), d3-flame-graph 4.1.3 (Apache-2.0, \
@@ -71,7 +75,8 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
     write!(
         w,
         "<section id=\"timeline-section\">\n<h2>Timeline <span class=\"hint\">drag to select a \
-         window</span></h2>\n<div id=\"timeline\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
+         window</span></h2>\n<div id=\"timeline\"></div>\n\
+         <div id=\"timeline-legend\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
          <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
          <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
          <button data-view=\"all\">all samples</button>\
@@ -88,7 +93,8 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <footer>Written by stackscope. Libraries embedded: {LICENCES}.</footer>\n\
          <script type=\"application/json\" id=\"stackscope-data\">{json}</script>\n\
          <script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{UPLOT_JS}\n</script>\n\
-         <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
+         <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
+         <script>\n{SERIES_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
          </body>\n</html>\n",
         data.samples
     )?;
