@@ -15,11 +15,6 @@ use markdown::{has_scheme, parse};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Files the README links to that are written on another branch (the report page's own doc and
-/// its screenshot); a link to one is checked once it is there. Remove an entry once its file
-/// is in the tree.
-const AWAITED: &[&str] = &["docs/demo-report.png", "docs/report-page.md"];
-
 /// README.md and every Markdown file in docs/, relative to the repository's root.
 fn documents() -> Vec<PathBuf> {
     let docs = repo_root().join("docs");
@@ -104,13 +99,6 @@ fn link_problem(from: &Path, own_anchors: &[String], target: &str) -> Option<Str
         return Some("climbs out of the repository".into());
     };
     if !repo_root().join(&relative).exists() {
-        if AWAITED.iter().any(|a| Path::new(a) == relative) {
-            println!(
-                "{}: {target}: not in this tree yet (written on another branch)",
-                from.display()
-            );
-            return None;
-        }
         return Some(format!("no such file: {}", relative.display()));
     }
     let is_markdown = relative.extension().is_some_and(|e| e == "md");
