@@ -32,11 +32,8 @@ pub enum Command {
                       data is there)."
     )]
     Attach(AttachArgs),
-    /// Start a command and profile it from its start until it exits.
-    #[command(
-        after_help = "Example:\n  stackscope record -o demo -- python3 fixtures/train_sim.py --seconds 5\n\n\
-                      Ctrl-C ends the recording and the command."
-    )]
+    /// Start a command and profile it from its start until it exits; exits with its status.
+    #[command(after_help = crate::exit::record_help())]
     Record(RecordArgs),
     /// Print every thread's Python stack once and leave the process running.
     #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals\n  \

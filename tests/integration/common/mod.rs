@@ -84,6 +84,30 @@ impl Run {
         );
     }
 
+    /// A usage error: exactly one line on stderr, starting "stackscope: ", exit status 2.
+    pub fn assert_usage_error(&self) {
+        assert_eq!(self.code(), Some(2), "expected exit 2\n{}", self.describe());
+        self.assert_no_panic();
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("stackscope: "),
+            "a usage error is one line starting 'stackscope: '\n{}",
+            self.describe()
+        );
+    }
+
+    /// `record` whose command stackscope ended with SIGINT (--duration, Ctrl-C, SIGTERM): it
+    /// exits with the command's status, 128 + 2 for a Python that the SIGINT ended.
+    pub fn assert_command_interrupted(&self) {
+        assert_eq!(
+            self.code(),
+            Some(130),
+            "record exits with its command's status: 130 after SIGINT\n{}",
+            self.describe()
+        );
+        self.assert_no_panic();
+    }
+
     pub fn assert_no_panic(&self) {
         assert!(
             !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
