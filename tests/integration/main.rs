@@ -29,4 +29,5 @@ mod roles;
 mod subprocesses;
 mod top;
 mod version;
+mod watch;
 mod watch_gpu;
