@@ -126,6 +126,18 @@ impl Run {
     }
 }
 
+/// A copy in `into` of the real recording `name` of `tests/data/recordings` (what `report`,
+/// `export` and `merge` read of it: its sample log and summary); gives the copy's directory.
+pub fn copy_recording(name: &str, into: &Path) -> PathBuf {
+    let copy = into.join(name);
+    fs::create_dir_all(&copy).expect("copy dir");
+    let source = repo_root().join("tests/data/recordings").join(name);
+    for file in ["samples.log", "summary.json"] {
+        fs::copy(source.join(file), copy.join(file)).expect("copy the recording");
+    }
+    copy
+}
+
 /// A `Command` for the binary under test.
 /// A `record` is marked so that, once it has ended, the tests check that nothing it started is
 /// left (see `leftovers`).
