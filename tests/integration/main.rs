@@ -12,6 +12,7 @@ mod common;
 
 mod attach;
 mod containers;
+mod damaged_logs;
 mod dump;
 mod errors;
 mod export;
