@@ -23,6 +23,8 @@ use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use crate::exit::{WithStatus, COMMAND_NOT_FOUND, COMMAND_NOT_RUN};
+
 /// How the command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommandExit {
@@ -70,7 +72,6 @@ pub struct LaunchedChild {
     status_file: PathBuf,
     pid: u32,
     exit: Option<CommandExit>,
-    pub was_killed: bool,
 }
 
 impl LaunchedChild {
@@ -94,13 +95,16 @@ impl LaunchedChild {
             status_file,
             pid: 0,
             exit: None,
-            was_killed: false,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let status = read_status(&child.status_file);
-            if let Some(error) = status.error {
-                bail!("cannot start {program}: {error}");
+            if let Some((status, error)) = status.error {
+                return Err(WithStatus {
+                    status,
+                    message: format!("cannot start {program}: {error}"),
+                }
+                .into());
             }
             if let Some(pid) = status.pid {
                 child.pid = pid;
@@ -145,6 +149,15 @@ impl LaunchedChild {
         }
     }
 
+    /// How the command ended, if it has ended by itself: a command whose process is gone gets up
+    /// to `grace` for the launcher to report its status; a running one is not waited for.
+    pub fn ended_by_itself(&mut self, grace: Duration) -> Option<CommandExit> {
+        if self.pid == 0 || stackscope_sampler::procfs::is_alive(self.pid) {
+            return self.poll();
+        }
+        self.wait_until(Instant::now() + grace)
+    }
+
     /// Waits up to `grace` for a command that is exiting by itself; asks it to end only if it
     /// has not by then. Processes it left behind are ended too.
     pub fn wait_for_exit(&mut self, grace: Duration) -> Option<CommandExit> {
@@ -163,8 +176,7 @@ impl LaunchedChild {
         // process group).
         if self.pid != 0 {
             let running = self.poll().is_none();
-            let ended = crate::ending::end_tree(self.launcher_pid(), self.pid, running);
-            self.was_killed |= ended.killed > 0;
+            crate::ending::end_tree(self.launcher_pid(), self.pid, running);
             self.wait_until(Instant::now() + Duration::from_secs(3));
         }
         self.reap_launcher();
@@ -197,7 +209,8 @@ impl Drop for LaunchedChild {
 struct LaunchStatus {
     pid: Option<u32>,
     exit: Option<CommandExit>,
-    error: Option<String>,
+    /// Why the command could not be started, with the status `record` exits with for it.
+    error: Option<(u8, String)>,
 }
 
 fn read_status(path: &Path) -> LaunchStatus {
@@ -210,7 +223,11 @@ fn read_status(path: &Path) -> LaunchStatus {
             Some(("pid", pid)) => status.pid = pid.parse().ok(),
             Some(("exit", code)) => status.exit = code.parse().ok().map(CommandExit::Code),
             Some(("signal", signal)) => status.exit = signal.parse().ok().map(CommandExit::Signal),
-            Some(("error", error)) => status.error = Some(error.to_owned()),
+            Some(("error", error)) => {
+                status.error = error
+                    .split_once(' ')
+                    .and_then(|(code, why)| Some((code.parse().ok()?, why.to_owned())));
+            }
             _ => {}
         }
     }
@@ -240,7 +257,10 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
         let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigIgn) };
     }
     let Some((program, args)) = command.split_first() else {
-        let _ = write_status(status_file, "error no command\n");
+        let _ = write_status(
+            status_file,
+            &format!("error {COMMAND_NOT_FOUND} no command\n"),
+        );
         return ExitCode::FAILURE;
     };
     // Orphans of the command (a worker whose parent died, a daemon) are re-parented to the
@@ -270,7 +290,12 @@ pub fn launcher_main(status_file: &Path, command: &[String]) -> ExitCode {
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let _ = write_status(status_file, &format!("error {e}\n"));
+            // As a shell says it: 127 for a command not found, 126 for one it cannot run.
+            let status = match e.kind() {
+                std::io::ErrorKind::NotFound => COMMAND_NOT_FOUND,
+                _ => COMMAND_NOT_RUN,
+            };
+            let _ = write_status(status_file, &format!("error {status} {e}\n"));
             return ExitCode::FAILURE;
         }
     };
@@ -318,9 +343,9 @@ mod tests {
         let exit = read_status(&path).exit.expect("exit");
         assert_eq!(exit.code(), Some(3));
         assert_eq!(exit.to_string(), "exit status 3");
-        write_status(&path, "error No such file or directory (os error 2)\n").expect("write");
-        assert!(read_status(&path)
-            .error
-            .is_some_and(|e| e.contains("No such file")));
+        write_status(&path, "error 127 No such file or directory (os error 2)\n").expect("write");
+        let (status, why) = read_status(&path).error.expect("error");
+        assert_eq!(status, 127);
+        assert!(why.contains("No such file"), "{why}");
     }
 }

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use stackscope_aggregate::DEFAULT_IDLE_BELOW;
 
+/// The sampling rate of `attach`, `record` and `top`; `watch` has its own
+/// ([`crate::config::default_watch_rate`]).
+const DEFAULT_RATE_HZ: f64 = 100.0;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stackscope",
@@ -32,11 +36,8 @@ pub enum Command {
                       data is there)."
     )]
     Attach(AttachArgs),
-    /// Start a command and profile it from its start until it exits.
-    #[command(
-        after_help = "Example:\n  stackscope record -o demo -- python3 fixtures/train_sim.py --seconds 5\n\n\
-                      Ctrl-C ends the recording and the command."
-    )]
+    /// Start a command and profile it from its start until it exits; exits with its status.
+    #[command(after_help = crate::exit::record_help())]
     Record(RecordArgs),
     /// Print every thread's Python stack once and leave the process running.
     #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals\n  \
@@ -48,7 +49,7 @@ pub enum Command {
     /// Stay attached at a low rate and write a hang report when the job stops moving.
     #[command(
         after_help = "Example:\n  stackscope watch --pid 12345 --hang-after 300 -o hangs\n\n\
-                            Samples every thread once a second (--rate). When no thread's Python \
+                            Reads every thread's stack at a low rate (--rate). When no thread's Python \
                             stack has changed for --hang-after seconds, writes hang-TIMESTAMP.txt \
                             and .json (a full grouped dump with locals, and what the GPU did: \
                             idle, busy_low_sm or busy) into the output directory, owner-only, \
@@ -134,7 +135,7 @@ pub struct TopArgs {
     #[arg(long, short = 'p')]
     pub pid: u32,
     /// Samples per second.
-    #[arg(long, short = 'r', value_name = "HZ", default_value = "100", value_parser = parse_rate)]
+    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate)]
     pub rate: f64,
     /// Show idle threads' samples (sleeping or blocked) from the start; `i` toggles.
     #[arg(long)]
@@ -212,9 +213,14 @@ pub struct WatchArgs {
     /// Where hang reports go [default: stackscope-PID-watch].
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: Option<PathBuf>,
-    /// Samples per second.
-    #[arg(long, short = 'r', value_name = "HZ", default_value = "1", value_parser = parse_rate)]
-    pub rate: f64,
+    #[arg(
+        long,
+        short = 'r',
+        value_name = "HZ",
+        value_parser = parse_rate,
+        help = crate::config::watch_rate_help()
+    )]
+    pub rate: Option<f64>,
     /// Also watch every Python process below it.
     #[arg(long)]
     pub subprocesses: bool,
@@ -260,7 +266,7 @@ pub struct RecordingArgs {
     #[arg(long, short = 'd', value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
     /// Samples per second, 0.1 to 10000.
-    #[arg(long, short = 'r', value_name = "HZ", default_value = "100", value_parser = parse_rate)]
+    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate)]
     pub rate: f64,
     /// Keep samples of idle threads (sleeping or blocked); left out by default.
     #[arg(long)]
@@ -347,7 +353,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     })?;
     if !(0.1..=10_000.0).contains(&rate) {
         return Err(format!(
-            "a sampling rate of {s} Hz is out of range: use 0.1 to 10000 (the default is 100)"
+            "a sampling rate of {s} Hz is out of range: use 0.1 to 10000"
         ));
     }
     Ok(rate)

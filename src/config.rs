@@ -194,6 +194,30 @@ impl MergeConfig {
     }
 }
 
+/// `watch`'s rate without `--rate`: once a second.
+const DEFAULT_WATCH_RATE_HZ: f64 = 1.0;
+/// A hang must be seen unchanged at least this many times: a busy loop that spends most of its
+/// time on a few lines repeats a stack by chance now and then.
+const MIN_UNCHANGED_READS: f64 = 6.0;
+/// The most the default rate is raised to for a short `--hang-after`.
+const MAX_DEFAULT_WATCH_RATE_HZ: f64 = 10.0;
+
+/// `watch`'s rate without `--rate`: [`DEFAULT_WATCH_RATE_HZ`], raised for a short
+/// `--hang-after` to read the stacks [`MIN_UNCHANGED_READS`] times within it, up to
+/// [`MAX_DEFAULT_WATCH_RATE_HZ`].
+pub fn default_watch_rate(hang_after_secs: f64) -> f64 {
+    (MIN_UNCHANGED_READS / hang_after_secs).clamp(DEFAULT_WATCH_RATE_HZ, MAX_DEFAULT_WATCH_RATE_HZ)
+}
+
+/// `watch --rate`'s help: what [`default_watch_rate`] does.
+pub fn watch_rate_help() -> String {
+    format!(
+        "Stack reads per second [default: {DEFAULT_WATCH_RATE_HZ}; for a --hang-after under \
+         {} s, {MIN_UNCHANGED_READS} reads within it, at most {MAX_DEFAULT_WATCH_RATE_HZ}]",
+        MIN_UNCHANGED_READS / DEFAULT_WATCH_RATE_HZ
+    )
+}
+
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
     pub pid: u32,
@@ -220,7 +244,9 @@ impl WatchConfig {
             out_dir: args
                 .output
                 .unwrap_or_else(|| PathBuf::from(format!("stackscope-{}-watch", args.pid))),
-            rate_hz: args.rate,
+            rate_hz: args
+                .rate
+                .unwrap_or_else(|| default_watch_rate(args.hang_after)),
             subprocesses: args.subprocesses,
             gpu: GpuSettings::from_args(args.gpu)?,
             metrics_addr: args.metrics.metrics_addr,
@@ -374,6 +400,19 @@ mod tests {
         std::fs::write(&file, b"x").expect("write");
         let err = ensure_writable_dir(&file.join("out")).unwrap_err();
         assert!(format!("{err:#}").contains("cannot write to output directory"));
+    }
+
+    #[test]
+    fn watch_reads_once_a_second_unless_a_short_hang_after_needs_more() {
+        assert_eq!(default_watch_rate(300.0), 1.0);
+        assert_eq!(default_watch_rate(6.0), 1.0);
+        assert_eq!(default_watch_rate(2.0), 3.0);
+        assert_eq!(default_watch_rate(0.1), 10.0);
+        let help = watch_rate_help();
+        assert!(
+            help.contains("[default: 1; for a --hang-after under 6 s, 6 reads"),
+            "{help}"
+        );
     }
 
     #[test]

@@ -18,13 +18,6 @@ pub const GRACE: Duration = Duration::from_secs(3);
 /// (multiprocessing's resource tracker ends when the last worker closes its pipe).
 const LEFTOVER_GRACE: Duration = Duration::from_secs(1);
 
-/// What ending the tree took.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Ended {
-    /// Processes that had to be killed with SIGKILL.
-    pub killed: usize,
-}
-
 /// The live processes below the launcher (zombies waiting for it to reap them are not).
 pub fn live_tree(launcher: u32) -> Vec<u32> {
     descendants(launcher)
@@ -36,7 +29,7 @@ pub fn live_tree(launcher: u32) -> Vec<u32> {
 /// Ends the command's process group `pgid` and every process below `launcher`. With
 /// `command_running`, the group gets SIGINT first; otherwise what the command left behind
 /// gets a moment to end by itself, then SIGTERM.
-pub fn end_tree(launcher: u32, pgid: u32, command_running: bool) -> Ended {
+pub fn end_tree(launcher: u32, pgid: u32, command_running: bool) {
     let first = if command_running {
         eprintln!("stackscope: ending the command: SIGINT to its process group {pgid}");
         signal_group(pgid, Signal::SIGINT);
@@ -44,7 +37,7 @@ pub fn end_tree(launcher: u32, pgid: u32, command_running: bool) -> Ended {
     } else {
         let left = wait_until_gone(launcher, LEFTOVER_GRACE);
         if left.is_empty() {
-            return Ended::default();
+            return;
         }
         eprintln!(
             "stackscope: the command left {} running ({}): SIGTERM",
@@ -59,7 +52,7 @@ pub fn end_tree(launcher: u32, pgid: u32, command_running: bool) -> Ended {
     };
     let left = wait_until_gone(launcher, GRACE);
     if left.is_empty() {
-        return Ended::default();
+        return;
     }
     eprintln!(
         "stackscope: {} of the command still ran {} s after {first} ({}): killed (SIGKILL)",
@@ -69,7 +62,6 @@ pub fn end_tree(launcher: u32, pgid: u32, command_running: bool) -> Ended {
     );
     kill_all(launcher, pgid);
     wait_until_gone(launcher, GRACE);
-    Ended { killed: left.len() }
 }
 
 /// In the launcher: ends the command's tree if stackscope, its parent, dies first (killed

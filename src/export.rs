@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use stackscope_report::{read_trace, RebuildOptions, TraceOutcome};
+use stackscope_report::{read_trace, RebuildError, RebuildOptions, TraceOutcome};
 use stackscope_report::{write_export_file, ExportFormat, ExportInfo};
 use stackscope_samplelog::{report_dir, Window};
 
@@ -30,17 +30,27 @@ pub fn run(config: ExportConfig) -> anyhow::Result<()> {
         outcome.trace.samples(),
         outcome.events_read
     );
+    // What of the log could not be read: damaged blocks skipped, an early end.
+    if let Some(problems) = outcome.log.problems() {
+        eprintln!("stackscope: {problems}");
+    }
     println!("{}", written.display());
     Ok(())
 }
 
 /// Writes `formats` into `dir` from its sample log, for `attach`/`record --format`: the whole
-/// recording as the log holds it now (flushed by the checkpoint just before).
+/// recording as the log holds it now (flushed by the checkpoint just before). A recording with
+/// no events yet has nothing to export: no file, and no error.
 pub fn write_formats(dir: &Path, formats: &[ExportFormat]) -> anyhow::Result<Vec<PathBuf>> {
     if formats.is_empty() {
         return Ok(Vec::new());
     }
-    let outcome = read(dir, Window::WHOLE)?;
+    let outcome = match read(dir, Window::WHOLE) {
+        Err(e) if matches!(e.downcast_ref(), Some(RebuildError::NothingRead { .. })) => {
+            return Ok(Vec::new())
+        }
+        read => read?,
+    };
     formats
         .iter()
         .map(|&format| write(&outcome, format, &dir.join(format.file_name())))

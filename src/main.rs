@@ -1,5 +1,6 @@
 //! The `stackscope` command: parses the command line, hands validated settings to the library
-//! crates, and turns errors into one line and an exit status (0 done, 1 failed, 2 bad usage).
+//! crates, and turns errors into one line and an exit status (0 done, 1 failed, 2 bad usage;
+//! `record` exits with its command's status, see [`exit`]).
 
 mod child;
 mod cli;
@@ -7,6 +8,7 @@ mod config;
 mod demo;
 mod dump;
 mod ending;
+mod exit;
 mod export;
 mod gpu;
 mod merge;
@@ -17,52 +19,58 @@ mod report;
 mod session;
 mod signals;
 mod top;
+mod usage;
 mod watch;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::cli::{Cli, Command};
 use crate::config::{
     DemoConfig, DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig,
-    UsageError, WatchConfig,
+    WatchConfig,
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match usage::parse() {
+        Ok(cli) => cli,
+        Err(status) => return status,
+    };
     if let Command::Launch(args) = &cli.command {
         return child::launcher_main(&args.status_file, &args.command);
     }
     stackscope_sampler::procfs::raise_open_file_limit();
+    // `record`'s own failures must not read as its command's.
+    let failed = match cli.command {
+        Command::Record(_) => exit::RECORD_FAILED,
+        _ => exit::FAILED,
+    };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(status) => status,
         Err(err) => {
-            eprintln!("stackscope: {err:#}");
-            if err.downcast_ref::<UsageError>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
+            eprintln!("{}", usage::error_line(&err));
+            ExitCode::from(exit::status_of(&err, failed))
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Attach(args) => recording::run(RecordingConfig::from_attach(args)?),
-        Command::Record(args) => recording::run(RecordingConfig::from_record(args)?),
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let done = match cli.command {
+        Command::Record(args) => {
+            let ended = recording::run(RecordingConfig::from_record(args)?)?;
+            return exit::of_command(ended);
+        }
+        Command::Attach(args) => recording::run(RecordingConfig::from_attach(args)?).map(drop),
         Command::Dump(args) => dump::run(DumpConfig::from(args)),
         Command::Watch(args) => watch::run(WatchConfig::from_args(args)?),
         Command::Report(args) => report::run(ReportConfig::from_args(args)?),
         Command::Export(args) => export::run(ExportConfig::from_args(args)?),
         Command::Launch(args) => {
             // Handled before anything else in main; here only for completeness.
-            let _ = child::launcher_main(&args.status_file, &args.command);
-            Ok(())
+            return Ok(child::launcher_main(&args.status_file, &args.command));
         }
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
         Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
         Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }

@@ -15,6 +15,7 @@ use stackscope_sampler::{
 
 use crate::child::{CommandExit, LaunchedChild};
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
+use crate::exit::{shell_status, WithStatus};
 use crate::gpu::GpuReport;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
@@ -25,11 +26,16 @@ use crate::signals::{Request, Signals};
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn run(config: RecordingConfig) -> anyhow::Result<()> {
+/// Records, and gives how the command ended (`record`; `None` for `attach`, or when it is not
+/// known).
+pub fn run(config: RecordingConfig) -> anyhow::Result<Option<CommandExit>> {
     run_with(config, GpuSource::Nvml)
 }
 
-pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Result<()> {
+pub fn run_with(
+    config: RecordingConfig,
+    gpu_source: GpuSource,
+) -> anyhow::Result<Option<CommandExit>> {
     let signals = Signals::install()?;
     let options = TargetOptions {
         blocking: config.blocking,
@@ -59,14 +65,23 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
             ) {
                 Ok(target) => target,
                 Err(e) => {
-                    let status = child.end();
-                    match status {
-                        Some(status) if !child.was_killed => bail!(
-                            "{} exited ({status}) before stackscope could read its interpreter: {e}",
-                            command.join(" ")
-                        ),
-                        _ => return Err(e.into()),
-                    }
+                    // A command that ended by itself: its status is the job's, for a launcher
+                    // that wraps `record`, whatever stackscope could not do. One still running
+                    // is ended, and the failure is stackscope's.
+                    let by_itself = child.ended_by_itself(CHILD_EXIT_GRACE);
+                    child.end();
+                    return Err(match by_itself.map(|exit| (exit, shell_status(exit))) {
+                        Some((exit, Some(status))) => WithStatus {
+                            status,
+                            message: format!(
+                                "{} exited ({exit}) before stackscope could read its \
+                                 interpreter; nothing was recorded: {e}",
+                                command.join(" ")
+                            ),
+                        }
+                        .into(),
+                        _ => e.into(),
+                    });
                 }
             };
             let dir = config.output_dir(child.pid());
@@ -98,7 +113,7 @@ fn record(
     mut child: Option<LaunchedChild>,
     signals: Signals,
     out_dir: PathBuf,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<CommandExit>> {
     let start = Timestamp::now();
     let mut meta = MetaSource {
         pid: target.pid(),
@@ -260,12 +275,19 @@ fn record(
     }
     let ended = target_exited || exit_status.is_some();
     let final_meta = meta.finished(&report, gpu_report, ended, exit_status);
-    let written = recorder.finish(&final_meta)?;
-    crate::export::write_formats(&out_dir, &config.formats)?;
+    // The command has ended: a failure from here on is stackscope's, and says how it ended.
+    let ended_with = |e: anyhow::Error| match exit_status {
+        Some(exit) => e.context(format!(
+            "the command ended with {exit}, but its recording was not fully written"
+        )),
+        None => e,
+    };
+    let written = recorder.finish(&final_meta).map_err(ended_with)?;
+    crate::export::write_formats(&out_dir, &config.formats).map_err(ended_with)?;
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;
-    Ok(())
+    Ok(exit_status)
 }
 
 fn say_stopped(pid: u32, stopped: bool) {

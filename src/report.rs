@@ -29,6 +29,10 @@ pub fn run(config: ReportConfig) -> anyhow::Result<()> {
         fmt_secs(rebuilt.to_secs),
         rebuilt.events_read
     );
+    // What of the log could not be read: damaged blocks skipped, an early end.
+    if let Some(problems) = rebuilt.log.problems() {
+        eprintln!("stackscope: {problems}");
+    }
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out, &mut stdout)
         .context("cannot print the summary")?;

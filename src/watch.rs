@@ -49,11 +49,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     )?;
     let mut gpu_state = GpuTagger::<()>::new(config.gpu.idle_below);
     let mut detector = HangDetector::new(config.hang_after_secs);
-    // A busy loop that spends most of its time on a few lines repeats a stack by chance now and
-    // then; a hang must be seen unchanged at least this many times, whatever --hang-after is.
-    let rate_hz = config
-        .rate_hz
-        .max((MIN_UNCHANGED_SAMPLES / config.hang_after_secs).min(10.0));
+    let rate_hz = config.rate_hz;
     let mut timer = SampleTimer::new(rate_hz);
     eprintln!(
         "stackscope: watching process {} at {} Hz; a hang report goes to {} when its stacks stop \
@@ -126,9 +122,6 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     eprintln!("stackscope: {reports} hang report(s) written");
     Ok(())
 }
-
-/// Unchanged samples a hang needs at the least.
-const MIN_UNCHANGED_SAMPLES: f64 = 6.0;
 
 /// A fingerprint of every thread's stack in every followed process; `None` once the root is
 /// gone. Threads stopped by someone else count as unchanged.

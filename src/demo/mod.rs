@@ -41,7 +41,13 @@ pub fn run(config: DemoConfig) -> anyhow::Result<()> {
     ];
     let recording = config.recording(command)?;
     let out = config.output.clone();
-    recording::run_with(recording, GpuSource::Simulated(phase_file))?;
+    let ended = recording::run_with(recording, GpuSource::Simulated(phase_file))?;
+    if let Some(exit) = ended.filter(|e| e.code() != Some(0)) {
+        anyhow::bail!(
+            "the bundled training loop ended with {exit}; what was recorded is in {}",
+            out.display()
+        );
+    }
     eprintln!(
         "stackscope demo: open {} in a browser",
         out.join(stackscope_report::html::REPORT_FILE).display()

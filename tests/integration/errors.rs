@@ -198,7 +198,8 @@ fn record_unwritable_output_dir() {
         .arg(&ready)
         .arg("1");
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
-    run.assert_error(1);
+    // stackscope's own failure, apart from any status of the command's.
+    run.assert_error(125);
     run.assert_stderr_contains("cannot write");
 }
 
@@ -244,17 +245,33 @@ fn bad_rates_are_usage_errors() {
 
 #[test]
 fn usage_errors_exit_2() {
-    for args in [
-        vec!["attach"],
-        vec!["attach", "--pid", "notanumber"],
-        vec!["dump"],
-        vec!["no-such-subcommand"],
-        vec!["record"],
+    for (args, says) in [
+        (vec!["attach"], "--pid"),
+        (vec!["attach", "--pid", "notanumber"], "notanumber"),
+        (vec!["dump"], "--pid"),
+        (vec!["no-such-subcommand"], "no-such-subcommand"),
+        (vec!["record"], "COMMAND"),
+        (
+            vec!["record", "--foo", "--", "python3"],
+            "unexpected argument '--foo'",
+        ),
+        (vec!["watch", "--pid", "1", "--hang-after", "x"], "'x'"),
+        (vec!["report"], "DIR"),
+        (vec!["export", "dir", "--format", "svg"], "svg"),
+        (vec!["top", "--pid", "1", "--rate=0"], "rate"),
+        (vec!["merge"], "FILE|DIR"),
+        (vec![], "name a command"),
     ] {
         let run = run_stackscope(&args, RUN_TIMEOUT);
-        assert_eq!(run.code(), Some(2), "{args:?}\n{}", run.describe());
-        run.assert_no_panic();
+        run.assert_usage_error();
+        run.assert_stderr_contains(says);
+        if let Some(command) = args.first().filter(|a| !a.contains("no-such")) {
+            run.assert_stderr_contains(&format!("(try 'stackscope {command} --help')"));
+        }
     }
+    let run = run_stackscope(&["--version"], RUN_TIMEOUT);
+    run.assert_success();
+    assert!(run.stdout.starts_with("stackscope "), "{}", run.describe());
     let run = run_stackscope(&["attach", "--help"], RUN_TIMEOUT);
     run.assert_success();
     for option in ["--pid", "--duration", "--rate", "--idle", "-o"] {
@@ -279,7 +296,8 @@ fn record_of_a_missing_command() {
         ],
         RUN_TIMEOUT,
     );
-    run.assert_error(1);
+    // As a shell says it.
+    run.assert_error(127);
     run.assert_stderr_contains("/nonexistent/stackscope-no-such-cmd");
 }
 

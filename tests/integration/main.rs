@@ -12,6 +12,7 @@ mod common;
 
 mod attach;
 mod containers;
+mod damaged_logs;
 mod dump;
 mod errors;
 mod export;
@@ -31,4 +32,5 @@ mod roles;
 mod subprocesses;
 mod top;
 mod version;
+mod watch;
 mod watch_gpu;

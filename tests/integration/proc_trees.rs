@@ -109,8 +109,8 @@ fn record_subprocesses_follows_python_started_late_by_a_shell_script() {
         .arg("cpu_split.py")
         .env("PYTHONDONTWRITEBYTECODE", "1");
     let run = run_with_timeout(cmd, FINISH);
-    run.assert_success();
-    run.assert_no_panic();
+    // --duration ended the shell with SIGINT: its status is record's.
+    run.assert_command_interrupted();
     run.assert_stderr_contains("not Python");
     let python = wait_for_pid_file(&ready, Duration::from_secs(1));
     let (summary, folded) = assert_complete_outputs(&out.out);
@@ -208,7 +208,8 @@ fn record_of_a_shell_without_subprocesses_fails_and_leaves_nothing_running() {
     // The check that nothing is left runs inside run_with_timeout.
     let run = run_with_timeout(cmd, FINISH);
     run.assert_no_panic();
-    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    // stackscope's failure, not the shell's: `record`'s own status.
+    assert_eq!(run.code(), Some(125), "{}", run.describe());
     run.assert_stderr_contains("is not a Python process");
     run.assert_stderr_contains("--subprocesses");
     let python = wait_for_pid_file(&ready, Duration::from_secs(1));
@@ -293,8 +294,7 @@ fn record_duration_ends_a_spawn_pool_workers_and_resource_tracker_included() {
     let pids = pool_pids(&ready);
     assert_eq!(pids.len(), 5, "main, three workers, the tracker: {pids:?}");
     let run = finish_bounded(running, FINISH);
-    run.assert_success();
-    run.assert_no_panic();
+    run.assert_command_interrupted();
     check_pool_ended(&run, &out, &pids);
     let duration = num(&out.summary()["duration_secs"], "duration_secs");
     assert!(
@@ -328,8 +328,7 @@ fn record_sigterm_ends_a_spawn_pool() {
     });
     running.signal("TERM");
     let run = finish_bounded(running, FINISH);
-    run.assert_success();
-    run.assert_no_panic();
+    run.assert_command_interrupted();
     check_pool_ended(&run, &out, &pids);
 }
 

@@ -76,31 +76,65 @@ fn record_cpu_split_until_it_exits() {
     }
 }
 
+/// A launcher that wraps a job in `record` sees the job's status: its exit status, or 128 + N
+/// when signal N ended it; and the recording is written all the same.
 #[test]
-fn record_reports_the_child_exit_status() {
+fn record_exits_with_the_command_status() {
+    for (status, exit_status, exit_signal, code) in
+        [("3", Some(3), None, 3), ("SIGTERM", None, Some(15), 143)]
+    {
+        let out = OutDir::new();
+        let ready = out.tmp.path().join("ready");
+        let ready = ready.to_str().expect("utf-8");
+        let run = record(&out, &[], "exits_soon.py", &[ready, "1", status]);
+        run.assert_no_panic();
+        assert_eq!(run.code(), Some(code), "{status}\n{}", run.describe());
+        let summary = out.summary();
+        assert_eq!(
+            summary["target_exited"],
+            serde_json::json!(true),
+            "{summary:#}"
+        );
+        assert_eq!(summary["exit_status"].as_i64(), exit_status, "{summary:#}");
+        assert_eq!(summary["exit_signal"].as_i64(), exit_signal, "{summary:#}");
+        let folded = out.folded();
+        assert!(
+            folded.thread_function_total("MainThread", "spin_until_exit") > 0,
+            "{status}: {}",
+            folded.excerpt()
+        );
+    }
+}
+
+/// A command that ends before any Python ran: its own status, with one line saying that
+/// nothing was recorded; and stackscope's own failures apart from any command's.
+#[test]
+fn record_keeps_its_own_failures_apart_from_the_command_status() {
     let out = OutDir::new();
-    let ready = out.tmp.path().join("ready");
-    let ready = ready.to_str().expect("utf-8");
-    let run = record(&out, &[], "exits_soon.py", &[ready, "1", "3"]);
-    run.assert_no_panic();
-    assert!(
-        run.code() == Some(0) || run.code() == Some(3),
-        "record of a child exiting 3 should exit 0 (or pass the 3 on)\n{}",
-        run.describe()
+    let run = run_stackscope(
+        &["record", "-o", out.arg(), "--", "sh", "-c", "exit 3"],
+        RUN_TIMEOUT,
     );
-    let summary = out.summary();
-    assert_eq!(
-        summary["target_exited"],
-        serde_json::json!(true),
-        "{summary:#}"
-    );
-    assert_eq!(summary["exit_status"].as_i64(), Some(3), "{summary:#}");
-    let folded = out.folded();
-    assert!(
-        folded.thread_function_total("MainThread", "spin_until_exit") > 0,
-        "{}",
-        folded.excerpt()
-    );
+    run.assert_error(3);
+    run.assert_stderr_contains("nothing was recorded");
+    let out_arg = out.out.join("o");
+    let out_arg = out_arg.to_str().expect("utf-8");
+    let not_executable = out.tmp.path().join("not-executable");
+    fs::write(&not_executable, "#!/bin/sh\n").expect("write");
+    let not_executable = not_executable.to_str().expect("utf-8");
+    for (command, code) in [
+        ("/nonexistent/stackscope-no-such-cmd", 127),
+        (not_executable, 126),
+    ] {
+        let run = run_stackscope(&["record", "-o", out_arg, "--", command], RUN_TIMEOUT);
+        run.assert_error(code);
+        run.assert_stderr_contains(command);
+    }
+    let help = run_stackscope(&["record", "--help"], RUN_TIMEOUT);
+    help.assert_success();
+    for promise in ["128+N", "125", "126", "127"] {
+        assert!(help.stdout.contains(promise), "{promise}\n{}", help.stdout);
+    }
 }
 
 #[test]
@@ -172,7 +206,8 @@ fn record_sigint_ends_the_child_too() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    run.assert_success();
+    // The status of the command, which the SIGINT that ends it ended.
+    run.assert_command_interrupted();
     let folded = out.folded();
     assert!(
         folded.thread_function_total("MainThread", "hot_heavy") > 0,

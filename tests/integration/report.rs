@@ -211,3 +211,63 @@ fn report_with_from_after_to_is_a_usage_error() {
     // --from after --to is bad usage.
     run.assert_error(2);
 }
+
+/// The whole percent after `marker` in `text` (`mean utilization 31%` gives 31).
+fn percent_after(text: &str, marker: &str) -> Option<u64> {
+    let at = text.find(marker)? + marker.len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    text[at + digits.len()..]
+        .starts_with('%')
+        .then(|| digits.parse().ok())?
+}
+
+/// One mean utilization per device per window: the terminal's "GPU mean utilization" line, the
+/// verdict, summary.json (the device's and the devices') and report.html's data say the same
+/// number, on windows of a real recording whose start-up the verdict leaves out.
+#[test]
+fn a_window_has_one_mean_utilization() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let recording = copy_recording("dataloader-2-workers-record", tmp.path());
+    for window in [
+        &["--from", "2", "--to", "5"][..],
+        &["--from", "15", "--to", "30"],
+        &[],
+    ] {
+        let out = tmp.path().join(format!("report{}", window.join("")));
+        let mut args = vec![
+            "report",
+            recording.to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(window);
+        let run = run_stackscope(&args, RUN_TIMEOUT);
+        run.assert_success();
+        let line = |start: &str| {
+            run.stdout
+                .lines()
+                .find(|l| l.starts_with(start))
+                .unwrap_or_else(|| panic!("no {start:?} line\n{}", run.describe()))
+        };
+        let terminal = percent_after(line("GPU mean utilization:"), "HBM3) ");
+        let verdict = line("Verdict:");
+        let said = percent_after(verdict, "mean utilization ")
+            .or_else(|| percent_after(verdict, "(mean "));
+        let summary = read_summary(&out);
+        let mean = num(&summary["gpu"]["mean_utilization"], "gpu.mean_utilization");
+        let device = num(
+            &summary["gpu"]["devices"][0]["mean_utilization"],
+            "devices[0].mean_utilization",
+        );
+        let html = fs::read_to_string(out.join("report.html")).expect("report.html");
+        let page = crate::common::browser::page_data(&html)["mean_utilization"].as_f64();
+        assert_eq!(device, mean, "{window:?}: one device, one mean");
+        assert_eq!(page, Some(mean), "{window:?}: the page's data");
+        let whole = Some(mean.round() as u64);
+        assert_eq!(terminal, whole, "{window:?}: {mean}\n{}", run.stdout);
+        assert_eq!(said, whole, "{window:?}: {mean}\n{}", run.stdout);
+    }
+}

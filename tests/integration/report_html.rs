@@ -201,12 +201,7 @@ fn merged_recordings_report_renders_both_ranks_in_a_browser() {
 fn lanes_are_labelled_by_process_and_role_trainer_first() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let recording = tmp.path().join("dataloader-2-workers-idle");
-    fs::create_dir_all(&recording).expect("recording dir");
-    let source = repo_root().join("tests/data/recordings/dataloader-2-workers-idle");
-    for file in ["samples.log", "summary.json"] {
-        fs::copy(source.join(file), recording.join(file)).expect("copy the recording");
-    }
+    let recording = copy_recording("dataloader-2-workers-idle", tmp.path());
     let out = tmp.path().join("report");
     let run = run_stackscope(
         &[

@@ -273,12 +273,7 @@ fn a_gpu_bound_loop_does_not_blame_its_workers() {
 /// `report` of a copy of one of the recordings in tests/data/recordings.
 fn replay(name: &str) -> (OutDir, Value) {
     let out = OutDir::new();
-    let copy = out.tmp.path().join(name);
-    std::fs::create_dir_all(&copy).expect("copy dir");
-    let source = repo_root().join("tests/data/recordings").join(name);
-    for file in ["samples.log", "summary.json"] {
-        std::fs::copy(source.join(file), copy.join(file)).expect("copy the recording");
-    }
+    let copy = copy_recording(name, out.tmp.path());
     let copy_arg = copy.display().to_string();
     let run = run_stackscope(&["report", &copy_arg, "-o", out.arg()], RUN_TIMEOUT);
     run.assert_success();

@@ -42,7 +42,8 @@ fn process_entry(summary: &serde_json::Value, pid: u32) -> Option<&serde_json::V
 
 /// Stops `running` once a checkpoint shows `child` with enough samples, and
 /// checks the result: both processes are roots with their own functions.
-fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32) {
+/// `record` exits with its command's status: 130 after the SIGINT that ends it.
+fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32, record: bool) {
     // Until a checkpoint lists the child with some samples; past the wait,
     // stop anyway and let the checks below say what is missing.
     let (running, _) = poll_while_running(
@@ -57,7 +58,11 @@ fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32) {
     );
     running.signal("INT");
     let run = finish_bounded(running, FINISH);
-    run.assert_success();
+    if record {
+        run.assert_command_interrupted();
+    } else {
+        run.assert_success();
+    }
     run.assert_no_panic();
 
     let (summary, folded) = assert_complete_outputs(&out.out);
@@ -171,7 +176,7 @@ fn attach_sees_child_created_after_attach(method: &str) {
             .parse::<u32>()
             .ok()
     });
-    finish_and_check(running, &out, parent, child);
+    finish_and_check(running, &out, parent, child, false);
     assert_not_stopped(parent);
     assert_not_stopped(child);
 }
@@ -221,7 +226,7 @@ fn record_subprocesses_sees_a_child() {
             .parse::<u32>()
             .ok()
     });
-    finish_and_check(running, &out, parent, child);
+    finish_and_check(running, &out, parent, child, true);
     // Ctrl-C ends the recorded command; its child follows its parent.
     let gone = |pid: u32| {
         wait_until(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// A report of one stuck process with native frames, on a loaded 2-core machine.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(HANG_AFTER_SECS + 20);
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -25,7 +25,7 @@ fn free_port() -> u16 {
 }
 
 /// The body of `GET /metrics` on the loopback, if it answers 200.
-fn scrape(port: u16) -> Option<String> {
+pub(crate) fn scrape(port: u16) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))

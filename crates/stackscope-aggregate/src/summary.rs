@@ -7,7 +7,9 @@ use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
-use crate::gpu::{bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary};
+use crate::gpu::{
+    bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary, UtilizationResult,
+};
 use crate::jobs::{FrozenThread, HangGpu, Stuck};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
@@ -117,7 +119,7 @@ pub struct ProcessSummary {
 pub struct GpuSummary {
     pub devices: Vec<GpuDeviceSummary>,
     pub idle_below: f64,
-    /// Time-weighted mean over the recording of the devices' mean utilization.
+    /// The mean of the devices' `mean_utilization`s: the mean the verdict names.
     pub mean_utilization: Option<f64>,
     /// Share of the recording's time the devices' mean utilization was below `idle_below`.
     pub idle_share: Option<f64>,
@@ -204,7 +206,9 @@ impl Aggregator {
             return None;
         }
         let idle_below = self.config.idle_below;
-        let devices = self.device_summaries(meta);
+        // The one mean: each device's, and theirs, which the verdict judges.
+        let utilization = self.timeline.utilization_mean();
+        let devices = self.device_summaries(meta, utilization.as_ref());
         let series: Vec<Vec<(u64, f32)>> = self
             .timeline
             .devices()
@@ -212,10 +216,8 @@ impl Aggregator {
             .map(|d| self.timeline.utilization_series(d))
             .filter(|s| !s.is_empty())
             .collect();
-        let (mean_utilization, idle_share) = match self.timeline.utilization_mean() {
-            Some((mean, idle)) => (Some(mean), Some(idle)),
-            None => (None, None),
-        };
+        let mean_utilization = utilization.as_ref().map(|u| u.mean);
+        let idle_share = utilization.as_ref().map(|u| u.idle_share);
         let startup_end = self.startup.end();
         let cycle = self.cycle(&series, startup_end.map(|t| t.as_nanos()));
         let startup_secs = startup_end.map_or(0.0, |end| end.seconds_since(self.start).max(0.0));
@@ -282,9 +284,13 @@ impl Aggregator {
     }
 
     /// Each device's figures, named as the recording's meta names them.
-    fn device_summaries(&self, meta: &RecordingMeta) -> Vec<GpuDeviceSummary> {
+    fn device_summaries(
+        &self,
+        meta: &RecordingMeta,
+        utilization: Option<&UtilizationResult>,
+    ) -> Vec<GpuDeviceSummary> {
         self.timeline
-            .device_summaries()
+            .device_summaries(utilization)
             .into_iter()
             .map(|mut device| {
                 let index = device.index;

@@ -23,6 +23,10 @@ pub enum DecodeError {
     Misplaced(&'static str),
     #[error("a {what} table grew past the largest a writer ever makes")]
     TableTooLarge { what: &'static str },
+    /// A block that a format-2 writer would not write: one that does not open with a block
+    /// start, or whose block start does not add up.
+    #[error("{0}")]
+    Unsynced(&'static str),
 }
 
 /// An error of the log as a file: creating, writing, opening it.
@@ -68,4 +72,6 @@ pub enum RebuildError {
     NoLog { dir: PathBuf },
     #[error("bad time window: {0}")]
     Window(String),
+    #[error("nothing could be read from the sample log {}: {why}", path.display())]
+    NothingRead { path: PathBuf, why: String },
 }

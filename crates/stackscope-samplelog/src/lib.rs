@@ -16,7 +16,10 @@
 //! # Format
 //!
 //! A prefix (`STKSCPLG` and a little-endian `u16` format version), then blocks, each
-//! `[length u32][CRC-32 u32][records]` (see `block.rs`); the first block holds the header.
+//! `[length u32][CRC-32 u32][records]` (see `block.rs`); the first block holds the header, and
+//! every other opens with a block start (format 2, see `sync.rs`): the epoch, the time bases,
+//! the table sizes and a copy of the previous block's definitions, so that a block can be read
+//! without the one before it.
 //! Records (see `record.rs`) are a tag byte and varint fields. Strings, frames and stacks are
 //! interned: each is written once, when first seen, and referred to by id; a stack is a list of
 //! frame ids independent of the thread. Threads are defined once and again when their name or
@@ -27,10 +30,16 @@
 //!
 //! # Reading and damage
 //!
-//! [`SampleLogReader`] yields the events back, stopping quietly at the first block that is
-//! incomplete (a crash, `kill -9`, or a recording still running) or fails its checksum, and
-//! says so in [`LogEnd`] with the bytes left out. It does not skip a damaged block to read on:
-//! later records refer to definitions and times that may have been in it.
+//! [`SampleLogReader`] yields the events back. A block that fails its checksum (or whose
+//! records do not decode) in the middle of the log is skipped: the reader goes on at the next
+//! good block, whose block start puts times and tables right, and counts what it skipped in
+//! [`Damage`] (the stretches, their bytes, and the events after them that use a definition lost
+//! with them: none when one block was lost, whose definitions the next block copies). The
+//! writer resets its tables every [`RESET_EVERY_BLOCKS`], which bounds what several lost blocks
+//! in a row cost. Reading stops quietly at a block that is incomplete (a crash, `kill -9`, or a
+//! recording still running) or damaged with no good block after it, and says so in [`LogEnd`]
+//! with the bytes left out. A format-1 log (before block starts) is read as it was written:
+//! its reader stops at the first damaged block.
 //!
 //! # Reports
 //!
@@ -54,6 +63,7 @@ mod intern;
 mod reader;
 mod record;
 mod replay;
+mod sync;
 mod varint;
 mod window;
 mod writer;
@@ -63,9 +73,11 @@ pub use error::{DecodeError, LogError, RebuildError};
 pub use feed::{feed_window, Fed, GPU_COVER_SECS, READ_PAST_END_SECS};
 pub use header::LogHeader;
 pub use intern::{InternLimits, TableSizes};
-pub use reader::{LogEnd, SampleLogReader};
+pub use reader::{Damage, LogEnd, SampleLogReader};
 pub use window::{report_dir, Window};
-pub use writer::{SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN};
+pub use writer::{
+    SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN, RESET_EVERY_BLOCKS,
+};
 
 /// The log's file name in the output directory.
 pub const LOG_FILE_NAME: &str = "samples.log";

@@ -1,13 +1,19 @@
 //! [`SampleLogReader`]: the events of a sample log, back as [`Event`]s.
+//!
+//! A block that fails its checksum, or whose records do not decode, is damage. In a format-2
+//! log the reader skips it and goes on at the next good block (`block::find_block`), whose
+//! block start puts the tables and times right again (`sync.rs`); it counts what it skipped
+//! ([`Damage`]). A format-1 log has no block starts: its reader stops at the damage.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use stackscope_event::Event;
 
 use crate::block::{
-    read_block, read_full, BlockRead, BLOCK_HEAD_LEN, FORMAT_VERSION, MAGIC, PREFIX_LEN,
+    find_block, read_block, read_full, BlockRead, BLOCK_HEAD_LEN, FORMAT_VERSION, MAGIC,
+    OLDEST_FORMAT, PREFIX_LEN,
 };
 use crate::error::{DecodeError, LogError};
 use crate::header::LogHeader;
@@ -25,9 +31,10 @@ pub enum LogEnd {
     /// The file ends inside a block, as after a crash or `kill -9`, or while the recording is
     /// still writing it: the records of that last block are not read.
     Torn { offset: u64, ignored_bytes: u64 },
-    /// A block failed its checksum, or a record in it did not decode. Reading stops there:
-    /// the records after it refer to definitions and times that may be in the lost part, so
-    /// nothing after a damaged block is trusted.
+    /// A block failed its checksum, or a record in it did not decode, and nothing after it
+    /// could be read: no good block follows it (format 2), or the format cannot go on past
+    /// damage (format 1, whose records after it refer to definitions and times that may be in
+    /// the lost part).
     Corrupt {
         offset: u64,
         ignored_bytes: u64,
@@ -47,8 +54,20 @@ impl LogEnd {
     }
 }
 
+/// The damage a reader went past, in the middle of a format-2 log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Damage {
+    /// Damaged stretches skipped: each a block (or, where a block's length was what was
+    /// damaged, the bytes up to the next good block).
+    pub blocks: u64,
+    pub bytes: u64,
+    /// Events after the damage that use a definition that was in it, left out.
+    pub lost_events: u64,
+}
+
 /// Reads a sample log: [`SampleLogReader::open`] reads the header, then iterating yields the
-/// events in the order they were appended. A torn or damaged tail ends the iteration quietly
+/// events in the order they were appended. Damage in the middle is skipped where the format
+/// allows ([`SampleLogReader::damage`]); a torn or damaged tail ends the iteration quietly
 /// (see [`SampleLogReader::end`]); only an I/O error is yielded as an error, once, and ends it.
 #[derive(Debug)]
 pub struct SampleLogReader {
@@ -66,6 +85,11 @@ pub struct SampleLogReader {
     events: u64,
     end: Option<LogEnd>,
     failed: bool,
+    /// The file's format: 2 goes on past damage, 1 stops there.
+    version: u16,
+    /// Format 2: the current block's first record, a block start, is still to come.
+    at_block_start: bool,
+    damage: Damage,
 }
 
 impl SampleLogReader {
@@ -92,7 +116,7 @@ impl SampleLogReader {
             return Err(header_error("the file ends before its header"));
         }
         let version = u16::from_le_bytes([prefix[MAGIC.len()], prefix[MAGIC.len() + 1]]);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT..=FORMAT_VERSION).contains(&version) {
             return Err(LogError::Version {
                 path: path.to_owned(),
                 found: version,
@@ -105,7 +129,7 @@ impl SampleLogReader {
             BlockRead::End | BlockRead::Torn => {
                 return Err(header_error("the file ends inside its header"))
             }
-            BlockRead::Corrupt => return Err(header_error("its header block is damaged")),
+            BlockRead::Corrupt { .. } => return Err(header_error("its header block is damaged")),
         };
         let mut bytes = Bytes::new(&block);
         let header = match decode(&mut bytes) {
@@ -127,7 +151,23 @@ impl SampleLogReader {
             events: 0,
             end: None,
             failed: false,
+            version,
+            at_block_start: false,
+            damage: Damage::default(),
         })
+    }
+
+    /// The damage skipped so far.
+    pub fn damage(&self) -> Damage {
+        Damage {
+            lost_events: self.replay.lost_events(),
+            ..self.damage
+        }
+    }
+
+    /// Whether the format goes on past a damaged block (format 2 and later).
+    fn resyncs(&self) -> bool {
+        self.version >= 2
     }
 
     pub fn header(&self) -> &LogHeader {
@@ -154,13 +194,61 @@ impl SampleLogReader {
         let mut bytes = Bytes::new(&self.block[self.pos..]);
         let record = decode(&mut bytes)?;
         let consumed = bytes.position();
+        let opens = matches!(record, Record::BlockStart(_));
+        if opens != std::mem::take(&mut self.at_block_start) {
+            return Err(DecodeError::Unsynced(if opens {
+                "a block start inside a block"
+            } else {
+                "a block that does not open with a block start"
+            }));
+        }
         let event = self.replay.apply(record)?;
         self.pos += consumed;
         Ok(event)
     }
 
+    /// Goes on past the damaged block at `offset` (whose length field says `claimed`) at the
+    /// next good one; `false` when there is none (or the format cannot).
+    fn skip_damage(&mut self, offset: u64, claimed: u64) -> Result<bool, LogError> {
+        if !self.resyncs() {
+            return Ok(false);
+        }
+        let read_error = |source| LogError::Read {
+            path: self.path.clone(),
+            source,
+        };
+        let file_len = self.file_len();
+        let Some(next) =
+            find_block(self.input.get_ref(), offset, claimed, file_len).map_err(read_error)?
+        else {
+            return Ok(false);
+        };
+        self.input
+            .seek(SeekFrom::Start(next))
+            .map_err(|source| LogError::Read {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.damage.blocks += 1;
+        self.damage.bytes += next - offset;
+        self.next_offset = next;
+        self.block.clear();
+        self.pos = 0;
+        self.replay.lose_sync();
+        Ok(true)
+    }
+
     fn file_len(&self) -> u64 {
         self.input.get_ref().metadata().map_or(0, |m| m.len())
+    }
+
+    /// An I/O error: the iteration yields it and ends.
+    fn fail(&mut self, source: std::io::Error) -> LogError {
+        self.failed = true;
+        LogError::Read {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     fn stop(&mut self, offset: u64, corrupt: Option<String>) {
@@ -196,6 +284,17 @@ impl Iterator for SampleLogReader {
                         return Some(Ok(event));
                     }
                     Ok(None) => continue,
+                    Err(_) if self.resyncs() => {
+                        // A block whose checksum holds but whose records do not decode: the
+                        // rest of it is skipped, and the next block's start resynchronises.
+                        let block_offset = self.payload_offset - BLOCK_HEAD_LEN as u64;
+                        self.damage.blocks += 1;
+                        self.damage.bytes += self.next_offset - block_offset;
+                        self.replay.lose_sync();
+                        self.block.clear();
+                        self.pos = 0;
+                        continue;
+                    }
                     Err(e) => {
                         let offset = self.payload_offset + self.pos as u64;
                         self.stop(offset, Some(format!("a record does not decode: {e}")));
@@ -204,28 +303,36 @@ impl Iterator for SampleLogReader {
                 }
             }
             let offset = self.next_offset;
-            match read_block(&mut self.input, &mut self.block) {
-                Ok(BlockRead::Block(len)) => {
+            let read = match read_block(&mut self.input, &mut self.block) {
+                Ok(read) => read,
+                Err(source) => return Some(Err(self.fail(source))),
+            };
+            let (claimed, why) = match read {
+                BlockRead::Block(len) => {
                     self.pos = 0;
                     self.payload_offset = offset + BLOCK_HEAD_LEN as u64;
                     self.next_offset = offset + len;
+                    self.at_block_start = self.resyncs();
+                    continue;
                 }
-                Ok(BlockRead::End) => {
+                BlockRead::End => {
                     self.block.clear();
                     self.pos = 0;
                     self.end = Some(LogEnd::Complete);
+                    return None;
                 }
-                Ok(BlockRead::Torn) => self.stop(offset, None),
-                Ok(BlockRead::Corrupt) => self.stop(
-                    offset,
+                BlockRead::Torn => (0, None),
+                BlockRead::Corrupt { claimed } => (
+                    claimed,
                     Some("a block's length or checksum is wrong".to_owned()),
                 ),
-                Err(source) => {
+            };
+            match self.skip_damage(offset, claimed) {
+                Ok(true) => {}
+                Ok(false) => self.stop(offset, why),
+                Err(e) => {
                     self.failed = true;
-                    return Some(Err(LogError::Read {
-                        path: self.path.clone(),
-                        source,
-                    }));
+                    return Some(Err(e));
                 }
             }
         }

@@ -12,9 +12,11 @@
 //! | 0x08 | process | time delta, pid, kind (byte), command line (length, bytes) |
 //! | 0x09 | GPU sample | GPU time delta, device, presence mask (byte), present fields |
 //! | 0x0a | GPU sample with GPM | as 0x09, then a second mask (byte: SM activity, SM occupancy, tensor activity, DRAM bandwidth) and its present fields |
+//! | 0x0b | block start | format 2, first in every block but the header's: epoch, tick base, GPU base, the four table sizes, the four ids the copy begins at, the copy's length and bytes (see `sync.rs`) |
 //! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
 //!
-//! Strings, frames and stacks get ids in the order they are defined, from 0 after each reset.
+//! Strings, frames and stacks get ids in the order they are defined, from 0 after each reset
+//! (and after a block start of another epoch).
 //! Times are zigzag deltas: stack samples, errors and process events from the previous one of
 //! them (they share the sampler's tick clock), GPU samples from the previous GPU sample (they
 //! arrive late, in their own order). Both bases start at 0, so the first delta is absolute.
@@ -23,6 +25,7 @@ use stackscope_event::{GpuSample, ProcessEventKind, SampleErrorKind, Timestamp};
 
 use crate::error::DecodeError;
 use crate::header::LogHeader;
+use crate::sync::BlockStart;
 use crate::varint::{put_f32, put_str, put_varint, zigzag, Bytes};
 
 pub const TAG_HEADER: u8 = 0x01;
@@ -37,6 +40,7 @@ pub const TAG_GPU: u8 = 0x09;
 /// A GPU sample carrying GPM readings: a tag of its own so that logs without them stay as
 /// they were, byte for byte.
 pub const TAG_GPU_GPM: u8 = 0x0a;
+pub const TAG_BLOCK_START: u8 = 0x0b;
 pub const TAG_SAMPLE: u8 = 0x10;
 const SAMPLE_ACTIVE: u8 = 0x01;
 const SAMPLE_OWNS_GIL: u8 = 0x02;
@@ -45,6 +49,7 @@ const SAMPLE_OWNS_GIL: u8 = 0x02;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record<'a> {
     Header(LogHeader),
+    BlockStart(BlockStart<'a>),
     Reset,
     String(&'a str),
     Frame {
@@ -93,6 +98,11 @@ pub struct ThreadRecord {
 pub fn put_header(out: &mut Vec<u8>, header: &LogHeader) {
     out.push(TAG_HEADER);
     header.encode(out);
+}
+
+pub fn put_block_start(out: &mut Vec<u8>, start: &BlockStart<'_>) {
+    out.push(TAG_BLOCK_START);
+    start.put(out);
 }
 
 pub fn put_reset(out: &mut Vec<u8>) {
@@ -248,6 +258,7 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
     let tag = bytes.u8()?;
     Ok(match tag {
         TAG_HEADER => Record::Header(LogHeader::decode(bytes)?),
+        TAG_BLOCK_START => Record::BlockStart(BlockStart::decode(bytes)?),
         TAG_RESET => Record::Reset,
         TAG_STRING => Record::String(bytes.str()?),
         TAG_FRAME => Record::Frame {

@@ -9,7 +9,9 @@ use stackscope_event::{
 
 use crate::error::DecodeError;
 use crate::intern::InternLimits;
-use crate::record::{Record, ThreadRecord};
+use crate::record::{decode, Record, ThreadRecord};
+use crate::sync::{BlockStart, Counts};
+use crate::varint::Bytes;
 
 #[derive(Debug, Clone)]
 struct ThreadDef {
@@ -19,32 +21,55 @@ struct ThreadDef {
     name: Option<Arc<str>>,
 }
 
-/// The tables and time bases as the writer had them after the same records.
+/// The tables and time bases as the writer had them after the same records. A definition lost
+/// in a damaged block is `None`: what refers to it is lost too (a frame whose string is lost, a
+/// stack with a lost frame), and an event that uses it is left out and counted.
 #[derive(Debug, Default)]
 pub struct Replay {
-    strings: Vec<Arc<str>>,
+    strings: Vec<Option<Arc<str>>>,
     string_bytes: usize,
-    frames: Vec<Frame>,
+    frames: Vec<Option<Frame>>,
     /// Frame ids, innermost first.
-    stacks: Vec<Box<[u32]>>,
+    stacks: Vec<Option<Box<[u32]>>>,
     stack_frames: usize,
-    threads: Vec<ThreadDef>,
+    threads: Vec<Option<ThreadDef>>,
     tick_base: u64,
     gpu_base: u64,
+    /// Resets so far (format 2's block starts say which epoch their block is in).
+    epoch: u64,
+    /// Whether records were lost since the last block start: the next one rebuilds from its
+    /// copy instead of being checked against the tables.
+    out_of_sync: bool,
+    /// Events left out because a definition they use was lost.
+    lost: u64,
 }
 
 impl Replay {
+    /// Events left out so far because a definition they use was in a damaged block.
+    pub fn lost_events(&self) -> u64 {
+        self.lost
+    }
+
+    /// Records were lost (a damaged block): the next block start resynchronises.
+    pub fn lose_sync(&mut self) {
+        self.out_of_sync = true;
+    }
+
     /// Applies one record; returns the event it stands for, if it is one.
     pub fn apply(&mut self, record: Record<'_>) -> Result<Option<Event>, DecodeError> {
         let limits = InternLimits::HARD;
         match record {
             Record::Header(_) => return Err(DecodeError::Misplaced("header")),
-            Record::Reset => *self = Replay::default(),
+            Record::BlockStart(start) => self.block_start(&start)?,
+            Record::Reset => {
+                self.clear();
+                self.epoch += 1;
+            }
             Record::String(s) => {
                 check(self.strings.len() < limits.strings, "string")?;
                 self.string_bytes += s.len();
                 check(self.string_bytes <= limits.string_bytes, "string")?;
-                self.strings.push(Arc::from(s));
+                self.strings.push(Some(Arc::from(s)));
             }
             Record::Frame {
                 function,
@@ -53,27 +78,16 @@ impl Replay {
                 native,
             } => {
                 check(self.frames.len() < limits.frames, "frame")?;
-                let frame = Frame {
-                    function: self.string(function)?.clone(),
-                    file: self.string(file)?.clone(),
+                let (function, file) = (self.string(function)?, self.string(file)?);
+                let frame = function.zip(file).map(|(function, file)| Frame {
+                    function: function.clone(),
+                    file: file.clone(),
                     line,
                     native,
-                };
+                });
                 self.frames.push(frame);
             }
-            Record::Stack(ids) => {
-                check(self.stacks.len() < limits.stacks, "stack")?;
-                self.stack_frames += ids.len();
-                check(self.stack_frames <= limits.stack_frames, "stack")?;
-                let stack = ids
-                    .into_iter()
-                    .map(|id| match u32::try_from(id) {
-                        Ok(index) if (index as usize) < self.frames.len() => Ok(index),
-                        _ => Err(DecodeError::UndefinedId { what: "frame", id }),
-                    })
-                    .collect::<Result<Box<[u32]>, DecodeError>>()?;
-                self.stacks.push(stack);
-            }
+            Record::Stack(ids) => self.define_stack(ids)?,
             Record::Thread(thread) => self.define_thread(thread)?,
             Record::Sample {
                 delta,
@@ -83,31 +97,7 @@ impl Replay {
                 owns_gil,
             } => {
                 let time = advance(&mut self.tick_base, delta);
-                let def = self.thread(thread)?;
-                let ids = self
-                    .stacks
-                    .get(index(stack)?)
-                    .ok_or(DecodeError::UndefinedId {
-                        what: "stack",
-                        id: stack,
-                    })?;
-                // Ids were checked when the stack was defined.
-                let frames = ids
-                    .iter()
-                    .filter_map(|&id| self.frames.get(id as usize).cloned())
-                    .collect();
-                return Ok(Some(Event::Stack(StackSample {
-                    time,
-                    pid: def.pid,
-                    thread: ThreadInfo {
-                        os_thread_id: def.os_thread_id,
-                        python_thread_id: def.python_thread_id,
-                        name: def.name.clone(),
-                        active,
-                        owns_gil,
-                    },
-                    frames,
-                })));
+                return self.sample(time, thread, stack, active, owns_gil);
             }
             Record::Error {
                 delta,
@@ -116,11 +106,15 @@ impl Replay {
                 message,
             } => {
                 let time = advance(&mut self.tick_base, delta);
+                let Some(message) = self.string(message)? else {
+                    self.lost += 1;
+                    return Ok(None);
+                };
                 return Ok(Some(Event::SampleError(SampleError {
                     time,
                     pid,
                     kind,
-                    message: self.string(message)?.to_string(),
+                    message: message.to_string(),
                 })));
             }
             Record::Process {
@@ -147,8 +141,142 @@ impl Replay {
         Ok(None)
     }
 
+    /// A stack: lost when any of its frames is.
+    fn define_stack(&mut self, ids: Vec<u64>) -> Result<(), DecodeError> {
+        let limits = InternLimits::HARD;
+        check(self.stacks.len() < limits.stacks, "stack")?;
+        self.stack_frames += ids.len();
+        check(self.stack_frames <= limits.stack_frames, "stack")?;
+        let mut lost = false;
+        let stack = ids
+            .into_iter()
+            .map(|id| {
+                let frame = u32::try_from(id)
+                    .ok()
+                    .and_then(|index| Some((index, self.frames.get(index as usize)?)));
+                match frame {
+                    Some((index, frame)) => {
+                        lost |= frame.is_none();
+                        Ok(index)
+                    }
+                    None => Err(DecodeError::UndefinedId { what: "frame", id }),
+                }
+            })
+            .collect::<Result<Box<[u32]>, DecodeError>>()?;
+        self.stacks.push((!lost).then_some(stack));
+        Ok(())
+    }
+
+    /// A stack sample at `time`; `None` (counted) when its thread or stack was lost.
+    fn sample(
+        &mut self,
+        time: Timestamp,
+        thread: u64,
+        stack: u64,
+        active: bool,
+        owns_gil: bool,
+    ) -> Result<Option<Event>, DecodeError> {
+        let (Some(def), Some(ids)) = (self.thread(thread)?, self.stack(stack)?) else {
+            self.lost += 1;
+            return Ok(None);
+        };
+        // A stack is defined only when every frame it uses is.
+        let frames = ids
+            .iter()
+            .filter_map(|&id| self.frames.get(id as usize).cloned().flatten())
+            .collect();
+        Ok(Some(Event::Stack(StackSample {
+            time,
+            pid: def.pid,
+            thread: ThreadInfo {
+                os_thread_id: def.os_thread_id,
+                python_thread_id: def.python_thread_id,
+                name: def.name.clone(),
+                active,
+                owns_gil,
+            },
+            frames,
+        })))
+    }
+
+    /// Forgets the tables and time bases, as a reset does.
+    fn clear(&mut self) {
+        *self = Replay {
+            epoch: self.epoch,
+            out_of_sync: self.out_of_sync,
+            lost: self.lost,
+            ..Replay::default()
+        };
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            strings: self.strings.len() as u64,
+            frames: self.frames.len() as u64,
+            stacks: self.stacks.len() as u64,
+            threads: self.threads.len() as u64,
+        }
+    }
+
+    /// A block's start: the tables must be as it says, or are made so from its copy.
+    fn block_start(&mut self, start: &BlockStart<'_>) -> Result<(), DecodeError> {
+        let in_sync =
+            !self.out_of_sync && start.epoch == self.epoch && start.sizes == self.counts();
+        if !in_sync {
+            self.resync(start)?;
+        }
+        self.tick_base = start.tick_base;
+        self.gpu_base = start.gpu_base;
+        Ok(())
+    }
+
+    /// Makes the tables what they were at the block's start: of its epoch, each cut or padded
+    /// (with lost definitions) to where the copy begins, then the copy applied.
+    fn resync(&mut self, start: &BlockStart<'_>) -> Result<(), DecodeError> {
+        if start.epoch != self.epoch {
+            self.clear();
+            self.epoch = start.epoch;
+        }
+        let limits = InternLimits::HARD;
+        let from = start.copy_from;
+        check(from.strings <= limits.strings as u64, "string")?;
+        check(from.frames <= limits.frames as u64, "frame")?;
+        check(from.stacks <= limits.stacks as u64, "stack")?;
+        check(start.sizes.threads <= limits.threads as u64, "thread")?;
+        self.strings.resize(from.strings as usize, None);
+        self.frames.resize(from.frames as usize, None);
+        self.stacks.resize(from.stacks as usize, None);
+        // Threads are defined by id: the copy redefines those of the previous block.
+        self.threads.resize(start.sizes.threads as usize, None);
+        self.string_bytes = self.strings.iter().flatten().map(|s| s.len()).sum();
+        self.stack_frames = self.stacks.iter().flatten().map(|s| s.len()).sum();
+        let mut copy = Bytes::new(start.copy);
+        while copy.remaining() > 0 {
+            match decode(&mut copy)? {
+                definition @ (Record::String(_)
+                | Record::Frame { .. }
+                | Record::Stack(_)
+                | Record::Thread(_)) => {
+                    self.apply(definition)?;
+                }
+                _ => return Err(DecodeError::Unsynced("an event in a block start's copy")),
+            }
+        }
+        if self.counts() != start.sizes {
+            return Err(DecodeError::Unsynced(
+                "a block start that its copy does not fill",
+            ));
+        }
+        self.out_of_sync = false;
+        Ok(())
+    }
+
     fn define_thread(&mut self, record: ThreadRecord) -> Result<(), DecodeError> {
-        let name = record.name.map(|id| self.string(id).cloned()).transpose()?;
+        // A name lost in a damaged block: the thread is still known by its ids.
+        let name = match record.name {
+            Some(id) => self.string(id)?.cloned(),
+            None => None,
+        };
         let def = ThreadDef {
             pid: record.pid,
             python_thread_id: record.python_thread_id,
@@ -157,10 +285,10 @@ impl Replay {
         };
         let id = index(record.id)?;
         if let Some(slot) = self.threads.get_mut(id) {
-            *slot = def;
+            *slot = Some(def);
         } else if id == self.threads.len() {
             check(self.threads.len() < InternLimits::HARD.threads, "thread")?;
-            self.threads.push(def);
+            self.threads.push(Some(def));
         } else {
             // The writer numbers threads densely: a gap is corruption.
             return Err(DecodeError::UndefinedId {
@@ -171,16 +299,26 @@ impl Replay {
         Ok(())
     }
 
-    fn string(&self, id: u64) -> Result<&Arc<str>, DecodeError> {
+    /// A defined string, `None` when its definition was lost.
+    fn string(&self, id: u64) -> Result<Option<&Arc<str>>, DecodeError> {
         self.strings
             .get(index(id)?)
+            .map(Option::as_ref)
             .ok_or(DecodeError::UndefinedId { what: "string", id })
     }
 
-    fn thread(&self, id: u64) -> Result<&ThreadDef, DecodeError> {
+    fn thread(&self, id: u64) -> Result<Option<&ThreadDef>, DecodeError> {
         self.threads
             .get(index(id)?)
+            .map(Option::as_ref)
             .ok_or(DecodeError::UndefinedId { what: "thread", id })
+    }
+
+    fn stack(&self, id: u64) -> Result<Option<&[u32]>, DecodeError> {
+        self.stacks
+            .get(index(id)?)
+            .map(Option::as_deref)
+            .ok_or(DecodeError::UndefinedId { what: "stack", id })
     }
 }
 

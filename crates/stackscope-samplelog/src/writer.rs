@@ -14,15 +14,21 @@ use crate::error::LogError;
 use crate::header::LogHeader;
 use crate::intern::{Growth, InternLimits, TableSizes, ThreadEntry, WriterTables};
 use crate::record::{
-    put_error, put_frame, put_gpu, put_header, put_process, put_reset, put_sample, put_stack,
-    put_string, put_thread, ThreadRecord,
+    put_block_start, put_error, put_frame, put_gpu, put_header, put_process, put_reset, put_sample,
+    put_stack, put_string, put_thread, ThreadRecord,
 };
+use crate::sync::{Counts, Definitions};
 use crate::LOG_FILE_NAME;
 
 /// The longest string stored; longer ones are cut at a character boundary.
 pub const MAX_STRING_LEN: usize = 64 * 1024;
 /// The deepest stack stored; of deeper ones the innermost frames are kept.
 pub const MAX_STACK_DEPTH: usize = 65_536;
+/// The writer resets its tables after this many blocks, at the next block's start: a block
+/// start's copy covers one lost block, and this bounds what two or more lost in a row cost
+/// (their definitions, and so the events that use them, up to the next reset: at most 1 MiB of
+/// full blocks), for a few percent of redefinitions.
+pub const RESET_EVERY_BLOCKS: u64 = 64;
 
 /// Counts of what the writer did, for the summary and for tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +67,10 @@ pub struct SampleLogWriter {
     scratch: Vec<u32>,
     /// Each thread's last stack as written, and its id: cleared with the tables.
     last_stacks: LastStacks<(u32, u64), u32>,
+    /// The epoch and the definitions each block-start record copies (`sync.rs`).
+    defs: Definitions,
+    /// Blocks written since the tables were last reset.
+    blocks_since_reset: u64,
 }
 
 impl SampleLogWriter {
@@ -103,6 +113,8 @@ impl SampleLogWriter {
             stats: WriterStats::default(),
             scratch: Vec::new(),
             last_stacks: LastStacks::default(),
+            defs: Definitions::default(),
+            blocks_since_reset: 0,
         })
     }
 
@@ -116,6 +128,9 @@ impl SampleLogWriter {
             return Err(LogError::Poisoned {
                 path: self.path.clone(),
             });
+        }
+        if self.block.len() == BLOCK_HEAD_LEN {
+            self.start_block();
         }
         match event {
             Event::Stack(sample) => self.stack(sample),
@@ -249,12 +264,33 @@ impl SampleLogWriter {
         self.stats.resets += 1;
     }
 
-    /// Forgets the tables and the time bases, as a reset record tells the reader to.
+    /// Forgets the tables and the time bases, as a reset record (or a block start of the next
+    /// epoch) tells the reader to.
     fn clear_state(&mut self) {
         self.tables.clear();
         self.last_stacks.clear();
         self.tick_base = 0;
         self.gpu_base = 0;
+        self.defs.reset();
+        self.blocks_since_reset = 0;
+    }
+
+    /// Opens a block with what a reader needs to read it alone (`sync.rs`), and resets the
+    /// tables there every [`RESET_EVERY_BLOCKS`].
+    fn start_block(&mut self) {
+        let sizes = Counts::of(self.tables.sizes());
+        let start = self.defs.block_start(sizes, self.tick_base, self.gpu_base);
+        put_block_start(&mut self.block, &start);
+        if self.blocks_since_reset >= RESET_EVERY_BLOCKS && !self.tables.is_empty() {
+            self.reset();
+        }
+    }
+
+    /// Writes a definition record into the open block, and keeps its copy for the next.
+    fn define(&mut self, put: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.block.len();
+        put(&mut self.block);
+        self.defs.note(&self.block[at..]);
     }
 
     /// The thread's id, writing its definition when it is new or its name or OS id changed.
@@ -267,16 +303,14 @@ impl SampleLogWriter {
             None => self.tables.threads.len() as u32,
         };
         let name = info.name.as_deref().map(|name| self.string(name));
-        put_thread(
-            &mut self.block,
-            &ThreadRecord {
-                id: u64::from(id),
-                pid: sample.pid,
-                python_thread_id: info.python_thread_id,
-                os_thread_id: info.os_thread_id,
-                name: name.map(u64::from),
-            },
-        );
+        let record = ThreadRecord {
+            id: u64::from(id),
+            pid: sample.pid,
+            python_thread_id: info.python_thread_id,
+            os_thread_id: info.os_thread_id,
+            name: name.map(u64::from),
+        };
+        self.define(|block| put_thread(block, &record));
         self.tables.threads.insert(
             key,
             ThreadEntry {
@@ -298,7 +332,7 @@ impl SampleLogWriter {
             Some(&id) => id,
             None => {
                 let id = self.tables.stacks.len() as u32;
-                put_stack(&mut self.block, &ids);
+                self.define(|block| put_stack(block, &ids));
                 self.tables.stacks.insert(ids.as_slice().into(), id);
                 self.tables.stack_frames += ids.len();
                 id
@@ -315,7 +349,7 @@ impl SampleLogWriter {
         let function = self.shared_string(&frame.function);
         let file = self.shared_string(&frame.file);
         let id = self.tables.frames.len() as u32;
-        put_frame(&mut self.block, function, file, frame.line, frame.native);
+        self.define(|block| put_frame(block, function, file, frame.line, frame.native));
         self.tables.frames.insert(frame.clone(), id);
         id
     }
@@ -327,7 +361,7 @@ impl SampleLogWriter {
         }
         let (id, new) = self.tables.string(s);
         if new {
-            put_string(&mut self.block, s);
+            self.define(|block| put_string(block, s));
         }
         id
     }
@@ -338,7 +372,7 @@ impl SampleLogWriter {
             return id;
         }
         let (id, _) = self.tables.string(&Arc::from(s));
-        put_string(&mut self.block, s);
+        self.define(|block| put_string(block, s));
         id
     }
 
@@ -384,6 +418,8 @@ impl SampleLogWriter {
                 self.written += self.block.len() as u64;
                 self.block.truncate(BLOCK_HEAD_LEN);
                 self.block_events = 0;
+                self.defs.block_written(Counts::of(self.tables.sizes()));
+                self.blocks_since_reset += 1;
                 Ok(())
             }
             Err(source) => {
@@ -397,7 +433,8 @@ impl SampleLogWriter {
     }
 
     /// After a failed write: drops the block, cuts the file back to its last whole block and
-    /// starts the next block with a reset, so that what follows decodes without what was lost.
+    /// starts afresh, in the next epoch: the next block's start tells the reader to forget its
+    /// tables, so that what follows decodes without what was lost.
     fn recover(&mut self) {
         self.stats.lost_events += self.block_events;
         self.block_events = 0;
@@ -407,10 +444,7 @@ impl SampleLogWriter {
             .set_len(self.written)
             .and_then(|()| self.file.seek(SeekFrom::Start(self.written)));
         match cut_back {
-            Ok(_) => {
-                put_reset(&mut self.block);
-                self.clear_state();
-            }
+            Ok(_) => self.clear_state(),
             Err(_) => self.poisoned = true,
         }
     }

@@ -85,6 +85,30 @@ impl Run {
         );
     }
 
+    /// A usage error: exactly one line on stderr, starting "stackscope: ", exit status 2.
+    pub fn assert_usage_error(&self) {
+        assert_eq!(self.code(), Some(2), "expected exit 2\n{}", self.describe());
+        self.assert_no_panic();
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("stackscope: "),
+            "a usage error is one line starting 'stackscope: '\n{}",
+            self.describe()
+        );
+    }
+
+    /// `record` whose command stackscope ended with SIGINT (--duration, Ctrl-C, SIGTERM): it
+    /// exits with the command's status, 128 + 2 for a Python that the SIGINT ended.
+    pub fn assert_command_interrupted(&self) {
+        assert_eq!(
+            self.code(),
+            Some(130),
+            "record exits with its command's status: 130 after SIGINT\n{}",
+            self.describe()
+        );
+        self.assert_no_panic();
+    }
+
     pub fn assert_no_panic(&self) {
         assert!(
             !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
@@ -101,6 +125,18 @@ impl Run {
             self.describe()
         );
     }
+}
+
+/// A copy in `into` of the real recording `name` of `tests/data/recordings` (what `report`,
+/// `export` and `merge` read of it: its sample log and summary); gives the copy's directory.
+pub fn copy_recording(name: &str, into: &Path) -> PathBuf {
+    let copy = into.join(name);
+    fs::create_dir_all(&copy).expect("copy dir");
+    let source = repo_root().join("tests/data/recordings").join(name);
+    for file in ["samples.log", "summary.json"] {
+        fs::copy(source.join(file), copy.join(file)).expect("copy the recording");
+    }
+    copy
 }
 
 /// A `Command` for the binary under test.

@@ -2,7 +2,9 @@
 //!
 //! The timeline in memory is downsampled on long recordings, which would blur percentiles and
 //! miscount readings; so the figures of `summary.json`'s devices are kept as running sums and a
-//! histogram instead, exact whatever the recording's length, in constant memory.
+//! histogram instead, exact whatever the recording's length, in constant memory. A device's
+//! mean utilization is not among them: it is time-weighted, over the time the verdict judges,
+//! and comes from the one place every mean utilization does ([`super::mean`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +26,8 @@ pub struct GpuDeviceSummary {
     pub uuid: String,
     /// GPU readings of this device (of any metric).
     pub samples: u64,
+    /// Time-weighted over the recording, start-up left out where the GPU summary's
+    /// `startup_secs` says so: the mean the verdict judges, and the one the terminal prints.
     pub mean_utilization: Option<f64>,
     pub p50: Option<f64>,
     pub p90: Option<f64>,
@@ -170,15 +174,16 @@ impl DeviceStats {
         self.readings
     }
 
-    /// The figures; `name` and `uuid` are left empty for the caller.
-    pub fn summary(&self, index: u32) -> GpuDeviceSummary {
+    /// The figures, with the device's `mean_utilization` as [`super::mean`] gives it; `name`
+    /// and `uuid` are left empty for the caller.
+    pub fn summary(&self, index: u32, mean_utilization: Option<f64>) -> GpuDeviceSummary {
         let any = self.utilization.count > 0;
         GpuDeviceSummary {
             index,
             name: String::new(),
             uuid: String::new(),
             samples: self.readings,
-            mean_utilization: self.utilization.get(),
+            mean_utilization,
             p50: self.percentile(50.0),
             p90: self.percentile(90.0),
             p99: self.percentile(99.0),
@@ -255,9 +260,9 @@ mod tests {
                 30.0,
             );
         }
-        let d = stats.summary(1);
+        let d = stats.summary(1, Some(42.0));
         assert_eq!(d.samples, 100);
-        assert_eq!(d.mean_utilization, Some(50.5));
+        assert_eq!(d.mean_utilization, Some(42.0), "as given");
         assert_eq!((d.p50, d.p90, d.p99), (Some(50.0), Some(90.0), Some(99.0)));
         assert_eq!((d.min, d.max), (Some(1.0), Some(100.0)));
         assert_eq!(d.idle_share, Some(0.29));
@@ -289,7 +294,7 @@ mod tests {
                 30.0,
             );
         }
-        let d = stats.summary(0);
+        let d = stats.summary(0, None);
         let sm = d.mean_sm_active_pct.unwrap_or_default();
         assert!((sm - (20.0 + 40.0 + 50.0) / 2.5).abs() < 1e-9, "{sm}");
         assert_eq!(d.mean_tensor_active_pct, Some(4.0));
@@ -300,7 +305,7 @@ mod tests {
     fn readings_without_utilization() {
         let mut stats = DeviceStats::default();
         stats.add(&GpuSample::default(), 30.0);
-        let d = stats.summary(0);
+        let d = stats.summary(0, None);
         assert_eq!(d.samples, 1);
         assert_eq!(d.mean_utilization, None);
         assert_eq!((d.p50, d.min, d.idle_share), (None, None, None));
@@ -318,7 +323,7 @@ mod tests {
                 30.0,
             );
         }
-        let d = stats.summary(0);
+        let d = stats.summary(0, None);
         assert_eq!(d.max, Some(120.0));
         assert_eq!(d.p99, Some(120.0));
         let p50 = d.p50.unwrap_or_default();

@@ -1,5 +1,9 @@
-//! The time-weighted mean utilization of all devices, and the share of time that mean was below
-//! the idle threshold, accumulated reading by reading at full resolution.
+//! The time-weighted mean utilization of each device and of all devices, and the share of time
+//! the devices' mean was below the idle threshold, accumulated reading by reading at full
+//! resolution. This is the one definition of "mean utilization": each device's mean in
+//! `summary.json` and the terminal, and the all-devices mean the verdict, `summary.json`'s
+//! `gpu.mean_utilization` and report.html give (the mean of the devices' means), come from
+//! one [`UtilizationMean::result`].
 //!
 //! Each reading covers the interval since the previous reading of any device (the rule stack
 //! samples are tagged by): over each interval between two consecutive reading instants, each
@@ -45,18 +49,62 @@ pub struct UtilizationMean {
 }
 
 /// Time-weighted sums over accounted intervals, in nanoseconds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Sums {
+    /// The devices' mean, weighted; the time it was idle; the time accounted.
     weighted: f64,
     idle: f64,
     total: f64,
+    /// Each device's utilization weighted by time, and the time it counted in.
+    devices: BTreeMap<u32, (f64, f64)>,
 }
 
 impl Sums {
-    fn add(&mut self, other: Sums) {
+    /// The interval `span` ns long in which each device read as `values` say.
+    fn interval(span: f64, values: &[(u32, f64)], idle_below: f64) -> Sums {
+        let mean = values.iter().map(|v| v.1).sum::<f64>() / values.len() as f64;
+        Sums {
+            weighted: mean * span,
+            idle: if is_idle(mean, idle_below) { span } else { 0.0 },
+            total: span,
+            devices: values.iter().map(|&(d, u)| (d, (u * span, span))).collect(),
+        }
+    }
+
+    fn add(&mut self, other: &Sums) {
         self.weighted += other.weighted;
         self.idle += other.idle;
         self.total += other.total;
+        for (&device, &(weighted, span)) in &other.devices {
+            let sums = self.devices.entry(device).or_default();
+            sums.0 += weighted;
+            sums.1 += span;
+        }
+    }
+}
+
+/// What [`UtilizationMean::result`] gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UtilizationResult {
+    /// Each device's time-weighted mean utilization, by index.
+    pub devices: BTreeMap<u32, f64>,
+    /// The mean of the devices' means: all devices' mean utilization.
+    pub mean: f64,
+    /// The share of the time the devices' mean was below the idle threshold.
+    pub idle_share: f64,
+}
+
+impl UtilizationResult {
+    fn of_devices(devices: BTreeMap<u32, f64>, idle_share: f64) -> Option<UtilizationResult> {
+        if devices.is_empty() {
+            return None;
+        }
+        let mean = devices.values().sum::<f64>() / devices.len() as f64;
+        Some(UtilizationResult {
+            devices,
+            mean,
+            idle_share,
+        })
     }
 }
 
@@ -104,8 +152,8 @@ impl UtilizationMean {
     pub fn abandon_startup(&mut self) {
         if let Some(startup) = self.startup.take() {
             if startup.end.is_none() {
-                self.sums.add(startup.before);
-                self.sums.add(startup.open);
+                self.sums.add(&startup.before);
+                self.sums.add(&startup.open);
             }
         }
     }
@@ -135,8 +183,9 @@ impl UtilizationMean {
         self.advance(false);
     }
 
-    /// `(mean, idle share)` over every reading so far; `None` before the first reading.
-    pub fn result(&self) -> Option<(f64, f64)> {
+    /// Each device's mean, their mean and the idle share over every reading so far; `None`
+    /// before the first reading.
+    pub fn result(&self) -> Option<UtilizationResult> {
         // What is still held is accounted as if the recording ended now, on a copy: a few
         // seconds of readings.
         let mut all = self.clone();
@@ -145,29 +194,27 @@ impl UtilizationMean {
             // No burst yet: nothing to leave out.
             all.abandon_startup();
         }
-        let sums = all.sums;
+        let sums = &all.sums;
         if sums.total > 0.0 {
-            return Some((sums.weighted / sums.total, sums.idle / sums.total));
+            let devices = sums
+                .devices
+                .iter()
+                .filter(|(_, &(_, span))| span > 0.0)
+                .map(|(&device, &(weighted, span))| (device, weighted / span))
+                .collect();
+            return UtilizationResult::of_devices(devices, sums.idle / sums.total);
         }
         // One instant: its readings are all there is.
-        let values: Vec<f64> = all
+        let devices: BTreeMap<u32, f64> = all
             .held
-            .values()
-            .filter_map(|s| s.front())
-            .map(|r| f64::from(r.1))
+            .iter()
+            .filter_map(|(&device, s)| Some((device, f64::from(s.front()?.1))))
             .collect();
-        if values.is_empty() {
-            return None;
+        let mut result = UtilizationResult::of_devices(devices, 0.0)?;
+        if is_idle(result.mean, all.idle_below) {
+            result.idle_share = 1.0;
         }
-        let mean = values.iter().sum::<f64>() / values.len() as f64;
-        Some((
-            mean,
-            if is_idle(mean, all.idle_below) {
-                1.0
-            } else {
-                0.0
-            },
-        ))
+        Some(result)
     }
 
     /// Accounts every interval whose covering readings are all known: every device has a
@@ -204,17 +251,17 @@ impl UtilizationMean {
             if !(force || reached || waited) {
                 return;
             }
-            let mut sum = 0.0f64;
-            let mut count = 0u32;
-            for series in self.held.values() {
-                let at = series.partition_point(|&(t, _)| t < next);
-                if let Some(&(_, u)) = series.get(at).or_else(|| series.back()) {
-                    sum += f64::from(u);
-                    count += 1;
-                }
-            }
-            if count > 0 {
-                self.account(from, next, sum / f64::from(count));
+            let values: Vec<(u32, f64)> = self
+                .held
+                .iter()
+                .filter_map(|(&device, series)| {
+                    let at = series.partition_point(|&(t, _)| t < next);
+                    let &(_, u) = series.get(at).or_else(|| series.back())?;
+                    Some((device, f64::from(u)))
+                })
+                .collect();
+            if !values.is_empty() {
+                self.account(from, next, &values);
             }
             self.cursor = Some(next);
             // Readings before `next` cover no later interval; the last one stays regardless.
@@ -225,35 +272,29 @@ impl UtilizationMean {
         }
     }
 
-    /// Counts the interval `[from, to)` at mean utilization `value`: in the result, or in
-    /// start-up while it is left out.
-    fn account(&mut self, from: u64, to: u64, value: f64) {
-        let span = (to - from) as f64;
-        let interval = Sums {
-            weighted: value * span,
-            idle: if is_idle(value, self.idle_below) {
-                span
-            } else {
-                0.0
-            },
-            total: span,
-        };
+    /// Counts the interval `[from, to)`, in which each device read as `values` say: in the
+    /// result, or in start-up while it is left out.
+    fn account(&mut self, from: u64, to: u64, values: &[(u32, f64)]) {
+        let interval = Sums::interval((to - from) as f64, values, self.idle_below);
         let Some(startup) = self.startup.as_mut().filter(|s| s.end.is_none()) else {
-            self.sums.add(interval);
+            self.sums.add(&interval);
             return;
         };
-        startup.finder.push(from, to, value);
+        // Start-up ends with the devices' mean's first burst.
+        startup
+            .finder
+            .push(from, to, interval.weighted / interval.total);
         if startup.finder.is_open() {
-            startup.open.add(interval);
+            startup.open.add(&interval);
         } else {
-            startup.before.add(startup.open);
-            startup.before.add(interval);
-            startup.open = Sums::default();
+            let open = std::mem::take(&mut startup.open);
+            startup.before.add(&open);
+            startup.before.add(&interval);
         }
         if let Some(burst) = startup.finder.confirmed() {
             startup.end = Some(burst.start);
-            self.sums.add(startup.open);
-            startup.open = Sums::default();
+            let open = std::mem::take(&mut startup.open);
+            self.sums.add(&open);
         }
     }
 
@@ -296,6 +337,10 @@ mod tests {
     /// Fed as a poller delivers readings: every half second, each device's new readings in
     /// turn. Also checks that only a few seconds of readings are ever held.
     fn streamed(series: &[Vec<(u64, f32)>], idle_below: f32) -> Option<(f64, f64)> {
+        streamed_result(series, idle_below).map(|r| (r.mean, r.idle_share))
+    }
+
+    fn streamed_result(series: &[Vec<(u64, f32)>], idle_below: f32) -> Option<UtilizationResult> {
         let mut mean = UtilizationMean::new(idle_below);
         let end = series.iter().flatten().map(|r| r.0).max().unwrap_or(0);
         let window = 500_000_000u64;
@@ -340,6 +385,29 @@ mod tests {
     }
 
     #[test]
+    fn each_device_has_its_mean_and_the_devices_mean_is_theirs() {
+        // Device 0 busy for 3 s of 4, device 1 idle throughout, device 2 reporting late.
+        let s = 1_000_000_000u64;
+        let a = vec![
+            (0, 0.0),
+            (s, 100.0),
+            (2 * s, 100.0),
+            (3 * s, 100.0),
+            (4 * s, 0.0),
+        ];
+        let b = vec![(0, 10.0), (2 * s, 10.0), (4 * s, 10.0)];
+        let c = vec![(3 * s, 40.0), (4 * s, 40.0)];
+        let result = streamed_result(&[a, b, c], 30.0).expect("some");
+        assert_eq!(result.devices.len(), 3);
+        assert!((result.devices[&0] - 75.0).abs() < 1e-9, "{result:?}");
+        assert!((result.devices[&1] - 10.0).abs() < 1e-9, "{result:?}");
+        assert!((result.devices[&2] - 40.0).abs() < 1e-9, "{result:?}");
+        assert!((result.mean - 125.0 / 3.0).abs() < 1e-9, "{result:?}");
+        // The devices' mean is idle (< 30%) only in the last second: (0 + 10 + 40) / 3.
+        assert!((result.idle_share - 0.25).abs() < 1e-9, "{result:?}");
+    }
+
+    #[test]
     fn streaming_matches_the_definition() {
         // Three devices read about every 100 ms at different rates, out of phase, the third
         // stopping a third of the way in.
@@ -369,7 +437,8 @@ mod tests {
             mean.add(0, k * 100_000_000, (k % 2) as f32 * 100.0);
             assert!(mean.held_len() < 100, "{}", mean.held_len());
         }
-        let (m, idle) = mean.result().expect("some");
+        let result = mean.result().expect("some");
+        let (m, idle) = (result.mean, result.idle_share);
         assert!(
             (m - 50.0).abs() < 0.1 && (idle - 0.5).abs() < 0.01,
             "{m} {idle}"

@@ -15,6 +15,7 @@ mod timeline;
 
 pub use cycle::{bursts_of_grid, cycle, Cycle};
 pub use device_stats::GpuDeviceSummary;
+pub use mean::UtilizationResult;
 pub use oscillation::oscillation_period;
 pub use resample::resample_mean;
 pub use state::{is_idle, is_low, GpuTag, DEFAULT_IDLE_BELOW, SM_LOW_SHARE};

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use stackscope_event::{GpuSample, Timestamp};
 
 use super::device_stats::{DeviceStats, GpuDeviceSummary};
-use super::mean::UtilizationMean;
+use super::mean::{UtilizationMean, UtilizationResult};
 
 #[derive(Debug, Default)]
 struct Device {
@@ -168,17 +168,26 @@ impl GpuTimeline {
         self.mean.abandon_startup();
     }
 
-    /// The time-weighted mean utilization of all devices over every reading, and the share of
-    /// time it was below the idle threshold; `None` without utilization readings.
-    pub fn utilization_mean(&self) -> Option<(f64, f64)> {
+    /// The time-weighted mean utilization of each device and of all devices over every reading
+    /// (start-up left out where it is), and the share of time the devices' mean was below the
+    /// idle threshold; `None` without utilization readings.
+    pub fn utilization_mean(&self) -> Option<UtilizationResult> {
         self.mean.result()
     }
 
-    /// The figures of every device over all its readings; `name` and `uuid` left empty.
-    pub fn device_summaries(&self) -> Vec<GpuDeviceSummary> {
+    /// The figures of every device over all its readings, with its mean utilization from
+    /// `utilization` (this timeline's [`GpuTimeline::utilization_mean`]); `name` and `uuid` left
+    /// empty.
+    pub fn device_summaries(
+        &self,
+        utilization: Option<&UtilizationResult>,
+    ) -> Vec<GpuDeviceSummary> {
         self.devices
             .iter()
-            .map(|(&index, device)| device.stats.summary(index))
+            .map(|(&index, device)| {
+                let mean = utilization.and_then(|u| u.devices.get(&index).copied());
+                device.stats.summary(index, mean)
+            })
             .collect()
     }
 
@@ -243,7 +252,7 @@ mod tests {
         for (t, u) in timeline.utilization_series(device) {
             mean.add(device, t, u);
         }
-        mean.result().map_or(f64::NAN, |r| r.0)
+        mean.result().map_or(f64::NAN, |r| r.mean)
     }
 
     fn at(t: u64, device: u32) -> GpuSample {
@@ -345,13 +354,18 @@ mod tests {
             assert!((mean - exact).abs() < 0.05, "device {device}: {mean}");
         }
         // The summary's figures come from every reading, not the points.
-        let (mean, idle) = timeline.utilization_mean().unwrap_or_default();
-        assert!((mean - (49.5 + 35.0) / 2.0).abs() < 0.01, "{mean}");
-        assert!(idle > 0.0, "{idle}");
-        // The per-device figures count every reading.
-        let summaries = timeline.device_summaries();
+        let result = timeline.utilization_mean().expect("a mean");
+        assert!(
+            (result.mean - (49.5 + 35.0) / 2.0).abs() < 0.01,
+            "{result:?}"
+        );
+        assert!(result.idle_share > 0.0, "{result:?}");
+        // The per-device figures count every reading; each device's mean is the result's.
+        let summaries = timeline.device_summaries(Some(&result));
         assert_eq!(summaries[0].samples, 500_000);
-        assert_eq!(summaries[0].mean_utilization, Some(49.5));
+        let device_mean = summaries[0].mean_utilization.unwrap_or_default();
+        assert!((device_mean - 49.5).abs() < 0.01, "{device_mean}");
+        assert_eq!(summaries[0].mean_utilization, Some(result.devices[&0]));
         assert_eq!(summaries[0].max, Some(99.0));
     }
 }

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use serde_json::Value;
 use stackscope_aggregate::{GpuDeviceInfo, RecordingMeta};
-use stackscope_samplelog::{LogEnd, LogHeader};
+use stackscope_samplelog::LogHeader;
+
+use super::LogRead;
 
 /// The recording's `summary.json`, if it could be read.
 #[derive(Debug, Default)]
@@ -108,7 +110,7 @@ pub struct Coverage<'a> {
     pub to: f64,
     /// How long the recording lasted, as far as the log and the summary know.
     pub recording_secs: f64,
-    pub log_end: Option<&'a LogEnd>,
+    pub log: &'a LogRead,
 }
 
 pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) -> RecordingMeta {
@@ -139,20 +141,8 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
         ));
         (0, 0, 0, 0.0)
     };
-    match cov.log_end {
-        Some(LogEnd::Torn { ignored_bytes, .. }) => notices.push(format!(
-            "the sample log ends in {ignored_bytes} bytes of an unfinished block (the \
-             recording was cut short or is still running); they were left out"
-        )),
-        Some(LogEnd::Corrupt {
-            offset,
-            ignored_bytes,
-            why,
-        }) => notices.push(format!(
-            "the sample log is damaged at byte {offset} ({why}); the {ignored_bytes} bytes \
-             from there on were left out"
-        )),
-        Some(LogEnd::Complete) | None => {}
+    if let Some(problems) = cov.log.problems() {
+        notices.push(format!("the sample log: {problems}"));
     }
     let exited = reaches_end
         && old

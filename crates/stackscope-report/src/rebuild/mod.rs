@@ -5,6 +5,7 @@
 //! [`stackscope_aggregate::SampleTrace`] configured as the recording was, and builds the
 //! recording's meta from the log's header and `summary.json`.
 
+mod log_read;
 mod meta;
 mod trace;
 
@@ -13,9 +14,10 @@ use std::path::Path;
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
 use stackscope_event::Event;
 use stackscope_samplelog::{
-    feed_window, LogEnd, LogHeader, RebuildError, SampleLogReader, Window, LOG_FILE_NAME,
+    feed_window, LogHeader, RebuildError, SampleLogReader, Window, LOG_FILE_NAME,
 };
 
+pub use log_read::LogRead;
 use meta::{recording_meta, Coverage, OldSummary};
 pub use trace::{read_trace, TraceOutcome};
 
@@ -50,14 +52,15 @@ pub struct RebuildOutcome {
     /// The window clipped to the recording, seconds since its start.
     pub from_secs: f64,
     pub to_secs: f64,
-    /// The recording's length, as far as the log (and its summary) know.
+    /// The recording's length, as far as the log (and its summary, when the log is whole)
+    /// know.
     pub recording_secs: f64,
     pub events_read: u64,
     /// Events fed to the aggregator: those of the window, the attach events of processes
     /// alive at its start, and one GPU reading per device just after its end.
     pub events_used: u64,
-    /// How reading the log ended; `None` when it stopped early, past the window.
-    pub log_end: Option<LogEnd>,
+    /// What of the log was read.
+    pub log: LogRead,
 }
 
 /// Reads `dir/samples.log` and aggregates the events inside `options.window` exactly as the
@@ -80,7 +83,7 @@ pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, R
         recording_secs: read.recording_secs,
         events_read: read.events_read,
         events_used: read.events_used,
-        log_end: read.log_end,
+        log: read.log,
     })
 }
 
@@ -110,7 +113,7 @@ pub(crate) struct WindowRead<S> {
     pub recording_secs: f64,
     pub events_read: u64,
     pub events_used: u64,
-    pub log_end: Option<LogEnd>,
+    pub log: LogRead,
 }
 
 /// Reads `dir/samples.log`, feeds the window's events to the sink `new` makes from the
@@ -155,8 +158,27 @@ pub(crate) fn read_window<S: Sink>(
     })?;
     let (last_secs, used, stopped_early) = (fed.last_secs, fed.used, fed.stopped_early);
     sink.finish();
-
-    let recording_secs = last_secs.max(old.duration_secs().unwrap_or(0.0));
+    let log = LogRead {
+        last_secs,
+        end: if stopped_early {
+            None
+        } else {
+            reader.end().cloned()
+        },
+        damage: reader.damage(),
+    };
+    if reader.events_read() == 0 {
+        return Err(RebuildError::NothingRead {
+            path,
+            why: log.why_empty(),
+        });
+    }
+    // A log that ends early covers what was read of it, whatever the summary says.
+    let recording_secs = if log.incomplete() {
+        last_secs
+    } else {
+        last_secs.max(old.duration_secs().unwrap_or(0.0))
+    };
     let from_secs = window.from.unwrap_or(0.0);
     if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
         return Err(RebuildError::Window(format!(
@@ -166,11 +188,6 @@ pub(crate) fn read_window<S: Sink>(
     let to_secs = window
         .to
         .map_or(recording_secs, |to| to.min(recording_secs));
-    let log_end = if stopped_early {
-        None
-    } else {
-        reader.end().cloned()
-    };
     let meta = recording_meta(
         &header,
         &old,
@@ -180,7 +197,7 @@ pub(crate) fn read_window<S: Sink>(
             from: from_secs,
             to: to_secs,
             recording_secs,
-            log_end: log_end.as_ref(),
+            log: &log,
         },
     );
     Ok(WindowRead {
@@ -192,7 +209,7 @@ pub(crate) fn read_window<S: Sink>(
         recording_secs,
         events_read: reader.events_read(),
         events_used: used,
-        log_end,
+        log,
     })
 }
 

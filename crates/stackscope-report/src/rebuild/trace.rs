@@ -8,7 +8,7 @@ use stackscope_event::Event;
 
 use stackscope_samplelog::{LogHeader, RebuildError};
 
-use super::{read_window, RebuildOptions, Sink};
+use super::{read_window, LogRead, RebuildOptions, Sink};
 
 impl Sink for SampleTrace {
     fn handle(&mut self, event: Event) {
@@ -29,6 +29,8 @@ pub struct TraceOutcome {
     pub from_secs: f64,
     pub to_secs: f64,
     pub events_read: u64,
+    /// What of the log was read.
+    pub log: LogRead,
 }
 
 /// Reads `dir/samples.log` and feeds the events of `options.window` to a trace exactly as
@@ -47,5 +49,6 @@ pub fn read_trace(dir: &Path, options: &RebuildOptions) -> Result<TraceOutcome, 
         from_secs: read.from_secs,
         to_secs: read.to_secs,
         events_read: read.events_read,
+        log: read.log,
     })
 }

@@ -104,7 +104,7 @@ fn the_whole_window_gives_the_recordings_own_profiles() {
     assert_eq!(rebuilt.meta.started_at, h.started_at);
     assert_eq!(rebuilt.meta.ticks, 0);
     assert!((rebuilt.meta.duration_secs - SECS as f64).abs() < 0.1);
-    assert_eq!(rebuilt.log_end, Some(LogEnd::Complete));
+    assert_eq!(rebuilt.log.end, Some(LogEnd::Complete));
     assert_eq!(rebuilt.events_used, rebuilt.events_read);
 }
 
@@ -133,11 +133,11 @@ fn halves_partition_the_whole_and_each_has_fewer_samples() {
     let after: Vec<_> = a.gpu_timeline().iter().filter(|g| g.time >= to).collect();
     assert_eq!(after.len(), 1, "{after:?}");
     assert!(after[0].time.seconds_since(to) < GPU_COVER_SECS);
-    assert_eq!(first.log_end, Some(LogEnd::Complete));
+    assert_eq!(first.log.end, Some(LogEnd::Complete));
 
     // Reading stops well past a window's end.
     let early = rebuild(dir.path(), &options(None, Some(10.0))).unwrap();
-    assert_eq!(early.log_end, None);
+    assert_eq!(early.log.end, None);
     // 40 s of 60 (the window and 30 s more), not all of them.
     assert!(early.events_read < 40 * 410, "{}", early.events_read);
     assert_eq!(early.to_secs, 10.0);
@@ -288,7 +288,7 @@ fn a_log_cut_short_rebuilds_what_it_holds_and_says_so() {
     file.set_len(len - 100).unwrap();
     let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
     assert!(rebuilt.aggregator.samples() > 0);
-    assert!(matches!(rebuilt.log_end, Some(LogEnd::Torn { .. })));
+    assert!(matches!(rebuilt.log.end, Some(LogEnd::Torn { .. })));
     assert!(rebuilt
         .meta
         .notices
