@@ -1,0 +1,286 @@
+//! Attaching to a Python process: finding its interpreter, checking its version, and choosing
+//! the reader of its stacks (ours where it reads the version and a first read agrees with
+//! py-spy's on the threads; py-spy's otherwise).
+
+use std::time::{Duration, Instant};
+
+use py_spy::config::{LineNo, LockingStrategy};
+use py_spy::{Config, PythonSpy};
+use stackscope_native::NativeUnwinder;
+
+use super::{
+    check_supported_version, PythonTarget, StringCache, TargetOptions, PY_SPY_NEWEST_MINOR,
+};
+use crate::error::{AttachError, SampleFailure};
+use crate::fast::{FastReader, Misfits, Strategy, Unread};
+use crate::leader;
+use crate::names::ThreadNames;
+use crate::namespace::TidMap;
+use crate::procfs;
+use crate::tuning::{ReaderChoice, ReaderTuning};
+
+impl PythonTarget {
+    /// Attaches to `pid`: finds its interpreter and checks that its version is supported.
+    /// The stack reader is the one `options.tuning.reader` names (the default one unless a
+    /// benchmark asks otherwise).
+    pub fn attach(pid: u32, options: &TargetOptions) -> Result<PythonTarget, AttachError> {
+        PythonTarget::attach_with_reader(pid, options, options.tuning.reader)
+    }
+
+    /// [`attach`](PythonTarget::attach) with the stack reader chosen by the caller, whatever
+    /// `options.tuning.reader` says: tests compare the readers within one process.
+    pub fn attach_with_reader(
+        pid: u32,
+        options: &TargetOptions,
+        reader: ReaderChoice,
+    ) -> Result<PythonTarget, AttachError> {
+        if !procfs::is_alive(pid) {
+            return Err(AttachError::NoSuchProcess(pid));
+        }
+        let read_pid = leader::reader_pid(pid);
+        // ptrace cannot stop a zombie leader: such a process is stopped thread by thread.
+        let leader_exited = read_pid != pid;
+        if let Err(e) = procfs::maps(read_pid) {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                return Err(AttachError::permission(pid));
+            }
+        }
+        let config = spy_config(options, leader_exited);
+        let mut spy = open_interpreter(read_pid, &config).map_err(|e| e.for_pid(pid))?;
+        check_supported_version(pid, spy.version.major, spy.version.minor)?;
+        let version = spy.version.to_string();
+        let fast = choose_reader(pid, read_pid, &mut spy, options, reader, leader_exited)?;
+        let command_line = procfs::command_line(read_pid).unwrap_or_default();
+        let native = if options.native {
+            Some(
+                NativeUnwinder::new(read_pid).map_err(|e| AttachError::Other {
+                    pid,
+                    message: format!("cannot read its native modules: {e}"),
+                })?,
+            )
+        } else {
+            None
+        };
+        Ok(PythonTarget {
+            pid,
+            read_pid,
+            spy,
+            version,
+            command_line,
+            exe: procfs::exe(read_pid).ok(),
+            keep_raw: options.locals,
+            locals: options.locals,
+            blocking: options.blocking,
+            tuning: options.tuning,
+            native,
+            names: ThreadNames::default(),
+            strings: StringCache::default(),
+            fast,
+            misfits: Misfits::default(),
+            os_tids: None,
+            tids: TidMap::new(pid),
+            ns_pid: crate::namespace::own_pid(pid),
+        })
+    }
+
+    /// Attaches to a process that is still starting up (just spawned by `record`): its
+    /// interpreter may not be initialised yet, so retry until `timeout`. A process that is
+    /// definitely not Python fails only once the timeout has passed, since a launcher (a shell
+    /// script, say) may yet exec Python.
+    pub fn attach_when_ready(
+        pid: u32,
+        options: &TargetOptions,
+        timeout: Duration,
+    ) -> Result<PythonTarget, AttachError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match PythonTarget::attach(pid, options) {
+                Ok(mut target) => match target.read_stacks() {
+                    Ok(_) => return Ok(target),
+                    Err(SampleFailure::ProcessGone(_)) => {
+                        return Err(AttachError::NoSuchProcess(pid))
+                    }
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(AttachError::Other {
+                            pid,
+                            message: e.to_string(),
+                        })
+                    }
+                    Err(_) => {}
+                },
+                Err(
+                    e @ (AttachError::NoSuchProcess(_)
+                    | AttachError::PermissionDenied { .. }
+                    | AttachError::SeccompBlocked { .. }),
+                ) => return Err(e),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {}
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// py-spy's configuration for a target: it stops the process around its reads unless asked
+/// not to, or native frames are read (then we stop it ourselves, around both reads), or the
+/// leader exited (ptrace cannot stop a zombie leader).
+fn spy_config(options: &TargetOptions, leader_exited: bool) -> Config {
+    Config {
+        blocking: if options.blocking && !options.native && !leader_exited {
+            LockingStrategy::Lock
+        } else {
+            LockingStrategy::NonBlocking
+        },
+        dump_locals: u64::from(options.locals),
+        lineno: LineNo::LastInstruction,
+        collect_thread_names: true,
+        ..Config::default()
+    }
+}
+
+/// Our reader for the target, or None for py-spy's: ours wherever it reads the version
+/// (with locals or native frames, where the interpreter describes them: 3.13+). A version
+/// no reader reads is refused with one line; one whose `_Py_DebugOffsets` ours does not know
+/// gets one notice where py-spy's takes over.
+fn choose_reader(
+    pid: u32,
+    read_pid: u32,
+    spy: &mut PythonSpy,
+    options: &TargetOptions,
+    reader: ReaderChoice,
+    leader_exited: bool,
+) -> Result<Option<FastReader>, AttachError> {
+    let version = spy.version.to_string();
+    let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
+    let fast = open_fast_reader(
+        read_pid,
+        spy,
+        options.blocking,
+        leader_exited,
+        reader,
+        &options.tuning,
+    );
+    let fast = match fast {
+        Ok(fast) if (options.locals || options.native) && !fast.reads_deep() => Err(NoFast::Quiet(
+            "its local variables and native frames are read by py-spy's reader".into(),
+        )),
+        other => other,
+    };
+    match fast {
+        Ok(fast) => Ok(Some(fast)),
+        Err(why) if py_spy_reads => {
+            if let NoFast::Refused(why) = why {
+                crate::fast::notice_once(&format!(
+                    "stackscope: Python {version}: {why}; its stacks are read by py-spy's reader"
+                ));
+            }
+            Ok(None)
+        }
+        Err(NoFast::Refused(why) | NoFast::Quiet(why)) => Err(AttachError::Other {
+            pid,
+            message: format!(
+                "Python {version}: {why}, and py-spy's reader does not read this version"
+            ),
+        }),
+    }
+}
+
+/// Our own reader for this interpreter, if its version has one and a first read agrees with
+/// py-spy's on which threads there are (a build whose layout differs from the tables, say a
+/// debug build, fails that and keeps py-spy's reader), unless `reader` asks for py-spy's. A
+/// version py-spy does not read is checked by a first read alone. Err: why there is none.
+fn open_fast_reader(
+    pid: u32,
+    spy: &mut PythonSpy,
+    blocking: bool,
+    leader_exited: bool,
+    reader: ReaderChoice,
+    tuning: &ReaderTuning,
+) -> Result<FastReader, NoFast> {
+    let strategy = match reader {
+        ReaderChoice::PySpy => {
+            return Err(NoFast::Quiet(
+                "STACKSCOPE_READER=py-spy asks for py-spy's reader".into(),
+            ))
+        }
+        // A process whose leader exited cannot be stopped whole.
+        ReaderChoice::StopProcess if !leader_exited => Strategy::StopProcess,
+        ReaderChoice::StopGilHolders => Strategy::StopGilHolders,
+        _ => Strategy::DEFAULT,
+    };
+    let mut fast = match FastReader::new(pid, spy, strategy, tuning) {
+        Ok(fast) => fast,
+        Err(Unread::Refused(why)) => return Err(NoFast::Refused(why)),
+        Err(Unread::NoLayout) => return Err(NoFast::Quiet("no layout for it".into())),
+        Err(Unread::Failed(e)) => {
+            return Err(NoFast::Quiet(format!("stackscope's reader failed: {e}")))
+        }
+    };
+    let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
+    // Threads that come and go can make two reads disagree: a few more tries.
+    for _ in 0..6 {
+        let Ok(ours) = fast.read(blocking) else {
+            continue;
+        };
+        if !py_spy_reads {
+            return Ok(fast);
+        }
+        let Ok(theirs) = spy.get_stack_traces() else {
+            continue;
+        };
+        let mut a: Vec<u64> = ours.iter().map(|t| t.thread_id).collect();
+        let mut b: Vec<u64> = theirs.iter().map(|t| t.thread_id).collect();
+        a.sort_unstable();
+        b.sort_unstable();
+        if a == b {
+            return Ok(fast);
+        }
+    }
+    Err(NoFast::Quiet(
+        "stackscope's reader did not read the threads py-spy's did".into(),
+    ))
+}
+
+/// Why a target has no reader of ours.
+enum NoFast {
+    /// A `_Py_DebugOffsets` our reader does not know: said once where py-spy's reader takes
+    /// over.
+    Refused(String),
+    /// Asked for, or a version or first read our reader cannot read: said only where no
+    /// reader is left.
+    Quiet(String),
+}
+
+/// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)
+/// can fail a first look with a spurious ESRCH or a missing symbol, so a live process gets a
+/// few quick retries before the failure is diagnosed.
+fn open_interpreter(pid: u32, config: &Config) -> Result<PythonSpy, AttachError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match new_spy(pid, config) {
+            Ok(spy) => return Ok(spy),
+            Err(e) if attempt >= 5 || !procfs::is_alive(pid) => {
+                return Err(AttachError::diagnose(pid, &e))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// py-spy's `PythonSpy::new`, with a panic in it (its scan of a starting process's memory
+/// reads whatever is there) turned into an error like any other failed look: a target's
+/// memory must never bring us down.
+fn new_spy(pid: u32, config: &Config) -> anyhow::Result<PythonSpy> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        PythonSpy::new(pid as py_spy::Pid, config)
+    }))
+    .unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(anyhow::anyhow!("py-spy failed reading the process: {why}"))
+    })
+}
