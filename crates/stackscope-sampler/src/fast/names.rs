@@ -253,8 +253,12 @@ fn object_attributes(
     }
 }
 
-/// (key, value) of every live entry of a dict.
-fn dict_entries(remote: &mut Remote, layout: &Layout, dict: usize) -> Option<Vec<(usize, usize)>> {
+/// (key, value) of every live entry of a dict, in insertion order.
+pub(crate) fn dict_entries(
+    remote: &mut Remote,
+    layout: &Layout,
+    dict: usize,
+) -> Option<Vec<(usize, usize)>> {
     Some(
         dict_entries_with_hash(remote, layout, dict)?
             .into_iter()

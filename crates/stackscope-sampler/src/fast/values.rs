@@ -3,13 +3,14 @@
 //! `<TYPE at 0xADDR>` for everything else.
 //!
 //! The value is read where it lies, never run: a type is told by its `tp_flags` (int, str,
-//! tuple, list) or its name (`NoneType`, `bool`, `float`), whose fields come from the
+//! tuple, list, dict) or its name (`NoneType`, `bool`, `float`), whose fields come from the
 //! interpreter's `_Py_DebugOffsets` ([`ObjectLayout`]). Whatever cannot be read (a torn
 //! object, a type name that is no string) is shown by its address rather than failing the
 //! dump.
 
 use super::code::read_strings;
 use super::layout::{common, u32_at, usize_at, word, Layout, ObjectLayout};
+use super::names::dict_entries;
 use super::remote::Remote;
 
 /// `Py_TPFLAGS_*_SUBCLASS` (Include/object.h): the built-in base a type derives from.
@@ -17,6 +18,7 @@ const LONG_SUBCLASS: u64 = 1 << 24;
 const LIST_SUBCLASS: u64 = 1 << 25;
 const TUPLE_SUBCLASS: u64 = 1 << 26;
 const UNICODE_SUBCLASS: u64 = 1 << 28;
+const DICT_SUBCLASS: u64 = 1 << 29;
 /// 3.14's `Py_INT_TAG`: a `_PyStackRef` whose low bits are 3 holds a small int in its other
 /// bits rather than a pointer.
 const INT_TAG: usize = 3;
@@ -102,6 +104,7 @@ impl Values<'_> {
                 let at = usize_at(&list, self.objects.list_items)?;
                 format!("[{}]", self.items(at, len, budget)?)
             }
+            _ if flags & DICT_SUBCLASS != 0 && depth == 0 => self.dict(addr, budget)?,
             _ => format!("<{name} at {addr:#x}>"),
         };
         Some(shown)
@@ -164,6 +167,30 @@ impl Values<'_> {
             parts.push("...".to_owned());
         }
         Some(parts.join(", "))
+    }
+
+    /// A dict's items in insertion order, `{key: value, ...}`, within `budget`.
+    fn dict(&mut self, addr: usize, budget: usize) -> Option<String> {
+        let entries = dict_entries(self.remote, self.layout, addr)?;
+        let mut parts = Vec::new();
+        let mut left = budget.saturating_sub(2);
+        for &(key, value) in entries.iter().take(MAX_ITEMS) {
+            let key = self
+                .object(key, left, 1)
+                .unwrap_or_else(|| format!("<object at {key:#x}>"));
+            let value = self
+                .object(value, left.saturating_sub(key.len()), 1)
+                .unwrap_or_else(|| format!("<object at {value:#x}>"));
+            left = left.saturating_sub(key.len() + value.len() + 4);
+            parts.push(format!("{key}: {value}"));
+            if left <= 5 {
+                break;
+            }
+        }
+        if parts.len() < entries.len() {
+            parts.push("...".to_owned());
+        }
+        Some(format!("{{{}}}", parts.join(", ")))
     }
 
     /// A type's `tp_name`: a C string.
@@ -322,6 +349,27 @@ mod tests {
         ]);
         // One level of a container is shown; a container inside it by its address.
         assert_eq!(repr(&heap, nested), format!("[7, <tuple at {pair:#x}>]"));
+        // A dict of two int items (a general keys table: hash, key, value entries after a
+        // one-byte-per-slot index of 8 slots).
+        let dict_type = heap.type_named("dict", DICT_SUBCLASS);
+        let keys = heap.object(&[
+            (8, 3 << 8), // byte 9, dk_log2_index_bytes: 3; byte 10, dk_kind: 0 (general)
+            (common::DK_NENTRIES, 2),
+            (common::DK_HEADER + 8, 7),
+            (common::DK_HEADER + 16, seven as u64),
+            (common::DK_HEADER + 24, pair as u64),
+            (common::DK_HEADER + 32, 7),
+            (common::DK_HEADER + 40, pair as u64),
+            (common::DK_HEADER + 48, seven as u64),
+        ]);
+        let dict = heap.object(&[
+            (common::OB_TYPE, dict_type),
+            (common::DICT_KEYS, keys as u64),
+        ]);
+        assert_eq!(
+            repr(&heap, dict),
+            format!("{{7: <tuple at {pair:#x}>, <tuple at {pair:#x}>: 7}}")
+        );
         let custom = heap.type_named("Batch", 0);
         let batch = heap.object(&[(common::OB_TYPE, custom)]);
         assert_eq!(repr(&heap, batch), format!("<Batch at {batch:#x}>"));
