@@ -15,24 +15,8 @@ const PREFIX_LEN: usize = 10;
 
 /// `attach --duration 3` of cpu_split, flushing the log every 0.4 s: a log of several blocks.
 fn recording() -> OutDir {
-    let fixture = Fixture::start("cpu_split.py", &[]);
-    let pid = fixture.ready_pid().to_string();
-    let out = OutDir::new();
-    let run = run_stackscope(
-        &[
-            "attach",
-            "--pid",
-            &pid,
-            "-o",
-            out.arg(),
-            "--duration",
-            "3",
-            "--flush-interval",
-            "0.4",
-        ],
-        RUN_TIMEOUT,
-    );
-    run.assert_success();
+    let (_fixture, out) =
+        attach_cpu_split(&["--duration", "3", "--flush-interval", "0.4"], RUN_TIMEOUT);
     out
 }
 

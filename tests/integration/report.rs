@@ -12,24 +12,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Records cpu_split.py for `seconds` with `attach --duration`.
 fn record_cpu_split(seconds: &str) -> (Fixture, OutDir) {
-    let fixture = Fixture::start("cpu_split.py", &[]);
-    let pid = fixture.ready_pid().to_string();
-    let out = OutDir::new();
-    let run = run_stackscope(
-        &[
-            "attach",
-            "--pid",
-            &pid,
-            "-o",
-            out.arg(),
-            "--duration",
-            seconds,
-            "--rate",
-            "100",
-        ],
-        RUN_TIMEOUT,
-    );
-    run.assert_success();
+    let (fixture, out) = attach_cpu_split(&["--duration", seconds, "--rate", "100"], RUN_TIMEOUT);
     assert!(
         out.out.join("samples.log").is_file(),
         "no samples.log in the recording: {:?}",

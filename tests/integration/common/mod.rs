@@ -194,6 +194,18 @@ pub fn run_stackscope(args: &[&str], timeout: Duration) -> Run {
     run_with_timeout(stackscope(args), timeout)
 }
 
+/// `attach --pid PID -o OUT ARGS...` of a fresh `cpu_split.py` into a new output directory,
+/// which must succeed; the fixture is handed back alive with the recording.
+pub fn attach_cpu_split(args: &[&str], timeout: Duration) -> (Fixture, OutDir) {
+    let fixture = Fixture::start("cpu_split.py", &[]);
+    let pid = fixture.ready_pid().to_string();
+    let out = OutDir::new();
+    let mut all = vec!["attach", "--pid", &pid, "-o", out.arg()];
+    all.extend_from_slice(args);
+    run_stackscope(&all, timeout).assert_success();
+    (fixture, out)
+}
+
 /// A started (not yet finished) run of the binary, for tests that signal it.
 pub struct Running {
     pub child: Child,

@@ -78,6 +78,29 @@ const DEBUGGER: Section = (
     ],
 );
 
+/// 3.13's thread state section (3.14 keeps it).
+const THREAD_313: Section = (
+    "thread_state",
+    &[
+        "size",
+        "prev",
+        "next",
+        "interp",
+        "current_frame",
+        "thread_id",
+        "native_thread_id",
+        "datastack_chunk",
+        "status",
+    ],
+);
+/// 3.13's type, str and GC sections (3.14 keeps them).
+const TYPE_313: Section = ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]);
+const UNICODE_313: Section = (
+    "unicode_object",
+    &["size", "state", "length", "asciiobject_size"],
+);
+const GC_313: Section = ("gc", &["size", "collecting"]);
+
 /// 3.13 (Include/internal/pycore_runtime.h): 73 words.
 static PY313: Shape = Shape {
     minor: 13,
@@ -101,20 +124,7 @@ static PY313: Shape = Shape {
                 "gil_runtime_state_holder",
             ],
         ),
-        (
-            "thread_state",
-            &[
-                "size",
-                "prev",
-                "next",
-                "interp",
-                "current_frame",
-                "thread_id",
-                "native_thread_id",
-                "datastack_chunk",
-                "status",
-            ],
-        ),
+        THREAD_313,
         (
             "interpreter_frame",
             &[
@@ -142,18 +152,15 @@ static PY313: Shape = Shape {
             ],
         ),
         PYOBJECT,
-        ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+        TYPE_313,
         TUPLE,
         LIST,
         DICT,
         FLOAT,
         LONG,
         BYTES,
-        (
-            "unicode_object",
-            &["size", "state", "length", "asciiobject_size"],
-        ),
-        ("gc", &["size", "collecting"]),
+        UNICODE_313,
+        GC_313,
     ],
 };
 
@@ -219,24 +226,11 @@ static PY314: Shape = Shape {
     sections: &[
         RUNTIME,
         INTERP_314,
-        (
-            "thread_state",
-            &[
-                "size",
-                "prev",
-                "next",
-                "interp",
-                "current_frame",
-                "thread_id",
-                "native_thread_id",
-                "datastack_chunk",
-                "status",
-            ],
-        ),
+        THREAD_313,
         FRAME_314,
         CODE_314,
         PYOBJECT,
-        ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+        TYPE_313,
         TUPLE,
         LIST,
         SET,
@@ -244,11 +238,8 @@ static PY314: Shape = Shape {
         FLOAT,
         LONG,
         BYTES,
-        (
-            "unicode_object",
-            &["size", "state", "length", "asciiobject_size"],
-        ),
-        ("gc", &["size", "collecting"]),
+        UNICODE_313,
+        GC_313,
         GEN,
         LLIST,
         DEBUGGER,

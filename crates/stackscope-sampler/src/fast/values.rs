@@ -68,7 +68,7 @@ impl Values<'_> {
         let shown = match name.as_str() {
             "NoneType" => "None".to_owned(),
             "bool" => match self.int(addr)? {
-                Some(0) => "False".to_owned(),
+                Ok(0) => "False".to_owned(),
                 _ => "True".to_owned(),
             },
             "float" => {
@@ -79,9 +79,8 @@ impl Values<'_> {
                 format!("{:?}", f64::from_bits(bits))
             }
             _ if flags & LONG_SUBCLASS != 0 => match self.int(addr)? {
-                Some(v) => v.to_string(),
-                None if self.negative(addr)? => "-bigint".to_owned(),
-                None => "+bigint".to_owned(),
+                Ok(v) => v.to_string(),
+                Err(big) => big.to_owned(),
             },
             _ if flags & UNICODE_SUBCLASS != 0 => self.text(addr, budget)?,
             _ if flags & TUPLE_SUBCLASS != 0 && depth == 0 => {
@@ -110,12 +109,13 @@ impl Values<'_> {
         Some(shown)
     }
 
-    /// An int's value; None when it has more digits than [`MAX_DIGITS`].
-    fn int(&mut self, addr: usize) -> Option<Option<i64>> {
+    /// An int's value; for one with more digits than [`MAX_DIGITS`], `+bigint` or `-bigint`.
+    fn int(&mut self, addr: usize) -> Option<Result<i64, &'static str>> {
         let tag = usize_at(&self.remote.read(addr + self.objects.long_tag, 8).ok()?, 0)?;
+        let negative = tag & 3 == 2;
         let digits = tag >> 3;
         if digits > MAX_DIGITS {
-            return Some(None);
+            return Some(Err(if negative { "-bigint" } else { "+bigint" }));
         }
         let bytes = self
             .remote
@@ -125,12 +125,7 @@ impl Values<'_> {
             .filter_map(|i| u32_at(&bytes, 4 * i))
             .rev()
             .fold(0i64, |v, d| (v << DIGIT_BITS) | i64::from(d));
-        Some(Some(if tag & 3 == 2 { -magnitude } else { magnitude }))
-    }
-
-    fn negative(&mut self, addr: usize) -> Option<bool> {
-        let tag = usize_at(&self.remote.read(addr + self.objects.long_tag, 8).ok()?, 0)?;
-        Some(tag & 3 == 2)
+        Some(Ok(if negative { -magnitude } else { magnitude }))
     }
 
     /// A str as py-spy shows it: in double quotes, cut to the budget.

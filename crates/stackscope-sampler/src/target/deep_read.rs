@@ -13,7 +13,7 @@ use py_spy::StackTrace;
 use stackscope_event::Frame;
 use stackscope_native::{merge, EntryFrame};
 
-use super::PythonTarget;
+use super::{PythonTarget, ThreadStack};
 use crate::error::{classify_sample_error, SampleFailure};
 use crate::fast::{DeepFrame, DeepThread, ThreadRead};
 use crate::idle;
@@ -123,8 +123,6 @@ impl PythonTarget {
         self.thread_stack(trace, frames, active)
     }
 }
-
-use super::ThreadStack;
 
 /// The deep read of `thread`, when it has exactly the thread's frames (a thread that moved
 /// between the two reads, possible only unstopped, has none).
