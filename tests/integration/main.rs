@@ -20,6 +20,7 @@ mod gpu;
 mod hang_diagnosis;
 mod long_recordings;
 mod multinode;
+mod origins;
 mod proc_trees;
 mod py_versions;
 mod pyspy_scenarios;
