@@ -30,6 +30,7 @@ mod report_html;
 mod report_page;
 mod roles;
 mod subprocesses;
+mod thread_names;
 mod top;
 mod version;
 mod watch;
