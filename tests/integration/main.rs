@@ -11,6 +11,7 @@
 mod common;
 
 mod attach;
+mod compiled_code;
 mod containers;
 mod damaged_logs;
 mod dump;
