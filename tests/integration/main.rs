@@ -29,6 +29,7 @@ mod record;
 mod report;
 mod report_html;
 mod report_page;
+mod report_views;
 mod roles;
 mod subprocesses;
 mod thread_names;
