@@ -6,55 +6,59 @@
 //! own thread and only takes the lock to render the page. The sampler never sees either: it
 //! goes on sending to its channel with `try_send`, whatever a scraper does.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
-use stackscope_aggregate::{is_hung, GpuTag, GpuTagger};
-use stackscope_event::{Event, Frame, RankInfo, Timestamp};
+use stackscope_aggregate::{is_hung, GpuTag, GpuTagger, ProcessMotion};
+use stackscope_event::{Event, Frames, RankInfo, StackSample, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
 #[derive(Debug)]
 pub struct MetricsState {
     host: String,
     hang_after_nanos: u64,
-    processes: BTreeMap<u32, Progress>,
+    /// When each process last moved, by the hang rule's own comparison.
+    motion: ProcessMotion,
+    /// Each process's rank, read once: its environment does not change.
+    ranks: BTreeMap<u32, Option<u32>>,
     samples: u64,
     errors: u64,
     dropped: u64,
     /// The latest utilization of each GPU, for its gauge.
     gpu_utilization: BTreeMap<u32, f32>,
     /// The GPU state of each stack read, by the recording's own rule: stacks are held (as
-    /// nothing else) until the readings covering them are in.
-    gpu: GpuTagger<()>,
+    /// nothing else) until the readings covering them are in. `None` where the consumer tags
+    /// the stacks itself and hands them over tagged (`top`, [`MetricsState::count_tagged`]).
+    gpu: Option<GpuTagger<()>>,
     gpu_idle_samples: u64,
 }
 
-/// How one process moves: each thread's latest stack, and when any of them last changed.
-#[derive(Debug)]
-struct Progress {
-    rank: Option<u32>,
-    threads: HashMap<u64, u64>,
-    last_change: Timestamp,
-}
-
 impl MetricsState {
+    /// A state that tags the stacks it is given itself.
     pub fn new(hang_after_secs: f64, idle_below: f32) -> MetricsState {
+        MetricsState {
+            gpu: Some(GpuTagger::new(idle_below)),
+            ..MetricsState::told_tags(hang_after_secs)
+        }
+    }
+
+    /// A state told each stack's GPU state by its consumer ([`MetricsState::count_tagged`]).
+    pub fn told_tags(hang_after_secs: f64) -> MetricsState {
         MetricsState {
             host: stackscope_event::host_name().unwrap_or_default(),
             hang_after_nanos: (hang_after_secs * 1e9) as u64,
-            processes: BTreeMap::new(),
+            motion: ProcessMotion::default(),
+            ranks: BTreeMap::new(),
             samples: 0,
             errors: 0,
             dropped: 0,
             gpu_utilization: BTreeMap::new(),
-            gpu: GpuTagger::new(idle_below),
+            gpu: None,
             gpu_idle_samples: 0,
         }
     }
@@ -70,50 +74,76 @@ impl MetricsState {
             ),
             Event::SampleError(error) => {
                 self.errors += 1;
-                self.gpu.observe(error.time);
+                if let Some(gpu) = self.gpu.as_mut() {
+                    gpu.observe(error.time);
+                }
                 self.count_gpu_idle();
             }
             Event::Gpu(sample) => {
                 if let Some(u) = sample.utilization {
                     self.gpu_utilization.insert(sample.device, u);
                 }
-                self.gpu.add_gpu(sample);
+                if let Some(gpu) = self.gpu.as_mut() {
+                    gpu.add_gpu(sample);
+                }
                 self.count_gpu_idle();
             }
             Event::Process(process) => {
                 if process.kind == stackscope_event::ProcessEventKind::Exited {
-                    self.processes.remove(&process.pid);
+                    self.forget(process.pid, process.time);
                 }
             }
         }
     }
 
-    /// One thread's stack at `time`: what `watch`, which reads stacks itself, calls directly.
-    pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &[Frame], time: Timestamp) {
-        self.samples += 1;
-        self.gpu.hold(time, ());
+    /// One thread's stack at `time`, to be tagged here: what `watch`, which reads stacks
+    /// itself, calls directly.
+    pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &Frames, time: Timestamp) {
+        self.count_stack(pid, thread, frames, time);
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.hold(time, ());
+        }
         self.count_gpu_idle();
-        // The hang rule looks at Python frames: native frames move in a thread stuck in Python
-        // (a spin-wait, a retried syscall).
-        let mut hasher = DefaultHasher::new();
-        for frame in frames.iter().filter(|f| !f.native) {
-            frame.hash(&mut hasher);
-        }
-        let signature = hasher.finish();
-        let process = self.processes.entry(pid).or_insert_with(|| Progress {
-            // Read once per process: its environment does not change.
-            rank: RankInfo::of_process(pid).rank,
-            threads: HashMap::new(),
-            last_change: time,
-        });
-        if process.threads.insert(thread, signature) != Some(signature) {
-            process.last_change = process.last_change.max(time);
-        }
     }
 
-    /// A process the consumer no longer follows.
-    pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+    /// A stack sample its consumer has tagged: `top`, whose table tags each sample once.
+    pub fn count_tagged(&mut self, sample: &StackSample, tag: GpuTag) {
+        self.count_stack(
+            sample.pid,
+            sample.thread.python_thread_id,
+            &sample.frames,
+            sample.time,
+        );
+        self.gpu_idle_samples += u64::from(tag == GpuTag::Idle);
+    }
+
+    fn count_stack(&mut self, pid: u32, thread: u64, frames: &Frames, time: Timestamp) {
+        self.samples += 1;
+        self.ranks
+            .entry(pid)
+            .or_insert_with(|| RankInfo::of_process(pid).rank);
+        self.motion.sample(pid, thread, frames, time);
+    }
+
+    /// After a full read of process `pid` found threads `alive`: those that ended moved.
+    pub fn keep_threads(&mut self, pid: u32, alive: &[u64], time: Timestamp) {
+        self.motion.keep_threads(pid, alive, time);
+    }
+
+    /// When the job last moved (a stack changed, a thread or process came or went).
+    pub fn last_move(&self) -> Option<Timestamp> {
+        self.motion.last_move()
+    }
+
+    /// The GPU readings and the rule that tag stacks here; `None` for a state told the tags.
+    pub fn gpu(&self) -> Option<&GpuTagger<()>> {
+        self.gpu.as_ref()
+    }
+
+    /// A process the consumer no longer follows, since `time`.
+    pub fn forget(&mut self, pid: u32, time: Timestamp) {
+        self.motion.forget(pid, time);
+        self.ranks.remove(&pid);
     }
 
     pub fn add_errors(&mut self, errors: u64) {
@@ -128,8 +158,9 @@ impl MetricsState {
     /// Counts the held stacks whose GPU state is now known.
     fn count_gpu_idle(&mut self) {
         let idle = &mut self.gpu_idle_samples;
-        self.gpu
-            .release(|_, (), tag| *idle += u64::from(tag == GpuTag::Idle));
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.release(|_, (), tag| *idle += u64::from(tag == GpuTag::Idle));
+        }
     }
 
     /// The page, in Prometheus's text exposition format (version 0.0.4).
@@ -139,10 +170,11 @@ impl MetricsState {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
         };
-        let labels = |pid: u32, p: &Progress| {
+        let labels = |pid: u32| {
+            let rank = self.ranks.get(&pid).copied().flatten();
             format!(
                 "pid=\"{pid}\",rank=\"{}\",host=\"{}\"",
-                p.rank.map(|r| r.to_string()).unwrap_or_default(),
+                rank.map(|r| r.to_string()).unwrap_or_default(),
                 escape(&self.host)
             )
         };
@@ -153,15 +185,10 @@ impl MetricsState {
             "1 while no thread of the process has changed its Python stack for --hang-after \
              seconds, whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
         );
-        for (pid, p) in &self.processes {
-            let unchanged = now.0.saturating_sub(p.last_change.0);
+        for (pid, moved_at) in self.motion.processes() {
+            let unchanged = now.0.saturating_sub(moved_at.0);
             let hung = is_hung(unchanged, self.hang_after_nanos);
-            let _ = writeln!(
-                out,
-                "stackscope_hung{{{}}} {}",
-                labels(*pid, p),
-                u8::from(hung)
-            );
+            let _ = writeln!(out, "stackscope_hung{{{}}} {}", labels(pid), u8::from(hung));
         }
         header(
             &mut out,
@@ -169,12 +196,12 @@ impl MetricsState {
             "gauge",
             "Seconds since any thread of the process last changed its stack.",
         );
-        for (pid, p) in &self.processes {
-            let unchanged = now.0.saturating_sub(p.last_change.0) as f64 / 1e9;
+        for (pid, moved_at) in self.motion.processes() {
+            let unchanged = now.0.saturating_sub(moved_at.0) as f64 / 1e9;
             let _ = writeln!(
                 out,
                 "stackscope_stack_unchanged_seconds{{{}}} {unchanged:.3}",
-                labels(*pid, p)
+                labels(pid)
             );
         }
         for (name, help, value) in [
@@ -245,25 +272,38 @@ pub use stackscope_aggregate::DEFAULT_HANG_AFTER_SECS;
 /// this is dropped.
 pub struct MetricsEndpoint {
     pub state: SharedMetrics,
-    _server: MetricsServer,
+    _server: Option<MetricsServer>,
 }
 
 impl MetricsEndpoint {
+    /// The state and its server when `addr` asks for them.
     pub fn start(
         addr: Option<&str>,
         hang_after_secs: f64,
         idle_below: f32,
     ) -> anyhow::Result<Option<MetricsEndpoint>> {
-        let Some(addr) = addr else {
-            return Ok(None);
+        addr.map(|addr| {
+            MetricsEndpoint::serve(Some(addr), MetricsState::new(hang_after_secs, idle_below))
+        })
+        .transpose()
+    }
+
+    /// Shares `state`, and serves it where `addr` says: a consumer that keeps the state for
+    /// itself too (`watch` reads its hang rule and GPU state from it).
+    pub fn serve(addr: Option<&str>, state: MetricsState) -> anyhow::Result<MetricsEndpoint> {
+        let state = Arc::new(Mutex::new(state));
+        let server = match addr {
+            Some(addr) => {
+                let server = MetricsServer::start(addr, state.clone())?;
+                eprintln!("stackscope: Prometheus metrics at http://{addr}/metrics");
+                Some(server)
+            }
+            None => None,
         };
-        let state = Arc::new(Mutex::new(MetricsState::new(hang_after_secs, idle_below)));
-        let server = MetricsServer::start(addr, state.clone())?;
-        eprintln!("stackscope: Prometheus metrics at http://{addr}/metrics");
-        Ok(Some(MetricsEndpoint {
+        Ok(MetricsEndpoint {
             state,
             _server: server,
-        }))
+        })
     }
 }
 
@@ -345,8 +385,8 @@ fn content_type(value: &str) -> tiny_http::Header {
 mod tests {
     use super::*;
 
-    fn frames(line: u32) -> Vec<Frame> {
-        vec![Frame::python("step", "train.py", line)]
+    fn frames(line: u32) -> Frames {
+        vec![stackscope_event::Frame::python("step", "train.py", line)].into()
     }
 
     fn secs(s: u64) -> Timestamp {

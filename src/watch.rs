@@ -1,23 +1,19 @@
 //! `stackscope watch`: stays attached at a low rate for as long as the job runs, and writes a
 //! hang report by itself when the job's stacks stop changing.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use stackscope_aggregate::{
-    find_stragglers, GpuHangState, GpuTagger, HangDetector, HangEvent, HangGpu,
-};
-use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
+use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent, HangGpu};
+use stackscope_event::{Batch, ProcessDump, Timestamp};
 use stackscope_sampler::{
-    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
+    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions,
 };
 
 use crate::config::{ensure_writable_dir, WatchConfig};
-use crate::metrics::{self, MetricsEndpoint, SharedMetrics};
+use crate::metrics::{self, MetricsEndpoint, MetricsState};
 use crate::session::{GpuSource, Producers, Session, Wake};
 use crate::signals::{Request, Signals};
 
@@ -30,12 +26,13 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let root = Root::attach(config.pid, &options, config.subprocesses)?;
     create_private_dir(&config.out_dir)?;
     ensure_writable_dir(&config.out_dir)?;
-    let metrics = MetricsEndpoint::start(
+    // The one fold of the run: the stacks' motion and the GPU's state, which the hang rule
+    // reads here and the metrics endpoint (when asked for) serves.
+    let endpoint = MetricsEndpoint::serve(
         config.metrics_addr.as_deref(),
-        config.hang_after_secs,
-        config.gpu.idle_below,
+        MetricsState::new(config.hang_after_secs, config.gpu.idle_below),
     )?;
-    let metrics = metrics.as_ref().map(|m| &m.state);
+    let live = &endpoint.state;
     let mut set = ProcessSet::from_root(root, config.subprocesses, options);
     // The GPU side and the signals; watch reads the stacks itself, at its own low rate.
     let mut session = Session::start(
@@ -47,7 +44,6 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             sampler: None,
         },
     )?;
-    let mut gpu_state = GpuTagger::<()>::new(config.gpu.idle_below);
     let mut detector = HangDetector::new(config.hang_after_secs);
     let rate_hz = config.rate_hz;
     let mut timer = SampleTimer::new(rate_hz);
@@ -63,7 +59,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     while !session.signals().stop_requested() {
         match session.wait(Some(timer.next_tick())) {
             Wake::Batch(batch) => {
-                take_gpu_readings(&mut gpu_state, batch, metrics);
+                take_gpu_readings(&mut metrics::lock(live), batch);
                 continue;
             }
             Wake::Signal(Request::Stop) => break,
@@ -73,26 +69,30 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         timer.tick_now();
         let now = Timestamp::now();
         set.rescan(now);
-        let Some(signature) = read_signature(&mut set, now, metrics) else {
+        if read_stacks(&mut set, now, &mut metrics::lock(live)).is_none() {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
             );
             break;
-        };
+        }
         // A launcher that has not started Python yet (or whose Python processes have all
         // ended) has no stacks to be stuck in.
         if set.targets().is_empty() {
             continue;
         }
-        let gpu_idle = gpu_state.tag_at(now).idle();
-        match detector.observe(now, signature) {
+        let (moved_at, gpu) = {
+            let live = metrics::lock(live);
+            let gpu = live.gpu().map(|gpu| HangGpuReading {
+                idle: gpu.tag_at(now).idle(),
+                utilization: gpu.utilization_at(now),
+                recent: gpu.recent_means(gpu_window_start(now, config.hang_after_secs)),
+            });
+            (live.last_move(), gpu.unwrap_or_default())
+        };
+        let Some(moved_at) = moved_at else { continue };
+        match detector.observe(now, moved_at) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let gpu = HangGpuReading {
-                    idle: gpu_idle,
-                    utilization: gpu_state.utilization_at(now),
-                    recent: gpu_state.recent_means(gpu_window_start(now, config.hang_after_secs)),
-                };
                 let (path, classified) = write_hang_report(&config, unchanged_secs, &gpu)?;
                 reports += 1;
                 if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
@@ -106,7 +106,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
                     config.pid,
                     unchanged_secs,
                     match classified {
-                        Some(g) => format!(", GPU {}", state_name(g.state)),
+                        Some(g) => format!(", GPU {}", g.state.name()),
                         None => String::new(),
                     },
                     path.display()
@@ -123,16 +123,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A fingerprint of every thread's stack in every followed process; `None` once the root is
+/// Reads every thread's stack in every followed process into `live`; `None` once the root is
 /// gone. Threads stopped by someone else count as unchanged.
-fn read_signature(
-    set: &mut ProcessSet,
-    now: Timestamp,
-    metrics: Option<&SharedMetrics>,
-) -> Option<u64> {
-    let mut threads: Vec<ThreadKey> = Vec::new();
+fn read_stacks(set: &mut ProcessSet, now: Timestamp, live: &mut MetricsState) -> Option<()> {
     let mut gone = Vec::new();
-    let mut metrics = metrics.map(metrics::lock);
     for target in set.targets_mut() {
         let pid = target.pid();
         if procfs::is_stopped(pid) {
@@ -140,71 +134,35 @@ fn read_signature(
         }
         match target.read_stacks() {
             Ok(stacks) => {
-                if let Some(m) = metrics.as_mut() {
-                    for s in &stacks {
-                        m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now);
-                    }
+                for s in &stacks {
+                    live.observe_stack(pid, s.thread.python_thread_id, &s.frames, now);
                 }
-                threads.extend(stacks.into_iter().map(|s| key(pid, s)))
+                let alive: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
+                live.keep_threads(pid, &alive, now);
             }
             Err(_) if !procfs::is_alive(pid) => gone.push(pid),
             // A torn read says nothing about progress.
-            Err(_) => {
-                if let Some(m) = metrics.as_mut() {
-                    m.add_errors(1);
-                }
-            }
+            Err(_) => live.add_errors(1),
         }
     }
     for pid in gone {
-        if let Some(m) = metrics.as_mut() {
-            m.forget(pid);
-        }
+        live.forget(pid, now);
         set.remove(pid, now);
     }
-    if !set.has_root() {
-        return None;
-    }
-    threads.sort();
-    let mut hasher = DefaultHasher::new();
-    threads.hash(&mut hasher);
-    Some(hasher.finish())
+    set.has_root().then_some(())
 }
 
-/// A thread and where it is: process, Python thread id, and each frame's function, file, line.
-type ThreadKey = (u32, u64, Vec<(String, String, u32)>);
-
-fn key(pid: u32, stack: ThreadStack) -> ThreadKey {
-    (
-        pid,
-        stack.thread.python_thread_id,
-        stack
-            .frames
-            .iter()
-            .map(|f| (f.function.to_string(), f.file.to_string(), f.line))
-            .collect(),
-    )
-}
-
-/// Takes a batch of GPU readings into the tagger that tags a recording's
-/// samples: `watch` asks it for the GPU state at the instant it read the stacks, by the same
-/// rule (the mean of the devices with a reading covering that instant, or the nearest within
-/// reach).
-fn take_gpu_readings(gpu: &mut GpuTagger<()>, batch: Batch, metrics: Option<&SharedMetrics>) {
-    let mut metrics = metrics.map(metrics::lock);
+/// Takes a batch of GPU readings into the run's state: `watch` asks its tagger for the GPU
+/// state at the instant it read the stacks, by the recording's rule (the mean of the devices
+/// with a reading covering that instant, or the nearest within reach).
+fn take_gpu_readings(live: &mut MetricsState, batch: Batch) {
     for event in batch {
-        if let Some(m) = metrics.as_mut() {
-            m.observe(&event);
-        }
-        if let Event::Gpu(sample) = event {
-            gpu.add_gpu(&sample);
-        }
+        live.observe(&event);
     }
-    // Nothing is held: releasing only forgets readings too old to matter.
-    gpu.release(|_, (), _| {});
 }
 
 /// What the GPU did when a hang was found.
+#[derive(Default)]
 struct HangGpuReading {
     /// The recording's rule at the instant (`gpu_idle` of the report's JSON).
     idle: Option<bool>,
@@ -243,15 +201,6 @@ fn frozen_in_cuda_wait(processes: &[ProcessDump]) -> bool {
         .flat_map(|p| &p.threads)
         .flat_map(|t| &t.frames)
         .any(|f| f.native && CUDA_WAITS.iter().any(|w| f.function.contains(w)))
-}
-
-/// `idle`, `busy_low_sm`, `busy`: the state as the report's JSON names it.
-fn state_name(state: GpuHangState) -> &'static str {
-    match state {
-        GpuHangState::Idle => "idle",
-        GpuHangState::BusyLowSm => "busy_low_sm",
-        GpuHangState::Busy => "busy",
-    }
 }
 
 /// Writes the report's two files; gives the text's path and the GPU's class of the hang.
@@ -415,7 +364,7 @@ fn report_order(base: &str) -> (String, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_event::GpuSample;
+    use stackscope_event::{Event, GpuSample};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -436,8 +385,9 @@ mod tests {
             reading(2 * SEC, 0, 90.0),
             reading(2 * SEC, 1, 90.0),
         ];
-        let mut gpu = GpuTagger::<()>::new(30.0);
-        take_gpu_readings(&mut gpu, batch, None);
+        let mut live = MetricsState::new(300.0, 30.0);
+        take_gpu_readings(&mut live, batch);
+        let gpu = live.gpu().expect("watch tags its stacks");
         // The readings covering the instant decide, by the devices' mean: 20% is idle.
         assert_eq!(gpu.tag_at(Timestamp(SEC / 2)).idle(), Some(true));
         assert_eq!(gpu.utilization_at(Timestamp(SEC / 2)), Some(20.0));

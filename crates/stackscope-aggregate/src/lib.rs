@@ -38,10 +38,10 @@ mod verdict;
 pub use compiled::{compiled_code, CompiledCode};
 pub use fold::{
     AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
-    FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, RecordingMeta,
-    StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets, TopFunctions,
-    BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES, OTHER_PROCESSES,
-    OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
+    FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,
+    RecordingMeta, StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets,
+    TopFunctions, BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES,
+    OTHER_PROCESSES, OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
 };
 pub use gpu::{
     is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,
@@ -49,10 +49,9 @@ pub use gpu::{
 };
 pub use jobs::{
     find_stragglers, group_threads, helper_kind, is_hung, merge_dumps, merge_recordings,
-    rank_ranges, rerooted, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu,
-    HostedProcess, MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow,
-    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
-    DEFAULT_HANG_AFTER_SECS,
+    rank_ranges, rerooted, FrozenThread, HangDetector, HangEvent, HangGpu, HostedProcess,
+    MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
+    RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, DEFAULT_HANG_AFTER_SECS,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};

@@ -11,8 +11,7 @@ mod ranks;
 
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{
-    is_hung, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu, Stuck,
-    DEFAULT_HANG_AFTER_SECS,
+    is_hung, FrozenThread, HangDetector, HangEvent, HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS,
 };
 pub use helpers::{helper_by_command_line, helper_kind};
 pub use merge::{
