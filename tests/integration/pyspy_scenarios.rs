@@ -234,5 +234,19 @@ fn record_duration_ends_each_scenario_with_status_0() {
             "{scenario}: no {function} in the recording\n{}",
             folded.excerpt()
         );
+        // The job is its process tree: the terminal and summary.json say how many processes
+        // were followed (the pool: main, three workers, the resource tracker).
+        let followed = num(&out.summary()["processes_followed"], "processes_followed") as u64;
+        let least = if scenario == "spawned workers" { 4 } else { 1 };
+        assert!(
+            followed >= least,
+            "{scenario}: {followed} processes followed"
+        );
+        assert!(
+            run.stdout
+                .contains(&format!("Processes followed: {followed}\n")),
+            "{scenario}:\n{}",
+            run.stdout
+        );
     }
 }

@@ -313,6 +313,7 @@ fn no_subprocesses_leaves_the_child_unsampled() {
         "the child in summary processes with --no-subprocesses: {}",
         summary["processes"]
     );
+    assert_eq!(summary["processes_followed"], 1, "{summary:#}");
     assert_not_stopped(parent);
     assert_not_stopped(child);
 }
