@@ -105,9 +105,15 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
         }
     };
     let pid = target.pid();
+    // Whether the processes below it are sampled too, said where the user looks first.
+    let tree = if config.subprocesses {
+        " and the processes below it"
+    } else {
+        " alone (--no-subprocesses)"
+    };
     match &target {
         Root::Python(_) => eprintln!(
-            "stackscope: sampling process {pid} ({}) at {} Hz; Ctrl-C to stop",
+            "stackscope: sampling process {pid} ({}){tree} at {} Hz; Ctrl-C to stop",
             target.describe(),
             config.rate_hz
         ),
