@@ -25,6 +25,7 @@
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
+mod compiled;
 mod fold;
 mod gpu;
 mod jobs;
@@ -34,6 +35,7 @@ pub mod top;
 mod trace;
 mod verdict;
 
+pub use compiled::{compiled_code, CompiledCode};
 pub use fold::{
     AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
     FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,

@@ -66,6 +66,15 @@ pub struct Summary {
     /// Empty when following one process.
     #[serde(default)]
     pub processes: Vec<ProcessSummary>,
+    /// How many processes the recording followed: the target and every process below it that
+    /// was sampled (those folded into `[other processes]` too); 1 when it kept to the target
+    /// (`--no-subprocesses`).
+    #[serde(default)]
+    pub processes_followed: u64,
+    /// The thread most of whose samples are below one Python line, in compiled code, and the
+    /// line that points at `--native` ([`crate::compiled`]); null when none is.
+    #[serde(default)]
+    pub compiled_code: Option<crate::CompiledCode>,
     pub top_functions: TopFunctions,
     pub notices: Vec<String>,
     /// The caps on the aggregate's tables that were reached, each saying what became of what
@@ -191,6 +200,12 @@ impl Aggregator {
             exit_signal: meta.exit_signal,
             threads: self.thread_summaries(),
             processes: self.process_summaries(),
+            processes_followed: self.processes_followed(),
+            compiled_code: if self.config.include_idle {
+                None
+            } else {
+                crate::compiled_code(&self.table)
+            },
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),
             notices: meta.notices.clone(),
             caps_reached: self.caps_reached(),
@@ -379,6 +394,14 @@ impl Aggregator {
             });
         }
         threads
+    }
+
+    fn processes_followed(&self) -> u64 {
+        if self.config.process_root {
+            (self.processes.len() as u64 + self.processes.folded().processes).max(1)
+        } else {
+            1
+        }
     }
 
     fn process_summaries(&self) -> Vec<ProcessSummary> {

@@ -7,15 +7,16 @@ use inferno::flamegraph::{from_lines, Options};
 
 use crate::ReportError;
 
-/// Writes an interactive SVG flamegraph of `lines` (stack, count). An empty profile, which
-/// inferno refuses, gets a small SVG that says there were no samples, so every output file
-/// is always a valid SVG.
+/// Writes an interactive SVG flamegraph of `lines` (stack, count), each run of Python's
+/// import-machinery frames drawn as one frame ([`crate::import_frames`]). An empty profile,
+/// which inferno refuses, gets a small SVG that says there were no samples, so every output
+/// file is always a valid SVG.
 pub fn write_flamegraph<W: Write>(
     lines: &[(String, u64)],
     title: &str,
     mut w: W,
 ) -> Result<(), ReportError> {
-    let text: Vec<String> = lines
+    let text: Vec<String> = crate::import_frames::fold_lines(lines)
         .iter()
         .filter(|(_, count)| *count > 0)
         .map(|(stack, count)| format!("{stack} {count}"))

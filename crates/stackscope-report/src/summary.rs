@@ -41,6 +41,9 @@ pub fn write_text_summary<W: Write>(
     for notice in &summary.notices {
         writeln!(w, "note: {notice}")?;
     }
+    if let Some(compiled) = &summary.compiled_code {
+        writeln!(w, "Compiled code: {}", compiled.line)?;
+    }
     for cap in &summary.caps_reached {
         writeln!(w, "cap reached: {cap}")?;
     }
@@ -160,6 +163,7 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
 }
 
 fn write_processes<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    writeln!(w, "Processes followed: {}", s.processes_followed.max(1))?;
     if s.processes.is_empty() {
         return Ok(());
     }

@@ -1,4 +1,5 @@
-//! Thread names that stay true when the interpreter reuses thread idents.
+//! Thread names that stay true when the interpreter reuses thread idents, and the main
+//! thread's name before `threading` gives it one.
 //!
 //! Python hands a finished thread's ident (`threading.get_ident()`) to the next thread it
 //! starts, and py-spy caches names by that ident, so a target that starts short threads all the
@@ -7,8 +8,28 @@
 //! be looked up again.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::target::ThreadStack;
+
+/// The name `threading` gives Python's main thread.
+pub const MAIN_THREAD_NAME: &str = "MainThread";
+
+/// Names Python's main thread `MainThread` when nothing named it: names are read from
+/// `threading._active`, which does not exist until something imports `threading`. Whether it
+/// is imported at startup depends on the installation, not on the job: a base interpreter whose
+/// site-packages holds a `.pth` that imports it (setuptools' `distutils-precedence.pth`) names
+/// the main thread from the start, the same interpreter run through a venv's `bin/python` (no
+/// such `.pth`) does not. The main thread is the one Python starts on, the process's first OS
+/// thread (its id is the pid), and `threading` names it `MainThread` whenever it is imported.
+/// Threads started with `_thread` alone stay unnamed, as `threading` does not know them.
+pub fn name_the_main_thread(stacks: &mut [ThreadStack], pid: u32) {
+    for stack in stacks {
+        if stack.thread.name.is_none() && stack.thread.os_thread_id == Some(u64::from(pid)) {
+            stack.thread.name = Some(Arc::from(MAIN_THREAD_NAME));
+        }
+    }
+}
 
 /// Idents kept at most: a thread-churning target must not grow this without bound.
 const MAX_TRACKED: usize = 65_536;
@@ -63,6 +84,26 @@ mod tests {
             frames: Vec::new().into(),
             raw: None,
         }
+    }
+
+    #[test]
+    fn the_unnamed_leader_is_the_main_thread() {
+        let mut stacks = [
+            stack(1, 500, "x"),
+            stack(2, 501, "y"),
+            stack(3, 502, "worker"),
+        ];
+        stacks[0].thread.name = None;
+        stacks[1].thread.name = None;
+        name_the_main_thread(&mut stacks, 500);
+        assert_eq!(stacks[0].thread.name.as_deref(), Some(MAIN_THREAD_NAME));
+        // A thread `_thread` started: no name, as `threading` gives it none.
+        assert_eq!(stacks[1].thread.name, None);
+        assert_eq!(stacks[2].thread.name.as_deref(), Some("worker"));
+        // A main thread renamed through `threading` keeps its name.
+        let mut renamed = [stack(1, 500, "trainer")];
+        name_the_main_thread(&mut renamed, 500);
+        assert_eq!(renamed[0].thread.name.as_deref(), Some("trainer"));
     }
 
     #[test]

@@ -167,7 +167,7 @@ fn with_descendants_hint(error: AttachError) -> AttachError {
         let shown: Vec<String> = found.iter().take(5).map(u32::to_string).collect();
         let more = if found.len() > 5 { ", ..." } else { "" };
         format!(
-            "; Python runs below it (pid {}{more}): add --subprocesses to follow it",
+            "; Python runs below it (pid {}{more}): leave out --no-subprocesses to follow it",
             shown.join(", ")
         )
     };

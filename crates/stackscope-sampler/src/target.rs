@@ -234,6 +234,7 @@ impl PythonTarget {
                 fast.forget_thread_name(ident);
             }
         }
+        crate::names::name_the_main_thread(&mut stacks, self.pid);
         Ok(stacks)
     }
 

@@ -16,6 +16,8 @@ use stackscope_aggregate::{
 };
 use stackscope_event::{GpuSample, Timestamp};
 
+use crate::import_frames::{fold_runs, is_import_frame, FOLDED_IMPORT_FRAME};
+
 /// GPU points per device at most: finer than any screen shows.
 pub const MAX_GPU_POINTS: usize = 4000;
 /// The prefix of a simulated device's UUID (`stackscope demo`): the page says so.
@@ -277,6 +279,7 @@ struct Dense {
     frame_functions: Vec<i64>,
     function_ids: HashMap<u32, i64>,
     function_labels: Vec<String>,
+    folded_import: Option<u32>,
 }
 
 impl Dense {
@@ -289,9 +292,27 @@ impl Dense {
             .get(stack as usize)
             .map(|entry| entry.frames.iter().map(|&f| self.frame(table, f)).collect())
             .unwrap_or_default();
+        // Drawn as the SVG draws it: each run of import-machinery frames as one frame.
+        let folded = self.folded_import_frame();
+        let labels = &self.frame_labels;
+        let frames = fold_runs(&frames, |&f| is_import_frame(&labels[f as usize]), folded);
         let id = self.stacks.len() as u32;
         self.stacks.push(frames);
         self.stack_ids.insert(stack, id);
+        id
+    }
+
+    /// The page's one frame for a run of import-machinery frames, made when first needed.
+    fn folded_import_frame(&mut self) -> u32 {
+        if let Some(id) = self.folded_import {
+            return id;
+        }
+        let function = self.function_labels.len() as i64;
+        self.function_labels.push(FOLDED_IMPORT_FRAME.to_owned());
+        let id = self.frame_labels.len() as u32;
+        self.frame_labels.push(FOLDED_IMPORT_FRAME.to_owned());
+        self.frame_functions.push(function);
+        self.folded_import = Some(id);
         id
     }
 

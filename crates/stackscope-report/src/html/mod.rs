@@ -55,6 +55,26 @@ pub fn write_report_html<W: Write>(
     write_page(&data, w)
 }
 
+/// The flamegraph's GPU views, or, in a recording without GPU data (where they could only be
+/// empty), the one line that says why there are none.
+fn gpu_views(data: &PageData) -> String {
+    if !data.gpus.is_empty() {
+        return "<button data-view=\"idle\">GPU idle</button>\
+                <button data-view=\"busy\">GPU busy</button>\
+                <button data-view=\"diff\">difference</button>"
+            .to_owned();
+    }
+    let why = match data.gpu_unavailable.as_deref() {
+        Some(why) if !why.is_empty() => format!(": {why}"),
+        _ => String::new(),
+    };
+    format!(
+        "<span id=\"no-gpu-views\">No GPU idle, busy or difference views: this recording \
+         has no GPU data{}</span>",
+        escape(&why)
+    )
+}
+
 /// Writes the page for already built data.
 pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
     let json = serde_json::to_string(data).map_err(std::io::Error::other)?;
@@ -79,10 +99,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <div id=\"timeline-legend\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
          <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
          <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
-         <button data-view=\"all\">all samples</button>\
-         <button data-view=\"idle\">GPU idle</button>\
-         <button data-view=\"busy\">GPU busy</button>\
-         <button data-view=\"diff\">difference</button></span>\n\
+         <button data-view=\"all\">all samples</button>{}</span>\n\
          <input id=\"search\" type=\"search\" placeholder=\"search functions\">\n\
          <button id=\"reset-zoom\">reset zoom</button>\n\
          <button id=\"whole\">whole recording</button>\n\
@@ -96,6 +113,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
          <script>\n{SERIES_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
          </body>\n</html>\n",
+        gpu_views(data),
         data.samples
     )?;
     Ok(())
