@@ -18,6 +18,7 @@ mod folded;
 mod gpu_chart;
 mod gpu_csv;
 pub mod html;
+mod markup;
 mod merge;
 mod outputs;
 mod rebuild;
