@@ -5,6 +5,7 @@ use std::io::Write;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 use inferno::flamegraph::{from_lines, Options};
 
+use crate::markup::escape;
 use crate::ReportError;
 
 /// Writes an interactive SVG flamegraph of `lines` (stack, count), each run of Python's
@@ -37,7 +38,7 @@ pub fn write_flamegraph<W: Write>(
 }
 
 fn write_empty_svg<W: Write>(title: &str, mut w: W) -> Result<(), ReportError> {
-    let title = escape_xml(title);
+    let title = escape(title);
     write!(
         w,
         r##"<?xml version="1.0" standalone="no"?>
@@ -50,21 +51,6 @@ fn write_empty_svg<W: Write>(title: &str, mut w: W) -> Result<(), ReportError> {
     )?;
     w.flush()?;
     Ok(())
-}
-
-pub(crate) fn escape_xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -11,12 +11,25 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    Aggregator, Cycle, IdlePath, RecordingMeta, Role, StackTable, Summary, ThreadRole, Verdict,
-    VerdictClass,
+    Aggregator, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
+    StackTable, Summary, ThreadRole, Verdict, VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
 
 use crate::import_frames::{fold_runs, is_import_frame, FOLDED_IMPORT_FRAME};
+/// What a merged page carries beyond a single recording's.
+#[derive(Debug, Serialize)]
+pub struct MergedPage {
+    /// `2 recordings merged, 8 ranks`.
+    pub title: String,
+    /// The recording directories, as given.
+    pub sources: Vec<String>,
+    /// The rank table, as `merge` prints it and its `summary.json` holds it.
+    pub ranks: Vec<RankRow>,
+    pub most_different: Option<OddRank>,
+    /// Each recording's own verdict, by whose recording it is.
+    pub verdicts: Vec<RecordingVerdict>,
+}
 
 /// GPU points per device at most: finer than any screen shows.
 pub const MAX_GPU_POINTS: usize = 4000;
@@ -65,7 +78,7 @@ pub struct PageData {
     pub gpus: Vec<PageGpu>,
     /// What a page of merged recordings (`stackscope merge DIR...`) adds: its rank table.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub merged: Option<super::merged::MergedPage>,
+    pub merged: Option<MergedPage>,
 }
 
 /// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is

@@ -18,9 +18,11 @@ use std::io::Write;
 
 use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 
+pub use data::MergedPage;
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
-pub use merged::{merged_page_data, MergedPage, RankPage};
+pub use merged::{merged_page_data, RankPage};
 
+use crate::markup::escape;
 use crate::ReportError;
 
 /// The page may load nothing: no script, style, image, font or connection from outside
@@ -237,22 +239,6 @@ fn subject(data: &PageData) -> String {
     } else {
         format!("pid {} ({command})", data.pid)
     }
-}
-
-/// Escapes text for HTML element content and attribute values.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 //! is walked afresh (a read per thread) only when those no longer link up: a thread started
 //! or ended.
 
-use super::attempt::{Attempt, Globals};
-use super::error::ReadError;
-use super::layout::{usize_at, Layout};
-use super::remote::Remote;
-use super::snapshot::TsWords;
-use super::thread_model::Known;
+use crate::fast::error::ReadError;
+use crate::fast::layout::{usize_at, Layout};
+use crate::fast::memory::remote::Remote;
+use crate::fast::memory::snapshot::TsWords;
+use crate::fast::read::attempt::{Attempt, Globals};
+use crate::fast::read::thread_model::Known;
 
 /// py-spy's bound on the list, against loops in torn links.
 const MAX_THREADS: usize = 4096;

@@ -23,7 +23,7 @@
 use std::io;
 use std::sync::atomic::{fence, Ordering};
 
-use super::addrmap::TidMap;
+use crate::fast::memory::addrmap::TidMap;
 
 /// `perf_event_attr`, as far as version 8 of the structure (128 bytes).
 #[repr(C)]

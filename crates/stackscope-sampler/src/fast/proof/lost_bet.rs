@@ -1,18 +1,18 @@
 //! After a lost bet: the sleepers taken as still on the GIL's word, when the GIL shows that
 //! some thread other than its holder ran, are proven where they were by their switch rings
-//! ([`super::switches`]) where they have one, and otherwise read for their still proofs
-//! ([`super::still`]), as one more system call of the sample.
+//! ([`crate::fast::proof::switches`]) where they have one, and otherwise read for their still proofs
+//! ([`crate::fast::proof::still`]), as one more system call of the sample.
 
-use super::attempt::Attempt;
-use super::error::ReadError;
-use super::switches::OffCpu;
-use super::thread_model::Outcome;
-use super::FastReader;
+use crate::fast::error::ReadError;
+use crate::fast::proof::switches::OffCpu;
+use crate::fast::read::attempt::Attempt;
+use crate::fast::read::thread_model::Outcome;
+use crate::fast::FastReader;
 
 impl FastReader {
     /// After a lost bet: the threads taken as still on the GIL's word that may have run
     /// (`first.quiet_failed`, by position in `all`) get their outcomes and states in `first`.
-    pub(super) fn reread_lost_bet(
+    pub(in crate::fast) fn reread_lost_bet(
         &mut self,
         first: &mut Attempt,
         all: &[usize],

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use stackscope_event::Frames;
 
-use super::gil::GilWords;
-use super::recent::RecentStacks;
-use super::snapshot::TsWords;
-use super::stack::Extra;
-use super::switches::OffCpu;
+use crate::fast::memory::snapshot::TsWords;
+use crate::fast::proof::gil::GilWords;
+use crate::fast::proof::switches::OffCpu;
+use crate::fast::read::recent::RecentStacks;
+use crate::fast::read::stack::Extra;
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub(crate) struct Known {
     pub extra: Vec<Extra>,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
-    /// Its Python state as last read ([`super::attempt::signature`]; 0: none yet): where the
+    /// Its Python state as last read ([`crate::fast::read::attempt::signature`]; 0: none yet): where the
     /// sample says whether the thread moved, which decides how fresh its OS state must be.
     pub sig: u64,
     /// What its last full read showed, when that read is one to prove the next ones against
@@ -33,14 +33,14 @@ pub(crate) struct Known {
     pub proof: Option<Proof>,
     /// The GIL's words read at the end of the read that last found its stack good (None:
     /// not known): a thread that did not take the GIL since is still there
-    /// ([`super::quiet`]).
+    /// ([`crate::fast::proof::quiet`]).
     pub proven_at: Option<GilWords>,
     /// The last few distinct stacks built for it: a thread back at one of them is handed
     /// that very stack ([`RecentStacks`]).
     pub recent: RecentStacks,
     /// A moment the thread was off every CPU (our id of it, and its switch ring then), taken
     /// no later than a read that found its stack good: while the ring has not moved, that
-    /// stack stands ([`super::switches`]).
+    /// stack stands ([`crate::fast::proof::switches`]).
     pub off_cpu: Option<(u64, OffCpu)>,
 }
 
@@ -57,7 +57,7 @@ impl Known {
 }
 
 /// What a thread's last full read showed, enough to tell whether it moved since
-/// ([`super::still`]).
+/// ([`crate::fast::proof::still`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Proof {
     /// Its thread state's words.
@@ -68,7 +68,7 @@ pub(crate) struct Proof {
     pub header: Vec<u8>,
     /// The stack it had.
     pub frames: Frames,
-    /// When the thread must be read in full again ([`super::still::lifetime`]).
+    /// When the thread must be read in full again ([`crate::fast::proof::still::lifetime`]).
     pub expires: Instant,
 }
 
@@ -81,7 +81,7 @@ impl Proof {
 
 /// Which threads this sample takes as still, by their place in the thread list: asleep at
 /// their last reading and not the GIL's expected holder, so most likely where they were, and
-/// read for what proves that ([`super::still`]). The reader sets them before each sample's
+/// read for what proves that ([`crate::fast::proof::still`]). The reader sets them before each sample's
 /// read; a thread whose read shows it moved is still no more (read in full next); a rebuilt
 /// list has none.
 #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 //!
 //! A thread pushes and pops frames only while it holds the GIL, and it cannot take the GIL
 //! without the GIL's `switch_number` counting it, unless it was already the last holder
-//! ([`super::gil`]). So when the GIL's words read now show no switch since the moment a
+//! ([`crate::fast::proof::gil`]). So when the GIL's words read now show no switch since the moment a
 //! thread's stack was last known good ([`Known::proven_at`]: the GIL words read at the end of
 //! that read), and the thread is not the last holder, that thread has not run Python since:
 //! its stack is the one it had, with nothing of it read. In a training process whose one busy
@@ -11,7 +11,7 @@
 //!
 //! The bet is made before the read: a still thread with a proof is planned with no ranges,
 //! and the sample's read shows whether the bet held. When a switch happened meanwhile (some
-//! thread woke), the read is made again with the proofs of [`super::still`], one more system
+//! thread woke), the read is made again with the proofs of [`crate::fast::proof::still`], one more system
 //! call, and the bet is not made for the next [`backoff`] samples: none after a first loss,
 //! then 1, 3, 7 ... with each loss in a row up to [`MAX_BACKOFF`], so that a process whose
 //! threads wake all the time pays that extra call on one sample in 64, and one whose threads
@@ -20,8 +20,8 @@
 //! The thread list: a thread that starts is linked at the list's head, which every sample
 //! reads; a thread that ends unlinks itself holding the GIL, which it had to take (a switch).
 
-use super::gil::{GilWords, Ran};
-use super::thread_model::Known;
+use crate::fast::proof::gil::{GilWords, Ran};
+use crate::fast::read::thread_model::Known;
 
 /// The most samples without the bet after lost ones.
 pub(crate) const MAX_BACKOFF: u32 = 63;
@@ -35,7 +35,7 @@ pub(crate) fn backoff(losses: u32) -> u32 {
 }
 
 /// Whether `k` may be planned with no reads: a still thread (`still`, this sample's
-/// [`super::thread_model::StillThreads`]) with a stack to stand for it, known good as of a
+/// [`crate::fast::read::thread_model::StillThreads`]) with a stack to stand for it, known good as of a
 /// GIL reading.
 pub(crate) fn possible(k: &Known, still: bool) -> bool {
     still && k.proof.is_some() && k.proven_at.is_some()
@@ -50,7 +50,7 @@ pub(crate) fn holds(k: &Known, now: Option<GilWords>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fast::snapshot::TsWords;
+    use crate::fast::memory::snapshot::TsWords;
 
     fn gil(last_holder: usize, switch_number: u64) -> Option<GilWords> {
         Some(GilWords {

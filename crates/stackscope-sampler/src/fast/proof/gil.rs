@@ -8,7 +8,7 @@
 //! name. Every other thread was still, so its copy is a stack it had; the ones that may have
 //! run are read again stopped.
 
-use super::layout::{common, i32_at, usize_at, word};
+use crate::fast::layout::{common, i32_at, usize_at, word};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GilWords {

@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::addrmap::TidMap;
-use super::code::read_strings;
-use super::layout::{common, usize_at, DictKeys, Layout, ManagedDict};
-use super::remote::{Batch, Remote, Slot};
+use crate::fast::layout::{common, usize_at, DictKeys, Layout, ManagedDict};
+use crate::fast::memory::addrmap::TidMap;
+use crate::fast::memory::remote::{Batch, Remote, Slot};
+use crate::fast::objects::code::read_strings;
 
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How soon a thread new to us, still without a name, is looked up again.

@@ -19,9 +19,9 @@
 //! fixed distance apart could all catch the same one. A thread that fails is read again, and
 //! stopped if it keeps failing.
 
-use super::layout::{usize_at, Layout};
-use super::remote::{Batch, Slot};
-use super::stack::{Extra, Region, Walk};
+use crate::fast::layout::{usize_at, Layout};
+use crate::fast::memory::remote::{Batch, Slot};
+use crate::fast::read::stack::{Extra, Region, Walk};
 
 /// Copies of a checked thread's frames, the first included. A torn view (a caller already at
 /// its next call while the callee's slot still holds the callee that returned) passes only if
@@ -223,7 +223,7 @@ mod tests {
             let c = batch.add(mem.as_ptr() as usize, mem.len());
             ranges.push((mem.as_ptr() as usize, c));
         }
-        let mut remote = crate::fast::remote::Remote::new(std::process::id());
+        let mut remote = crate::fast::memory::remote::Remote::new(std::process::id());
         batch.run(&mut remote).expect("run");
         drop(cells);
         let _ = base;

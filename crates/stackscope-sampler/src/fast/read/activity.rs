@@ -10,7 +10,7 @@
 //! not changed since is taken as still asleep without reading again ([`Activity::recent_sleep`]):
 //! the reader decides that, since only it knows whether the Python state changed. When the
 //! window is up, the state is renewed if the thread has not been on a CPU since it was read:
-//! told by its switch ring ([`super::switches`], a load from memory) where it has one, and
+//! told by its switch ring ([`crate::fast::proof::switches`], a load from memory) where it has one, and
 //! otherwise by its `schedstat` (a system call; each such renewal then doubles the window, up
 //! to [`MAX_REUSE_FOR`], since a thread that has slept for long is likely to sleep on and these
 //! renewals were most of what a sleeping thread cost: docs/performance.md).
@@ -19,9 +19,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use super::addrmap::TidMap;
-use super::switches::{OffCpu, SwitchRings};
-use crate::procfs::StatLine;
+use crate::fast::memory::addrmap::TidMap;
+use crate::fast::proof::switches::{OffCpu, SwitchRings};
+use crate::procfs::{ProcState, StatLine};
 
 /// How long a sleeping thread's state is taken as still true while its Python state does not
 /// change (docs/performance.md: the error this allows, measured).
@@ -33,7 +33,7 @@ pub(crate) const MAX_REUSE_FOR: Duration = Duration::from_millis(400);
 struct Entry {
     file: File,
     /// The state last read, when, and the thread's CPU time then (clock ticks).
-    last: Option<(Option<u8>, Instant, Option<u64>)>,
+    last: Option<(Option<ProcState>, Instant, Option<u64>)>,
     /// Since when its CPU time has not moved, as far as the readings tell.
     quiet_since: Option<Instant>,
     /// Its `schedstat` file (opened for a thread once it is seen asleep) and what it said
@@ -60,15 +60,15 @@ struct Sched {
     switches: u64,
 }
 
-/// Whether a state letter says the thread sleeps (waits for something: `S`, `D`, ...).
-pub(crate) fn is_asleep(state: Option<u8>) -> bool {
-    matches!(state, Some(b'S' | b'D' | b'I' | b'W' | b'P'))
+/// Whether a state read says the thread sleeps ([`ProcState::is_asleep`]).
+pub(crate) fn is_asleep(state: Option<ProcState>) -> bool {
+    state.is_some_and(ProcState::is_asleep)
 }
 
 pub(crate) struct Activity {
     pid: u32,
     files: TidMap<Entry>,
-    /// The quiet sleepers' switch rings (also what a lost GIL bet asks, [`super::lost_bet`]).
+    /// The quiet sleepers' switch rings (also what a lost GIL bet asks, [`crate::fast::proof::lost_bet`]).
     pub switches: SwitchRings,
     pub reads: u64,
     /// States taken from an earlier read instead.
@@ -101,7 +101,7 @@ impl Activity {
 
     /// The scheduler state letter of thread `tid` (`R` running, `S` sleeping, `t` stopped by
     /// a tracer, ...); None when it cannot be read (py-spy then counts the thread as active).
-    pub(crate) fn state(&mut self, tid: u64) -> Option<u8> {
+    pub(crate) fn state(&mut self, tid: u64) -> Option<ProcState> {
         // A quiet sleeper's schedstat first (the baseline of later renewals; a thread that
         // keeps waking, such as one that waits for the GIL by turns, never gets that far): a
         // wake-up between the two readings then shows as a change later, rather than hiding
@@ -157,7 +157,7 @@ impl Activity {
     /// until its window is up, at most [`REUSE_FOR`] with a ring, or after a reading, and
     /// [`MAX_REUSE_FOR`] after 300 ms of `schedstat` renewals; one whose Python state moves is
     /// read at once (the reader's rule).
-    pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<u8> {
+    pub(crate) fn recent_sleep(&mut self, tid: u64, now: Instant) -> Option<ProcState> {
         let pid = self.pid;
         let entry = self.files.get_mut(&tid)?;
         let (state, at, cpu) = entry.last?;
@@ -197,7 +197,7 @@ impl Activity {
     }
 
     /// Reads the state without remembering it (the idle audit's reference reading).
-    pub(crate) fn peek(&mut self, tid: u64) -> Option<u8> {
+    pub(crate) fn peek(&mut self, tid: u64) -> Option<ProcState> {
         let reads = self.reads;
         let (state, _) = self.read(tid);
         self.reads = reads;
@@ -205,7 +205,7 @@ impl Activity {
     }
 
     /// The state letter and the CPU time (utime + stime, clock ticks).
-    fn read(&mut self, tid: u64) -> (Option<u8>, Option<u64>) {
+    fn read(&mut self, tid: u64) -> (Option<ProcState>, Option<u64>) {
         for _ in 0..2 {
             let entry = match self.files.get(&tid) {
                 Some(e) => e,
@@ -275,8 +275,8 @@ fn parse_sched(line: &[u8]) -> Option<Sched> {
     Some(Sched { run_ns, switches })
 }
 
-/// The state letter ([`StatLine::state`]).
-fn state(stat: &[u8]) -> Option<u8> {
+/// The state ([`StatLine::state`]).
+fn state(stat: &[u8]) -> Option<ProcState> {
     StatLine::parse(stat)?.state()
 }
 
@@ -285,15 +285,10 @@ fn cpu_ticks(stat: &[u8]) -> Option<u64> {
     StatLine::parse(stat)?.cpu_ticks()
 }
 
-/// Whether a state letter says the thread can run: running, runnable or asleep, not stopped
-/// by a signal or a tracer, not exiting, and read at all.
-pub(crate) fn is_awake_or_asleep(state: Option<u8>) -> bool {
-    state == Some(b'R') || is_asleep(state)
-}
-
-/// Whether a state letter is a stop (by a signal or a tracer): such a thread runs nothing.
-pub(crate) fn is_stopped(state: Option<u8>) -> bool {
-    matches!(state, Some(b't' | b'T'))
+/// Whether a state read says the thread can run: running, runnable or asleep, not stopped by
+/// a signal or a tracer, not exiting, and read at all.
+pub(crate) fn is_awake_or_asleep(state: Option<ProcState>) -> bool {
+    state.is_some_and(|s| s.is_running() || s.is_asleep())
 }
 
 #[cfg(test)]
@@ -305,8 +300,8 @@ mod tests {
     fn our_own_thread_runs_and_a_missing_one_is_unknown() {
         let mut activity = Activity::new(std::process::id(), true);
         let tid = nix::unistd::gettid().as_raw() as u64;
-        assert_eq!(activity.state(tid), Some(b'R'));
-        assert_eq!(activity.state(tid), Some(b'R'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'R')));
+        assert_eq!(activity.state(tid), Some(ProcState(b'R')));
         assert_eq!(activity.state(u64::from(u32::MAX - 1)), None);
         // A running thread's state is never reused.
         assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
@@ -316,8 +311,8 @@ mod tests {
 
     #[test]
     fn the_state_follows_the_last_parenthesis() {
-        assert_eq!(state(b"12 (a) b) S 1 2"), Some(b'S'));
-        assert_eq!(state(b"12 (x) R 1"), Some(b'R'));
+        assert_eq!(state(b"12 (a) b) S 1 2"), Some(ProcState(b'S')));
+        assert_eq!(state(b"12 (x) R 1"), Some(ProcState(b'R')));
         assert_eq!(state(b"garbage"), None);
         let line = b"12 (a) b) S 1 2 3 4 5 6 7 8 9 10 70 30 0 0";
         assert_eq!(cpu_ticks(line), Some(100));
@@ -352,16 +347,19 @@ mod tests {
         let pid = std::process::id();
         let mut activity = Activity::new(pid, true);
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'S')));
         std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
         // Quiet for a window: this reading takes the ring's mark instead of a schedstat.
-        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'S')));
         assert_eq!(activity.switches.refused, 0, "perf_event_open refused");
         assert!(activity.files[&tid].mark.is_some());
         let (reads, sched_reads) = (activity.reads, activity.sched_reads);
         for renewals in 1..=3 {
             age(&mut activity, tid);
-            assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+            assert_eq!(
+                activity.recent_sleep(tid, Instant::now()),
+                Some(ProcState(b'S'))
+            );
             assert_eq!(
                 (activity.ring_renewed, activity.renewed, activity.reads),
                 (renewals, renewals, reads)
@@ -374,13 +372,16 @@ mod tests {
         // reads a thread whose Python state moved), past it the ring says it ran.
         go.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        assert_eq!(
+            activity.recent_sleep(tid, Instant::now()),
+            Some(ProcState(b'S'))
+        );
         age(&mut activity, tid);
         assert_eq!(activity.recent_sleep(tid, Instant::now()), None);
         assert_eq!(activity.ring_renewed, 3);
         // Read again, it sleeps, with a new mark from after its run.
         let old = activity.files[&tid].mark;
-        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'S')));
         let new = activity.files[&tid].mark;
         assert!(new.is_some() && new != old);
         drop(go);
@@ -397,13 +398,16 @@ mod tests {
         let mut activity = Activity::with_rings(pid, SwitchRings::new(pid, false));
         // Asleep at two readings (the second takes the schedstat baseline)...
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'S')));
         std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
-        assert_eq!(activity.state(tid), Some(b'S'));
+        assert_eq!(activity.state(tid), Some(ProcState(b'S')));
         // ... then past the reuse window: renewed, not read.
         std::thread::sleep(REUSE_FOR + Duration::from_millis(20));
         let reads = activity.reads;
-        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        assert_eq!(
+            activity.recent_sleep(tid, Instant::now()),
+            Some(ProcState(b'S'))
+        );
         assert_eq!((activity.reads, activity.renewed), (reads, 1));
         // Renewed for twice the window: still standing past another REUSE_FOR, with no read
         // (the renewal moved back in time rather than a sleep, which a loaded machine can
@@ -412,7 +416,10 @@ mod tests {
         let (state, at, cpu) = e.last.unwrap();
         e.last = Some((state, at - REUSE_FOR - Duration::from_millis(20), cpu));
         let sched_reads = activity.sched_reads;
-        assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+        assert_eq!(
+            activity.recent_sleep(tid, Instant::now()),
+            Some(ProcState(b'S'))
+        );
         assert_eq!(
             (activity.reads, activity.sched_reads, activity.renewed),
             (reads, sched_reads, 1)
@@ -422,7 +429,10 @@ mod tests {
             let e = activity.files.get_mut(&tid).unwrap();
             let (state, at, cpu) = e.last.unwrap();
             e.last = Some((state, at - e.window - Duration::from_millis(1), cpu));
-            assert_eq!(activity.recent_sleep(tid, Instant::now()), Some(b'S'));
+            assert_eq!(
+                activity.recent_sleep(tid, Instant::now()),
+                Some(ProcState(b'S'))
+            );
             assert_eq!(activity.files[&tid].window, expected);
         }
         // It runs: once the window is up, its schedstat moved and the state is not reused.

@@ -11,10 +11,10 @@
 //! holders during the read was still while it was copied. A thread expected to hold the GIL
 //! is copied several times, to be checked ([`holder`]).
 
-use super::holder::{self, Later, Reads};
-use super::layout::{usize_at, word, FrameDesign, Layout};
-use super::remote::{Batch, Slot};
-use super::stack::{max_extra, Extra, Region};
+use crate::fast::layout::{usize_at, word, FrameDesign, Layout};
+use crate::fast::memory::remote::{Batch, Slot};
+use crate::fast::proof::holder::{self, Later, Reads};
+use crate::fast::read::stack::{max_extra, Extra, Region};
 
 /// Room copied past the chunk's used part as the thread state last showed it, for the
 /// frames pushed since (a few small frames): most samples then need no second read.
@@ -260,7 +260,7 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
 mod tests {
     use super::*;
     use crate::fast::layout::PY311;
-    use crate::fast::remote::Remote;
+    use crate::fast::memory::remote::Remote;
 
     /// A fake thread state and chunk in our own memory.
     struct Fake {

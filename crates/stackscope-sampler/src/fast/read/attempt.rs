@@ -1,7 +1,7 @@
 //! One try at reading a set of threads: the snapshot, the walks, the code objects, and for
 //! each thread its frames, or why it must be read again.
 //!
-//! One system call copies every thread's frames, framed by two reads of the GIL ([`super::gil`]):
+//! One system call copies every thread's frames, framed by two reads of the GIL ([`crate::fast::proof::gil`]):
 //! the threads that cannot have run in between have their stacks as copied. A thread that may
 //! have run (the GIL's holder) is kept too if it was read with a check and passes it: its
 //! current frame the same before and after the copy, every frame the walk used the same in a
@@ -11,18 +11,18 @@
 
 use stackscope_event::Frames;
 
-use super::addrmap::AddrMap;
-use super::code::{CodeCache, CodeId};
-use super::gil::{GilWords, Ran};
-use super::holder::{self, Later};
-use super::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
-use super::quiet;
-use super::recent;
-use super::remote::{Batch, Remote, Slot};
-use super::snapshot::{self, Checked, TsWords};
-use super::stack::{self, Need, RawFrame, Walk};
-use super::still;
-use super::thread_model::{Known, Outcome, Proof, StillThreads};
+use crate::fast::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
+use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::memory::remote::{Batch, Remote, Slot};
+use crate::fast::memory::snapshot::{self, Checked, TsWords};
+use crate::fast::objects::code::{CodeCache, CodeId};
+use crate::fast::proof::gil::{GilWords, Ran};
+use crate::fast::proof::holder::{self, Later};
+use crate::fast::proof::quiet;
+use crate::fast::proof::still;
+use crate::fast::read::recent;
+use crate::fast::read::stack::{self, Need, RawFrame, Walk};
+use crate::fast::read::thread_model::{Known, Outcome, Proof, StillThreads};
 
 pub(crate) struct Attempt {
     /// `interp->threads.head`, when the list was read.

@@ -1,6 +1,6 @@
 //! Python `str` objects, decoded from copied bytes the way py-spy decodes them.
 
-use super::layout::{common, u32_at, usize_at, word, Layout};
+use crate::fast::layout::{common, u32_at, usize_at, word, Layout};
 
 /// py-spy refuses to copy longer strings (and then leaves the frame out); so do we.
 pub(crate) const MAX_CHARS: usize = 4096;

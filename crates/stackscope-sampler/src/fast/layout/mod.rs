@@ -4,11 +4,14 @@
 //! 3.11 and 3.12 keep frames in data-stack chunks, reached through
 //! `tstate->cframe->current_frame`; 3.13 keeps the same design with `current_frame` in the
 //! thread state, and its table is built from the interpreter's `_Py_DebugOffsets`
-//! (`super::debug_offsets`); 3.10 has frame objects linked by `f_back` ([`FrameDesign`]).
+//! (`crate::fast::layout::debug_offsets`); 3.10 has frame objects linked by `f_back` ([`FrameDesign`]).
 //! The typed numbers are the x86_64 offsets of CPython's own structs
 //! (Include/internal/pycore_frame.h, cpython/code.h, cpython/pystate.h, pycore_interp.h,
 //! pycore_dict.h; for 3.10, cpython/frameobject.h), the same layouts py-spy's generated
 //! bindings describe, checked with `offsetof` against the installed headers.
+
+pub(in crate::fast) mod debug_offsets;
+pub(in crate::fast) mod debug_tables;
 
 /// Which thread py-spy reports as holding the GIL, for `owns_gil`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +62,7 @@ pub(crate) struct Layout {
     pub minor: u64,
     pub frames: FrameDesign,
     /// Whether the thread state records the OS thread id (3.11+); before, it is found from
-    /// the `pthread_t` ([`super::ostid`]).
+    /// the `pthread_t` ([`crate::fast::read::ostid`]).
     pub has_native_thread_id: bool,
     pub dict_keys: DictKeys,
     /// Where the table came from: typed here, or the interpreter's `_Py_DebugOffsets`.
@@ -128,7 +131,7 @@ pub(crate) struct Layout {
     pub dict_values_header: usize,
 
     /// Where a frame's local variables and the objects they hold are described: from the
-    /// interpreter's `_Py_DebugOffsets` (3.13+), for `dump --locals` ([`super::deep`]); None
+    /// interpreter's `_Py_DebugOffsets` (3.13+), for `dump --locals` ([`crate::fast::deep`]); None
     /// for the typed tables, whose locals py-spy's reader reads.
     pub objects: Option<ObjectLayout>,
 }
@@ -324,7 +327,7 @@ pub(crate) static PY312: Layout = Layout {
 
 impl Layout {
     /// The typed table for a CPython version (3.11, 3.12); 3.13 and later come from the
-    /// interpreter's own debug offsets ([`super::debug_offsets`]).
+    /// interpreter's own debug offsets ([`crate::fast::layout::debug_offsets`]).
     pub(crate) fn for_version(major: u64, minor: u64) -> Option<&'static Layout> {
         match (major, minor) {
             (3, 10) => Some(&PY310),

@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use stackscope_event::FileOrigin;
 
-use super::addrmap::AddrMap;
-use super::filenames::FileNames;
-use super::layout::{common, i32_at, usize_at, word, FrameDesign, Layout};
-use super::linetable::{LineTable, MAX_TABLE};
-use super::pystr::{self, DataAt, StrShape};
-use super::remote::{Batch, Remote, Slot};
+use crate::fast::layout::{common, i32_at, usize_at, word, FrameDesign, Layout};
+use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::memory::remote::{Batch, Remote, Slot};
+use crate::fast::objects::filenames::FileNames;
+use crate::fast::objects::linetable::{LineTable, MAX_TABLE};
+use crate::fast::objects::pystr::{self, DataAt, StrShape};
 
 /// Fields that tell one code object from another at the same address: type, size, first
 /// line, constants, names, file name, name, qualified name, line table. Not the reference

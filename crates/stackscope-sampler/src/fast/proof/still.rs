@@ -2,7 +2,7 @@
 //!
 //! Most threads of a training process sleep for the whole recording (a pool's idle workers, a
 //! watchdog). For a thread that slept at its last reading and is not the GIL's expected
-//! holder ([`super::thread_model::StillThreads`]), the sample copies, in the same system call as
+//! holder ([`crate::fast::read::thread_model::StillThreads`]), the sample copies, in the same system call as
 //! every other thread's reads, only
 //!
 //! - its thread state (as for every thread: the list check needs its `next`), whose
@@ -31,11 +31,11 @@
 //! reads do not all fall in one sample): then the thread is read in full once, and its stack
 //! is right again (docs/performance.md).
 
-use super::gil::Ran;
-use super::layout::{usize_at, Layout};
-use super::remote::{Batch, Slot};
-use super::snapshot::TsWords;
-use super::thread_model::{Known, Outcome, Proof};
+use crate::fast::layout::{usize_at, Layout};
+use crate::fast::memory::remote::{Batch, Slot};
+use crate::fast::memory::snapshot::TsWords;
+use crate::fast::proof::gil::Ran;
+use crate::fast::read::thread_model::{Known, Outcome, Proof};
 use std::time::Duration;
 
 /// How long a proof stands before its thread is read in full again: the bound on how long a
@@ -87,7 +87,7 @@ enum Pointer {
 /// the GIL read around the whole batch, as for every thread.
 ///
 /// `words_only`: the thread is known not to have run since its proof was last good (its
-/// switch ring, [`super::switches`]); only its thread state is read, for the list check and
+/// switch ring, [`crate::fast::proof::switches`]); only its thread state is read, for the list check and
 /// its words.
 pub(crate) fn plan(
     batch: &mut Batch,
@@ -265,7 +265,7 @@ pub(crate) fn settle(
 mod tests {
     use super::*;
     use crate::fast::layout::{PY310, PY311};
-    use crate::fast::remote::Remote;
+    use crate::fast::memory::remote::Remote;
     use std::time::Instant;
 
     fn put(mem: &mut [u8], at: usize, v: usize) {

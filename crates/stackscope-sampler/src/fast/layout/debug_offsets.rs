@@ -9,7 +9,7 @@
 //! ships.
 //!
 //! The tables' own shape is fixed only within a minor version: each known version's is
-//! described by field name in [`super::debug_tables`] (3.13, 3.14, 3.15). What 3.14 and
+//! described by field name in [`crate::fast::layout::debug_tables`] (3.13, 3.14, 3.15). What 3.14 and
 //! 3.15 change in the design the reader follows: `f_executable` is a tagged `_PyStackRef`
 //! (its tag bits masked off), the eval loop's entry frames and 3.15's sentinel base frame
 //! (in the thread state) are told by their `owner`. A version whose table this reader does
@@ -25,9 +25,11 @@
 
 use std::sync::Mutex;
 
-use super::debug_tables::Shape;
-use super::layout::{common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict, ObjectLayout};
-use super::remote::Remote;
+use crate::fast::layout::debug_tables::Shape;
+use crate::fast::layout::{
+    common, DictKeys, FrameDesign, GilHolder, Layout, ManagedDict, ObjectLayout,
+};
+use crate::fast::memory::remote::Remote;
 
 const COOKIE: &[u8; 8] = b"xdebugpy";
 /// How far below the main interpreter state `_PyRuntime` may start (the main interpreter is
@@ -65,7 +67,7 @@ pub(crate) fn layout(
     let head = remote
         .read(runtime + head_at, 8)
         .ok()
-        .and_then(|b| super::layout::usize_at(&b, 0));
+        .and_then(|b| crate::fast::layout::usize_at(&b, 0));
     if head != Some(interp) {
         return Err(Refusal(
             "_Py_DebugOffsets does not lead to the interpreter state".into(),
@@ -96,7 +98,7 @@ fn find_runtime(remote: &mut Remote, interp: usize) -> Option<usize> {
 
 /// The `i`th 64-bit word of the table, as an offset.
 fn field(table: &[u8], i: usize) -> Result<usize, Refusal> {
-    super::layout::usize_at(table, i * 8)
+    crate::fast::layout::usize_at(table, i * 8)
         .filter(|&v| v < 1 << 20)
         .ok_or_else(|| Refusal(format!("_Py_DebugOffsets: word {i} unreadable or absurd")))
 }
@@ -107,7 +109,7 @@ fn shape_of(table: &[u8], minor: u64) -> Result<&'static Shape, Refusal> {
     if table.get(0..8) != Some(COOKIE.as_slice()) {
         return Err(Refusal("_Py_DebugOffsets: no cookie".into()));
     }
-    let version = super::layout::word(table, 8).unwrap_or(0);
+    let version = crate::fast::layout::word(table, 8).unwrap_or(0);
     let (t_major, t_minor) = (version >> 24, (version >> 16) & 0xff);
     if (t_major, t_minor) != (3, minor) {
         return Err(Refusal(format!(
@@ -119,7 +121,7 @@ fn shape_of(table: &[u8], minor: u64) -> Result<&'static Shape, Refusal> {
             "the _Py_DebugOffsets of 3.{minor} is not a table this reader knows"
         ))
     })?;
-    if super::layout::word(table, 16).unwrap_or(1) != 0 {
+    if crate::fast::layout::word(table, 16).unwrap_or(1) != 0 {
         return Err(Refusal(
             "a free-threaded build: no GIL to tell which threads ran during a read".into(),
         ));
@@ -426,8 +428,8 @@ mod tests {
 
     /// Captured from Debian's python3.14 3.14.10 and python3.15 3.15.2
     /// (tests/data/README.md).
-    const TABLE_314: &[u8] = include_bytes!("../../tests/data/debug_offsets_3.14.bin");
-    const TABLE_315: &[u8] = include_bytes!("../../tests/data/debug_offsets_3.15.bin");
+    const TABLE_314: &[u8] = include_bytes!("../../../tests/data/debug_offsets_3.14.bin");
+    const TABLE_315: &[u8] = include_bytes!("../../../tests/data/debug_offsets_3.15.bin");
 
     #[test]
     fn the_captured_314_table_decodes() {

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use super::remote::{Batch, Remote, Slot};
+use crate::fast::memory::remote::{Batch, Remote, Slot};
 use crate::namespace::TidMap;
 
 /// How much of a `struct pthread` is searched for the id field.

@@ -8,10 +8,10 @@
 //! object, a type name that is no string) is shown by its address rather than failing the
 //! dump.
 
-use super::code::read_strings;
-use super::layout::{common, u32_at, usize_at, word, Layout, ObjectLayout};
-use super::names::dict_entries;
-use super::remote::Remote;
+use crate::fast::layout::{common, u32_at, usize_at, word, Layout, ObjectLayout};
+use crate::fast::memory::remote::Remote;
+use crate::fast::objects::code::read_strings;
+use crate::fast::objects::names::dict_entries;
 
 /// `Py_TPFLAGS_*_SUBCLASS` (Include/object.h): the built-in base a type derives from.
 const LONG_SUBCLASS: u64 = 1 << 24;

@@ -8,7 +8,7 @@
 //! older chunk, whose address the current chunk's header gives, is copied whole when the walk
 //! first reaches below it.
 
-use super::layout::{self, common, i32_at, usize_at, FrameDesign, Layout};
+use crate::fast::layout::{self, common, i32_at, usize_at, FrameDesign, Layout};
 
 /// A copied range of the target's memory.
 #[derive(Debug, Clone)]
@@ -86,8 +86,9 @@ pub(crate) struct Need {
     pub chunk: Option<usize>,
 }
 
-/// py-spy gives up on a thread with more frames than this.
-const MAX_FRAMES: usize = 4096;
+/// Frames followed per thread before the walk is taken as broken: py-spy gives up on a thread
+/// with more frames than this. The deep read (`deep.rs`) follows the same bound.
+pub(crate) const MAX_FRAMES: usize = 4096;
 
 /// Where a thread's first frame sits: `data[1]` of its first chunk (CPython leaves `data[0]`
 /// of that chunk unused so that the chunk is never freed).

@@ -6,9 +6,12 @@
 //! them into the frames that stand and the threads still to deal with ([`Settled`]), and
 //! each phase below takes one kind of those.
 
-use super::attempt::Attempt;
-use super::thread_model::Outcome;
-use super::{activity, os_state, quiet, threads, Before, FastReader, Read, ReadError};
+use crate::fast::proof::quiet;
+use crate::fast::read::attempt::Attempt;
+use crate::fast::read::thread_model::Outcome;
+use crate::fast::read::threads;
+use crate::fast::{os_state, Before, FastReader, Read, ReadError};
+use crate::procfs::ProcState;
 use stackscope_event::Frames;
 
 /// Reads of a thread that moved since its last sample, or held the GIL and failed the check,
@@ -20,7 +23,7 @@ const STOPS: usize = 3;
 impl FastReader {
     /// Every listed thread's frames, whole; the list rebuilt (a few times at most) when it
     /// changed under the read. `before`: each thread's scheduler state before the read.
-    pub(super) fn read_threads(
+    pub(in crate::fast) fn read_threads(
         &mut self,
         blocking: bool,
         process_stopped: bool,
@@ -172,8 +175,8 @@ impl FastReader {
         ran.retain(|(i, frames)| {
             let tid = self.threads[*i].ts.native_thread_id;
             let then = before.iter().find(|b| b.tid == tid).and_then(|b| b.state);
-            let still = activity::is_stopped(then)
-                && activity::is_stopped(os_state(&mut self.tids, &mut self.activity, tid));
+            let stopped = |state: Option<ProcState>| state.is_some_and(ProcState::is_stopped);
+            let still = stopped(then) && stopped(os_state(&mut self.tids, &mut self.activity, tid));
             if still {
                 results[*i] = Some(frames.clone());
             }
@@ -220,7 +223,7 @@ impl FastReader {
             let alive = self
                 .tids
                 .ours(self.threads[i].ts.native_thread_id)
-                .is_some_and(|tid| procfs_thread_alive(self.pid, tid));
+                .is_some_and(|tid| crate::procfs::thread_alive(self.pid, tid));
             match ran.iter().find(|(r, _)| *r == i) {
                 Some((_, frames)) if alive => {
                     self.stats.unverified += 1;
@@ -303,15 +306,6 @@ impl FastReader {
 fn stop_thread(tid: u64) -> Option<remoteprocess::ThreadLock> {
     let tid = remoteprocess::Tid::try_from(tid).ok()?;
     remoteprocess::Thread::new(tid).ok()?.lock().ok()
-}
-
-/// Whether thread `tid` of `pid` still exists and has not exited.
-fn procfs_thread_alive(pid: u32, tid: u64) -> bool {
-    crate::procfs::state(pid).is_some()
-        && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
-            .ok()
-            .and_then(|s| crate::procfs::StatLine::parse(s.as_bytes()).map(|l| l.state()))
-            .is_some_and(|state| !matches!(state, Some(b'Z' | b'X')))
 }
 
 /// An attempt's outcomes, filed.

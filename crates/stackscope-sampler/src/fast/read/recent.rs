@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use stackscope_event::{Frame, Frames};
 
-use super::addrmap::AddrMap;
-use super::code::{CodeCache, CodeId};
-use super::layout::{FrameDesign, Layout};
-use super::stack::RawFrame;
+use crate::fast::layout::{FrameDesign, Layout};
+use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::objects::code::{CodeCache, CodeId};
+use crate::fast::read::stack::RawFrame;
 
 /// Names and lines for a walk's frames: one of the thread's recent stacks when it is the
 /// same, frame for frame, else a new one.
