@@ -457,6 +457,7 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::DataloaderWorker,
                 pids: vec![623, 624],
+                threads: 2,
                 busy_share: 1.0,
                 function: Some("augment_pixels (train.py:56)".into()),
                 share: 0.981,
@@ -483,6 +484,7 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::Worker,
                 pids: (10..20).collect(),
+                threads: 2,
                 busy_share: 0.5,
                 function: None,
                 share: 0.0,

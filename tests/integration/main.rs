@@ -29,6 +29,7 @@ mod report;
 mod report_html;
 mod report_page;
 mod roles;
+mod shapes;
 mod subprocesses;
 mod top;
 mod version;

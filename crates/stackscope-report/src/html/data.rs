@@ -262,7 +262,7 @@ pub(super) fn lane_class(role: Option<Role>) -> u8 {
     match role {
         Some(Role::Trainer) => 0,
         Some(Role::DataloaderWorker) => 1,
-        Some(Role::Worker) => 2,
+        Some(Role::Worker) | Some(Role::FeederThread) => 2,
         Some(Role::Helper) | None => 3,
     }
 }

@@ -49,6 +49,7 @@ fn meta() -> RecordingMeta {
         gpu_devices: Vec::new(),
         gpu_unavailable: None,
         notices: Vec::new(),
+        cpus_usable: None,
     }
 }
 
