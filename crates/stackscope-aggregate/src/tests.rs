@@ -289,7 +289,7 @@ fn training_loop_splits_by_gpu_state_and_gets_a_verdict() {
     assert!(
         gpu.verdict
             .text
-            .contains("runs at load_batch (train.py:12)"),
+            .contains("loads at load_batch (train.py:12), computing"),
         "{}",
         gpu.verdict.text
     );

@@ -311,13 +311,18 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
         };
         let line = if trainers {
             let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
-            let trainer = row.trainer.as_deref().unwrap_or("-");
+            // Its recording's bottleneck and what fixing it buys, after the trainer's line.
+            let trainer = match (&row.trainer, &row.bottleneck) {
+                (Some(t), Some(b)) => format!("{t} · {b}"),
+                (Some(t), None) => t.clone(),
+                _ => "-".to_owned(),
+            };
             format!(
                 "{:<28} {:>9} {:>9}  {top:<TOP_WIDTH_WITH_TRAINER$}  {}",
                 cut_chars(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(trainer, 90)
+                cut_chars(&trainer, 120)
             )
         } else {
             format!(
@@ -455,6 +460,7 @@ mod tests {
             rank: Some(rank),
             all: vec![("MainThread;poll (connection.py:3)".to_owned(), 9)],
             trainer: trainer.map(|t| (10, t.to_owned())),
+            bottleneck: None,
             ..RecordingInput::default()
         };
         let merged = merge_recordings(&[

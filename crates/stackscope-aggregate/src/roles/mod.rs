@@ -5,7 +5,8 @@
 //!   work, the one whose stacks change most with the GPU's state (what it does while the GPU
 //!   idles differs from what it does while it is busy, [`stack_change`]); a thread doing the
 //!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
-//!   (the GPU never idles), the target's main thread. Without GPU data there is no trainer.
+//!   (the GPU never idles), the target's main thread. Without GPU data there are no roles:
+//!   threads are threads.
 //! - its **feeders**: the other processes of the tree that hand it data: DataLoader workers,
 //!   recognised by their frames (`_worker_loop` of `torch/utils/data/_utils/worker.py`) and
 //!   numbered in the order they were started, and any other process started by
@@ -122,6 +123,14 @@ pub fn assign(
     processes: &[ProcessFacts<'_>],
     root_pid: u32,
 ) -> Roles {
+    // Roles are the job read against its GPU: without GPU data threads are threads.
+    let has_gpu_data = threads.iter().any(|t| {
+        let a = &t.activity.totals;
+        a.gpu_idle.total() + a.gpu_busy.total() > 0
+    });
+    if !has_gpu_data {
+        return Roles::default();
+    }
     let mut pids: Vec<u32> = threads.iter().map(|t| t.pid).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -160,15 +169,7 @@ pub fn assign(
         .filter(|t| !loader_workers.contains(&t.pid) && !helper_processes.contains(&t.pid))
         .filter(|t| !in_pool(t))
         .collect();
-    let has_gpu_data = threads.iter().any(|t| {
-        let a = &t.activity.totals;
-        a.gpu_idle.total() + a.gpu_busy.total() > 0
-    });
-    let trainer = if has_gpu_data {
-        choose_trainer(table, &candidates, root_pid)
-    } else {
-        None
-    };
+    let trainer = choose_trainer(table, &candidates, root_pid);
     let mut roles = Vec::with_capacity(threads.len());
     for thread in threads {
         let is_trainer = trainer

@@ -27,9 +27,10 @@ use stackscope_event::FileOrigin;
 
 use crate::fold::{Activity, FrameId, FunctionId, StackTable};
 
-/// The frame every sample of the loop holds is the innermost frame of the job's code held by
-/// at least this share of the trainer's samples.
-const LOOP_PRESENCE: f64 = 0.95;
+/// The loop is the innermost function of the job's code held by at least this share of the
+/// trainer's samples (some are outside it: start-up's tail, the exit, a checkpoint called from
+/// elsewhere).
+const LOOP_PRESENCE: f64 = 0.8;
 /// `gpu.step_gil_holder` is given when the GIL waits are at least this share of the step.
 pub const GIL_HOLDER_MIN_SHARE: f64 = 0.1;
 
@@ -197,8 +198,8 @@ enum StackKind {
 
 /// The trainer's step from its activity; `None` without samples.
 pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
-    let loop_frame = loop_frame(table, activity);
-    let loaders = loader_calls(table, activity, loop_frame);
+    let loop_at = loop_of(table, activity);
+    let loaders = loader_calls(table, activity, loop_at);
     let (mut input_at, mut inline_at) = (Places::default(), Places::default());
     let mut counts = [0u64; 6];
     let [input, load, gpu, python, gil, other] = &mut counts;
@@ -213,7 +214,7 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
             .gil_waiting
             .min(c.gpu_idle.waiting + c.gpu_unknown.waiting);
         let place = || place_of(table, &entry.frames);
-        match kind_of(table, &entry.frames, loop_frame, &loaders) {
+        match kind_of(table, &entry.frames, loop_at, &loaders) {
             StackKind::Handoff => {
                 *input += running + waiting;
                 input_at.add(place(), running, waiting);
@@ -256,10 +257,31 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
     })
 }
 
-/// The innermost frame of the job's code that at least [`LOOP_PRESENCE`] of the samples hold:
-/// the loop itself. What runs below it is the step.
-fn loop_frame(table: &StackTable, activity: &Activity) -> Option<FrameId> {
-    let mut presence: HashMap<FrameId, (u64, usize)> = HashMap::new();
+/// The loop itself: the innermost function of the job's code that at least
+/// [`LOOP_PRESENCE`] of the samples hold (by function: the loop runs over several lines of it;
+/// at any depth: a stack may reach it through another call now and then). What runs below it
+/// is the step.
+#[derive(Debug, Clone, Copy)]
+struct Loop {
+    function: FunctionId,
+}
+
+impl Loop {
+    /// Where the step starts in a stack: just inside the loop's (outermost) frame; `None` for
+    /// a stack outside the loop.
+    fn inside(&self, table: &StackTable, frames: &[FrameId]) -> Option<usize> {
+        let at = frames.iter().position(|&f| {
+            table
+                .frame(f)
+                .is_some_and(|e| e.function == Some(self.function))
+        })?;
+        Some(at + 1)
+    }
+}
+
+fn loop_of(table: &StackTable, activity: &Activity) -> Option<Loop> {
+    // By function: its samples, and the least depth it is found at.
+    let mut presence: HashMap<FunctionId, (u64, usize)> = HashMap::new();
     let mut total = 0u64;
     for (&stack, c) in &activity.stacks {
         let Some(entry) = table.stacks().get(stack as usize) else {
@@ -267,45 +289,45 @@ fn loop_frame(table: &StackTable, activity: &Activity) -> Option<FrameId> {
         };
         let n = c.all().total();
         total += n;
+        let mut seen: Vec<FunctionId> = Vec::new();
         for (depth, &f) in entry.frames.iter().enumerate() {
-            let slot = presence.entry(f).or_insert((0, depth));
+            let Some(e) = table.frame(f) else { continue };
+            let (Some(function), FileOrigin::Job) = (e.function, e.origin) else {
+                continue;
+            };
+            if seen.contains(&function) {
+                continue;
+            }
+            seen.push(function);
+            let slot = presence.entry(function).or_insert((0, depth));
             slot.0 += n;
-            slot.1 = slot.1.max(depth);
+            slot.1 = slot.1.min(depth);
         }
     }
-    let job = |f: FrameId| table.frame(f).is_some_and(|e| e.origin == FileOrigin::Job);
     presence
         .iter()
-        .filter(|(&f, &(n, _))| job(f) && n as f64 >= LOOP_PRESENCE * total as f64)
-        .max_by_key(|(&f, &(n, depth))| (depth, n, std::cmp::Reverse(f)))
-        .map(|(&f, _)| f)
+        .filter(|(_, &(n, _))| n as f64 >= LOOP_PRESENCE * total as f64)
+        .max_by_key(|(&function, &(n, depth))| (depth, n, std::cmp::Reverse(function)))
+        .map(|(&function, _)| Loop { function })
 }
 
 /// Where a stack enters the step: the function of its first frame inside the loop's frame.
-fn step_entry(
-    table: &StackTable,
-    frames: &[FrameId],
-    loop_frame: Option<FrameId>,
-) -> Option<FunctionId> {
-    let at = loop_frame.and_then(|l| frames.iter().position(|&f| f == l))?;
-    table.frame(*frames.get(at + 1)?)?.function
+fn step_entry(table: &StackTable, frames: &[FrameId], loop_at: Option<Loop>) -> Option<FunctionId> {
+    let at = loop_at?.inside(table, frames)?;
+    table.frame(*frames.get(at)?)?.function
 }
 
 /// The calls through which the loop gets its batches from feeders: the step entries of its
 /// hand-off stacks (`DataLoader.__next__`, the job's own loader's `__next__`). All the time in
 /// them is input time, the hand-off's own Python included (unpickling, submitting the next
 /// task).
-fn loader_calls(
-    table: &StackTable,
-    activity: &Activity,
-    loop_frame: Option<FrameId>,
-) -> Vec<FunctionId> {
+fn loader_calls(table: &StackTable, activity: &Activity, loop_at: Option<Loop>) -> Vec<FunctionId> {
     let mut calls: Vec<FunctionId> = activity
         .stacks
         .keys()
         .filter_map(|&stack| table.stacks().get(stack as usize))
-        .filter(|entry| kind_of(table, &entry.frames, loop_frame, &[]) == StackKind::Handoff)
-        .filter_map(|entry| step_entry(table, &entry.frames, loop_frame))
+        .filter(|entry| kind_of(table, &entry.frames, loop_at, &[]) == StackKind::Handoff)
+        .filter_map(|entry| step_entry(table, &entry.frames, loop_at))
         .collect();
     calls.sort_unstable();
     calls.dedup();
@@ -315,7 +337,7 @@ fn loader_calls(
 fn kind_of(
     table: &StackTable,
     frames: &[FrameId],
-    loop_frame: Option<FrameId>,
+    loop_at: Option<Loop>,
     loaders: &[FunctionId],
 ) -> StackKind {
     let keys: Vec<(&str, &str, FileOrigin)> = frames
@@ -332,7 +354,7 @@ fn kind_of(
     {
         return StackKind::Handoff;
     }
-    if step_entry(table, frames, loop_frame).is_some_and(|f| loaders.contains(&f)) {
+    if step_entry(table, frames, loop_at).is_some_and(|f| loaders.contains(&f)) {
         return StackKind::Handoff;
     }
     if keys
@@ -342,9 +364,7 @@ fn kind_of(
         return StackKind::GpuSync;
     }
     // Inside the loop: frames after the loop's own (all of them when no frame is the loop's).
-    let inside = loop_frame
-        .and_then(|l| frames.iter().position(|&f| f == l))
-        .map_or(0, |at| at + 1);
+    let inside = loop_at.and_then(|l| l.inside(table, frames)).unwrap_or(0);
     let inner: Vec<(&str, &str, FileOrigin)> = frames[inside..]
         .iter()
         .filter_map(|&f| {

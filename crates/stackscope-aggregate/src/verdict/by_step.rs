@@ -25,6 +25,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::class::{Verdict, VerdictClass, GPU_BOUND_ABOVE, PREPROCESSING_BELOW};
+use crate::gpu::Cycle;
 use crate::roles::step::{GilHolder, StepBreakdown};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::Role;
@@ -87,11 +88,15 @@ impl IfFixed {
                     format!("the feeders' function ({f})")
                 });
                 format!(
-                    "about {needed} workers would keep up, more than the CPUs it may use{cpus}: \
-                     {function} itself must get cheaper."
+                    "about {needed} {} would keep up, more than the CPUs it may use{cpus}: \
+                     {function} itself must get cheaper.",
+                    plural(needed, "worker")
                 )
             } else {
-                format!("about {needed} workers would keep up{cpus}.")
+                format!(
+                    "about {needed} {} would keep up{cpus}.",
+                    plural(needed, "worker")
+                )
             }
         };
         match (self.bottleneck.as_str(), self.workers_needed) {
@@ -107,8 +112,20 @@ impl IfFixed {
                  hold it less (its work in a process, or in code that releases the GIL)."
             ),
             ("gpu", _) => "Faster input buys nothing: the GPU is the bottleneck.".to_owned(),
+            ("periodic_stall", _) => {
+                format!("Without the stall, steps would be {speedup} on average.")
+            }
             _ => format!("Fixed, steps would be {speedup}."),
         }
+    }
+}
+
+/// "1 worker", "7 workers".
+fn plural(n: u32, word: &str) -> String {
+    if n == 1 {
+        word.to_owned()
+    } else {
+        format!("{word}s")
     }
 }
 
@@ -161,6 +178,7 @@ pub fn if_fixed(
     step: &StepBreakdown,
     while_idle: &WhileIdle,
     cpus_usable: Option<f64>,
+    cycle: Option<&Cycle>,
 ) -> Option<IfFixed> {
     let feeders: Vec<_> = while_idle
         .feeders
@@ -180,6 +198,11 @@ pub fn if_fixed(
         VerdictClass::InlineLoading => ("inline_loading", step.inline_load),
         VerdictClass::GilContention => ("gil_contention", step.gil_wait),
         VerdictClass::GpuBound => ("gpu", 0.0),
+        // The stall's share of the GPU's cycle: time the loop does not feed the GPU at all.
+        VerdictClass::PeriodicStall => (
+            "periodic_stall",
+            cycle.map_or(0.0, |c| c.idle_secs / c.period_secs.max(f64::EPSILON)),
+        ),
         _ => return None,
     };
     let speedup_up_to = (1.0 / (1.0 - share).max(1.0 / MAX_SPEEDUP)).max(1.0);
@@ -279,7 +302,7 @@ mod tests {
         let (class, share) = step_class(21.0, &step).expect("a class");
         assert_eq!(class, VerdictClass::InputPipeline);
         assert!((share - 0.78).abs() < 1e-9);
-        let fixed = if_fixed(class, &step, &feeders(2, 0.99), Some(16.0)).expect("if fixed");
+        let fixed = if_fixed(class, &step, &feeders(2, 0.99), Some(16.0), None).expect("if fixed");
         assert!((fixed.speedup_up_to - 1.0 / 0.22).abs() < 1e-9);
         // 2 workers, steps 4.5x faster: 9 workers.
         assert_eq!(fixed.workers_needed, Some(9));
@@ -290,7 +313,7 @@ mod tests {
             "Fed in time, steps would be up to 4.5x faster; about 9 workers would keep up \
              (this job may use 16 CPUs)."
         );
-        let few = if_fixed(class, &step, &feeders(2, 0.99), Some(1.5)).expect("if fixed");
+        let few = if_fixed(class, &step, &feeders(2, 0.99), Some(1.5), None).expect("if fixed");
         let words = few.sentence(Some("augment_pixels"));
         assert!(words.contains("(this job may use 1.5 CPUs)"), "{words}");
         assert!(
@@ -324,7 +347,8 @@ mod tests {
             ..StepBreakdown::default()
         };
         assert_eq!(step_class(50.0, &quiet), None);
-        let fixed = if_fixed(VerdictClass::GpuBound, &quiet, &feeders(4, 0.3), None).expect("gpu");
+        let fixed =
+            if_fixed(VerdictClass::GpuBound, &quiet, &feeders(4, 0.3), None, None).expect("gpu");
         assert_eq!(fixed.speedup_up_to, 1.0);
         assert_eq!(fixed.workers_needed, Some(4));
         assert!(fixed.sentence(None).contains("Faster input buys nothing"));
@@ -339,7 +363,7 @@ mod tests {
         };
         let (class, share) = step_class(25.0, &step).expect("a class");
         assert_eq!(class, VerdictClass::InlineLoading);
-        let fixed = if_fixed(class, &step, &WhileIdle::default(), Some(4.0)).expect("fixed");
+        let fixed = if_fixed(class, &step, &WhileIdle::default(), Some(4.0), None).expect("fixed");
         assert_eq!(fixed.workers_now, Some(0));
         assert_eq!(fixed.workers_needed, Some(3));
         assert_eq!(boundness(share, "input"), "highly input-bound");

@@ -71,6 +71,7 @@ pub fn verdict_and_fix(input: VerdictInput<'_>) -> (Verdict, Option<IfFixed>) {
             &step.breakdown,
             input.while_idle,
             input.cpus_usable,
+            input.cycle,
         )
     });
     if let Some(fixed) = &fixed {
@@ -201,7 +202,8 @@ fn not_launching(verdict: Verdict, step: &StepBreakdown) -> Verdict {
     Verdict {
         class: VerdictClass::GpuBound,
         text: format!(
-            "The training loop waits on the GPU most of its step: the GPU is the bottleneck,              between its waits the loop does little. The loop's time: {}.",
+            "The training loop waits on the GPU most of its step: the GPU is the bottleneck, \
+             between its waits the loop does little. The loop's time: {}.",
             step.describe()
         ),
     }
