@@ -131,86 +131,132 @@ pub fn assign(
     if !has_gpu_data {
         return Roles::default();
     }
-    let mut pids: Vec<u32> = threads.iter().map(|t| t.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let command_line = |pid: u32| {
-        processes
-            .iter()
-            .find(|p| p.pid == pid)
-            .map_or("", |p| p.command_line)
-    };
-    let loader_workers: Vec<u32> = pids
-        .iter()
-        .copied()
-        .filter(|&pid| runs_dataloader_worker(table, threads, pid))
-        .collect();
-    let helper_processes: Vec<u32> = pids
-        .iter()
-        .copied()
-        .filter(|&pid| crate::jobs::helper_by_command_line(command_line(pid)).is_some())
-        .collect();
-    // Processes started by `multiprocessing` (other than its helpers) are workers, however
-    // little they run: a worker that mostly reads is still a pipeline feeding the loop.
-    let mp_workers: Vec<u32> = threads
-        .iter()
-        .filter(|t| t.name == "MainThread" && t.pid != root_pid)
-        .filter(|t| runs_function(table, t, &[("_bootstrap", "multiprocessing/process.py")]))
-        .map(|t| t.pid)
-        .collect();
-    let pool_threads: Vec<(u32, u64)> = threads
-        .iter()
-        .filter(|t| runs_pool_work(table, t))
-        .map(|t| (t.pid, t.python_thread_id))
-        .collect();
-    let in_pool = |t: &ThreadFacts<'_>| pool_threads.contains(&(t.pid, t.python_thread_id));
+    let kinds = Kinds::of(table, threads, processes, root_pid);
     let candidates: Vec<&ThreadFacts<'_>> = threads
         .iter()
-        .filter(|t| !loader_workers.contains(&t.pid) && !helper_processes.contains(&t.pid))
-        .filter(|t| !in_pool(t))
+        .filter(|t| {
+            !kinds.loader_workers.contains(&t.pid)
+                && !kinds.helper_processes.contains(&t.pid)
+                && !kinds.in_pool(t)
+        })
         .collect();
     let trainer = choose_trainer(table, &candidates, root_pid);
-    let mut roles = Vec::with_capacity(threads.len());
-    for thread in threads {
+    let mut roles: Vec<ThreadRole> = threads
+        .iter()
+        .map(|thread| {
+            let (role, label) = kinds.role_of(thread, trainer);
+            ThreadRole {
+                pid: thread.pid,
+                python_thread_id: thread.python_thread_id,
+                os_thread_id: thread.os_thread_id,
+                thread: thread.name.to_owned(),
+                role,
+                label,
+            }
+        })
+        .collect();
+    roles.sort_by(|a, b| {
+        (a.role, a.pid, a.python_thread_id).cmp(&(b.role, b.pid, b.python_thread_id))
+    });
+    Roles { threads: roles }
+}
+
+/// What the threads and processes are before the trainer is chosen.
+struct Kinds {
+    /// Processes running a DataLoader worker's loop, in pid order.
+    loader_workers: Vec<u32>,
+    /// Processes that are helpers by their command line.
+    helper_processes: Vec<u32>,
+    /// Processes started by `multiprocessing`.
+    mp_workers: Vec<u32>,
+    /// Pool threads, by (pid, Python thread id).
+    pool_threads: Vec<(u32, u64)>,
+}
+
+impl Kinds {
+    fn of(
+        table: &StackTable,
+        threads: &[ThreadFacts<'_>],
+        processes: &[ProcessFacts<'_>],
+        root_pid: u32,
+    ) -> Kinds {
+        let mut pids: Vec<u32> = threads.iter().map(|t| t.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let command_line = |pid: u32| {
+            processes
+                .iter()
+                .find(|p| p.pid == pid)
+                .map_or("", |p| p.command_line)
+        };
+        Kinds {
+            loader_workers: pids
+                .iter()
+                .copied()
+                .filter(|&pid| runs_dataloader_worker(table, threads, pid))
+                .collect(),
+            helper_processes: pids
+                .iter()
+                .copied()
+                .filter(|&pid| crate::jobs::helper_by_command_line(command_line(pid)).is_some())
+                .collect(),
+            // Processes started by `multiprocessing` (other than its helpers) are workers,
+            // however little they run: a worker that mostly reads is a pipeline all the same.
+            mp_workers: threads
+                .iter()
+                .filter(|t| t.name == "MainThread" && t.pid != root_pid)
+                .filter(|t| {
+                    runs_function(table, t, &[("_bootstrap", "multiprocessing/process.py")])
+                })
+                .map(|t| t.pid)
+                .collect(),
+            pool_threads: threads
+                .iter()
+                .filter(|t| runs_pool_work(table, t))
+                .map(|t| (t.pid, t.python_thread_id))
+                .collect(),
+        }
+    }
+
+    fn in_pool(&self, t: &ThreadFacts<'_>) -> bool {
+        self.pool_threads.contains(&(t.pid, t.python_thread_id))
+    }
+
+    /// A thread's role and label, once the trainer is known.
+    fn role_of(
+        &self,
+        thread: &ThreadFacts<'_>,
+        trainer: Option<&ThreadFacts<'_>>,
+    ) -> (Role, String) {
         let is_trainer = trainer
             .is_some_and(|t| t.pid == thread.pid && t.python_thread_id == thread.python_thread_id);
+        let in_trainers_process = trainer.is_some_and(|t| t.pid == thread.pid);
         let main = thread.name == "MainThread";
-        let (role, label) = if is_trainer {
+        if is_trainer {
             (Role::Trainer, format!("trainer ({})", thread.name))
-        } else if main && trainer.is_some_and(|t| t.pid == thread.pid) {
+        } else if main && in_trainers_process {
             (Role::Helper, thread.name.to_owned())
-        } else if main && loader_workers.contains(&thread.pid) {
-            let n = loader_workers
+        } else if main && self.loader_workers.contains(&thread.pid) {
+            let n = self
+                .loader_workers
                 .iter()
                 .position(|&p| p == thread.pid)
                 .unwrap_or(0);
             (Role::DataloaderWorker, format!("DataLoader worker {n}"))
         } else if main
-            && !helper_processes.contains(&thread.pid)
-            && (feeds(thread.activity) || mp_workers.contains(&thread.pid))
+            && !self.helper_processes.contains(&thread.pid)
+            && (feeds(thread.activity) || self.mp_workers.contains(&thread.pid))
         {
             (Role::Worker, "worker".to_owned())
-        } else if in_pool(thread) && trainer.is_some_and(|t| t.pid == thread.pid) {
+        } else if self.in_pool(thread) && in_trainers_process {
             (
                 Role::FeederThread,
                 format!("feeder thread ({})", thread.name),
             )
         } else {
             (Role::Helper, thread.name.to_owned())
-        };
-        roles.push(ThreadRole {
-            pid: thread.pid,
-            python_thread_id: thread.python_thread_id,
-            os_thread_id: thread.os_thread_id,
-            thread: thread.name.to_owned(),
-            role,
-            label,
-        });
+        }
     }
-    roles.sort_by(|a, b| {
-        (a.role, a.pid, a.python_thread_id).cmp(&(b.role, b.pid, b.python_thread_id))
-    });
-    Roles { threads: roles }
 }
 
 /// Whether any followed stack of `pid`'s threads runs a DataLoader worker's loop.
