@@ -486,6 +486,27 @@ mod tests {
         assert!(lines[1].contains("poll (connection.py) 100%"), "{text}");
         assert!(lines[2].ends_with("  -"), "{text}");
 
+        // Each recording's bottleneck and what fixing it buys, after its trainer's line.
+        let fixed = RecordingInput {
+            bottleneck: Some("input_pipeline: steps up to 3.3x faster".to_owned()),
+            ..input(
+                "node-a",
+                0,
+                Some("main (train.py:136) waiting in Queue.get"),
+            )
+        };
+        let merged = merge_recordings(&[fixed, input("node-b", 1, None)]);
+        let mut out = Vec::new();
+        write_rank_table(&merged, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.lines().nth(1).is_some_and(|l| l.ends_with(
+                "main (train.py:136) waiting in Queue.get · input_pipeline: steps up to 3.3x \
+                 faster"
+            )),
+            "{text}"
+        );
+
         // Without a trainer anywhere, the table is as it was.
         let merged = merge_recordings(&[input("node-a", 0, None)]);
         let mut out = Vec::new();

@@ -27,9 +27,8 @@ use stackscope_event::FileOrigin;
 
 use crate::fold::{Activity, FrameId, FunctionId, StackTable};
 
-/// The loop is the innermost function of the job's code held by at least this share of the
-/// trainer's samples (some are outside it: start-up's tail, the exit, a checkpoint called from
-/// elsewhere).
+/// The loop is where the call path at least this share of the trainer's samples share from
+/// their root ends (some are outside it: start-up's tail, the exit).
 const LOOP_PRESENCE: f64 = 0.8;
 /// `gpu.step_gil_holder` is given when the GIL waits are at least this share of the step.
 pub const GIL_HOLDER_MIN_SHARE: f64 = 0.1;
@@ -257,58 +256,72 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
     })
 }
 
-/// The loop itself: the innermost function of the job's code that at least
-/// [`LOOP_PRESENCE`] of the samples hold (by function: the loop runs over several lines of it;
-/// at any depth: a stack may reach it through another call now and then). What runs below it
-/// is the step.
+/// The loop itself: the end of the call path at least [`LOOP_PRESENCE`] of the trainer's
+/// samples share from their root (by function: the loop runs over several lines of it), at its
+/// innermost function of the job's code. What runs below it is the step. A helper every phase
+/// calls (a shared inner loop) is below where the samples part ways, so it is never the loop.
 #[derive(Debug, Clone, Copy)]
 struct Loop {
+    depth: usize,
     function: FunctionId,
 }
 
 impl Loop {
-    /// Where the step starts in a stack: just inside the loop's (outermost) frame; `None` for
-    /// a stack outside the loop.
+    /// Where the step starts in a stack: just inside the loop's frame; `None` for a stack
+    /// outside the loop.
     fn inside(&self, table: &StackTable, frames: &[FrameId]) -> Option<usize> {
-        let at = frames.iter().position(|&f| {
-            table
-                .frame(f)
-                .is_some_and(|e| e.function == Some(self.function))
-        })?;
-        Some(at + 1)
+        let at = frames.get(self.depth)?;
+        (table.frame(*at)?.function == Some(self.function)).then_some(self.depth + 1)
     }
 }
 
 fn loop_of(table: &StackTable, activity: &Activity) -> Option<Loop> {
-    // By function: its samples, and the least depth it is found at.
-    let mut presence: HashMap<FunctionId, (u64, usize)> = HashMap::new();
-    let mut total = 0u64;
+    // Each stack as its frames' functions (`None` for roots), with its samples; and the
+    // functions of the job's own code.
+    let mut job_functions: Vec<FunctionId> = Vec::new();
+    let mut stacks: Vec<(Vec<Option<FunctionId>>, u64)> = Vec::new();
     for (&stack, c) in &activity.stacks {
         let Some(entry) = table.stacks().get(stack as usize) else {
             continue;
         };
-        let n = c.all().total();
-        total += n;
-        let mut seen: Vec<FunctionId> = Vec::new();
-        for (depth, &f) in entry.frames.iter().enumerate() {
-            let Some(e) = table.frame(f) else { continue };
-            let (Some(function), FileOrigin::Job) = (e.function, e.origin) else {
-                continue;
-            };
-            if seen.contains(&function) {
-                continue;
+        let mut functions = Vec::with_capacity(entry.frames.len());
+        for &f in entry.frames.iter() {
+            let e = table.frame(f);
+            let function = e.and_then(|e| e.function);
+            if let (Some(function), Some(FileOrigin::Job)) = (function, e.map(|e| e.origin)) {
+                job_functions.push(function);
             }
-            seen.push(function);
-            let slot = presence.entry(function).or_insert((0, depth));
-            slot.0 += n;
-            slot.1 = slot.1.min(depth);
+            functions.push(function);
         }
+        stacks.push((functions, c.all().total()));
     }
-    presence
-        .iter()
-        .filter(|(_, &(n, _))| n as f64 >= LOOP_PRESENCE * total as f64)
-        .max_by_key(|(&function, &(n, depth))| (depth, n, std::cmp::Reverse(function)))
-        .map(|(&function, _)| Loop { function })
+    job_functions.sort_unstable();
+    job_functions.dedup();
+    let is_job = |f: FunctionId| job_functions.binary_search(&f).is_ok();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let mut prefix: Vec<Option<FunctionId>> = Vec::new();
+    let mut found = None;
+    loop {
+        let depth = prefix.len();
+        let mut next: HashMap<Option<FunctionId>, u64> = HashMap::new();
+        for (functions, n) in &stacks {
+            if functions.len() > depth && functions[..depth] == prefix[..] {
+                *next.entry(functions[depth]).or_default() += n;
+            }
+        }
+        let Some((&function, &n)) = next.iter().max_by_key(|(&f, &n)| (n, std::cmp::Reverse(f)))
+        else {
+            break;
+        };
+        if (n as f64) < LOOP_PRESENCE * total as f64 {
+            break;
+        }
+        if let Some(f) = function.filter(|&f| is_job(f)) {
+            found = Some(Loop { depth, function: f });
+        }
+        prefix.push(function);
+    }
+    found
 }
 
 /// Where a stack enters the step: the function of its first frame inside the loop's frame.
