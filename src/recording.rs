@@ -151,6 +151,7 @@ fn record(
         started: Instant::now(),
         sampled: None,
         rate_hz: config.rate_hz,
+        cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(target.pid()),
     };
 
     let pid = meta.pid;
@@ -198,6 +199,7 @@ fn record(
         process_root: aggregate_config.process_root,
         leave_out_startup: Some(aggregate_config.leave_out_startup),
         expected_gpu_devices: Vec::new(),
+        cpus_usable: meta.cpus_usable,
     };
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -350,6 +352,8 @@ struct MetaSource {
     /// How long the sampler ran, once it has stopped.
     sampled: Option<Duration>,
     rate_hz: f64,
+    /// CPUs the target may use, read when it was attached.
+    cpus_usable: Option<f64>,
 }
 
 impl MetaSource {
@@ -377,6 +381,7 @@ impl MetaSource {
             gpu_devices: Vec::new(),
             gpu_unavailable: None,
             notices: Vec::new(),
+            cpus_usable: self.cpus_usable,
         }
     }
 
