@@ -151,7 +151,7 @@ fn by_step(mean: f64, input: &VerdictInput<'_>) -> Option<Verdict> {
     // Where the step says the loop spends that part; else where it was while the GPU idled.
     let trainer_words = match (class, &step.input_at, &step.inline_at) {
         (VerdictClass::InputPipeline, Some(at), _) => place_words(at),
-        (VerdictClass::InlineLoading, _, Some(at)) => loading_words(at),
+        (VerdictClass::InlineLoading, _, Some(at)) => loading_words(at, input.idle_path),
         _ => {
             let trainer = input.while_idle.trainer.as_ref()?;
             match class {
@@ -179,15 +179,22 @@ fn place_words(at: &StepPlace) -> String {
     }
 }
 
-/// "loads at read_record (job.py:72), waiting 80% of that time (reads or sleeps)".
-fn loading_words(at: &StepPlace) -> String {
+/// "loads at read_record (job.py:72), waiting on reads (80% of that time waiting)"; with the
+/// call path that sets the GPU's idle time apart where the place is not on it (a function both
+/// phases call, such as a shared copy or tensor op): "loads in load_batch → decode_images at
+/// busy (job.py:48), computing (...)".
+fn loading_words(at: &StepPlace, idle_path: Option<&IdlePath>) -> String {
     let how = if at.waiting_share >= 0.5 {
         "waiting on reads"
     } else {
         "computing"
     };
+    let function = at.frame.split(" (").next().unwrap_or(&at.frame);
+    let path = idle_path
+        .filter(|p| !p.functions.is_empty() && p.functions.iter().all(|f| f.function != function))
+        .map_or(String::new(), |p| format!("in {} ", p.label()));
     format!(
-        "loads at {}, {how} ({:.0}% of that time waiting)",
+        "loads {path}at {}, {how} ({:.0}% of that time waiting)",
         at.frame,
         at.waiting_share * 100.0
     )
