@@ -13,9 +13,9 @@ use stackscope_sampler::{
     Root, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
-use crate::child::{CommandExit, LaunchedChild};
+use crate::child::LaunchedChild;
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
-use crate::exit::{shell_status, WithStatus};
+use crate::exit::{shell_status, CommandExit, Ended, EndedBy, WithStatus};
 use crate::gpu::GpuReport;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
@@ -25,25 +25,6 @@ use crate::signals::{Request, Signals};
 
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How a recording ended: what ended it, and how the command ended (`record`; `None` for
-/// `attach`, or when it is not known).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ended {
-    pub by: EndedBy,
-    pub command: Option<CommandExit>,
-}
-
-/// What ended a recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndedBy {
-    /// The target exited, or sampling could not go on.
-    Target,
-    /// `--duration` elapsed, as asked.
-    Duration,
-    /// A signal to stackscope (SIGINT: Ctrl-C, or SIGTERM), by its number.
-    Signal(i32),
-}
 
 /// Records, and gives how the recording ended.
 pub fn run(config: RecordingConfig) -> anyhow::Result<Ended> {
