@@ -133,24 +133,8 @@ pub(crate) fn read_window<S: Sink>(
     }
     let mut reader = SampleLogReader::open(&path)?;
     let header = reader.header().clone();
-    let mut config = aggregate_config(&header);
-    if let Some(idle_below) = options.idle_below {
-        config.idle_below = idle_below;
-    }
-    if let Some(include_idle) = options.include_idle {
-        config.include_idle = include_idle;
-    }
     let old = OldSummary::read(dir);
-    // A log from before the header said: a recording that knows its command's exit started
-    // the job itself (`record`).
-    if header.leave_out_startup.is_none() {
-        config.leave_out_startup = old.launched();
-    }
-    // Start-up is the recording's beginning: a window that starts later has none.
-    if window.from.is_some_and(|from| from > 0.0) {
-        config.leave_out_startup = false;
-    }
-    let mut sink = new(config, &header);
+    let mut sink = new(window_config(&header, options, &old), &header);
     // The log does not keep ranks; the recording's summary does, by pid.
     let ranks = old.process_ranks();
     let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
@@ -179,15 +163,7 @@ pub(crate) fn read_window<S: Sink>(
     } else {
         last_secs.max(old.duration_secs().unwrap_or(0.0))
     };
-    let from_secs = window.from.unwrap_or(0.0);
-    if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
-        return Err(RebuildError::Window(format!(
-            "--from {from_secs} is at or past the recording's end ({recording_secs:.1} s)"
-        )));
-    }
-    let to_secs = window
-        .to
-        .map_or(recording_secs, |to| to.min(recording_secs));
+    let (from_secs, to_secs) = window_bounds(window, recording_secs, stopped_early)?;
     let meta = recording_meta(
         &header,
         &old,
@@ -211,6 +187,51 @@ pub(crate) fn read_window<S: Sink>(
         events_used: used,
         log,
     })
+}
+
+/// The recording's configuration from the log's header, with `options`' overrides, for a
+/// rebuild of `options.window`.
+fn window_config(
+    header: &LogHeader,
+    options: &RebuildOptions,
+    old: &OldSummary,
+) -> AggregateConfig {
+    let mut config = aggregate_config(header);
+    if let Some(idle_below) = options.idle_below {
+        config.idle_below = idle_below;
+    }
+    if let Some(include_idle) = options.include_idle {
+        config.include_idle = include_idle;
+    }
+    // A log from before the header said: a recording that knows its command's exit started
+    // the job itself (`record`).
+    if header.leave_out_startup.is_none() {
+        config.leave_out_startup = old.launched();
+    }
+    // Start-up is the recording's beginning: a window that starts later has none.
+    if options.window.from.is_some_and(|from| from > 0.0) {
+        config.leave_out_startup = false;
+    }
+    config
+}
+
+/// The window's start and end in seconds, the end no later than the recording's; a `--from`
+/// at or past the end of a log read to its end is an error.
+fn window_bounds(
+    window: Window,
+    recording_secs: f64,
+    stopped_early: bool,
+) -> Result<(f64, f64), RebuildError> {
+    let from_secs = window.from.unwrap_or(0.0);
+    if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
+        return Err(RebuildError::Window(format!(
+            "--from {from_secs} is at or past the recording's end ({recording_secs:.1} s)"
+        )));
+    }
+    let to_secs = window
+        .to
+        .map_or(recording_secs, |to| to.min(recording_secs));
+    Ok((from_secs, to_secs))
 }
 
 #[cfg(test)]
