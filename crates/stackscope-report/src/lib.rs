@@ -22,6 +22,7 @@ pub mod import_frames;
 mod markup;
 mod merge;
 mod outputs;
+mod rank_cells;
 mod rebuild;
 mod redact;
 mod summary;

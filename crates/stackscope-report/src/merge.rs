@@ -18,6 +18,7 @@ use crate::outputs::{
     write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,
     SUMMARY,
 };
+use crate::rank_cells::RankCells;
 use crate::{write_flamegraph, write_folded, ReportError};
 
 /// The rank table as text, beside the merged profiles.
@@ -298,17 +299,15 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
         writeln!(w, "{header}")?;
     }
     for row in &merged.ranks {
+        // Short, without the pid that `ProcessPlace::describe` adds: the column is 28 wide.
         let who = match row.place.rank {
             Some(rank) => format!("rank {rank} on {}", row.place.host),
             None => format!("process {} on {}", row.place.pid, row.place.host),
         };
-        let idle = row
-            .gpu_idle_share
-            .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0));
-        let top = match (&row.top_function, row.top_function_share) {
-            (Some(f), Some(share)) => format!("{f} {:.0}%", share * 100.0),
-            _ => "-".to_owned(),
-        };
+        let RankCells {
+            gpu_idle: idle,
+            top,
+        } = RankCells::of(row);
         let line = if trainers {
             let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
             let trainer = row.trainer.as_deref().unwrap_or("-");
