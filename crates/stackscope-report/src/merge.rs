@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
+    shorten, MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
 };
 use stackscope_event::ThreadState;
 use stackscope_samplelog::LOG_FILE_NAME;
@@ -309,22 +309,22 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
             top,
         } = RankCells::of(row);
         let line = if trainers {
-            let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
+            let top = shorten(&top, TOP_WIDTH_WITH_TRAINER);
             let trainer = row.trainer.as_deref().unwrap_or("-");
             format!(
                 "{:<28} {:>9} {:>9}  {top:<TOP_WIDTH_WITH_TRAINER$}  {}",
-                cut_chars(&who, 28),
+                shorten(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(trainer, 90)
+                shorten(trainer, 90)
             )
         } else {
             format!(
                 "{:<28} {:>9} {:>9}  {}",
-                cut_chars(&who, 28),
+                shorten(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(&top, 90)
+                shorten(&top, 90)
             )
         };
         writeln!(w, "{}", line.trim_end())?;
@@ -352,54 +352,33 @@ const TOP_WIDTH_WITH_TRAINER: usize = 44;
 /// Where the trainer's column starts: process, samples, GPU idle, then the top function.
 const TOP_CHARS_WITH_TRAINER: usize = 28 + 1 + 9 + 1 + 9 + 2 + TOP_WIDTH_WITH_TRAINER;
 
-fn cut_chars(text: &str, chars: usize) -> String {
-    if text.chars().count() <= chars {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(chars.saturating_sub(3)).collect();
-    out.push_str("...");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use stackscope_aggregate::{merge_dumps, HostedProcess};
-    use stackscope_event::{FrameDump, ProcessDump, RankInfo, ThreadDump};
+    use stackscope_event::{ProcessDump, RankInfo, ThreadDump};
+    use stackscope_testkit::dumps;
 
     fn process(pid: u32, rank: u32, function: &str) -> ProcessDump {
+        let computing = function == "compute";
+        let state = if computing {
+            ThreadState::Running
+        } else {
+            ThreadState::WaitingOnLock
+        };
+        let frames = vec![dumps::frame(function, "train.py", 5)];
+        let main = ThreadDump {
+            python_thread_id: 1,
+            active: computing,
+            ..dumps::thread("MainThread", u64::from(pid), state, frames)
+        };
         ProcessDump {
-            pid,
             parent_pid: Some(1),
-            ns_pid: None,
-            command_line: "python train.py".into(),
-            python_version: "3.11.7".into(),
             rank: RankInfo {
                 rank: Some(rank),
                 ..RankInfo::default()
             },
-            host: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(u64::from(pid)),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: function == "compute",
-                owns_gil: false,
-                state: if function == "compute" {
-                    ThreadState::Running
-                } else {
-                    ThreadState::WaitingOnLock
-                },
-                frames: vec![FrameDump {
-                    function: function.into(),
-                    file: "train.py".into(),
-                    line: 5,
-                    native: false,
-                    locals: None,
-                    path: None,
-                }],
-            }],
+            ..dumps::process(pid, "python train.py", vec![main])
         }
     }
 
