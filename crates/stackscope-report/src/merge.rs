@@ -116,8 +116,8 @@ pub fn write_merged_report_html(
     for (source, input) in sources.iter().zip(inputs) {
         // One recording's aggregate at a time: only its page is kept.
         let rebuilt = crate::rebuild(source, &crate::RebuildOptions::default())?;
-        let summary = rebuilt.aggregator.summary(&rebuilt.meta);
-        let page = crate::html::page_data(&rebuilt.aggregator, &summary, &rebuilt.meta);
+        let summary = rebuilt.sink.summary(&rebuilt.meta);
+        let page = crate::html::page_data(&rebuilt.sink, &summary, &rebuilt.meta);
         parts.push(crate::html::RankPage { input, page });
     }
     let data = crate::html::merged_page_data(&parts, merged, sources);

@@ -42,26 +42,9 @@ pub struct RebuildOptions {
     pub include_idle: Option<bool>,
 }
 
-/// A rebuilt recording: hand `aggregator` and `meta` to `stackscope_report::write_outputs`.
-#[derive(Debug)]
-pub struct RebuildOutcome {
-    /// Fed every event of the window and finished.
-    pub aggregator: Aggregator,
-    pub meta: RecordingMeta,
-    pub header: LogHeader,
-    /// The window clipped to the recording, seconds since its start.
-    pub from_secs: f64,
-    pub to_secs: f64,
-    /// The recording's length, as far as the log (and its summary, when the log is whole)
-    /// know.
-    pub recording_secs: f64,
-    pub events_read: u64,
-    /// Events fed to the aggregator: those of the window, the attach events of processes
-    /// alive at its start, and one GPU reading per device just after its end.
-    pub events_used: u64,
-    /// What of the log was read.
-    pub log: LogRead,
-}
+/// A rebuilt recording: hand `sink` (the aggregator) and `meta` to
+/// `stackscope_report::write_outputs`.
+pub type RebuildOutcome = WindowRead<Aggregator>;
 
 /// Reads `dir/samples.log` and aggregates the events inside `options.window` exactly as the
 /// recording did (same configuration, same order), then builds the recording's meta for that
@@ -69,21 +52,10 @@ pub struct RebuildOutcome {
 ///
 /// Over the whole window the folded profiles equal the recording's own.
 pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, RebuildError> {
-    let read = read_window(dir, options, |config, header| {
+    read_window(dir, options, |config, header| {
         let mut aggregator = Aggregator::new(config, header.start);
         aggregator.expect_gpu_devices(&header.expected_gpu_devices);
         aggregator
-    })?;
-    Ok(RebuildOutcome {
-        aggregator: read.sink,
-        meta: read.meta,
-        header: read.header,
-        from_secs: read.from_secs,
-        to_secs: read.to_secs,
-        recording_secs: read.recording_secs,
-        events_read: read.events_read,
-        events_used: read.events_used,
-        log: read.log,
     })
 }
 
@@ -103,16 +75,25 @@ impl Sink for Aggregator {
     }
 }
 
-/// A window read into a sink, with what `RebuildOutcome` says about it.
-pub(crate) struct WindowRead<S> {
+/// A window of a recording read into a sink (the aggregator of [`RebuildOutcome`], the trace
+/// of [`TraceOutcome`]), with what is known about the window.
+#[derive(Debug)]
+pub struct WindowRead<S> {
+    /// Fed every event of the window and finished.
     pub sink: S,
     pub meta: RecordingMeta,
     pub header: LogHeader,
+    /// The window clipped to the recording, seconds since its start.
     pub from_secs: f64,
     pub to_secs: f64,
+    /// The recording's length, as far as the log (and its summary, when the log is whole)
+    /// know.
     pub recording_secs: f64,
     pub events_read: u64,
+    /// Events fed to the sink: those of the window, the attach events of processes alive at
+    /// its start, and one GPU reading per device just after its end.
     pub events_used: u64,
+    /// What of the log was read.
     pub log: LogRead,
 }
 
