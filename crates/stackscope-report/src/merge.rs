@@ -299,7 +299,8 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
         writeln!(w, "{header}")?;
     }
     for row in &merged.ranks {
-        // Short, without the pid that `ProcessPlace::describe` adds: the column is 28 wide.
+        // Without the ` (pid N)` that `ProcessPlace::describe` adds: the column is 28 wide, and
+        // scripts read the table split on spaces.
         let who = match row.place.rank {
             Some(rank) => format!("rank {rank} on {}", row.place.host),
             None => format!("process {} on {}", row.place.pid, row.place.host),
