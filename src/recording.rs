@@ -221,6 +221,7 @@ fn start_recorder(
         process_root: aggregate_config.process_root,
         leave_out_startup: Some(aggregate_config.leave_out_startup),
         expected_gpu_devices: Vec::new(),
+        cpus_usable: meta.cpus_usable,
     };
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -398,6 +399,8 @@ struct MetaSource {
     /// How long the sampler ran, once it has stopped.
     sampled: Option<Duration>,
     rate_hz: f64,
+    /// CPUs the target may use, read when it was attached.
+    cpus_usable: Option<f64>,
 }
 
 impl MetaSource {
@@ -418,6 +421,7 @@ impl MetaSource {
             started: Instant::now(),
             sampled: None,
             rate_hz,
+            cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(target.pid()),
         }
     }
 
@@ -445,6 +449,7 @@ impl MetaSource {
             gpu_devices: Vec::new(),
             gpu_unavailable: None,
             notices: Vec::new(),
+            cpus_usable: self.cpus_usable,
         }
     }
 

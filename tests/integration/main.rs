@@ -32,6 +32,7 @@ mod report_html;
 mod report_page;
 mod report_views;
 mod roles;
+mod shapes;
 mod subprocesses;
 mod thread_names;
 mod top;

@@ -53,13 +53,14 @@ pub use jobs::{
     MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
     RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, DEFAULT_HANG_AFTER_SECS,
 };
+pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
-pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};
+pub use roles::{of as roles_of, step_of, while_idle_of, Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
 pub use trace::{Run, SampleTrace, TraceThread};
 pub use verdict::{
-    headline_verdict, idle_path, idle_path_by, IdlePath, PathFunction, RecordingVerdict, Verdict,
-    VerdictClass, MIN_RISE, VERDICTS_IN_HEADLINE,
+    headline_verdict, idle_path, idle_path_by, IdlePath, IfFixed, PathFunction, RecordingVerdict,
+    Verdict, VerdictClass, HIGHLY_BOUND, MIN_RISE, MODERATELY_BOUND, VERDICTS_IN_HEADLINE,
 };
 
 #[cfg(test)]

@@ -8,12 +8,16 @@ use crate::fold::{
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
 use crate::gpu::{
-    bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary, UtilizationResult,
+    bursts_of_grid, cycle, resample_mean, short_bursts_of_grid, short_cycle, Cycle,
+    GpuDeviceSummary, UtilizationResult,
 };
 use crate::jobs::{FrozenThread, HangGpu, Stuck};
+use crate::roles::step::{GilHolder, StepBreakdown};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
-use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
+use crate::verdict::{
+    idle_path, idle_path_by, verdict_and_fix, IdlePath, IfFixed, Verdict, VerdictInput,
+};
 
 /// How many functions the GPU-idle and GPU-busy lists hold.
 pub const TOP_GPU_FUNCTIONS: usize = 10;
@@ -148,6 +152,17 @@ pub struct GpuSummary {
     /// What the trainer and its feeders did while the GPU idled.
     #[serde(default)]
     pub while_idle: WhileIdle,
+    /// The trainer's step broken down: shares of its wall time, summing to 1; `None` without
+    /// a trainer.
+    #[serde(default)]
+    pub step: Option<StepBreakdown>,
+    /// Who held the GIL while the trainer waited for it, when those waits are 10% of its step
+    /// or more.
+    #[serde(default)]
+    pub step_gil_holder: Option<GilHolder>,
+    /// What fixing the verdict's bottleneck buys.
+    #[serde(default)]
+    pub if_fixed: Option<IfFixed>,
     pub samples_gpu_idle: u64,
     pub samples_gpu_busy: u64,
     /// Samples with no GPU reading at their time, and any still waiting for one.
@@ -259,10 +274,14 @@ impl Aggregator {
         });
         let roles = roles::of(self, meta.pid);
         let while_idle = roles::while_idle_of(self, &roles);
+        let (step, step_gil_holder) = match roles::step_of(self, &roles) {
+            Some((step, holder)) => (Some(step), holder),
+            None => (None, None),
+        };
         let stuck = self.stuck();
         let hang_gpu = mean_utilization
             .map(|mean| HangGpu::classify(mean, mean_sm_active, f64::from(idle_below), false));
-        let verdict = verdict(VerdictInput {
+        let (verdict, if_fixed) = verdict_and_fix(VerdictInput {
             stuck: stuck.as_ref().zip(hang_gpu),
             mean_utilization,
             cycle: cycle.as_ref(),
@@ -273,6 +292,9 @@ impl Aggregator {
             low_sm_path: low_sm_path.as_ref(),
             mean_sm_active,
             low_sm_functions: &top_low_sm,
+            step: step.as_ref(),
+            gil_holder: step_gil_holder.as_ref(),
+            cpus_usable: meta.cpus_usable,
         });
         Some(GpuSummary {
             devices,
@@ -284,6 +306,9 @@ impl Aggregator {
             startup_secs,
             startup_functions: top_functions(&self.table, |c| c.startup, STARTUP_FUNCTIONS).by_self,
             while_idle,
+            step: step.map(|s| s.breakdown),
+            step_gil_holder,
+            if_fixed,
             samples_gpu_idle: tagged[0],
             samples_gpu_busy: tagged[1],
             samples_gpu_unknown: tagged[2] + pending,
@@ -328,8 +353,12 @@ impl Aggregator {
             .max(first)
             .max(startup_end.unwrap_or(0));
         let grid = resample_mean(series, from, last, CYCLE_STEP_NANOS);
+        let to = from + grid.len() as u64 * CYCLE_STEP_NANOS;
         let bursts = bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
-        cycle(&bursts, from, from + grid.len() as u64 * CYCLE_STEP_NANOS)
+        cycle(&bursts, from, to).or_else(|| {
+            let short = short_bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
+            short_cycle(&short, from, to)
+        })
     }
 
     /// Whether the target did not move (`Stuck::judge`), with where its busiest threads are.

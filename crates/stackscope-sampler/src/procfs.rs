@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use stackscope_event::ThreadState;
 
+pub mod cpus;
 pub(crate) mod stat;
 pub use stat::ProcState;
 pub(crate) use stat::StatLine;

@@ -1,7 +1,8 @@
 //! Whole jobs, across processes and nodes: a dump's threads grouped and its stragglers named,
 //! dumps and recordings of many ranks merged, helper processes recognised, hangs detected.
 //!
-//! Works on dumps and folded lines, not on the fold; depends on nothing else in the crate.
+//! Works on dumps and folded lines, not on the fold; of the rest of the crate it uses only
+//! `gpu` (a hang is classified in the samples' own GPU states, [`crate::GpuTag`]).
 
 mod grouping;
 mod hang;

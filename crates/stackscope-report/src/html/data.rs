@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use stackscope_aggregate::{
     Aggregator, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
-    StackTable, Summary, ThreadRole, Verdict, VerdictClass,
+    StackTable, StepBreakdown, Summary, ThreadRole, Verdict, VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
 
@@ -55,6 +55,8 @@ pub struct PageData {
     pub mean_utilization: Option<f64>,
     pub verdict: Option<Verdict>,
     pub verdict_class: Option<VerdictClass>,
+    /// The training loop's step broken down (`gpu.step`), drawn as a bar beside the verdict.
+    pub step: Option<StepBreakdown>,
     pub idle_path: Option<IdlePath>,
     /// The GPU's cycle of busy bursts, when it has one (`gpu.cycle`).
     pub cycle: Option<Cycle>,
@@ -193,6 +195,7 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         mean_utilization: gpu.and_then(|g| g.mean_utilization),
         verdict: gpu.map(|g| g.verdict.clone()),
         verdict_class: gpu.map(|g| g.verdict.class),
+        step: gpu.and_then(|g| g.step),
         idle_path: gpu.and_then(|g| g.idle_path.clone()),
         cycle: gpu.and_then(|g| g.cycle),
         startup_secs: gpu.map_or(0.0, |g| g.startup_secs),
@@ -277,7 +280,7 @@ pub(super) fn lane_class(role: Option<Role>) -> u8 {
     match role {
         Some(Role::Trainer) => 0,
         Some(Role::DataloaderWorker) => 1,
-        Some(Role::Worker) => 2,
+        Some(Role::Worker) | Some(Role::FeederThread) => 2,
         Some(Role::Helper) | None => 3,
     }
 }

@@ -218,6 +218,7 @@ pub fn merged_page_data(
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
         verdict_class: verdict.as_ref().map(|v| v.class),
         verdict,
+        step: None,
         idle_path: None,
         cycle: None,
         startup_secs: 0.0,
@@ -439,12 +440,18 @@ pub(super) fn write_rank_table<W: Write>(
     w: &mut W,
 ) -> Result<(), ReportError> {
     let trainers = merged.ranks.iter().any(|r| r.trainer.is_some());
+    let bottlenecks = merged.ranks.iter().any(|r| r.bottleneck.is_some());
     writeln!(
         w,
         "<table class=\"ranks\" id=\"ranks\">\n<tr><th>process</th><th>samples</th>\
-         <th>GPU idle</th><th>top function</th>{}</tr>",
+         <th>GPU idle</th><th>top function</th>{}{}</tr>",
         if trainers {
             "<th>trainer while the GPU idled</th>"
+        } else {
+            ""
+        },
+        if bottlenecks {
+            "<th>bottleneck, if fixed</th>"
         } else {
             ""
         }
@@ -472,10 +479,18 @@ pub(super) fn write_rank_table<W: Write>(
         } else {
             String::new()
         };
+        let bottleneck = if bottlenecks {
+            format!(
+                "<td class=\"bottleneck\">{}</td>",
+                escape(row.bottleneck.as_deref().unwrap_or("-"))
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             w,
             "<tr{}><td>{}{mark}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td>{}</td>{trainer}</tr>",
+             <td>{}</td>{trainer}{bottleneck}</tr>",
             if is_odd { " class=\"odd\"" } else { "" },
             escape(&row.place.describe()),
             row.samples,

@@ -205,6 +205,9 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         "<p class=\"verdict\"><b>Verdict:</b> <span id=\"verdict\">{}</span></p>",
         escape(verdict)
     )?;
+    if let Some(step) = &data.step {
+        write_step_bar(step, w)?;
+    }
     if let Some(path) = &data.idle_path {
         writeln!(
             w,
@@ -243,3 +246,29 @@ fn subject(data: &PageData) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The training loop's step as one bar (`<div id="step-bar">`): a segment per part of its
+/// time, as wide as its share, named with its share.
+fn write_step_bar<W: Write>(
+    step: &stackscope_aggregate::StepBreakdown,
+    w: &mut W,
+) -> Result<(), ReportError> {
+    write!(
+        w,
+        "<div class=\"step\"><b>The training loop's time:</b> <div class=\"step-bar\" \
+         id=\"step-bar\">"
+    )?;
+    for (part, share) in step.parts() {
+        if share < 0.005 {
+            continue;
+        }
+        let pct = share * 100.0;
+        write!(
+            w,
+            "<span class=\"step-part step-{part}\" style=\"width:{pct:.1}%\" \
+             title=\"{part} {pct:.0}%\">{part} {pct:.0}%</span>"
+        )?;
+    }
+    writeln!(w, "</div></div>")?;
+    Ok(())
+}
