@@ -14,7 +14,6 @@
 //! whatever of the tree is left, and says so ([`crate::ending`]). Should stackscope itself die,
 //! the launcher does the same.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
@@ -23,44 +22,7 @@ use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::exit::{WithStatus, COMMAND_NOT_FOUND, COMMAND_NOT_RUN};
-
-/// How the command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandExit {
-    Code(i32),
-    Signal(i32),
-}
-
-impl CommandExit {
-    pub fn code(self) -> Option<i32> {
-        match self {
-            CommandExit::Code(code) => Some(code),
-            CommandExit::Signal(_) => None,
-        }
-    }
-}
-
-impl CommandExit {
-    pub fn signal(self) -> Option<i32> {
-        match self {
-            CommandExit::Code(_) => None,
-            CommandExit::Signal(signal) => Some(signal),
-        }
-    }
-}
-
-impl fmt::Display for CommandExit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CommandExit::Code(code) => write!(f, "exit status {code}"),
-            CommandExit::Signal(signal) => match Signal::try_from(*signal) {
-                Ok(name) => write!(f, "signal {signal} ({name})"),
-                Err(_) => write!(f, "signal {signal}"),
-            },
-        }
-    }
-}
+use crate::exit::{CommandExit, WithStatus, COMMAND_NOT_FOUND, COMMAND_NOT_RUN};
 
 /// How long the launcher may take to start the command.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

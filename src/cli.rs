@@ -7,11 +7,35 @@ use clap::{Args, Parser, Subcommand};
 use stackscope_aggregate::{DEFAULT_HANG_AFTER_SECS, DEFAULT_IDLE_BELOW};
 
 /// The sampling rate of `attach`, `record` and `top`; `watch` has its own
-/// ([`crate::config::default_watch_rate`]).
+/// ([`default_watch_rate`]).
 const DEFAULT_RATE_HZ: f64 = 100.0;
 /// The rates `--rate` accepts, samples per second.
 const MIN_RATE_HZ: f64 = 0.1;
 const MAX_RATE_HZ: f64 = 10_000.0;
+
+/// `watch`'s rate without `--rate`: once a second.
+const DEFAULT_WATCH_RATE_HZ: f64 = 1.0;
+/// A hang must be seen unchanged at least this many times: a busy loop that spends most of its
+/// time on a few lines repeats a stack by chance now and then.
+const MIN_UNCHANGED_READS: f64 = 6.0;
+/// The most the default rate is raised to for a short `--hang-after`.
+const MAX_DEFAULT_WATCH_RATE_HZ: f64 = 10.0;
+
+/// `watch`'s rate without `--rate`: [`DEFAULT_WATCH_RATE_HZ`], raised for a short
+/// `--hang-after` to read the stacks [`MIN_UNCHANGED_READS`] times within it, up to
+/// [`MAX_DEFAULT_WATCH_RATE_HZ`].
+pub fn default_watch_rate(hang_after_secs: f64) -> f64 {
+    (MIN_UNCHANGED_READS / hang_after_secs).clamp(DEFAULT_WATCH_RATE_HZ, MAX_DEFAULT_WATCH_RATE_HZ)
+}
+
+/// `watch --rate`'s help: what [`default_watch_rate`] does.
+pub fn watch_rate_help() -> String {
+    format!(
+        "Stack reads per second [default: {DEFAULT_WATCH_RATE_HZ}; for a --hang-after under \
+         {} s, {MIN_UNCHANGED_READS} reads within it, at most {MAX_DEFAULT_WATCH_RATE_HZ}]",
+        MIN_UNCHANGED_READS / DEFAULT_WATCH_RATE_HZ
+    )
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -243,7 +267,7 @@ pub struct WatchArgs {
         value_name = "HZ",
         value_parser = parse_rate,
         allow_negative_numbers = true,
-        help = crate::config::watch_rate_help()
+        help = watch_rate_help()
     )]
     pub rate: Option<f64>,
     #[command(flatten)]
@@ -423,6 +447,19 @@ fn parse_percent(s: &str) -> Result<f32, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn watch_reads_once_a_second_unless_a_short_hang_after_needs_more() {
+        assert_eq!(default_watch_rate(300.0), 1.0);
+        assert_eq!(default_watch_rate(6.0), 1.0);
+        assert_eq!(default_watch_rate(2.0), 3.0);
+        assert_eq!(default_watch_rate(0.1), 10.0);
+        let help = watch_rate_help();
+        assert!(
+            help.contains("[default: 1; for a --hang-after under 6 s, 6 reads"),
+            "{help}"
+        );
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {

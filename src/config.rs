@@ -9,25 +9,14 @@ use stackscope_gpu::GpuSelection;
 use stackscope_sampler::ReaderTuning;
 
 use crate::cli::{
-    AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs, RecordingArgs, ReportArgs,
-    TopArgs, WatchArgs,
+    default_watch_rate, AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs,
+    RecordingArgs, ReportArgs, TopArgs, WatchArgs,
 };
+use crate::exit::UsageError;
 use stackscope_report::ExportFormat;
 
 mod tuning;
 pub use tuning::reader_tuning_from_env;
-
-/// A mistake on the command line found after clap: exits with status 2, like clap's own.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 /// What to profile.
 #[derive(Debug, Clone)]
@@ -196,30 +185,6 @@ impl MergeConfig {
                 .unwrap_or_else(|| PathBuf::from("stackscope-merged")),
         })
     }
-}
-
-/// `watch`'s rate without `--rate`: once a second.
-const DEFAULT_WATCH_RATE_HZ: f64 = 1.0;
-/// A hang must be seen unchanged at least this many times: a busy loop that spends most of its
-/// time on a few lines repeats a stack by chance now and then.
-const MIN_UNCHANGED_READS: f64 = 6.0;
-/// The most the default rate is raised to for a short `--hang-after`.
-const MAX_DEFAULT_WATCH_RATE_HZ: f64 = 10.0;
-
-/// `watch`'s rate without `--rate`: [`DEFAULT_WATCH_RATE_HZ`], raised for a short
-/// `--hang-after` to read the stacks [`MIN_UNCHANGED_READS`] times within it, up to
-/// [`MAX_DEFAULT_WATCH_RATE_HZ`].
-pub fn default_watch_rate(hang_after_secs: f64) -> f64 {
-    (MIN_UNCHANGED_READS / hang_after_secs).clamp(DEFAULT_WATCH_RATE_HZ, MAX_DEFAULT_WATCH_RATE_HZ)
-}
-
-/// `watch --rate`'s help: what [`default_watch_rate`] does.
-pub fn watch_rate_help() -> String {
-    format!(
-        "Stack reads per second [default: {DEFAULT_WATCH_RATE_HZ}; for a --hang-after under \
-         {} s, {MIN_UNCHANGED_READS} reads within it, at most {MAX_DEFAULT_WATCH_RATE_HZ}]",
-        MIN_UNCHANGED_READS / DEFAULT_WATCH_RATE_HZ
-    )
 }
 
 #[derive(Debug, Clone)]
@@ -417,19 +382,6 @@ mod tests {
         std::fs::write(&file, b"x").expect("write");
         let err = ensure_writable_dir(&file.join("out")).unwrap_err();
         assert!(format!("{err:#}").contains("cannot write to output directory"));
-    }
-
-    #[test]
-    fn watch_reads_once_a_second_unless_a_short_hang_after_needs_more() {
-        assert_eq!(default_watch_rate(300.0), 1.0);
-        assert_eq!(default_watch_rate(6.0), 1.0);
-        assert_eq!(default_watch_rate(2.0), 3.0);
-        assert_eq!(default_watch_rate(0.1), 10.0);
-        let help = watch_rate_help();
-        assert!(
-            help.contains("[default: 1; for a --hang-after under 6 s, 6 reads"),
-            "{help}"
-        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! stackscope's exit statuses, in one place: what `main` returns for each outcome, and the
-//! paragraph of `record --help` that promises them.
+//! stackscope's exit statuses, in one place: how a run can end (a usage error, the command's
+//! exit, what ended a recording), what `main` returns for each, and the paragraph of
+//! `record --help` that promises them. Nothing here reads the rest of the binary: `cli`,
+//! `config`, `child` and `recording` all read it.
 //!
 //! Every command exits 0 when done, 1 when it failed and 2 on a usage error, with one
 //! `stackscope:` line on stderr saying why. `record` is different: a launcher that wraps a job in
@@ -11,9 +13,7 @@
 
 use std::process::ExitCode;
 
-use crate::child::CommandExit;
-use crate::config::UsageError;
-use crate::recording::{Ended, EndedBy};
+use nix::sys::signal::Signal;
 
 /// stackscope failed (any command but `record`).
 pub const FAILED: u8 = 1;
@@ -41,6 +41,74 @@ impl std::fmt::Display for WithStatus {
 }
 
 impl std::error::Error for WithStatus {}
+
+/// A mistake on the command line found after clap: exits with status 2, like clap's own.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandExit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl CommandExit {
+    pub fn code(self) -> Option<i32> {
+        match self {
+            CommandExit::Code(code) => Some(code),
+            CommandExit::Signal(_) => None,
+        }
+    }
+}
+
+impl CommandExit {
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            CommandExit::Code(_) => None,
+            CommandExit::Signal(signal) => Some(signal),
+        }
+    }
+}
+
+impl std::fmt::Display for CommandExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommandExit::Code(code) => write!(f, "exit status {code}"),
+            CommandExit::Signal(signal) => match Signal::try_from(*signal) {
+                Ok(name) => write!(f, "signal {signal} ({name})"),
+                Err(_) => write!(f, "signal {signal}"),
+            },
+        }
+    }
+}
+
+/// How a recording ended: what ended it, and how the command ended (`record`; `None` for
+/// `attach`, or when it is not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub by: EndedBy,
+    pub command: Option<CommandExit>,
+}
+
+/// What ended a recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedBy {
+    /// The target exited, or sampling could not go on.
+    Target,
+    /// `--duration` elapsed, as asked.
+    Duration,
+    /// A signal to stackscope (SIGINT: Ctrl-C, or SIGTERM), by its number.
+    Signal(i32),
+}
 
 /// The status an error ends stackscope with: [`USAGE`] for a usage error, a [`WithStatus`]'s
 /// own, else `failed` (the command's failure status).

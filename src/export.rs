@@ -27,7 +27,7 @@ pub fn run(config: ExportConfig) -> anyhow::Result<()> {
         "stackscope: {:.1} to {:.1} s of the recording, {} samples ({} events read)",
         outcome.from_secs,
         outcome.to_secs,
-        outcome.trace.samples(),
+        outcome.sink.samples(),
         outcome.events_read
     );
     // What of the log could not be read: damaged blocks skipped, an early end.
@@ -74,7 +74,7 @@ fn write(outcome: &TraceOutcome, format: ExportFormat, path: &Path) -> anyhow::R
         from_secs: outcome.from_secs,
         to_secs: outcome.to_secs,
     };
-    write_export_file(path, format, &outcome.trace, &info)
+    write_export_file(path, format, &outcome.sink, &info)
         .with_context(|| format!("cannot write the {format} export to {}", path.display()))
 }
 

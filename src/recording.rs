@@ -13,9 +13,9 @@ use stackscope_sampler::{
     Root, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
 };
 
-use crate::child::{CommandExit, LaunchedChild};
+use crate::child::LaunchedChild;
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
-use crate::exit::{shell_status, WithStatus};
+use crate::exit::{shell_status, CommandExit, Ended, EndedBy, WithStatus};
 use crate::gpu::GpuReport;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
@@ -25,25 +25,6 @@ use crate::signals::{Request, Signals};
 
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How a recording ended: what ended it, and how the command ended (`record`; `None` for
-/// `attach`, or when it is not known).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ended {
-    pub by: EndedBy,
-    pub command: Option<CommandExit>,
-}
-
-/// What ended a recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndedBy {
-    /// The target exited, or sampling could not go on.
-    Target,
-    /// `--duration` elapsed, as asked.
-    Duration,
-    /// A signal to stackscope (SIGINT: Ctrl-C, or SIGTERM), by its number.
-    Signal(i32),
-}
 
 /// Records, and gives how the recording ended.
 pub fn run(config: RecordingConfig) -> anyhow::Result<Ended> {
@@ -127,6 +108,8 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
     record(config, gpu_source, target, child, signals, out_dir)
 }
 
+/// The recording's steps: start the producers and the recorder, sample until something ends
+/// it, then end the command and write everything.
 fn record(
     config: RecordingConfig,
     gpu_source: GpuSource,
@@ -136,29 +119,58 @@ fn record(
     out_dir: PathBuf,
 ) -> anyhow::Result<Ended> {
     let start = Timestamp::now();
-    let mut meta = MetaSource {
-        pid: target.pid(),
-        rank: stackscope_event::RankInfo::of_process(target.pid()),
-        host: stackscope_event::host_name(),
-        command_line: target.command_line().to_owned(),
-        python_version: target.python_version().unwrap_or_default().to_owned(),
-        // Until the sampler has read: the root's reader (a root that is not Python has none).
-        reader: match &target {
-            stackscope_sampler::Root::Python(t) => t.reader().to_owned(),
-            stackscope_sampler::Root::Other(_) => String::new(),
-        },
-        started_at: chrono::Local::now().to_rfc3339(),
-        started: Instant::now(),
-        sampled: None,
-        rate_hz: config.rate_hz,
-        cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(target.pid()),
+    let mut meta = MetaSource::new(&target, config.rate_hz);
+    let mut session = start_session(&config, gpu_source, target, signals)?;
+    // `record` starts the job: its start-up (imports, model build, worker start) is not the
+    // job's steady state.
+    let leave_out_startup = child.is_some();
+    let (mut recorder, metrics) =
+        start_recorder(&config, &session, &meta, start, leave_out_startup, &out_dir)?;
+    sample_until_stopped(
+        &mut session,
+        &mut recorder,
+        metrics.as_ref(),
+        &meta,
+        &config,
+        &out_dir,
+    );
+    let stop_signal = session.signals().stop_signal();
+    let stopped = session.stop();
+    // Both producers have ended: everything they sent is waiting, the sampler's last batch too.
+    for batch in session.waiting() {
+        recorder.handle(batch);
+    }
+    let Some(report) = stopped.sampler else {
+        bail!("the sampling thread was stopped twice");
     };
+    // The time sampled, not the time ending the command took after.
+    meta.sampled = Some(meta.started.elapsed());
+    let by = ended_by(stop_signal, &report.stop);
+    if let StopReason::Fatal(why) = &report.stop {
+        eprintln!("stackscope: sampling stopped early: {why}");
+    }
+    let target_exited = report.stop == StopReason::TargetExited;
+    let exit_status = end_command(child.as_mut(), target_exited, meta.pid);
+    let ended = target_exited || exit_status.is_some();
+    let final_meta = meta.finished(&report, stopped.gpu, ended, exit_status);
+    write_recording(recorder, &final_meta, exit_status, &config, &out_dir)?;
+    Ok(Ended {
+        by,
+        command: exit_status,
+    })
+}
 
-    let pid = meta.pid;
-    let mut session = Session::start(
+/// Starts the producers: the sampler on `target`, and the GPU poller.
+fn start_session(
+    config: &RecordingConfig,
+    gpu_source: GpuSource,
+    target: Root,
+    signals: Signals,
+) -> anyhow::Result<Session> {
+    Session::start(
         signals,
         Producers {
-            pid,
+            pid: target.pid(),
             gpu: &config.gpu,
             gpu_source,
             sampler: Some((
@@ -176,15 +188,25 @@ fn record(
                 },
             )),
         },
-    )?;
+    )
+}
+
+/// Opens the output directory's recorder (and the sample log it writes as it goes), and the
+/// metrics endpoint when `--metrics-addr` asks for one.
+fn start_recorder(
+    config: &RecordingConfig,
+    session: &Session,
+    meta: &MetaSource,
+    start: Timestamp,
+    leave_out_startup: bool,
+    out_dir: &Path,
+) -> anyhow::Result<(Recorder, Option<MetricsEndpoint>)> {
     let aggregate_config = AggregateConfig {
         include_idle: config.include_idle,
         idle_below: config.gpu.idle_below,
         gpu_enabled: session.gpu_enabled(),
         process_root: config.subprocesses,
-        // `record` starts the job: its start-up (imports, model build, worker start) is not
-        // the job's steady state.
-        leave_out_startup: child.is_some(),
+        leave_out_startup,
     };
     let log_header = LogHeader {
         start,
@@ -206,14 +228,26 @@ fn record(
         DEFAULT_HANG_AFTER_SECS,
         config.gpu.idle_below,
     )?;
-    let mut recorder = Recorder::create(
+    let recorder = Recorder::create(
         aggregate_config,
         start,
-        &out_dir,
+        out_dir,
         &log_header,
         metrics.as_ref().map(|m| m.state.clone()),
     )?;
+    Ok((recorder, metrics))
+}
 
+/// Hands every batch to the recorder and writes a checkpoint every `--flush-interval` and on
+/// SIGUSR1, until a stop signal or the sampler's end.
+fn sample_until_stopped(
+    session: &mut Session,
+    recorder: &mut Recorder,
+    metrics: Option<&MetricsEndpoint>,
+    meta: &MetaSource,
+    config: &RecordingConfig,
+    out_dir: &Path,
+) {
     let mut next_checkpoint = Instant::now() + config.flush_interval;
     let mut reported_stop = false;
     // A signal that came before the session started (during a slow attach) counts too.
@@ -224,14 +258,14 @@ fn record(
                 recorder.handle(batch);
                 // The sampler's counters move with its batches: look at them now.
                 let stats = session.sampler_stats();
-                if let Some(m) = &metrics {
+                if let Some(m) = metrics {
                     let dropped = stats.dropped.load(Ordering::Relaxed);
                     crate::metrics::lock(&m.state).set_dropped(dropped);
                 }
                 let stopped = stats.stopped_now.load(Ordering::Relaxed);
                 if stopped != reported_stop {
                     reported_stop = stopped;
-                    say_stopped(pid, stopped);
+                    say_stopped(meta.pid, stopped);
                 }
                 None
             }
@@ -244,48 +278,55 @@ fn record(
             Wake::Extra(()) => None,
         };
         if let Some(asked) = checkpoint {
-            // A SIGUSR1 answered here needs no second checkpoint from the flag it also set.
-            session.signals().take_checkpoint_request();
-            let gpu = session
-                .gpu_snapshot()
-                .unwrap_or_else(|| GpuReport::unavailable(""));
-            let snapshot = meta.live(session.sampler_stats(), &gpu);
-            match recorder.checkpoint(&snapshot) {
-                Ok(_) if asked => {
-                    eprintln!("stackscope: checkpoint written to {}", out_dir.display())
-                }
-                Ok(_) => {}
-                Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
-            }
-            if let Err(e) = crate::export::write_formats(&out_dir, &config.formats) {
-                eprintln!("stackscope: checkpoint exports failed: {e:#}");
-            }
+            write_checkpoint(session, recorder, meta, config, out_dir, asked);
             next_checkpoint = Instant::now() + config.flush_interval;
         }
     }
-    let stop_signal = session.signals().stop_signal();
-    let stopped = session.stop();
-    // Both producers have ended: everything they sent is waiting, the sampler's last batch too.
-    for batch in session.waiting() {
-        recorder.handle(batch);
+}
+
+/// Writes the output directory as it stands; says so when SIGUSR1 `asked` for it.
+fn write_checkpoint(
+    session: &Session,
+    recorder: &mut Recorder,
+    meta: &MetaSource,
+    config: &RecordingConfig,
+    out_dir: &Path,
+    asked: bool,
+) {
+    // A SIGUSR1 answered here needs no second checkpoint from the flag it also set.
+    session.signals().take_checkpoint_request();
+    let gpu = session
+        .gpu_snapshot()
+        .unwrap_or_else(|| GpuReport::unavailable(""));
+    let snapshot = meta.live(session.sampler_stats(), &gpu);
+    match recorder.checkpoint(&snapshot) {
+        Ok(_) if asked => eprintln!("stackscope: checkpoint written to {}", out_dir.display()),
+        Ok(_) => {}
+        Err(e) => eprintln!("stackscope: checkpoint failed: {e:#}"),
     }
-    let Some(report) = stopped.sampler else {
-        bail!("the sampling thread was stopped twice");
-    };
-    let gpu_report = stopped.gpu;
-    // The time sampled, not the time ending the command took after.
-    meta.sampled = Some(meta.started.elapsed());
-    let target_exited = report.stop == StopReason::TargetExited;
-    // A signal counts first: Ctrl-C that also reached the command ends it "by itself".
-    let by = match (stop_signal, &report.stop) {
+    if let Err(e) = crate::export::write_formats(out_dir, &config.formats) {
+        eprintln!("stackscope: checkpoint exports failed: {e:#}");
+    }
+}
+
+/// What ended the recording. A signal counts first: Ctrl-C that also reached the command ends
+/// it "by itself".
+fn ended_by(stop_signal: Option<i32>, stop: &StopReason) -> EndedBy {
+    match (stop_signal, stop) {
         (Some(signal), _) => EndedBy::Signal(signal),
         (None, StopReason::DurationElapsed) => EndedBy::Duration,
         _ => EndedBy::Target,
-    };
-    if let StopReason::Fatal(why) = &report.stop {
-        eprintln!("stackscope: sampling stopped early: {why}");
     }
-    let exit_status = child.as_mut().and_then(|c| {
+}
+
+/// `record`'s command: waits for it when the sampler saw it go, else ends it; says how it
+/// ended, as summary.json will.
+fn end_command(
+    child: Option<&mut LaunchedChild>,
+    target_exited: bool,
+    pid: u32,
+) -> Option<CommandExit> {
+    let exit_status = child.and_then(|c| {
         if target_exited {
             c.wait_for_exit(CHILD_EXIT_GRACE)
         } else {
@@ -295,16 +336,25 @@ fn record(
     // The console and summary.json say the same: whether the target ended, and how.
     match exit_status {
         Some(CommandExit::Code(code)) => {
-            eprintln!("stackscope: process {} exited with status {code}", meta.pid)
+            eprintln!("stackscope: process {pid} exited with status {code}")
         }
         Some(exit @ CommandExit::Signal(_)) => {
-            eprintln!("stackscope: process {} ended by {exit}", meta.pid)
+            eprintln!("stackscope: process {pid} ended by {exit}")
         }
-        None if target_exited => eprintln!("stackscope: process {} exited", meta.pid),
+        None if target_exited => eprintln!("stackscope: process {pid} exited"),
         None => {}
     }
-    let ended = target_exited || exit_status.is_some();
-    let final_meta = meta.finished(&report, gpu_report, ended, exit_status);
+    exit_status
+}
+
+/// Writes the finished output directory and the exports, and prints the summary.
+fn write_recording(
+    recorder: Recorder,
+    final_meta: &RecordingMeta,
+    exit_status: Option<CommandExit>,
+    config: &RecordingConfig,
+    out_dir: &Path,
+) -> anyhow::Result<()> {
     // The command has ended: a failure from here on is stackscope's, and says how it ended.
     let ended_with = |e: anyhow::Error| match exit_status {
         Some(exit) => e.context(format!(
@@ -312,15 +362,12 @@ fn record(
         )),
         None => e,
     };
-    let written = recorder.finish(&final_meta).map_err(ended_with)?;
-    crate::export::write_formats(&out_dir, &config.formats).map_err(ended_with)?;
+    let written = recorder.finish(final_meta).map_err(ended_with)?;
+    crate::export::write_formats(out_dir, &config.formats).map_err(ended_with)?;
     let mut stdout = std::io::stdout().lock();
-    stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
+    stackscope_report::write_text_summary(&written.summary, out_dir, &mut stdout)
         .context("cannot print the summary")?;
-    Ok(Ended {
-        by,
-        command: exit_status,
-    })
+    Ok(())
 }
 
 fn say_stopped(pid: u32, stopped: bool) {
@@ -357,6 +404,27 @@ struct MetaSource {
 }
 
 impl MetaSource {
+    /// What is known before sampling starts.
+    fn new(target: &Root, rate_hz: f64) -> MetaSource {
+        MetaSource {
+            pid: target.pid(),
+            rank: stackscope_event::RankInfo::of_process(target.pid()),
+            host: stackscope_event::host_name(),
+            command_line: target.command_line().to_owned(),
+            python_version: target.python_version().unwrap_or_default().to_owned(),
+            // Until the sampler has read: the root's reader (a root that is not Python has none).
+            reader: match target {
+                Root::Python(t) => t.reader().to_owned(),
+                Root::Other(_) => String::new(),
+            },
+            started_at: chrono::Local::now().to_rfc3339(),
+            started: Instant::now(),
+            sampled: None,
+            rate_hz,
+            cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(target.pid()),
+        }
+    }
+
     fn base(&self) -> RecordingMeta {
         RecordingMeta {
             pid: self.pid,

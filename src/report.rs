@@ -21,7 +21,7 @@ pub fn run(config: ReportConfig) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| report_dir(&config.dir, &window));
     crate::config::ensure_writable_dir(&out)?;
-    let written = stackscope_report::write_outputs(&out, &rebuilt.aggregator, &rebuilt.meta)
+    let written = stackscope_report::write_outputs(&out, &rebuilt.sink, &rebuilt.meta)
         .with_context(|| format!("cannot write the report to {}", out.display()))?;
     eprintln!(
         "stackscope: {} to {} s of the recording ({} events read)",

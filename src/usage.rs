@@ -11,8 +11,7 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 use crate::cli::Cli;
-use crate::config::UsageError;
-use crate::exit;
+use crate::exit::{self, UsageError};
 
 /// The command line of this process, or the status to exit with at once (after `--help`,
 /// `--version`, or a usage error already reported).

@@ -90,20 +90,82 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
 fn draw_table(frame: &mut Frame, area: Rect, screen: &Screen) {
     let columns = Columns::new(screen.options, screen.model.gpu_enabled());
     let headers = columns.percent_headers(screen.options.sort);
-    let spacing = 1usize;
-    let thread_width = if columns.thread { 14 } else { 0 };
-    let fixed = headers.len() * (PERCENT_WIDTH + spacing)
-        + if columns.thread {
-            thread_width + spacing
-        } else {
-            0
-        };
-    let rest = usize::from(area.width).saturating_sub(fixed + spacing);
-    // The function name gets a little less than half: file paths are longer and their ends
-    // (file name, line) are what is read.
-    let function_width = rest * 9 / 20;
-    let location_width = rest - function_width;
+    let widths = TextWidths::new(&columns, headers.len(), area.width);
+    let head = table_head(&headers, columns.thread);
 
+    // Only as many rows as fit: deriving them is cheap, laying out thousands is not.
+    let visible = usize::from(area.height.saturating_sub(2));
+    let rows: Vec<TableRow> = screen
+        .model
+        .rows(screen.options)
+        .iter()
+        .take(visible)
+        .map(|row| {
+            let mut cells: Vec<Cell> = columns
+                .percent_cells(row)
+                .into_iter()
+                .map(|c| Cell::from(Line::from(c).right_aligned()))
+                .collect();
+            if let Some(thread) = &row.thread {
+                cells.push(Cell::from(truncate_end(thread, widths.thread)));
+            }
+            cells.push(Cell::from(truncate_end(&row.function, widths.function)));
+            cells.push(Cell::from(truncate_start(&location(row), widths.location)));
+            TableRow::new(cells)
+        })
+        .collect();
+
+    let mut constraints: Vec<Constraint> = headers
+        .iter()
+        .map(|_| Constraint::Length(PERCENT_WIDTH as u16))
+        .collect();
+    if columns.thread {
+        constraints.push(Constraint::Length(widths.thread as u16));
+    }
+    constraints.push(Constraint::Length(widths.function as u16));
+    constraints.push(Constraint::Length(widths.location as u16));
+    let table = Table::new(rows, constraints)
+        .header(head)
+        .column_spacing(COLUMN_SPACING as u16);
+    frame.render_widget(table, area);
+}
+
+/// Between the table's columns.
+const COLUMN_SPACING: usize = 1;
+
+/// The widths of the table's text columns, in characters.
+struct TextWidths {
+    /// 0 without the thread column.
+    thread: usize,
+    function: usize,
+    location: usize,
+}
+
+impl TextWidths {
+    /// What the percent columns and the thread column leave of `width` goes to the function
+    /// and its file.
+    fn new(columns: &Columns, percent_columns: usize, width: u16) -> TextWidths {
+        let thread = if columns.thread { 14 } else { 0 };
+        let fixed = percent_columns * (PERCENT_WIDTH + COLUMN_SPACING)
+            + if columns.thread {
+                thread + COLUMN_SPACING
+            } else {
+                0
+            };
+        let rest = usize::from(width).saturating_sub(fixed + COLUMN_SPACING);
+        // The function name gets a little less than half: file paths are longer and their ends
+        // (file name, line) are what is read.
+        let function = rest * 9 / 20;
+        TextWidths {
+            thread,
+            function,
+            location: rest - function,
+        }
+    }
+}
+
+/// The table's two-line header, the sorted column's in bold and underlined.
+fn table_head(headers: &[(String, &'static str)], thread: bool) -> TableRow<'static> {
     let sorted = headers.iter().position(|(h, _)| h.ends_with('▼'));
     let mut head_cells: Vec<Cell> = headers
         .iter()
@@ -120,59 +182,15 @@ fn draw_table(frame: &mut Frame, area: Rect, screen: &Screen) {
             }
         })
         .collect();
-    if columns.thread {
-        head_cells.push(Cell::from(Text::from(vec![
-            Line::from(""),
-            Line::from("thread"),
-        ])));
+    let label = |name: &'static str| Cell::from(Text::from(vec![Line::from(""), Line::from(name)]));
+    if thread {
+        head_cells.push(label("thread"));
     }
-    head_cells.push(Cell::from(Text::from(vec![
-        Line::from(""),
-        Line::from("function"),
-    ])));
-    head_cells.push(Cell::from(Text::from(vec![
-        Line::from(""),
-        Line::from("file:line"),
-    ])));
-    let head = TableRow::new(head_cells)
+    head_cells.push(label("function"));
+    head_cells.push(label("file:line"));
+    TableRow::new(head_cells)
         .height(2)
-        .style(Style::new().reversed());
-
-    // Only as many rows as fit: deriving them is cheap, laying out thousands is not.
-    let visible = usize::from(area.height.saturating_sub(2));
-    let rows: Vec<TableRow> = screen
-        .model
-        .rows(screen.options)
-        .iter()
-        .take(visible)
-        .map(|row| {
-            let mut cells: Vec<Cell> = columns
-                .percent_cells(row)
-                .into_iter()
-                .map(|c| Cell::from(Line::from(c).right_aligned()))
-                .collect();
-            if let Some(thread) = &row.thread {
-                cells.push(Cell::from(truncate_end(thread, thread_width)));
-            }
-            cells.push(Cell::from(truncate_end(&row.function, function_width)));
-            cells.push(Cell::from(truncate_start(&location(row), location_width)));
-            TableRow::new(cells)
-        })
-        .collect();
-
-    let mut widths: Vec<Constraint> = headers
-        .iter()
-        .map(|_| Constraint::Length(PERCENT_WIDTH as u16))
-        .collect();
-    if columns.thread {
-        widths.push(Constraint::Length(thread_width as u16));
-    }
-    widths.push(Constraint::Length(function_width as u16));
-    widths.push(Constraint::Length(location_width as u16));
-    let table = Table::new(rows, widths)
-        .header(head)
-        .column_spacing(spacing as u16);
-    frame.render_widget(table, area);
+        .style(Style::new().reversed())
 }
 
 fn footer(screen: &Screen, width: usize) -> Paragraph<'static> {

@@ -34,7 +34,7 @@ pub fn logged_origins(dir: &Path) -> Vec<(String, FileOrigin)> {
 /// names `file`.
 fn reported_origins(dir: &Path, file: &str) -> Vec<FileOrigin> {
     let rebuilt = rebuild(dir, &RebuildOptions::default()).expect("rebuild");
-    let table = rebuilt.aggregator.stack_table();
+    let table = rebuilt.sink.stack_table();
     let mut origins: Vec<FileOrigin> = table
         .stacks()
         .iter()

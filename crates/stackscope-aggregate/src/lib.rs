@@ -37,7 +37,7 @@ mod verdict;
 
 pub use compiled::{compiled_code, CompiledCode};
 pub use fold::{
-    AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
+    shorten, AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
     FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,
     RecordingMeta, StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets,
     TopFunctions, BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES,

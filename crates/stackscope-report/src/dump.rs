@@ -188,26 +188,16 @@ pub fn write_dump_json<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_event::{FrameDump, LocalVariable, ThreadState};
+    use stackscope_event::{LocalVariable, ThreadState};
+    use stackscope_testkit::dumps;
 
     fn thread(name: &str, tid: u64, function: &str, line: u32) -> ThreadDump {
-        ThreadDump {
-            name: Some(name.to_owned()),
-            os_thread_id: Some(tid),
-            ns_thread_id: None,
-            python_thread_id: tid,
-            active: false,
-            owns_gil: false,
-            state: ThreadState::WaitingOnLock,
-            frames: vec![FrameDump {
-                function: function.to_owned(),
-                file: "job.py".to_owned(),
-                line,
-                native: false,
-                locals: None,
-                path: None,
-            }],
-        }
+        dumps::thread(
+            name,
+            tid,
+            ThreadState::WaitingOnLock,
+            vec![dumps::frame(function, "job.py", line)],
+        )
     }
 
     fn text(processes: &[ProcessDump]) -> String {
@@ -225,16 +215,7 @@ mod tests {
             repr: Some("3".into()),
             arg: true,
         }]);
-        let dump = [ProcessDump {
-            pid: 42,
-            parent_pid: None,
-            ns_pid: None,
-            command_line: "python3 job.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![t],
-        }];
+        let dump = [dumps::process(42, "python3 job.py", vec![t])];
         assert_eq!(
             text(&dump),
             "Process 42: python3 job.py\nPython v3.11.7\n\n\
@@ -248,14 +229,8 @@ mod tests {
         let mut t = thread("spinner", 5124, "spin", 7);
         t.ns_thread_id = Some(42);
         let mut dump = [ProcessDump {
-            pid: 5120,
-            parent_pid: None,
             ns_pid: Some(1),
-            command_line: "python3 job.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![t],
+            ..dumps::process(5120, "python3 job.py", vec![t])
         }];
         let out = text(&dump);
         assert!(
@@ -279,16 +254,7 @@ mod tests {
             .map(|i| thread(&format!("pool-{i}"), 100 + i, "get", 5))
             .collect();
         threads.push(thread("pool-7", 107, "compute", 30));
-        let dump = [ProcessDump {
-            pid: 1,
-            parent_pid: None,
-            ns_pid: None,
-            command_line: "python3 pool.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads,
-        }];
+        let dump = [dumps::process(1, "python3 pool.py", threads)];
         let out = text(&dump);
         let first = out.lines().next().expect("a line");
         assert_eq!(
@@ -303,16 +269,11 @@ mod tests {
 
     #[test]
     fn tree_json_lists_processes_and_stragglers() {
-        let dump = [ProcessDump {
-            pid: 1,
-            parent_pid: None,
-            ns_pid: None,
-            command_line: "python3 a.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![thread("MainThread", 1, "main", 3)],
-        }];
+        let dump = [dumps::process(
+            1,
+            "python3 a.py",
+            vec![thread("MainThread", 1, "main", 3)],
+        )];
         let mut out = Vec::new();
         write_dump_json(&dump, true, &mut out).expect("json");
         let v: serde_json::Value = serde_json::from_slice(&out).expect("parses");

@@ -62,26 +62,16 @@ fn draw(
     let span = (x_min, x_max);
     for (i, &device) in devices.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let utilization = decimate(
-            samples
-                .iter()
-                .filter(|s| s.device == device)
-                .filter_map(|s| Some((s.time.seconds_since(start), f64::from(s.utilization?)))),
-            span,
-        );
+        let utilization = device_series(samples, device, start, span, |s| {
+            s.utilization.map(f64::from)
+        });
         if !utilization.is_empty() {
             chart
                 .draw_series(LineSeries::new(utilization, color.stroke_width(2)))?
                 .label(format!("GPU {device} utilization %"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        let sm_active = decimate(
-            samples
-                .iter()
-                .filter(|s| s.device == device)
-                .filter_map(|s| Some((s.time.seconds_since(start), f64::from(s.sm_active?)))),
-            span,
-        );
+        let sm_active = device_series(samples, device, start, span, |s| s.sm_active.map(f64::from));
         if !sm_active.is_empty() {
             chart
                 .draw_series(DashedLineSeries::new(
@@ -93,13 +83,7 @@ fn draw(
                 .label(format!("GPU {device} SM activity %"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         }
-        let memory = decimate(
-            samples
-                .iter()
-                .filter(|s| s.device == device)
-                .filter_map(|s| Some((s.time.seconds_since(start), memory_used_pct(s)?))),
-            span,
-        );
+        let memory = device_series(samples, device, start, span, memory_used_pct);
         if !memory.is_empty() {
             chart
                 .draw_series(DashedLineSeries::new(memory, 6, 4, color.stroke_width(1)))?
@@ -117,6 +101,23 @@ fn draw(
     }
     root.present()?;
     Ok(())
+}
+
+/// One device's values of one series, in seconds since `start`, decimated to the chart's width.
+fn device_series(
+    samples: &[GpuSample],
+    device: u32,
+    start: Timestamp,
+    span: (f64, f64),
+    value: impl Fn(&GpuSample) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    decimate(
+        samples
+            .iter()
+            .filter(|s| s.device == device)
+            .filter_map(|s| Some((s.time.seconds_since(start), value(s)?))),
+        span,
+    )
 }
 
 fn memory_used_pct(s: &GpuSample) -> Option<f64> {

@@ -22,6 +22,7 @@ pub mod import_frames;
 mod markup;
 mod merge;
 mod outputs;
+mod rank_cells;
 mod rebuild;
 mod redact;
 mod summary;
@@ -44,6 +45,7 @@ pub use merge::{
 pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
 pub use rebuild::{
     aggregate_config, read_trace, rebuild, LogRead, RebuildOptions, RebuildOutcome, TraceOutcome,
+    WindowRead,
 };
 pub use redact::{looks_secret, redact_secrets, REDACTED, SECRET_NAME_PARTS};
 pub use stackscope_samplelog::RebuildError;

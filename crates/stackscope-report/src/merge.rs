@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
+    shorten, MergedDump, MergedGroup, MergedRecordings, OddRank, RankRow, RecordingInput,
 };
 use stackscope_event::ThreadState;
 use stackscope_samplelog::LOG_FILE_NAME;
@@ -18,6 +18,7 @@ use crate::outputs::{
     write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,
     SUMMARY,
 };
+use crate::rank_cells::RankCells;
 use crate::{write_flamegraph, write_folded, ReportError};
 
 /// The rank table as text, beside the merged profiles.
@@ -115,8 +116,8 @@ pub fn write_merged_report_html(
     for (source, input) in sources.iter().zip(inputs) {
         // One recording's aggregate at a time: only its page is kept.
         let rebuilt = crate::rebuild(source, &crate::RebuildOptions::default())?;
-        let summary = rebuilt.aggregator.summary(&rebuilt.meta);
-        let page = crate::html::page_data(&rebuilt.aggregator, &summary, &rebuilt.meta);
+        let summary = rebuilt.sink.summary(&rebuilt.meta);
+        let page = crate::html::page_data(&rebuilt.sink, &summary, &rebuilt.meta);
         parts.push(crate::html::RankPage { input, page });
     }
     let data = crate::html::merged_page_data(&parts, merged, sources);
@@ -298,19 +299,18 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
         writeln!(w, "{header}")?;
     }
     for row in &merged.ranks {
+        // Without the ` (pid N)` that `ProcessPlace::describe` adds: the column is 28 wide, and
+        // scripts read the table split on spaces.
         let who = match row.place.rank {
             Some(rank) => format!("rank {rank} on {}", row.place.host),
             None => format!("process {} on {}", row.place.pid, row.place.host),
         };
-        let idle = row
-            .gpu_idle_share
-            .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0));
-        let top = match (&row.top_function, row.top_function_share) {
-            (Some(f), Some(share)) => format!("{f} {:.0}%", share * 100.0),
-            _ => "-".to_owned(),
-        };
+        let RankCells {
+            gpu_idle: idle,
+            top,
+        } = RankCells::of(row);
         let line = if trainers {
-            let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
+            let top = shorten(&top, TOP_WIDTH_WITH_TRAINER);
             // Its recording's bottleneck and what fixing it buys, after the trainer's line.
             let trainer = match (&row.trainer, &row.bottleneck) {
                 (Some(t), Some(b)) => format!("{t} · {b}"),
@@ -319,18 +319,18 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
             };
             format!(
                 "{:<28} {:>9} {:>9}  {top:<TOP_WIDTH_WITH_TRAINER$}  {}",
-                cut_chars(&who, 28),
+                shorten(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(&trainer, 120)
+                shorten(&trainer, 120)
             )
         } else {
             format!(
                 "{:<28} {:>9} {:>9}  {}",
-                cut_chars(&who, 28),
+                shorten(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(&top, 90)
+                shorten(&top, 90)
             )
         };
         writeln!(w, "{}", line.trim_end())?;
@@ -358,54 +358,33 @@ const TOP_WIDTH_WITH_TRAINER: usize = 44;
 /// Where the trainer's column starts: process, samples, GPU idle, then the top function.
 const TOP_CHARS_WITH_TRAINER: usize = 28 + 1 + 9 + 1 + 9 + 2 + TOP_WIDTH_WITH_TRAINER;
 
-fn cut_chars(text: &str, chars: usize) -> String {
-    if text.chars().count() <= chars {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(chars.saturating_sub(3)).collect();
-    out.push_str("...");
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use stackscope_aggregate::{merge_dumps, HostedProcess};
-    use stackscope_event::{FrameDump, ProcessDump, RankInfo, ThreadDump};
+    use stackscope_event::{ProcessDump, RankInfo, ThreadDump};
+    use stackscope_testkit::dumps;
 
     fn process(pid: u32, rank: u32, function: &str) -> ProcessDump {
+        let computing = function == "compute";
+        let state = if computing {
+            ThreadState::Running
+        } else {
+            ThreadState::WaitingOnLock
+        };
+        let frames = vec![dumps::frame(function, "train.py", 5)];
+        let main = ThreadDump {
+            python_thread_id: 1,
+            active: computing,
+            ..dumps::thread("MainThread", u64::from(pid), state, frames)
+        };
         ProcessDump {
-            pid,
             parent_pid: Some(1),
-            ns_pid: None,
-            command_line: "python train.py".into(),
-            python_version: "3.11.7".into(),
             rank: RankInfo {
                 rank: Some(rank),
                 ..RankInfo::default()
             },
-            host: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(u64::from(pid)),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: function == "compute",
-                owns_gil: false,
-                state: if function == "compute" {
-                    ThreadState::Running
-                } else {
-                    ThreadState::WaitingOnLock
-                },
-                frames: vec![FrameDump {
-                    function: function.into(),
-                    file: "train.py".into(),
-                    line: 5,
-                    native: false,
-                    locals: None,
-                    path: None,
-                }],
-            }],
+            ..dumps::process(pid, "python train.py", vec![main])
         }
     }
 

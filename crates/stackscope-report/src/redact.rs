@@ -54,7 +54,8 @@ pub fn redact_secrets(processes: &mut [ProcessDump]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_event::{FrameDump, LocalVariable, ThreadDump, ThreadState};
+    use stackscope_event::{LocalVariable, ThreadState};
+    use stackscope_testkit::dumps;
 
     fn local(name: &str, repr: Option<&str>) -> LocalVariable {
         LocalVariable {
@@ -65,32 +66,18 @@ mod tests {
     }
 
     fn dump(locals: Vec<LocalVariable>) -> Vec<ProcessDump> {
-        vec![ProcessDump {
-            pid: 1,
-            ns_pid: None,
-            parent_pid: None,
-            command_line: "python3 job.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(1),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: false,
-                owns_gil: false,
-                state: ThreadState::WaitingOnLock,
-                frames: vec![FrameDump {
-                    function: "login".into(),
-                    file: "job.py".into(),
-                    line: 3,
-                    native: false,
-                    locals: Some(locals),
-                    path: None,
-                }],
-            }],
-        }]
+        let mut frame = dumps::frame("login", "job.py", 3);
+        frame.locals = Some(locals);
+        vec![dumps::process(
+            1,
+            "python3 job.py",
+            vec![dumps::thread(
+                "MainThread",
+                1,
+                ThreadState::WaitingOnLock,
+                vec![frame],
+            )],
+        )]
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   printed line for each that is missing).
 //! - [`events`]: builders of the sampler's events (stack samples, GPU readings, process
 //!   events) for the aggregate, report and sample log tests.
+//! - [`dumps`]: builders of the dumps (`ProcessDump`, `ThreadDump`, `FrameDump`) for the
+//!   tests of the dump writers and of `merge`.
 //! - [`synthetic`]: a synthetic training-like recording and its sample log header, for the
 //!   sample log's and the report's tests.
 //! - [`cdylib`]: the workspace's fake driver libraries, built on demand beside the test.
@@ -17,6 +19,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod cdylib;
+pub mod dumps;
 pub mod events;
 pub mod python;
 pub mod synthetic;

@@ -186,7 +186,7 @@ pub fn ranked_root_label(pid: u32, rank: u32, command_line: &str) -> String {
 }
 
 /// At most `chars` characters of `text`, the last three `...` when it was cut.
-fn shorten(text: &str, chars: usize) -> String {
+pub fn shorten(text: &str, chars: usize) -> String {
     if text.chars().count() <= chars {
         return text.to_owned();
     }

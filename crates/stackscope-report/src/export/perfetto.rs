@@ -34,22 +34,52 @@ const MIB: f64 = 1024.0 * 1024.0;
 const GAP_NANOS: u64 = 1_000_000_000;
 const GAP_PERIODS: u64 = 10;
 
-/// Writes the trace as Chrome trace event JSON.
+/// Writes the trace as Chrome trace event JSON: the processes' and threads' names, the
+/// threads' slices, then the GPUs' counters.
 pub fn write_perfetto<W: Write>(
     trace: &SampleTrace,
     info: &ExportInfo<'_>,
-    mut w: W,
+    w: W,
 ) -> Result<(), ReportError> {
-    let start = trace.start();
-    let mut first = true;
-    let mut emit = |w: &mut W, event: Value| -> Result<(), ReportError> {
-        w.write_all(if first { b"\n" } else { b",\n" })?;
-        first = false;
-        serde_json::to_writer(&mut *w, &event)?;
-        Ok(())
-    };
-    w.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")?;
+    let mut events = Events::start(w)?;
+    write_names(trace, info, &mut events)?;
+    write_slices(trace, info, &mut events)?;
+    write_gpu_counters(trace, info, &mut events)?;
+    events.finish()
+}
 
+/// The `traceEvents` array, written one event at a time.
+struct Events<W: Write> {
+    w: W,
+    first: bool,
+}
+
+impl<W: Write> Events<W> {
+    fn start(mut w: W) -> Result<Events<W>, ReportError> {
+        w.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")?;
+        Ok(Events { w, first: true })
+    }
+
+    fn emit(&mut self, event: Value) -> Result<(), ReportError> {
+        self.w.write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        serde_json::to_writer(&mut self.w, &event)?;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), ReportError> {
+        self.w.write_all(b"\n]}\n")?;
+        self.w.flush()?;
+        Ok(())
+    }
+}
+
+/// A name per process (its rank and command line) and per thread.
+fn write_names<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
     let mut pids: BTreeSet<u32> = trace.threads().iter().map(|t| t.pid).collect();
     pids.insert(info.meta.pid);
     for &pid in &pids {
@@ -67,20 +97,27 @@ pub fn write_perfetto<W: Write>(
             Some(rank) => format!("rank {rank}: {command}"),
             None => command,
         };
-        emit(
-            &mut w,
+        events.emit(
             json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                   "args": {"name": name}}),
+                           "args": {"name": name}}),
         )?;
     }
     for thread in trace.threads() {
-        emit(
-            &mut w,
+        events.emit(
             json!({"name": "thread_name", "ph": "M", "pid": thread.pid, "tid": tid(thread),
                    "args": {"name": thread.name}}),
         )?;
     }
+    Ok(())
+}
 
+/// Every thread's slices, as complete events.
+fn write_slices<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
     let period_ns = (info.period_secs() * 1e9) as u64;
     let functions = function_of_frames(trace);
     for thread in trace.threads() {
@@ -92,17 +129,23 @@ pub fn write_perfetto<W: Write>(
                 args.insert("line".into(), json!(frame.line));
             }
             args.insert("samples".into(), json!(slice.samples));
-            emit(
-                &mut w,
-                json!({"name": &*frame.function,
+            events.emit(json!({"name": &*frame.function,
                        "cat": if frame.native { "native" } else { "python" },
                        "ph": "X", "ts": micros(slice.start, start),
                        "dur": (slice.end.0.saturating_sub(slice.start.0)) as f64 / 1e3,
-                       "pid": thread.pid, "tid": tid(thread), "args": args}),
-            )?;
+                       "pid": thread.pid, "tid": tid(thread), "args": args}))?;
         }
     }
+    Ok(())
+}
 
+/// Each GPU reading as a counter event, placed at the start of the interval it describes.
+fn write_gpu_counters<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
     // Readings arrive a little out of order (the driver's ring beside the poll's own); in time
     // order, as gpu-timeline.csv lists them.
     let mut readings: Vec<&GpuSample> = trace.gpu_readings().iter().collect();
@@ -112,33 +155,34 @@ pub fn write_perfetto<W: Write>(
         let at = previous
             .insert(reading.device, reading.time)
             .unwrap_or(reading.time);
-        let mut args = Map::new();
-        if let Some(u) = reading.utilization {
-            args.insert("utilization".into(), json!(u));
-        }
-        if let Some(bytes) = reading.memory_used_bytes {
-            let mib = (bytes as f64 / MIB * 10.0).round() / 10.0;
-            args.insert("memory".into(), json!(mib));
-        }
-        if let Some(watts) = reading.power_watts {
-            args.insert("power".into(), json!(watts));
-        }
-        // GPM (Hopper and later): a GPU "busy" by utilization with idle SMs shows here.
-        if let Some(sm) = reading.sm_active {
-            args.insert("sm_active".into(), json!(sm));
-        }
+        let args = counter_args(reading);
         if args.is_empty() {
             continue;
         }
-        emit(
-            &mut w,
-            json!({"name": info.gpu_name(reading.device), "ph": "C",
-                   "ts": micros(at, start), "pid": info.meta.pid, "tid": 0, "args": args}),
-        )?;
+        events.emit(json!({"name": info.gpu_name(reading.device), "ph": "C",
+                   "ts": micros(at, start), "pid": info.meta.pid, "tid": 0, "args": args}))?;
     }
-    w.write_all(b"\n]}\n")?;
-    w.flush()?;
     Ok(())
+}
+
+/// A reading's counters, those it has.
+fn counter_args(reading: &GpuSample) -> Map<String, Value> {
+    let mut args = Map::new();
+    if let Some(u) = reading.utilization {
+        args.insert("utilization".into(), json!(u));
+    }
+    if let Some(bytes) = reading.memory_used_bytes {
+        let mib = (bytes as f64 / MIB * 10.0).round() / 10.0;
+        args.insert("memory".into(), json!(mib));
+    }
+    if let Some(watts) = reading.power_watts {
+        args.insert("power".into(), json!(watts));
+    }
+    // GPM (Hopper and later): a GPU "busy" by utilization with idle SMs shows here.
+    if let Some(sm) = reading.sm_active {
+        args.insert("sm_active".into(), json!(sm));
+    }
+    args
 }
 
 /// The id a thread's track goes by: its OS id, else Python's.

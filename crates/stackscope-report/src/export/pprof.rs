@@ -48,6 +48,7 @@ impl Strings {
 }
 
 /// Builds the profile message of a trace (before encoding and gzip); the tests decode it back.
+/// The string table takes strings in the order the steps ask for them.
 pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
     let mut strings = Strings::new();
     let period_ns = (info.period_secs() * 1e9).round() as i64;
@@ -59,8 +60,33 @@ pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
         r#type: strings.id("cpu"),
         unit: strings.id("nanoseconds"),
     };
+    let (functions, locations) = functions_and_locations(trace, &mut strings);
+    let samples = samples(trace, period_ns, &mut strings);
+    let comment = strings.id(&format!(
+        "stackscope: {} (pid {}), {:.1} to {:.1} s of the recording",
+        info.meta.command_line, info.meta.pid, info.from_secs, info.to_secs
+    ));
+    Profile {
+        sample_type: vec![count, cpu.clone()],
+        sample: samples,
+        location: locations,
+        function: functions,
+        time_nanos: info.time_nanos,
+        duration_nanos: ((info.to_secs - info.from_secs).max(0.0) * 1e9) as i64,
+        period_type: Some(cpu),
+        period: period_ns,
+        comment: vec![comment],
+        string_table: strings.table,
+        ..Profile::default()
+    }
+}
 
-    // Functions by (name, file, native); a location per distinct frame.
+/// Functions by (name, file, native); a location per distinct frame, its id the frame's index
+/// plus one.
+fn functions_and_locations(
+    trace: &SampleTrace,
+    strings: &mut Strings,
+) -> (Vec<Function>, Vec<Location>) {
     let mut function_ids: HashMap<(&str, &str, bool), u64> = HashMap::new();
     let mut functions = Vec::new();
     let mut locations = Vec::with_capacity(trace.frames().len());
@@ -93,8 +119,12 @@ pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
             ..Location::default()
         });
     }
+    (functions, locations)
+}
 
-    // Samples with equal stack and labels are one pprof sample with the sum of their counts.
+/// The samples, with their labels. Samples with equal stack and labels are one pprof sample
+/// with the sum of their counts.
+fn samples(trace: &SampleTrace, period_ns: i64, strings: &mut Strings) -> Vec<Sample> {
     let mut counts: BTreeMap<(u32, u32, usize, GpuTag), u64> = BTreeMap::new();
     for (thread_index, thread) in trace.threads().iter().enumerate() {
         for run in &thread.runs {
@@ -138,24 +168,7 @@ pub fn build_profile(trace: &SampleTrace, info: &ExportInfo<'_>) -> Profile {
                 .collect(),
         });
     }
-
-    let comment = strings.id(&format!(
-        "stackscope: {} (pid {}), {:.1} to {:.1} s of the recording",
-        info.meta.command_line, info.meta.pid, info.from_secs, info.to_secs
-    ));
-    Profile {
-        sample_type: vec![count, cpu.clone()],
-        sample: samples,
-        location: locations,
-        function: functions,
-        time_nanos: info.time_nanos,
-        duration_nanos: ((info.to_secs - info.from_secs).max(0.0) * 1e9) as i64,
-        period_type: Some(cpu),
-        period: period_ns,
-        comment: vec![comment],
-        string_table: strings.table,
-        ..Profile::default()
-    }
+    samples
 }
 
 /// Writes the trace as a gzipped pprof profile.

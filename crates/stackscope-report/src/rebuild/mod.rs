@@ -42,26 +42,9 @@ pub struct RebuildOptions {
     pub include_idle: Option<bool>,
 }
 
-/// A rebuilt recording: hand `aggregator` and `meta` to `stackscope_report::write_outputs`.
-#[derive(Debug)]
-pub struct RebuildOutcome {
-    /// Fed every event of the window and finished.
-    pub aggregator: Aggregator,
-    pub meta: RecordingMeta,
-    pub header: LogHeader,
-    /// The window clipped to the recording, seconds since its start.
-    pub from_secs: f64,
-    pub to_secs: f64,
-    /// The recording's length, as far as the log (and its summary, when the log is whole)
-    /// know.
-    pub recording_secs: f64,
-    pub events_read: u64,
-    /// Events fed to the aggregator: those of the window, the attach events of processes
-    /// alive at its start, and one GPU reading per device just after its end.
-    pub events_used: u64,
-    /// What of the log was read.
-    pub log: LogRead,
-}
+/// A rebuilt recording: hand `sink` (the aggregator) and `meta` to
+/// `stackscope_report::write_outputs`.
+pub type RebuildOutcome = WindowRead<Aggregator>;
 
 /// Reads `dir/samples.log` and aggregates the events inside `options.window` exactly as the
 /// recording did (same configuration, same order), then builds the recording's meta for that
@@ -69,21 +52,10 @@ pub struct RebuildOutcome {
 ///
 /// Over the whole window the folded profiles equal the recording's own.
 pub fn rebuild(dir: &Path, options: &RebuildOptions) -> Result<RebuildOutcome, RebuildError> {
-    let read = read_window(dir, options, |config, header| {
+    read_window(dir, options, |config, header| {
         let mut aggregator = Aggregator::new(config, header.start);
         aggregator.expect_gpu_devices(&header.expected_gpu_devices);
         aggregator
-    })?;
-    Ok(RebuildOutcome {
-        aggregator: read.sink,
-        meta: read.meta,
-        header: read.header,
-        from_secs: read.from_secs,
-        to_secs: read.to_secs,
-        recording_secs: read.recording_secs,
-        events_read: read.events_read,
-        events_used: read.events_used,
-        log: read.log,
     })
 }
 
@@ -103,16 +75,25 @@ impl Sink for Aggregator {
     }
 }
 
-/// A window read into a sink, with what `RebuildOutcome` says about it.
-pub(crate) struct WindowRead<S> {
+/// A window of a recording read into a sink (the aggregator of [`RebuildOutcome`], the trace
+/// of [`TraceOutcome`]), with what is known about the window.
+#[derive(Debug)]
+pub struct WindowRead<S> {
+    /// Fed every event of the window and finished.
     pub sink: S,
     pub meta: RecordingMeta,
     pub header: LogHeader,
+    /// The window clipped to the recording, seconds since its start.
     pub from_secs: f64,
     pub to_secs: f64,
+    /// The recording's length, as far as the log (and its summary, when the log is whole)
+    /// know.
     pub recording_secs: f64,
     pub events_read: u64,
+    /// Events fed to the sink: those of the window, the attach events of processes alive at
+    /// its start, and one GPU reading per device just after its end.
     pub events_used: u64,
+    /// What of the log was read.
     pub log: LogRead,
 }
 
@@ -133,24 +114,8 @@ pub(crate) fn read_window<S: Sink>(
     }
     let mut reader = SampleLogReader::open(&path)?;
     let header = reader.header().clone();
-    let mut config = aggregate_config(&header);
-    if let Some(idle_below) = options.idle_below {
-        config.idle_below = idle_below;
-    }
-    if let Some(include_idle) = options.include_idle {
-        config.include_idle = include_idle;
-    }
     let old = OldSummary::read(dir);
-    // A log from before the header said: a recording that knows its command's exit started
-    // the job itself (`record`).
-    if header.leave_out_startup.is_none() {
-        config.leave_out_startup = old.launched();
-    }
-    // Start-up is the recording's beginning: a window that starts later has none.
-    if window.from.is_some_and(|from| from > 0.0) {
-        config.leave_out_startup = false;
-    }
-    let mut sink = new(config, &header);
+    let mut sink = new(window_config(&header, options, &old), &header);
     // The log does not keep ranks; the recording's summary does, by pid.
     let ranks = old.process_ranks();
     let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
@@ -179,15 +144,7 @@ pub(crate) fn read_window<S: Sink>(
     } else {
         last_secs.max(old.duration_secs().unwrap_or(0.0))
     };
-    let from_secs = window.from.unwrap_or(0.0);
-    if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
-        return Err(RebuildError::Window(format!(
-            "--from {from_secs} is at or past the recording's end ({recording_secs:.1} s)"
-        )));
-    }
-    let to_secs = window
-        .to
-        .map_or(recording_secs, |to| to.min(recording_secs));
+    let (from_secs, to_secs) = window_bounds(window, recording_secs, stopped_early)?;
     let meta = recording_meta(
         &header,
         &old,
@@ -211,6 +168,51 @@ pub(crate) fn read_window<S: Sink>(
         events_used: used,
         log,
     })
+}
+
+/// The recording's configuration from the log's header, with `options`' overrides, for a
+/// rebuild of `options.window`.
+fn window_config(
+    header: &LogHeader,
+    options: &RebuildOptions,
+    old: &OldSummary,
+) -> AggregateConfig {
+    let mut config = aggregate_config(header);
+    if let Some(idle_below) = options.idle_below {
+        config.idle_below = idle_below;
+    }
+    if let Some(include_idle) = options.include_idle {
+        config.include_idle = include_idle;
+    }
+    // A log from before the header said: a recording that knows its command's exit started
+    // the job itself (`record`).
+    if header.leave_out_startup.is_none() {
+        config.leave_out_startup = old.launched();
+    }
+    // Start-up is the recording's beginning: a window that starts later has none.
+    if options.window.from.is_some_and(|from| from > 0.0) {
+        config.leave_out_startup = false;
+    }
+    config
+}
+
+/// The window's start and end in seconds, the end no later than the recording's; a `--from`
+/// at or past the end of a log read to its end is an error.
+fn window_bounds(
+    window: Window,
+    recording_secs: f64,
+    stopped_early: bool,
+) -> Result<(f64, f64), RebuildError> {
+    let from_secs = window.from.unwrap_or(0.0);
+    if !stopped_early && from_secs >= recording_secs && window.from.is_some() {
+        return Err(RebuildError::Window(format!(
+            "--from {from_secs} is at or past the recording's end ({recording_secs:.1} s)"
+        )));
+    }
+    let to_secs = window
+        .to
+        .map_or(recording_secs, |to| to.min(recording_secs));
+    Ok((from_secs, to_secs))
 }
 
 #[cfg(test)]

@@ -81,7 +81,7 @@ fn the_whole_window_gives_the_recordings_own_profiles() {
     let h = header(false, true);
     let recorded = record(dir.path(), &h, Typical::new(SECS, 21));
     let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
-    let agg = &rebuilt.aggregator;
+    let agg = &rebuilt.sink;
     assert!(recorded.samples() > 0 && recorded.idle_samples_skipped() > 0);
     assert!(total(&recorded, StackView::GpuIdle) > 0 && total(&recorded, StackView::GpuBusy) > 0);
     for view in [StackView::All, StackView::GpuIdle, StackView::GpuBusy] {
@@ -116,7 +116,7 @@ fn halves_partition_the_whole_and_each_has_fewer_samples() {
     let half = SECS as f64 / 2.0;
     let first = rebuild(dir.path(), &options(None, Some(half))).unwrap();
     let second = rebuild(dir.path(), &options(Some(half), None)).unwrap();
-    let (a, b) = (&first.aggregator, &second.aggregator);
+    let (a, b) = (&first.sink, &second.sink);
     assert!(a.samples() < recorded.samples() && b.samples() < recorded.samples());
     assert!(a.samples() > recorded.samples() / 3);
     assert_eq!(a.samples() + b.samples(), recorded.samples());
@@ -149,11 +149,11 @@ fn a_window_in_the_middle_holds_only_its_samples() {
     let dir = tempfile::tempdir().unwrap();
     let recorded = record(dir.path(), &header(true, true), Typical::new(SECS, 23));
     let rebuilt = rebuild(dir.path(), &options(Some(30.0), Some(40.0))).unwrap();
-    let samples = rebuilt.aggregator.samples();
+    let samples = rebuilt.sink.samples();
     // 4 threads at 100 Hz for 10 s, every sample kept (include_idle).
     assert_eq!(samples, 4_000);
     assert!(samples < recorded.samples());
-    let times = rebuilt.aggregator.gpu_timeline();
+    let times = rebuilt.sink.gpu_timeline();
     assert!(times.iter().all(|g| {
         let t = g.time.seconds_since(Timestamp(START));
         (30.0..40.0 + GPU_COVER_SECS).contains(&t)
@@ -173,7 +173,7 @@ fn idle_threads_and_the_threshold_can_be_changed_afterwards() {
     )
     .unwrap();
     assert_eq!(
-        with_idle.aggregator.samples(),
+        with_idle.sink.samples(),
         recorded.samples() + recorded.idle_samples_skipped()
     );
     // Readings are 10% and 90%: below 95% everything is idle.
@@ -185,9 +185,9 @@ fn idle_threads_and_the_threshold_can_be_changed_afterwards() {
         },
     )
     .unwrap();
-    assert_eq!(total(&strict.aggregator, StackView::GpuBusy), 0);
-    assert!(total(&strict.aggregator, StackView::GpuIdle) > total(&recorded, StackView::GpuIdle));
-    assert_eq!(strict.aggregator.config().idle_below, 95.0);
+    assert_eq!(total(&strict.sink, StackView::GpuBusy), 0);
+    assert!(total(&strict.sink, StackView::GpuIdle) > total(&recorded, StackView::GpuIdle));
+    assert_eq!(strict.sink.config().idle_below, 95.0);
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn a_report_directory_of_the_whole_window_matches_the_recordings_files() {
     let out = report_dir(dir.path(), &Window::WHOLE);
     assert_eq!(out, dir.path().join("report-0-end"));
     std::fs::create_dir_all(&out).unwrap();
-    stackscope_report::write_outputs(&out, &rebuilt.aggregator, &rebuilt.meta).unwrap();
+    stackscope_report::write_outputs(&out, &rebuilt.sink, &rebuilt.meta).unwrap();
     for name in [
         "stacks.folded",
         "stacks-gpu-idle.folded",
@@ -288,7 +288,7 @@ fn a_log_cut_short_rebuilds_what_it_holds_and_says_so() {
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.set_len(len - 100).unwrap();
     let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
-    assert!(rebuilt.aggregator.samples() > 0);
+    assert!(rebuilt.sink.samples() > 0);
     assert!(matches!(rebuilt.log.end, Some(LogEnd::Torn { .. })));
     assert!(rebuilt
         .meta
@@ -315,7 +315,7 @@ fn bad_requests_are_clear_errors() {
     assert!(matches!(err, RebuildError::Window(_)), "{err}");
     // A window past the end of an early-stopping read is still a window: it holds nothing.
     let empty = rebuild(dir.path(), &options(Some(9.5), Some(100.0))).unwrap();
-    assert!(empty.aggregator.samples() < 400);
+    assert!(empty.sink.samples() < 400);
 }
 
 #[test]
@@ -325,8 +325,8 @@ fn process_roots_are_rebuilt_as_recorded() {
     h.process_root = true;
     let recorded = record(dir.path(), &h, Typical::new(20, 29));
     let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
-    assert!(rebuilt.aggregator.config().process_root);
-    let folded = rebuilt.aggregator.folded(StackView::All);
+    assert!(rebuilt.sink.config().process_root);
+    let folded = rebuilt.sink.folded(StackView::All);
     assert!(!folded.is_empty());
     assert_eq!(folded, recorded.folded(StackView::All));
 }
@@ -343,7 +343,7 @@ fn a_window_names_process_roots_as_the_recording_does() {
         .all(|stack| stack.starts_with("process 4242 python train.py")));
     // The attach event is at the start, before this window.
     let rebuilt = rebuild(dir.path(), &options(Some(10.0), Some(20.0))).unwrap();
-    let window = counts(&rebuilt.aggregator, StackView::All);
+    let window = counts(&rebuilt.sink, StackView::All);
     assert!(!window.is_empty());
     for (stack, n) in &window {
         assert!(whole.get(stack).is_some_and(|all| all >= n), "{stack}");
@@ -364,7 +364,7 @@ fn top_replayed_from_the_log_agrees_with_the_summary() {
     let h = header(false, true);
     record(dir.path(), &h, Typical::new(30, 31));
     let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
-    let summary = rebuilt.aggregator.summary(&recording_meta());
+    let summary = rebuilt.sink.summary(&recording_meta());
 
     let mut top = TopModel::new(h.idle_below, h.gpu_enabled);
     let reader = SampleLogReader::open(&dir.path().join(stackscope_samplelog::LOG_FILE_NAME));
