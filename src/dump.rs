@@ -17,6 +17,7 @@ pub fn run(config: DumpConfig) -> anyhow::Result<()> {
     } else {
         vec![dump_process(config.pid, &options)?]
     };
+    stackscope_aggregate::in_reading_order(&mut processes);
     // Only locals can hold a secret; without --locals there are none to hide.
     if !config.show_secrets {
         stackscope_report::redact_secrets(&mut processes);

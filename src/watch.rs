@@ -286,6 +286,7 @@ fn write_hang_report(
     gpu_reading: &HangGpuReading,
 ) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
     let mut processes = dump_for_report(config)?;
+    stackscope_aggregate::in_reading_order(&mut processes);
     let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
         HangGpu::classify(
             utilization,

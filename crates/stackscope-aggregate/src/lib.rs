@@ -46,11 +46,11 @@ pub use gpu::{
     DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
 pub use jobs::{
-    find_stragglers, group_threads, helper_kind, is_hung, merge_dumps, merge_recordings,
-    rank_ranges, rerooted, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu,
-    HostedProcess, MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow,
-    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
-    DEFAULT_HANG_AFTER_SECS,
+    find_stragglers, group_threads, helper_kind, in_reading_order, is_hung, is_main_thread,
+    merge_dumps, merge_recordings, rank_ranges, rerooted, FrozenThread, GpuHangState, HangDetector,
+    HangEvent, HangGpu, HostedProcess, MergedDump, MergedGroup, MergedRecordings, OddRank,
+    ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
+    DEFAULT_HANG_AFTER_SECS, MAIN_THREAD,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};

@@ -8,6 +8,7 @@ mod hang;
 mod helpers;
 mod merge;
 mod ranks;
+mod view;
 
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{
@@ -19,3 +20,4 @@ pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use view::{in_reading_order, is_main_thread, MAIN_THREAD};
