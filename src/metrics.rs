@@ -16,7 +16,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
-use stackscope_aggregate::{is_hung, GpuTag, GpuTagger};
+use stackscope_aggregate::{
+    is_hung, is_spin_wait, works_at_read, FrozenActivity, GpuTag, GpuTagger,
+};
 use stackscope_event::{Event, Frame, RankInfo, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
@@ -36,12 +38,14 @@ pub struct MetricsState {
     gpu_idle_samples: u64,
 }
 
-/// How one process moves: each thread's latest stack, and when any of them last changed.
+/// How one process moves: each thread's latest stack, when any of them last changed, and
+/// whether a thread kept working since.
 #[derive(Debug)]
 struct Progress {
     rank: Option<u32>,
     threads: HashMap<u64, u64>,
     last_change: Timestamp,
+    activity: FrozenActivity,
 }
 
 impl MetricsState {
@@ -62,12 +66,20 @@ impl MetricsState {
     /// Takes one event from the sample channel.
     pub fn observe(&mut self, event: &Event) {
         match event {
-            Event::Stack(sample) => self.observe_stack(
-                sample.pid,
-                sample.thread.python_thread_id,
-                &sample.frames,
-                sample.time,
-            ),
+            Event::Stack(sample) => {
+                let spin_wait = sample
+                    .frames
+                    .iter()
+                    .any(|f| is_spin_wait(&f.function, f.native));
+                let gpu_busy = self.gpu.tag_at(sample.time).idle() == Some(false);
+                self.observe_stack(
+                    sample.pid,
+                    sample.thread.python_thread_id,
+                    &sample.frames,
+                    sample.time,
+                    works_at_read(sample.thread.active, spin_wait, gpu_busy),
+                )
+            }
             Event::SampleError(error) => {
                 self.errors += 1;
                 self.gpu.observe(error.time);
@@ -88,8 +100,16 @@ impl MetricsState {
         }
     }
 
-    /// One thread's stack at `time`: what `watch`, which reads stacks itself, calls directly.
-    pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &[Frame], time: Timestamp) {
+    /// One thread's stack at `time`, and whether it works at this read (`works_at_read`):
+    /// what `watch`, which reads stacks itself, calls directly.
+    pub fn observe_stack(
+        &mut self,
+        pid: u32,
+        thread: u64,
+        frames: &[Frame],
+        time: Timestamp,
+        working: bool,
+    ) {
         self.samples += 1;
         self.gpu.hold(time, ());
         self.count_gpu_idle();
@@ -105,10 +125,13 @@ impl MetricsState {
             rank: RankInfo::of_process(pid).rank,
             threads: HashMap::new(),
             last_change: time,
+            activity: FrozenActivity::default(),
         });
         if process.threads.insert(thread, signature) != Some(signature) {
             process.last_change = process.last_change.max(time);
+            process.activity.moved();
         }
+        process.activity.read(pid, thread, working);
     }
 
     /// A process the consumer no longer follows.
@@ -151,11 +174,12 @@ impl MetricsState {
             "stackscope_hung",
             "gauge",
             "1 while no thread of the process has changed its Python stack for --hang-after \
-             seconds, whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
+             seconds and none keeps using CPU outside a wait (busy in compiled code is working), \
+             whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
         );
         for (pid, p) in &self.processes {
             let unchanged = now.0.saturating_sub(p.last_change.0);
-            let hung = is_hung(unchanged, self.hang_after_nanos);
+            let hung = is_hung(unchanged, self.hang_after_nanos, p.activity.any_working());
             let _ = writeln!(
                 out,
                 "stackscope_hung{{{}}} {}",
@@ -357,13 +381,20 @@ mod tests {
     fn a_process_whose_stacks_stand_still_is_hung() {
         let mut m = MetricsState::new(10.0, 30.0);
         m.host = "node-a".into();
-        m.observe_stack(1, 1, &frames(3), secs(0));
-        m.observe_stack(2, 1, &frames(3), secs(0));
+        m.observe_stack(1, 1, &frames(3), secs(0), false);
+        m.observe_stack(2, 1, &frames(3), secs(0), false);
+        m.observe_stack(3, 1, &frames(3), secs(0), true);
         for s in 1..=12 {
-            m.observe_stack(1, 1, &frames(3), secs(s));
-            m.observe_stack(2, 1, &frames(3 + (s as u32 % 2)), secs(s));
+            m.observe_stack(1, 1, &frames(3), secs(s), false);
+            m.observe_stack(2, 1, &frames(3 + (s as u32 % 2)), secs(s), false);
+            // One frozen line, always running in compiled code: working.
+            m.observe_stack(3, 1, &frames(3), secs(s), true);
         }
         let page = m.render(secs(12));
+        assert!(
+            page.contains("stackscope_hung{pid=\"3\",rank=\"\",host=\"node-a\"} 0\n"),
+            "busy is not stuck: {page}"
+        );
         assert!(
             page.contains("stackscope_hung{pid=\"1\",rank=\"\",host=\"node-a\"} 1\n"),
             "{page}"
@@ -372,7 +403,7 @@ mod tests {
         assert!(page.contains(
             "stackscope_stack_unchanged_seconds{pid=\"1\",rank=\"\",host=\"node-a\"} 12.000\n"
         ));
-        assert!(page.contains("stackscope_samples_total 26\n"));
+        assert!(page.contains("stackscope_samples_total 39\n"));
         assert!(page.contains("# TYPE stackscope_samples_total counter\n"));
     }
 
@@ -387,7 +418,7 @@ mod tests {
                 ..Default::default()
             })
         };
-        m.observe_stack(1, 1, &frames(3), secs(0));
+        m.observe_stack(1, 1, &frames(3), secs(0), false);
         m.observe(&reading(secs(4), 95.0));
         m.observe(&reading(secs(5), 95.0));
         // Stuck for 5 s with the GPU busy: hung (the NCCL signature), not vetoed.
@@ -400,7 +431,7 @@ mod tests {
             m.render(secs(5))
         );
         // The stack at 5 s waits for the reading covering it (5 s to 6 s): idle.
-        m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001));
+        m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001), false);
         assert!(m
             .render(secs(5))
             .contains("stackscope_gpu_idle_samples_total 0\n"));

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use stackscope_aggregate::{
-    find_stragglers, GpuHangState, GpuTagger, HangDetector, HangEvent, HangGpu,
+    find_stragglers, is_spin_wait, works_at_read, GpuHangState, GpuTagger, HangDetector, HangEvent,
+    HangGpu,
 };
 use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
@@ -73,7 +74,8 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         timer.tick_now();
         let now = Timestamp::now();
         set.rescan(now);
-        let Some(signature) = read_signature(&mut set, now, metrics) else {
+        let gpu_busy = gpu_state.tag_at(now).idle() == Some(false);
+        let Some((signature, reads)) = read_signature(&mut set, now, gpu_busy, metrics) else {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
@@ -86,7 +88,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             continue;
         }
         let gpu_idle = gpu_state.tag_at(now).idle();
-        match detector.observe(now, signature) {
+        match detector.observe(now, signature, &reads) {
             Some(HangEvent::Hung { unchanged_secs }) => {
                 let gpu = HangGpuReading {
                     idle: gpu_idle,
@@ -123,14 +125,20 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A fingerprint of every thread's stack in every followed process; `None` once the root is
-/// gone. Threads stopped by someone else count as unchanged.
+/// What one read of every thread gave the hang rule: `(pid, thread, working)` of each.
+type Reads = Vec<(u32, u64, bool)>;
+
+/// A fingerprint of every thread's stack in every followed process, and whether each thread
+/// works at this read (`gpu_busy`: the GPU reads busy now); `None` once the root is gone.
+/// Threads stopped by someone else count as unchanged.
 fn read_signature(
     set: &mut ProcessSet,
     now: Timestamp,
+    gpu_busy: bool,
     metrics: Option<&SharedMetrics>,
-) -> Option<u64> {
+) -> Option<(u64, Reads)> {
     let mut threads: Vec<ThreadKey> = Vec::new();
+    let mut reads: Reads = Vec::new();
     let mut gone = Vec::new();
     let mut metrics = metrics.map(metrics::lock);
     for target in set.targets_mut() {
@@ -140,9 +148,12 @@ fn read_signature(
         }
         match target.read_stacks() {
             Ok(stacks) => {
-                if let Some(m) = metrics.as_mut() {
-                    for s in &stacks {
-                        m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now);
+                for s in &stacks {
+                    let spin_wait = s.frames.iter().any(|f| is_spin_wait(&f.function, f.native));
+                    let working = works_at_read(s.thread.active, spin_wait, gpu_busy);
+                    reads.push((pid, s.thread.python_thread_id, working));
+                    if let Some(m) = metrics.as_mut() {
+                        m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now, working);
                     }
                 }
                 threads.extend(stacks.into_iter().map(|s| key(pid, s)))
@@ -168,7 +179,7 @@ fn read_signature(
     threads.sort();
     let mut hasher = DefaultHasher::new();
     threads.hash(&mut hasher);
-    Some(hasher.finish())
+    Some((hasher.finish(), reads))
 }
 
 /// A thread and where it is: process, Python thread id, and each frame's function, file, line.
@@ -223,26 +234,14 @@ fn gpu_window_start(now: Timestamp, hang_after_secs: f64) -> Timestamp {
     Timestamp(now.0.saturating_sub((window * 1e9) as u64))
 }
 
-/// Native functions a thread frozen in a CUDA wait or a collective has on its stack: with
-/// no GPM reading, such a stack stands for SMs doing nothing.
-const CUDA_WAITS: [&str; 8] = [
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-    "cuCtxSynchronize",
-    "nccl",
-    "ProcessGroupNCCL",
-];
-
-/// Whether any thread of `processes` has a native frame in a CUDA wait or in NCCL.
+/// Whether any thread of `processes` has a native frame in a CUDA wait or in NCCL: with no
+/// GPM reading, such a stack stands for SMs doing nothing.
 fn frozen_in_cuda_wait(processes: &[ProcessDump]) -> bool {
     processes
         .iter()
         .flat_map(|p| &p.threads)
         .flat_map(|t| &t.frames)
-        .any(|f| f.native && CUDA_WAITS.iter().any(|w| f.function.contains(w)))
+        .any(|f| is_spin_wait(&f.function, f.native))
 }
 
 /// `idle`, `busy_low_sm`, `busy`: the state as the report's JSON names it.

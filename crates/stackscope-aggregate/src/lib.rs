@@ -47,10 +47,11 @@ pub use gpu::{
 };
 pub use jobs::{
     find_stragglers, group_threads, helper_kind, in_reading_order, is_hung, is_main_thread,
-    merge_dumps, merge_recordings, rank_ranges, rerooted, FrozenThread, GpuHangState, HangDetector,
-    HangEvent, HangGpu, HostedProcess, MergedDump, MergedGroup, MergedRecordings, OddRank,
-    ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
-    DEFAULT_HANG_AFTER_SECS, MAIN_THREAD,
+    is_spin_wait, merge_dumps, merge_recordings, rank_ranges, rerooted, works_at_read,
+    FrozenActivity, FrozenThread, GpuHangState, HangDetector, HangEvent, HangGpu, HostedProcess,
+    MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
+    RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, DEFAULT_HANG_AFTER_SECS, MAIN_THREAD,
+    SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};
@@ -61,6 +62,8 @@ pub use verdict::{
     VerdictClass, MIN_RISE, VERDICTS_IN_HEADLINE,
 };
 
+#[cfg(test)]
+mod stuck_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -320,7 +320,8 @@ impl Aggregator {
     /// Whether the target did not move (`Stuck::judge`), with where its busiest threads are.
     fn stuck(&self) -> Option<Stuck> {
         let unchanged_secs = self.motion.unchanged_secs();
-        let whole_recording = Stuck::judge(unchanged_secs, self.motion.span_secs())?;
+        let working = self.motion.activity.any_working();
+        let whole_recording = Stuck::judge(unchanged_secs, self.motion.span_secs(), working)?;
         let mut threads: Vec<_> = self.threads.iter().collect();
         threads.sort_by(|a, b| {
             b.activity

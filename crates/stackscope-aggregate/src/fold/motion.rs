@@ -1,21 +1,27 @@
-//! Whether the target moved: when any thread's Python stack last changed, for a recording's
-//! "stuck" verdict (the hang rule of `jobs/hang.rs`, applied to a whole recording).
+//! Whether the target moved: when any thread's Python stack last changed, and whether a thread
+//! kept working since, for a recording's "stuck" verdict (the hang rule of `jobs/hang.rs`,
+//! applied to a whole recording).
 
 use stackscope_event::{Frames, Timestamp};
 
+use crate::jobs::FrozenActivity;
+
 /// When the recording's samples began and ended, and when a thread's stack last changed (or a
 /// thread appeared).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Motion {
     pub first: Option<Timestamp>,
     pub latest: Timestamp,
     pub moved_at: Timestamp,
+    /// Each thread's reads since the last change: whether one keeps working.
+    pub activity: FrozenActivity,
 }
 
 impl Motion {
-    /// Notes a sample at `time`; `moved` when its thread's Python stack differs from its last
-    /// sample's (a thread's first sample moves too: a thread appeared).
-    pub fn sample(&mut self, time: Timestamp, moved: bool) {
+    /// Notes a sample at `time` of thread `thread` of `pid`; `moved` when its thread's Python
+    /// stack differs from its last sample's (a thread's first sample moves too: a thread
+    /// appeared); `working` as `works_at_read` says.
+    pub fn sample(&mut self, time: Timestamp, moved: bool, thread: (u32, u64), working: bool) {
         if self.first.is_none() {
             self.first = Some(time);
             self.moved_at = time;
@@ -23,7 +29,9 @@ impl Motion {
         self.latest = self.latest.max(time);
         if moved {
             self.moved_at = self.moved_at.max(time);
+            self.activity.moved();
         }
+        self.activity.read(thread.0, thread.1, working);
     }
 
     /// Seconds from the last change to the latest sample.
@@ -70,9 +78,9 @@ mod tests {
         assert!(same_python_stack(&at(1), &with_native));
         assert!(!same_python_stack(&at(1), &at(2)));
         let mut m = Motion::default();
-        m.sample(Timestamp(1_000_000_000), true);
-        m.sample(Timestamp(2_000_000_000), true);
-        m.sample(Timestamp(9_000_000_000), false);
+        m.sample(Timestamp(1_000_000_000), true, (1, 1), false);
+        m.sample(Timestamp(2_000_000_000), true, (1, 1), false);
+        m.sample(Timestamp(9_000_000_000), false, (1, 1), false);
         assert_eq!(m.unchanged_secs(), 7.0);
         assert_eq!(m.span_secs(), 8.0);
     }
