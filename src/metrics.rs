@@ -77,7 +77,12 @@ impl MetricsState {
                     sample.thread.python_thread_id,
                     &sample.frames,
                     sample.time,
-                    works_at_read(sample.thread.active, spin_wait, gpu_busy),
+                    works_at_read(
+                        sample.thread.active,
+                        sample.thread.owns_gil,
+                        spin_wait,
+                        gpu_busy,
+                    ),
                 )
             }
             Event::SampleError(error) => {

@@ -11,7 +11,7 @@ use crate::{AggregateConfig, Aggregator, RecordingMeta};
 const SEC: u64 = 1_000_000_000;
 const TICK: u64 = SEC / 10;
 
-fn sample(time: u64, line: u32, running: bool) -> Event {
+fn sample(time: u64, line: u32, running: bool, holds_gil: bool) -> Event {
     Event::Stack(StackSample {
         time: Timestamp(time),
         pid: 9,
@@ -20,7 +20,7 @@ fn sample(time: u64, line: u32, running: bool) -> Event {
             python_thread_id: 1,
             name: Some("MainThread".into()),
             active: running,
-            owns_gil: running,
+            owns_gil: holds_gil,
         },
         frames: vec![Frame {
             function: Arc::from("step"),
@@ -33,8 +33,13 @@ fn sample(time: u64, line: u32, running: bool) -> Event {
 }
 
 /// Ten reads a second for `secs`: moving (a new line each read) for `moving_secs`, then on one
-/// line, `running` or blocked.
+/// line, `running` (in a C call that released the GIL, or with `gil` spinning in Python) or
+/// blocked.
 fn recording(secs: u64, moving_secs: u64, running: bool) -> Option<crate::Stuck> {
+    recording_with(secs, moving_secs, running, false)
+}
+
+fn recording_with(secs: u64, moving_secs: u64, running: bool, gil: bool) -> Option<crate::Stuck> {
     let mut agg = Aggregator::new(
         AggregateConfig {
             gpu_enabled: false,
@@ -46,7 +51,7 @@ fn recording(secs: u64, moving_secs: u64, running: bool) -> Option<crate::Stuck>
         let time = t * TICK;
         let moving = time < moving_secs * SEC;
         let line = if moving { 10 + (t % 50) as u32 } else { 5 };
-        agg.handle(sample(time, line, moving || running));
+        agg.handle(sample(time, line, moving || running, moving || gil));
     }
     agg.summary(&RecordingMeta::default()).stuck
 }

@@ -192,7 +192,7 @@ impl Aggregator {
             .iter()
             .any(|f| is_spin_wait(&f.function, f.native));
         let gpu_busy = self.tagger.tag_at(sample.time).idle() == Some(false);
-        let working = works_at_read(running, spin_wait, gpu_busy);
+        let working = works_at_read(running, sample.thread.owns_gil, spin_wait, gpu_busy);
         let key = (sample.pid, sample.thread.python_thread_id);
         self.motion.sample(sample.time, moved, key, working);
         if self.config.process_root {

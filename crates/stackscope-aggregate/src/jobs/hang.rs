@@ -3,9 +3,12 @@
 //!
 //! The rule: no thread's Python stack changed for the threshold, and no thread kept working
 //! meanwhile ([`is_hung`]). A thread that keeps using CPU in compiled code under one frozen
-//! line (`while True: zlib.compress(data, 9)`, a decoder, `torch.save`) is working, not
-//! stuck ([`FrozenActivity`]), unless what it runs is a wait: a spinning CUDA synchronisation
-//! or collective (its native frames say so, or the GPU reads busy while it spins).
+//! line (`while True: zlib.compress(data, 9)`, a decoder, a numpy or torch op) is working, not
+//! stuck ([`FrozenActivity`]): the scheduler has it running while it does not hold the GIL
+//! (the C call released it). Unless what it runs is a wait: a spinning CUDA synchronisation or
+//! collective (its native frames say so, or the GPU reads busy while it spins). A thread that
+//! runs Python on one frozen line holds the GIL: a spin (`while not done: pass`), which makes
+//! no progress a person would count.
 //!
 //! The GPU does not veto a hang, it classifies it ([`HangGpu`]): a rank stuck in a collective
 //! keeps an NCCL kernel spinning, so the GPU reads 100% "utilized" while nothing moves. One
@@ -54,11 +57,13 @@ pub fn is_spin_wait(function: &str, native: bool) -> bool {
     native && SPIN_WAITS.iter().any(|w| function.contains(w))
 }
 
-/// Whether one read finds a thread working: the scheduler has it running (it uses CPU) and
-/// what it runs is no wait: no spin wait on its native stack, and no GPU reading busy while
-/// it spins (`gpu_busy`: a synchronisation or collective spinning until the GPU is done).
-pub fn works_at_read(running: bool, spin_wait: bool, gpu_busy: bool) -> bool {
-    running && !spin_wait && !gpu_busy
+/// Whether one read finds a thread working in compiled code: the scheduler has it running (it
+/// uses CPU) without the GIL (a C call that released it, not Python bytecode spinning on one
+/// line), and what it runs is no wait: no spin wait on its native stack, and no GPU reading
+/// busy while it spins (`gpu_busy`: a synchronisation or collective spinning until the GPU is
+/// done).
+pub fn works_at_read(running: bool, holds_gil: bool, spin_wait: bool, gpu_busy: bool) -> bool {
+    running && !holds_gil && !spin_wait && !gpu_busy
 }
 
 /// A thread read this many times since the stacks last changed can be said to keep working.
@@ -352,13 +357,13 @@ mod tests {
     #[test]
     fn a_thread_that_keeps_using_cpu_under_a_frozen_stack_is_working_not_stuck() {
         let mut d = HangDetector::new(2.0);
-        let compressing = [(1, 7, works_at_read(true, false, false))];
+        let compressing = [(1, 7, works_at_read(true, false, false, false))];
         for s in 0..10 {
             assert_eq!(d.observe(at(s), 1, &compressing), None, "{s} s");
         }
         // It stops using CPU (blocks on a lock): the hang counts from the last change, and is
         // found once waiting reads are most of its latest eight.
-        let blocked = [(1, 7, works_at_read(false, false, false))];
+        let blocked = [(1, 7, works_at_read(false, false, false, false))];
         let hung = (10..40).find(|&s| d.observe(at(s), 1, &blocked).is_some());
         assert_eq!(hung, Some(14), "5 waiting reads of the latest 8");
         // Spinning in a CUDA wait, or while the GPU reads busy, is waiting.
@@ -366,9 +371,16 @@ mod tests {
         let spinning = [(
             1,
             7,
-            works_at_read(true, is_spin_wait("cudaStreamSynchronize", true), false),
+            works_at_read(
+                true,
+                false,
+                is_spin_wait("cudaStreamSynchronize", true),
+                false,
+            ),
         )];
-        let gpu_spin = [(1, 8, works_at_read(true, false, true))];
+        let gpu_spin = [(1, 8, works_at_read(true, false, false, true))];
+        // Python bytecode spinning on one line holds the GIL: no work a person would count.
+        assert!(!works_at_read(true, true, false, false));
         assert_eq!(d.observe(at(0), 1, &spinning), None);
         assert_eq!(d.observe(at(1), 1, &gpu_spin), None);
         assert!(d.observe(at(2), 1, &spinning).is_some());
