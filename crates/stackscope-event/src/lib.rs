@@ -9,12 +9,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod ending;
 mod last_stacks;
 mod origin;
 mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
+pub use ending::{signal_name, HowEnded, OomEvidence, ProcessEnded};
 pub use last_stacks::LastStacks;
 pub use origin::{is_stdlib_module, FileOrigin};
 pub use rank::{host_name, process_name, RankInfo};

@@ -10,6 +10,7 @@
 pub mod batch;
 mod cputime;
 mod dump;
+mod ends;
 mod error;
 mod fast;
 mod idle;
@@ -27,6 +28,7 @@ mod tree;
 mod tuning;
 
 pub use dump::{dump_process, dump_target, dump_tree};
+pub use ends::EndWatch;
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use root::{python_descendants, OtherProcess, Root};
 pub use sampler::{reader_name, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
