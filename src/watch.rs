@@ -9,13 +9,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use stackscope_aggregate::{
-    find_stragglers, is_spin_wait, works_at_read, GpuHangState, GpuTagger, HangDetector, HangEvent,
-    HangGpu,
+    find_stragglers, hang_cause, headline, is_spin_wait, works_at_read, GpuHangState, GpuTagger,
+    HangDetector, HangEvent, HangGpu,
 };
 use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
 };
+
+mod history;
+
+use history::TreeHistory;
 
 use crate::config::{ensure_writable_dir, WatchConfig};
 use crate::metrics::{self, MetricsEndpoint, SharedMetrics};
@@ -38,6 +42,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     )?;
     let metrics = metrics.as_ref().map(|m| &m.state);
     let mut set = ProcessSet::from_root(root, config.subprocesses, options);
+    let mut history = TreeHistory::new(config.pid);
+    for target in set.targets() {
+        history.appeared(target.pid(), Timestamp::now());
+    }
     // The GPU side and the signals; watch reads the stacks itself, at its own low rate.
     let mut session = Session::start(
         signals,
@@ -73,9 +81,13 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         }
         timer.tick_now();
         let now = Timestamp::now();
-        set.rescan(now);
+        history.poll();
+        for attached in set.rescan(now) {
+            history.appeared(attached.pid, now);
+        }
         let gpu_busy = gpu_state.tag_at(now).idle() == Some(false);
-        let Some((signature, reads)) = read_signature(&mut set, now, gpu_busy, metrics) else {
+        let read = read_signature(&mut set, now, gpu_busy, &mut history, metrics);
+        let Some((signature, reads)) = read else {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
@@ -95,7 +107,12 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
                     utilization: gpu_state.utilization_at(now),
                     recent: gpu_state.recent_means(gpu_window_start(now, config.hang_after_secs)),
                 };
-                let (path, classified) = write_hang_report(&config, unchanged_secs, &gpu)?;
+                let hang = Hang {
+                    unchanged_secs,
+                    frozen_since: Timestamp(now.0.saturating_sub((unchanged_secs * 1e9) as u64)),
+                    gpu,
+                };
+                let (path, classified) = write_hang_report(&config, &hang, &history)?;
                 reports += 1;
                 if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
                     eprintln!(
@@ -135,6 +152,7 @@ fn read_signature(
     set: &mut ProcessSet,
     now: Timestamp,
     gpu_busy: bool,
+    history: &mut TreeHistory,
     metrics: Option<&SharedMetrics>,
 ) -> Option<(u64, Reads)> {
     let mut threads: Vec<ThreadKey> = Vec::new();
@@ -150,7 +168,8 @@ fn read_signature(
             Ok(stacks) => {
                 for s in &stacks {
                     let spin_wait = s.frames.iter().any(|f| is_spin_wait(&f.function, f.native));
-                    let working = works_at_read(s.thread.active, spin_wait, gpu_busy);
+                    let working =
+                        works_at_read(s.thread.active, s.thread.owns_gil, spin_wait, gpu_busy);
                     reads.push((pid, s.thread.python_thread_id, working));
                     if let Some(m) = metrics.as_mut() {
                         m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now, working);
@@ -172,6 +191,7 @@ fn read_signature(
             m.forget(pid);
         }
         set.remove(pid, now);
+        history.vanished(pid, now);
     }
     if !set.has_root() {
         return None;
@@ -213,6 +233,13 @@ fn take_gpu_readings(gpu: &mut GpuTagger<()>, batch: Batch, metrics: Option<&Sha
     }
     // Nothing is held: releasing only forgets readings too old to matter.
     gpu.release(|_, (), _| {});
+}
+
+/// A hang as found: how long nothing moved, since when, and the GPU over it.
+struct Hang {
+    unchanged_secs: f64,
+    frozen_since: Timestamp,
+    gpu: HangGpuReading,
 }
 
 /// What the GPU did when a hang was found.
@@ -281,9 +308,10 @@ fn dump_for_report(config: &WatchConfig) -> anyhow::Result<Vec<ProcessDump>> {
 
 fn write_hang_report(
     config: &WatchConfig,
-    unchanged_secs: f64,
-    gpu_reading: &HangGpuReading,
+    hang: &Hang,
+    history: &TreeHistory,
 ) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
+    let (unchanged_secs, gpu_reading) = (hang.unchanged_secs, &hang.gpu);
     let mut processes = dump_for_report(config)?;
     stackscope_aggregate::in_reading_order(&mut processes);
     let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
@@ -299,15 +327,34 @@ fn write_hang_report(
         stackscope_report::redact_secrets(&mut processes);
     }
     let now = chrono::Local::now();
+    let since = now - chrono::Duration::milliseconds((unchanged_secs * 1e3) as i64);
+    let cause = hang_cause(
+        &processes,
+        &history.vanished_since(hang.frozen_since),
+        gpu.as_ref(),
+    );
     let base = report_base(&config.out_dir, &now.format("%Y%m%d-%H%M%S").to_string());
     let mut text = Vec::new();
     writeln!(
         text,
-        "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
+        "{}\n\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
+        headline(&cause, &processes, &since.format("%H:%M:%S").to_string()),
         now.to_rfc3339(),
         config.pid,
         unchanged_secs,
     )?;
+    let ended = history.processes_ended();
+    for p in &ended {
+        writeln!(
+            text,
+            "{} pid {} ended: {} (seen from {} to {})",
+            p.role,
+            p.pid,
+            p.how.describe(),
+            p.started,
+            p.ended
+        )?;
+    }
     if let Some(gpu) = &gpu {
         writeln!(text, "{}", gpu.sentence())?;
     }
@@ -317,6 +364,9 @@ fn write_hang_report(
         "detected_at": now.to_rfc3339(),
         "pid": config.pid,
         "unchanged_secs": unchanged_secs,
+        "frozen_since": since.to_rfc3339(),
+        "cause": cause,
+        "processes_ended": ended,
         "hang_after_secs": config.hang_after_secs,
         "gpu": gpu,
         "gpu_idle": gpu_reading.idle,

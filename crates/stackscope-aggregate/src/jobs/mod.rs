@@ -3,6 +3,7 @@
 //!
 //! Works on dumps and folded lines, not on the fold; depends on nothing else in the crate.
 
+mod cause;
 mod grouping;
 mod hang;
 mod helpers;
@@ -10,6 +11,9 @@ mod merge;
 mod ranks;
 mod view;
 
+pub use cause::{
+    hang_cause, headline, rank_list, stuck_at, HangCause, LockWait, PeersWaiting, Vanished,
+};
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{
     is_hung, is_spin_wait, works_at_read, FrozenActivity, FrozenThread, GpuHangState, HangDetector,
@@ -21,4 +25,4 @@ pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
-pub use view::{in_reading_order, is_main_thread, MAIN_THREAD};
+pub use view::{in_reading_order, is_main_thread, MissingRanks, MAIN_THREAD};
