@@ -6,10 +6,8 @@
 //! own thread and only takes the lock to render the page. The sampler never sees either: it
 //! goes on sending to its channel with `try_send`, whatever a scraper does.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -17,48 +15,52 @@ use std::time::Duration;
 
 use anyhow::Context;
 use stackscope_aggregate::{
-    is_hung, is_spin_wait, works_at_read, FrozenActivity, GpuTag, GpuTagger,
+    is_hung, is_spin_wait, works_at_read, GpuTag, GpuTagger, ProcessMotion,
 };
-use stackscope_event::{Event, Frame, RankInfo, Timestamp};
+use stackscope_event::{Event, Frames, RankInfo, StackSample, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
 #[derive(Debug)]
 pub struct MetricsState {
     host: String,
     hang_after_nanos: u64,
-    processes: BTreeMap<u32, Progress>,
+    /// When each process last moved, by the hang rule's own comparison.
+    motion: ProcessMotion,
+    /// Each process's rank, read once: its environment does not change.
+    ranks: BTreeMap<u32, Option<u32>>,
     samples: u64,
     errors: u64,
     dropped: u64,
     /// The latest utilization of each GPU, for its gauge.
     gpu_utilization: BTreeMap<u32, f32>,
     /// The GPU state of each stack read, by the recording's own rule: stacks are held (as
-    /// nothing else) until the readings covering them are in.
-    gpu: GpuTagger<()>,
+    /// nothing else) until the readings covering them are in. `None` where the consumer tags
+    /// the stacks itself and hands them over tagged (`top`, [`MetricsState::count_tagged`]).
+    gpu: Option<GpuTagger<()>>,
     gpu_idle_samples: u64,
 }
 
-/// How one process moves: each thread's latest stack, when any of them last changed, and
-/// whether a thread kept working since.
-#[derive(Debug)]
-struct Progress {
-    rank: Option<u32>,
-    threads: HashMap<u64, u64>,
-    last_change: Timestamp,
-    activity: FrozenActivity,
-}
-
 impl MetricsState {
+    /// A state that tags the stacks it is given itself.
     pub fn new(hang_after_secs: f64, idle_below: f32) -> MetricsState {
+        MetricsState {
+            gpu: Some(GpuTagger::new(idle_below)),
+            ..MetricsState::told_tags(hang_after_secs)
+        }
+    }
+
+    /// A state told each stack's GPU state by its consumer ([`MetricsState::count_tagged`]).
+    pub fn told_tags(hang_after_secs: f64) -> MetricsState {
         MetricsState {
             host: stackscope_event::host_name().unwrap_or_default(),
             hang_after_nanos: (hang_after_secs * 1e9) as u64,
-            processes: BTreeMap::new(),
+            motion: ProcessMotion::default(),
+            ranks: BTreeMap::new(),
             samples: 0,
             errors: 0,
             dropped: 0,
             gpu_utilization: BTreeMap::new(),
-            gpu: GpuTagger::new(idle_below),
+            gpu: None,
             gpu_idle_samples: 0,
         }
     }
@@ -67,81 +69,110 @@ impl MetricsState {
     pub fn observe(&mut self, event: &Event) {
         match event {
             Event::Stack(sample) => {
-                let spin_wait = sample
-                    .frames
-                    .iter()
-                    .any(|f| is_spin_wait(&f.function, f.native));
-                let gpu_busy = self.gpu.tag_at(sample.time).idle() == Some(false);
+                let gpu_busy = self
+                    .gpu
+                    .as_ref()
+                    .is_some_and(|gpu| gpu.tag_at(sample.time).idle() == Some(false));
                 self.observe_stack(
                     sample.pid,
                     sample.thread.python_thread_id,
                     &sample.frames,
                     sample.time,
-                    works_at_read(
-                        sample.thread.active,
-                        sample.thread.owns_gil,
-                        spin_wait,
-                        gpu_busy,
-                    ),
+                    working(sample, gpu_busy),
                 )
             }
             Event::SampleError(error) => {
                 self.errors += 1;
-                self.gpu.observe(error.time);
+                if let Some(gpu) = self.gpu.as_mut() {
+                    gpu.observe(error.time);
+                }
                 self.count_gpu_idle();
             }
             Event::Gpu(sample) => {
                 if let Some(u) = sample.utilization {
                     self.gpu_utilization.insert(sample.device, u);
                 }
-                self.gpu.add_gpu(sample);
+                if let Some(gpu) = self.gpu.as_mut() {
+                    gpu.add_gpu(sample);
+                }
                 self.count_gpu_idle();
             }
             Event::Process(process) => {
                 if process.kind == stackscope_event::ProcessEventKind::Exited {
-                    self.processes.remove(&process.pid);
+                    self.forget(process.pid, process.time);
                 }
             }
         }
     }
 
-    /// One thread's stack at `time`, and whether it works at this read (`works_at_read`):
-    /// what `watch`, which reads stacks itself, calls directly.
+    /// One thread's stack at `time`, to be tagged here, and whether it works at this read
+    /// (`works_at_read`): what `watch`, which reads stacks itself, calls directly.
     pub fn observe_stack(
         &mut self,
         pid: u32,
         thread: u64,
-        frames: &[Frame],
+        frames: &Frames,
+        time: Timestamp,
+        working: bool,
+    ) {
+        self.count_stack(pid, thread, frames, time, working);
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.hold(time, ());
+        }
+        self.count_gpu_idle();
+    }
+
+    /// A stack sample its consumer has tagged: `top`, whose table tags each sample once.
+    pub fn count_tagged(&mut self, sample: &StackSample, tag: GpuTag) {
+        self.count_stack(
+            sample.pid,
+            sample.thread.python_thread_id,
+            &sample.frames,
+            sample.time,
+            working(sample, tag.idle() == Some(false)),
+        );
+        self.gpu_idle_samples += u64::from(tag == GpuTag::Idle);
+    }
+
+    fn count_stack(
+        &mut self,
+        pid: u32,
+        thread: u64,
+        frames: &Frames,
         time: Timestamp,
         working: bool,
     ) {
         self.samples += 1;
-        self.gpu.hold(time, ());
-        self.count_gpu_idle();
-        // The hang rule looks at Python frames: native frames move in a thread stuck in Python
-        // (a spin-wait, a retried syscall).
-        let mut hasher = DefaultHasher::new();
-        for frame in frames.iter().filter(|f| !f.native) {
-            frame.hash(&mut hasher);
-        }
-        let signature = hasher.finish();
-        let process = self.processes.entry(pid).or_insert_with(|| Progress {
-            // Read once per process: its environment does not change.
-            rank: RankInfo::of_process(pid).rank,
-            threads: HashMap::new(),
-            last_change: time,
-            activity: FrozenActivity::default(),
-        });
-        if process.threads.insert(thread, signature) != Some(signature) {
-            process.last_change = process.last_change.max(time);
-            process.activity.moved();
-        }
-        process.activity.read(pid, thread, working);
+        self.ranks
+            .entry(pid)
+            .or_insert_with(|| RankInfo::of_process(pid).rank);
+        self.motion.sample(pid, thread, frames, time, working);
     }
 
-    /// A process the consumer no longer follows.
-    pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+    /// Whether a thread of the job kept working since it last moved: busy, not stuck.
+    pub fn any_working(&self) -> bool {
+        self.motion.any_working()
+    }
+
+    /// After a full read of process `pid` found threads `alive`: those that ended moved.
+    pub fn keep_threads(&mut self, pid: u32, alive: &[u64], time: Timestamp) {
+        self.motion.keep_threads(pid, alive, time);
+    }
+
+    /// When the job last moved (a stack changed, a thread or process came or went).
+    pub fn last_move(&self) -> Option<Timestamp> {
+        self.motion.last_move()
+    }
+
+    /// The GPU readings and the rule that tag stacks here; `None` for a state told the tags.
+    pub fn gpu(&self) -> Option<&GpuTagger<()>> {
+        self.gpu.as_ref()
+    }
+
+    /// A process the consumer no longer follows, since `time`.
+    pub fn forget(&mut self, pid: u32, time: Timestamp) {
+        self.motion.forget(pid, time);
+        self.ranks.remove(&pid);
     }
 
     pub fn add_errors(&mut self, errors: u64) {
@@ -156,8 +187,9 @@ impl MetricsState {
     /// Counts the held stacks whose GPU state is now known.
     fn count_gpu_idle(&mut self) {
         let idle = &mut self.gpu_idle_samples;
-        self.gpu
-            .release(|_, (), tag| *idle += u64::from(tag == GpuTag::Idle));
+        if let Some(gpu) = self.gpu.as_mut() {
+            gpu.release(|_, (), tag| *idle += u64::from(tag == GpuTag::Idle));
+        }
     }
 
     /// The page, in Prometheus's text exposition format (version 0.0.4).
@@ -167,10 +199,11 @@ impl MetricsState {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
         };
-        let labels = |pid: u32, p: &Progress| {
+        let labels = |pid: u32| {
+            let rank = self.ranks.get(&pid).copied().flatten();
             format!(
                 "pid=\"{pid}\",rank=\"{}\",host=\"{}\"",
-                p.rank.map(|r| r.to_string()).unwrap_or_default(),
+                rank.map(|r| r.to_string()).unwrap_or_default(),
                 escape(&self.host)
             )
         };
@@ -182,15 +215,10 @@ impl MetricsState {
              seconds and none keeps using CPU outside a wait (busy in compiled code is working), \
              whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
         );
-        for (pid, p) in &self.processes {
-            let unchanged = now.0.saturating_sub(p.last_change.0);
-            let hung = is_hung(unchanged, self.hang_after_nanos, p.activity.any_working());
-            let _ = writeln!(
-                out,
-                "stackscope_hung{{{}}} {}",
-                labels(*pid, p),
-                u8::from(hung)
-            );
+        for (pid, moved_at) in self.motion.processes() {
+            let unchanged = now.0.saturating_sub(moved_at.0);
+            let hung = is_hung(unchanged, self.hang_after_nanos, self.motion.working(pid));
+            let _ = writeln!(out, "stackscope_hung{{{}}} {}", labels(pid), u8::from(hung));
         }
         header(
             &mut out,
@@ -198,12 +226,12 @@ impl MetricsState {
             "gauge",
             "Seconds since any thread of the process last changed its stack.",
         );
-        for (pid, p) in &self.processes {
-            let unchanged = now.0.saturating_sub(p.last_change.0) as f64 / 1e9;
+        for (pid, moved_at) in self.motion.processes() {
+            let unchanged = now.0.saturating_sub(moved_at.0) as f64 / 1e9;
             let _ = writeln!(
                 out,
                 "stackscope_stack_unchanged_seconds{{{}}} {unchanged:.3}",
-                labels(*pid, p)
+                labels(pid)
             );
         }
         for (name, help, value) in [
@@ -248,6 +276,21 @@ impl MetricsState {
     }
 }
 
+/// Whether a sample finds its thread working (`works_at_read`), with the GPU busy or not at
+/// its instant.
+fn working(sample: &StackSample, gpu_busy: bool) -> bool {
+    let spin_wait = sample
+        .frames
+        .iter()
+        .any(|f| is_spin_wait(&f.function, f.native));
+    works_at_read(
+        sample.thread.active,
+        sample.thread.owns_gil,
+        spin_wait,
+        gpu_busy,
+    )
+}
+
 /// A label value as the text format wants it: backslash, quote and newline escaped.
 fn escape(value: &str) -> String {
     value
@@ -274,25 +317,38 @@ pub use stackscope_aggregate::DEFAULT_HANG_AFTER_SECS;
 /// this is dropped.
 pub struct MetricsEndpoint {
     pub state: SharedMetrics,
-    _server: MetricsServer,
+    _server: Option<MetricsServer>,
 }
 
 impl MetricsEndpoint {
+    /// The state and its server when `addr` asks for them.
     pub fn start(
         addr: Option<&str>,
         hang_after_secs: f64,
         idle_below: f32,
     ) -> anyhow::Result<Option<MetricsEndpoint>> {
-        let Some(addr) = addr else {
-            return Ok(None);
+        addr.map(|addr| {
+            MetricsEndpoint::serve(Some(addr), MetricsState::new(hang_after_secs, idle_below))
+        })
+        .transpose()
+    }
+
+    /// Shares `state`, and serves it where `addr` says: a consumer that keeps the state for
+    /// itself too (`watch` reads its hang rule and GPU state from it).
+    pub fn serve(addr: Option<&str>, state: MetricsState) -> anyhow::Result<MetricsEndpoint> {
+        let state = Arc::new(Mutex::new(state));
+        let server = match addr {
+            Some(addr) => {
+                let server = MetricsServer::start(addr, state.clone())?;
+                eprintln!("stackscope: Prometheus metrics at http://{addr}/metrics");
+                Some(server)
+            }
+            None => None,
         };
-        let state = Arc::new(Mutex::new(MetricsState::new(hang_after_secs, idle_below)));
-        let server = MetricsServer::start(addr, state.clone())?;
-        eprintln!("stackscope: Prometheus metrics at http://{addr}/metrics");
-        Ok(Some(MetricsEndpoint {
+        Ok(MetricsEndpoint {
             state,
             _server: server,
-        }))
+        })
     }
 }
 
@@ -374,8 +430,8 @@ fn content_type(value: &str) -> tiny_http::Header {
 mod tests {
     use super::*;
 
-    fn frames(line: u32) -> Vec<Frame> {
-        vec![Frame::python("step", "train.py", line)]
+    fn frames(line: u32) -> Frames {
+        vec![stackscope_event::Frame::python("step", "train.py", line)].into()
     }
 
     fn secs(s: u64) -> Timestamp {

@@ -1,20 +1,18 @@
 //! `stackscope watch`: stays attached at a low rate for as long as the job runs, and writes a
 //! hang report by itself when the job's stacks stop changing.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use stackscope_aggregate::{
-    find_stragglers, hang_cause, headline, is_spin_wait, works_at_read, GpuHangState, GpuTagger,
-    HangDetector, HangEvent, HangGpu,
+    find_stragglers, hang_cause, headline, is_spin_wait, works_at_read, HangDetector, HangEvent,
+    HangGpu,
 };
-use stackscope_event::{Batch, Event, ProcessDump, Timestamp};
+use stackscope_event::{Batch, ProcessDump, Timestamp};
 use stackscope_sampler::{
-    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions, ThreadStack,
+    dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions,
 };
 
 mod history;
@@ -22,7 +20,7 @@ mod history;
 use history::TreeHistory;
 
 use crate::config::{ensure_writable_dir, WatchConfig};
-use crate::metrics::{self, MetricsEndpoint, SharedMetrics};
+use crate::metrics::{self, MetricsEndpoint, MetricsState};
 use crate::session::{GpuSource, Producers, Session, Wake};
 use crate::signals::{Request, Signals};
 
@@ -35,12 +33,13 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     let root = Root::attach(config.pid, &options, config.subprocesses)?;
     create_private_dir(&config.out_dir)?;
     ensure_writable_dir(&config.out_dir)?;
-    let metrics = MetricsEndpoint::start(
+    // The one fold of the run: the stacks' motion and the GPU's state, which the hang rule
+    // reads here and the metrics endpoint (when asked for) serves.
+    let endpoint = MetricsEndpoint::serve(
         config.metrics_addr.as_deref(),
-        config.hang_after_secs,
-        config.gpu.idle_below,
+        MetricsState::new(config.hang_after_secs, config.gpu.idle_below),
     )?;
-    let metrics = metrics.as_ref().map(|m| &m.state);
+    let live = &endpoint.state;
     let mut set = ProcessSet::from_root(root, config.subprocesses, options);
     let mut history = TreeHistory::new(config.pid);
     for target in set.targets() {
@@ -56,7 +55,6 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
             sampler: None,
         },
     )?;
-    let mut gpu_state = GpuTagger::<()>::new(config.gpu.idle_below);
     let mut detector = HangDetector::new(config.hang_after_secs);
     let rate_hz = config.rate_hz;
     let mut timer = SampleTimer::new(rate_hz);
@@ -72,7 +70,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     while !session.signals().stop_requested() {
         match session.wait(Some(timer.next_tick())) {
             Wake::Batch(batch) => {
-                take_gpu_readings(&mut gpu_state, batch, metrics);
+                take_gpu_readings(&mut metrics::lock(live), batch);
                 continue;
             }
             Wake::Signal(Request::Stop) => break,
@@ -85,31 +83,37 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         for attached in set.rescan(now) {
             history.appeared(attached.pid, now);
         }
-        let gpu_busy = gpu_state.tag_at(now).idle() == Some(false);
-        let read = read_signature(&mut set, now, gpu_busy, &mut history, metrics);
-        let Some((signature, reads)) = read else {
+        if read_stacks(&mut set, now, &mut history, &mut metrics::lock(live)).is_none() {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
             );
             break;
-        };
+        }
         // A launcher that has not started Python yet (or whose Python processes have all
         // ended) has no stacks to be stuck in.
         if set.targets().is_empty() {
             continue;
         }
-        let gpu_idle = gpu_state.tag_at(now).idle();
-        match detector.observe(now, signature, &reads) {
+        let (moved_at, gpu, working) = {
+            let live = metrics::lock(live);
+            let gpu = live.gpu().map(|gpu| HangGpuReading {
+                idle: gpu.tag_at(now).idle(),
+                utilization: gpu.utilization_at(now),
+                recent: gpu.recent_means(gpu_window_start(now, config.hang_after_secs)),
+            });
+            (
+                live.last_move(),
+                gpu.unwrap_or_default(),
+                live.any_working(),
+            )
+        };
+        let Some(moved_at) = moved_at else { continue };
+        match detector.observe(now, moved_at, working) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let gpu = HangGpuReading {
-                    idle: gpu_idle,
-                    utilization: gpu_state.utilization_at(now),
-                    recent: gpu_state.recent_means(gpu_window_start(now, config.hang_after_secs)),
-                };
                 let hang = Hang {
                     unchanged_secs,
-                    frozen_since: Timestamp(now.0.saturating_sub((unchanged_secs * 1e9) as u64)),
+                    frozen_since: moved_at,
                     gpu,
                 };
                 let (path, classified) = write_hang_report(&config, &hang, &history)?;
@@ -125,7 +129,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
                     config.pid,
                     unchanged_secs,
                     match classified {
-                        Some(g) => format!(", GPU {}", state_name(g.state)),
+                        Some(g) => format!(", GPU {}", g.state.name()),
                         None => String::new(),
                     },
                     path.display()
@@ -142,23 +146,20 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What one read of every thread gave the hang rule: `(pid, thread, working)` of each.
-type Reads = Vec<(u32, u64, bool)>;
-
-/// A fingerprint of every thread's stack in every followed process, and whether each thread
-/// works at this read (`gpu_busy`: the GPU reads busy now); `None` once the root is gone.
-/// Threads stopped by someone else count as unchanged.
-fn read_signature(
+/// Reads every thread's stack in every followed process into `live`, with whether each works
+/// at this read (`works_at_read`; the GPU's state now says whether a spin is a GPU wait);
+/// processes gone go to `history`. `None` once the root is gone. Threads stopped by someone
+/// else count as unchanged.
+fn read_stacks(
     set: &mut ProcessSet,
     now: Timestamp,
-    gpu_busy: bool,
     history: &mut TreeHistory,
-    metrics: Option<&SharedMetrics>,
-) -> Option<(u64, Reads)> {
-    let mut threads: Vec<ThreadKey> = Vec::new();
-    let mut reads: Reads = Vec::new();
+    live: &mut MetricsState,
+) -> Option<()> {
+    let gpu_busy = live
+        .gpu()
+        .is_some_and(|gpu| gpu.tag_at(now).idle() == Some(false));
     let mut gone = Vec::new();
-    let mut metrics = metrics.map(metrics::lock);
     for target in set.targets_mut() {
         let pid = target.pid();
         if procfs::is_stopped(pid) {
@@ -170,69 +171,31 @@ fn read_signature(
                     let spin_wait = s.frames.iter().any(|f| is_spin_wait(&f.function, f.native));
                     let working =
                         works_at_read(s.thread.active, s.thread.owns_gil, spin_wait, gpu_busy);
-                    reads.push((pid, s.thread.python_thread_id, working));
-                    if let Some(m) = metrics.as_mut() {
-                        m.observe_stack(pid, s.thread.python_thread_id, &s.frames, now, working);
-                    }
+                    live.observe_stack(pid, s.thread.python_thread_id, &s.frames, now, working);
                 }
-                threads.extend(stacks.into_iter().map(|s| key(pid, s)))
+                let alive: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
+                live.keep_threads(pid, &alive, now);
             }
             Err(_) if !procfs::is_alive(pid) => gone.push(pid),
             // A torn read says nothing about progress.
-            Err(_) => {
-                if let Some(m) = metrics.as_mut() {
-                    m.add_errors(1);
-                }
-            }
+            Err(_) => live.add_errors(1),
         }
     }
     for pid in gone {
-        if let Some(m) = metrics.as_mut() {
-            m.forget(pid);
-        }
+        live.forget(pid, now);
         set.remove(pid, now);
         history.vanished(pid, now);
     }
-    if !set.has_root() {
-        return None;
-    }
-    threads.sort();
-    let mut hasher = DefaultHasher::new();
-    threads.hash(&mut hasher);
-    Some((hasher.finish(), reads))
+    set.has_root().then_some(())
 }
 
-/// A thread and where it is: process, Python thread id, and each frame's function, file, line.
-type ThreadKey = (u32, u64, Vec<(String, String, u32)>);
-
-fn key(pid: u32, stack: ThreadStack) -> ThreadKey {
-    (
-        pid,
-        stack.thread.python_thread_id,
-        stack
-            .frames
-            .iter()
-            .map(|f| (f.function.to_string(), f.file.to_string(), f.line))
-            .collect(),
-    )
-}
-
-/// Takes a batch of GPU readings into the tagger that tags a recording's
-/// samples: `watch` asks it for the GPU state at the instant it read the stacks, by the same
-/// rule (the mean of the devices with a reading covering that instant, or the nearest within
-/// reach).
-fn take_gpu_readings(gpu: &mut GpuTagger<()>, batch: Batch, metrics: Option<&SharedMetrics>) {
-    let mut metrics = metrics.map(metrics::lock);
+/// Takes a batch of GPU readings into the run's state: `watch` asks its tagger for the GPU
+/// state at the instant it read the stacks, by the recording's rule (the mean of the devices
+/// with a reading covering that instant, or the nearest within reach).
+fn take_gpu_readings(live: &mut MetricsState, batch: Batch) {
     for event in batch {
-        if let Some(m) = metrics.as_mut() {
-            m.observe(&event);
-        }
-        if let Event::Gpu(sample) = event {
-            gpu.add_gpu(&sample);
-        }
+        live.observe(&event);
     }
-    // Nothing is held: releasing only forgets readings too old to matter.
-    gpu.release(|_, (), _| {});
 }
 
 /// A hang as found: how long nothing moved, since when, and the GPU over it.
@@ -243,6 +206,7 @@ struct Hang {
 }
 
 /// What the GPU did when a hang was found.
+#[derive(Default)]
 struct HangGpuReading {
     /// The recording's rule at the instant (`gpu_idle` of the report's JSON).
     idle: Option<bool>,
@@ -269,15 +233,6 @@ fn frozen_in_cuda_wait(processes: &[ProcessDump]) -> bool {
         .flat_map(|p| &p.threads)
         .flat_map(|t| &t.frames)
         .any(|f| is_spin_wait(&f.function, f.native))
-}
-
-/// `idle`, `busy_low_sm`, `busy`: the state as the report's JSON names it.
-fn state_name(state: GpuHangState) -> &'static str {
-    match state {
-        GpuHangState::Idle => "idle",
-        GpuHangState::BusyLowSm => "busy_low_sm",
-        GpuHangState::Busy => "busy",
-    }
 }
 
 /// Writes the report's two files; gives the text's path and the GPU's class of the hang.
@@ -311,10 +266,9 @@ fn write_hang_report(
     hang: &Hang,
     history: &TreeHistory,
 ) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
-    let (unchanged_secs, gpu_reading) = (hang.unchanged_secs, &hang.gpu);
     let mut processes = dump_for_report(config)?;
     stackscope_aggregate::in_reading_order(&mut processes);
-    let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
+    let gpu = hang.gpu.recent.map(|(utilization, sm_active)| {
         HangGpu::classify(
             utilization,
             sm_active,
@@ -327,50 +281,48 @@ fn write_hang_report(
         stackscope_report::redact_secrets(&mut processes);
     }
     let now = chrono::Local::now();
-    let since = now - chrono::Duration::milliseconds((unchanged_secs * 1e3) as i64);
+    let since = now - chrono::Duration::milliseconds((hang.unchanged_secs * 1e3) as i64);
     let cause = hang_cause(
         &processes,
         &history.vanished_since(hang.frozen_since),
         gpu.as_ref(),
     );
+    let ended = history.processes_ended();
     let base = report_base(&config.out_dir, &now.format("%Y%m%d-%H%M%S").to_string());
     let mut text = Vec::new();
+    // First why, where it can be said; then the facts.
     writeln!(
         text,
         "{}\n\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
         headline(&cause, &processes, &since.format("%H:%M:%S").to_string()),
         now.to_rfc3339(),
         config.pid,
-        unchanged_secs,
+        hang.unchanged_secs,
     )?;
-    let ended = history.processes_ended();
-    for p in &ended {
-        writeln!(
-            text,
-            "{} pid {} ended: {} (seen from {} to {})",
-            p.role,
-            p.pid,
-            p.how.describe(),
-            p.started,
-            p.ended
-        )?;
-    }
     if let Some(gpu) = &gpu {
         writeln!(text, "{}", gpu.sentence())?;
+    }
+    for p in &ended {
+        let (pid, how) = (p.pid, p.how.describe());
+        let (role, from, to) = (&p.role, &p.started, &p.ended);
+        writeln!(
+            text,
+            "{role} pid {pid} ended: {how} (seen from {from} to {to})"
+        )?;
     }
     writeln!(text)?;
     stackscope_report::write_dump_text(&processes, &mut text)?;
     let json = serde_json::json!({
         "detected_at": now.to_rfc3339(),
         "pid": config.pid,
-        "unchanged_secs": unchanged_secs,
+        "unchanged_secs": hang.unchanged_secs,
         "frozen_since": since.to_rfc3339(),
+        "hang_after_secs": config.hang_after_secs,
         "cause": cause,
         "processes_ended": ended,
-        "hang_after_secs": config.hang_after_secs,
         "gpu": gpu,
-        "gpu_idle": gpu_reading.idle,
-        "gpu_mean_utilization": gpu_reading.utilization,
+        "gpu_idle": hang.gpu.idle,
+        "gpu_mean_utilization": hang.gpu.utilization,
         "stragglers": find_stragglers(&processes),
         "processes": processes,
     });
@@ -465,7 +417,7 @@ fn report_order(base: &str) -> (String, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_event::GpuSample;
+    use stackscope_event::{Event, GpuSample};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -486,8 +438,9 @@ mod tests {
             reading(2 * SEC, 0, 90.0),
             reading(2 * SEC, 1, 90.0),
         ];
-        let mut gpu = GpuTagger::<()>::new(30.0);
-        take_gpu_readings(&mut gpu, batch, None);
+        let mut live = MetricsState::new(300.0, 30.0);
+        take_gpu_readings(&mut live, batch);
+        let gpu = live.gpu().expect("watch tags its stacks");
         // The readings covering the instant decide, by the devices' mean: 20% is idle.
         assert_eq!(gpu.tag_at(Timestamp(SEC / 2)).idle(), Some(true));
         assert_eq!(gpu.utilization_at(Timestamp(SEC / 2)), Some(20.0));

@@ -2,12 +2,12 @@
 //! ones since start, in the same words as the recording's verdict and summary.json
 //! (`stackscope_aggregate::idle_path`, over an aggregate of the same events); and, from the
 //! same aggregate, the job's roles and what the trainer and its feeders did while the GPU
-//! idled (`roles_of`, `while_idle_of`).
+//! idled (`roles_of`, `while_idle_of`). Its stack samples come tagged from `top`'s table.
 
 use stackscope_aggregate::{
-    idle_path, roles_of, while_idle_of, AggregateConfig, Aggregator, WhileIdle,
+    idle_path, roles_of, while_idle_of, AggregateConfig, Aggregator, GpuTag, WhileIdle,
 };
-use stackscope_event::{Event, Timestamp};
+use stackscope_event::{Event, StackSample, Timestamp};
 
 pub struct IdleCode {
     config: AggregateConfig,
@@ -33,9 +33,17 @@ impl IdleCode {
         }
     }
 
+    /// Takes an event other than a stack sample (the GPU's readings, errors, processes).
     pub fn handle(&mut self, event: &Event) {
-        if self.config.gpu_enabled {
+        if self.config.gpu_enabled && !matches!(event, Event::Stack(_)) {
             self.aggregator.handle(event.clone());
+        }
+    }
+
+    /// Takes a stack sample as the table tagged it.
+    pub fn handle_tagged(&mut self, sample: StackSample, tag: GpuTag) {
+        if self.config.gpu_enabled {
+            self.aggregator.handle_tagged(sample, tag);
         }
     }
 

@@ -2,7 +2,8 @@
 //! (the sampler thread and the GPU poller, on one channel) but folds their events into a table
 //! model (`stackscope_aggregate::top`, tagged as a recording is) instead of a recorder, and
 //! shows it every second: full-screen on a terminal ([`tui`]), as plain-text tables otherwise
-//! ([`plain`]).
+//! ([`plain`]). The table tags each stack sample once and hands it on, tagged, to the
+//! verdict's aggregate ([`idle_code`]) and the metrics.
 
 mod format;
 mod idle_code;
@@ -14,11 +15,11 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use stackscope_event::Batch;
+use stackscope_event::{Batch, Event};
 use stackscope_sampler::{Root, SamplerConfig, StopReason, TargetOptions};
 
 use crate::config::TopConfig;
-use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
+use crate::metrics::{MetricsEndpoint, MetricsState, DEFAULT_HANG_AFTER_SECS};
 use crate::session::{GpuSource, Producers, Session};
 use crate::signals::Signals;
 
@@ -102,11 +103,14 @@ impl Live {
         )?;
         let gpu_enabled = session.gpu_enabled();
         let model = TopModel::new(config.gpu.idle_below, gpu_enabled);
-        let metrics = MetricsEndpoint::start(
-            config.metrics_addr.as_deref(),
-            DEFAULT_HANG_AFTER_SECS,
-            config.gpu.idle_below,
-        )?;
+        // Told each sample's GPU state by the table, which tags it.
+        let metrics = config
+            .metrics_addr
+            .as_deref()
+            .map(|addr| {
+                MetricsEndpoint::serve(Some(addr), MetricsState::told_tags(DEFAULT_HANG_AFTER_SECS))
+            })
+            .transpose()?;
         let now = Instant::now();
         let mut live = Live {
             session,
@@ -127,18 +131,27 @@ impl Live {
         Ok(live)
     }
 
-    /// Folds one batch of events into the model.
+    /// Folds one batch of events: the table tags each stack sample once and hands it on to
+    /// the verdict's aggregate and the metrics.
     pub fn handle(&mut self, batch: Batch) {
         let mut metrics = self
             .metrics
             .as_ref()
             .map(|m| crate::metrics::lock(&m.state));
         for event in batch {
-            self.idle_code.handle(&event);
-            if let Some(m) = metrics.as_mut() {
-                m.observe(&event);
+            if !matches!(event, Event::Stack(_)) {
+                self.idle_code.handle(&event);
+                if let Some(m) = metrics.as_mut() {
+                    m.observe(&event);
+                }
             }
-            self.model.handle(event);
+            let idle_code = &mut self.idle_code;
+            self.model.handle_with(event, &mut |sample, tag| {
+                if let Some(m) = metrics.as_mut() {
+                    m.count_tagged(&sample, tag);
+                }
+                idle_code.handle_tagged(sample, tag);
+            });
         }
     }
 
@@ -216,7 +229,15 @@ impl Live {
         for batch in waiting {
             self.handle(batch);
         }
-        self.model.flush();
+        let (metrics, idle_code) = (&self.metrics, &mut self.idle_code);
+        let mut metrics = metrics.as_ref().map(|m| crate::metrics::lock(&m.state));
+        self.model.flush_with(&mut |sample, tag| {
+            if let Some(m) = metrics.as_mut() {
+                m.count_tagged(&sample, tag);
+            }
+            idle_code.handle_tagged(sample, tag);
+        });
+        drop(metrics);
         self.idle_code.finish();
         self.end_interval();
         let pid = self.status.pid;

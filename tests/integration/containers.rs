@@ -611,3 +611,37 @@ fn top_from_the_host_shows_the_spinning_function() {
     assert!(own_all >= 80.0, "{row}");
     assert_running_and_progressing(job.host_pid);
 }
+
+#[test]
+fn frame_origins_of_a_job_whose_interpreter_is_only_inside() {
+    require_namespaces!();
+    let _serial = serial();
+    let job = Job::start(&[]);
+    let pid = job.host_pid.to_string();
+    let out = OutDir::new();
+    let args = [
+        "attach",
+        "--pid",
+        &pid,
+        "--duration",
+        "2",
+        "--idle",
+        "--gpu",
+        "off",
+    ];
+    run_stackscope(&[&args[..], &["-o", out.arg()]].concat(), RUN_TIMEOUT).assert_success();
+    let logged = crate::origins::logged_origins(&out.out);
+    let origins = |file: &str| -> Vec<stackscope_event::FileOrigin> {
+        logged
+            .iter()
+            .filter(|(f, _)| f == file)
+            .map(|(_, o)| *o)
+            .collect()
+    };
+    // The spinner's script, and the main thread's join() in the standard library that lives
+    // at a path only the job's namespace has.
+    use stackscope_event::FileOrigin::{Job as JobCode, Stdlib};
+    assert_eq!(origins("container_job.py"), [JobCode], "{logged:?}");
+    assert_eq!(origins("threading.py"), [Stdlib], "{logged:?}");
+    assert_running_and_progressing(job.host_pid);
+}

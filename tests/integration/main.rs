@@ -21,6 +21,7 @@ mod hang_causes;
 mod hang_diagnosis;
 mod long_recordings;
 mod multinode;
+mod origins;
 mod proc_trees;
 mod py_versions;
 mod pyspy_scenarios;

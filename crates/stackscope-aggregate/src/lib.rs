@@ -36,10 +36,10 @@ mod verdict;
 
 pub use fold::{
     AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
-    FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, RecordingMeta,
-    StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets, TopFunctions,
-    BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES, OTHER_PROCESSES,
-    OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
+    FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,
+    RecordingMeta, StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets,
+    TopFunctions, BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES,
+    OTHER_PROCESSES, OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
 };
 pub use gpu::{
     is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,
@@ -49,10 +49,10 @@ pub use jobs::{
     find_stragglers, group_threads, hang_cause, headline, helper_by_command_line, helper_kind,
     in_reading_order, is_hung, is_main_thread, is_spin_wait, merge_dumps, merge_recordings,
     rank_list, rank_ranges, rerooted, stuck_at, works_at_read, FrozenActivity, FrozenThread,
-    GpuHangState, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess, LockWait, MergedDump,
-    MergedGroup, MergedRecordings, MissingRanks, OddRank, PeersWaiting, ProcessPlace, RankRow,
-    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, Vanished,
-    DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
+    HangCause, HangDetector, HangEvent, HangGpu, HostedProcess, LockWait, MergedDump, MergedGroup,
+    MergedRecordings, MissingRanks, OddRank, PeersWaiting, ProcessPlace, RankRow, RankStraggler,
+    RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, Vanished, DEFAULT_HANG_AFTER_SECS,
+    MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};
@@ -63,8 +63,6 @@ pub use verdict::{
     VerdictClass, MIN_RISE, VERDICTS_IN_HEADLINE,
 };
 
-#[cfg(test)]
-mod stuck_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -27,6 +27,7 @@ fn sample(time: u64, thread: &ThreadInfo, function: &str) -> Event {
             file: Arc::from("job.py"),
             line: 3,
             native: false,
+            origin: stackscope_event::FileOrigin::Job,
         }]
         .into(),
     })

@@ -18,7 +18,7 @@ mod snapshot;
 pub use clock::Timestamp;
 pub use ending::{signal_name, HowEnded, OomEvidence, ProcessEnded};
 pub use last_stacks::LastStacks;
-pub use origin::{is_stdlib_module, FileOrigin};
+pub use origin::{is_stdlib_module, FileOrigin, StdlibDirs};
 pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
 
@@ -114,15 +114,21 @@ pub struct Frame {
     /// Whether this is a native (C/C++) frame rather than a Python one.
     #[serde(default)]
     pub native: bool,
+    /// Where its code comes from: decided by the sampler from the file's absolute path
+    /// ([`FileOrigin::of_path`]); [`FileOrigin::Native`] for a native frame.
+    pub origin: FileOrigin,
 }
 
 impl Frame {
+    /// A Python frame whose origin is inferred from its shortened file name
+    /// ([`FileOrigin::infer`]): what tests and synthetic stacks build.
     pub fn python(function: &str, file: &str, line: u32) -> Frame {
         Frame {
             function: Arc::from(function),
             file: Arc::from(file),
             line,
             native: false,
+            origin: FileOrigin::infer(file, false),
         }
     }
 

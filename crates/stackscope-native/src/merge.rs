@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use stackscope_event::Frame;
+use stackscope_event::{FileOrigin, Frame};
 
 use crate::unwinder::NativeFrame;
 
@@ -33,6 +33,9 @@ impl PythonFrame for py_spy::Frame {
             file: Arc::from(self.short_filename.as_deref().unwrap_or(&self.filename)),
             line: u32::try_from(self.line).unwrap_or(0),
             native: false,
+            // Without the interpreter's prefix: the sampler converts its frames itself and
+            // hands them over as [`EntryFrame`]s, with the origin its target's prefix decides.
+            origin: FileOrigin::of_path(&self.filename, None),
         }
     }
 
@@ -128,6 +131,7 @@ pub fn native_frame(frame: &NativeFrame) -> Frame {
         file,
         line,
         native: true,
+        origin: FileOrigin::Native,
     }
 }
 

@@ -17,8 +17,10 @@ use crate::record::TAG_BLOCK_START;
 pub const MAGIC: &[u8; 8] = b"STKSCPLG";
 /// The format this crate writes; bumped on any incompatible change. Format 2 opens every block
 /// but the header's with a block-start record (`sync.rs`), so a reader goes on past a damaged
-/// block; format 1 (read still) does not, and its reader stops there.
-pub const FORMAT_VERSION: u16 = 2;
+/// block; format 1 (read still) does not, and its reader stops there. Format 3 writes each
+/// Python frame's origin in its kind byte (`record.rs`); formats 1 and 2 are read with the
+/// origin inferred from the file name.
+pub const FORMAT_VERSION: u16 = 3;
 /// The oldest format this crate reads.
 pub const OLDEST_FORMAT: u16 = 1;
 /// Magic plus the version.

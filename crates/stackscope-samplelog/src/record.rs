@@ -5,7 +5,7 @@
 //! | 0x01 | header | see [`crate::LogHeader`]; only first in the first block |
 //! | 0x02 | reset | none: forget every table and both time bases |
 //! | 0x03 | string | length, UTF-8 bytes; its id is the next string id |
-//! | 0x04 | frame | function string id, file string id, line, native (byte) |
+//! | 0x04 | frame | function string id, file string id, line, kind (byte: 1 native; a Python frame's origin, 2 the job's code, 3 the standard library, 4 an installed package; 0, before format 3, a Python frame whose origin is inferred from its file name) |
 //! | 0x05 | stack | frame count, frame ids innermost first |
 //! | 0x06 | thread | thread id, pid, Python thread id, OS thread id + 1 (0: none), name string id + 1 (0: none) |
 //! | 0x07 | sample error | time delta, pid, kind (byte), message string id |
@@ -21,7 +21,9 @@
 //! them (they share the sampler's tick clock), GPU samples from the previous GPU sample (they
 //! arrive late, in their own order). Both bases start at 0, so the first delta is absolute.
 
-use stackscope_event::{GpuSample, ProcessEventKind, SampleErrorKind, Timestamp};
+use stackscope_event::{
+    FileOrigin, Frame, GpuSample, ProcessEventKind, SampleErrorKind, Timestamp,
+};
 
 use crate::error::DecodeError;
 use crate::header::LogHeader;
@@ -42,6 +44,12 @@ pub const TAG_GPU: u8 = 0x09;
 pub const TAG_GPU_GPM: u8 = 0x0a;
 pub const TAG_BLOCK_START: u8 = 0x0b;
 pub const TAG_SAMPLE: u8 = 0x10;
+/// A frame's kind byte. Before format 3 a Python frame was 0, whatever its origin.
+const FRAME_PYTHON_UNSAID: u8 = 0;
+const FRAME_NATIVE: u8 = 1;
+const FRAME_JOB: u8 = 2;
+const FRAME_STDLIB: u8 = 3;
+const FRAME_PACKAGE: u8 = 4;
 const SAMPLE_ACTIVE: u8 = 0x01;
 const SAMPLE_OWNS_GIL: u8 = 0x02;
 
@@ -57,6 +65,8 @@ pub enum Record<'a> {
         file: u64,
         line: u32,
         native: bool,
+        /// `None` in a log written before origins were kept: inferred from the file name.
+        origin: Option<FileOrigin>,
     },
     Stack(Vec<u64>),
     Thread(ThreadRecord),
@@ -114,12 +124,41 @@ pub fn put_string(out: &mut Vec<u8>, s: &str) {
     put_str(out, s);
 }
 
-pub fn put_frame(out: &mut Vec<u8>, function: u32, file: u32, line: u32, native: bool) {
+pub fn put_frame(out: &mut Vec<u8>, function: u32, file: u32, line: u32, frame: &Frame) {
     out.push(TAG_FRAME);
     put_varint(out, u64::from(function));
     put_varint(out, u64::from(file));
     put_varint(out, u64::from(line));
-    out.push(u8::from(native));
+    out.push(frame_kind(frame.native, frame.origin));
+}
+
+/// A frame's kind byte: native, or where its Python code comes from.
+fn frame_kind(native: bool, origin: FileOrigin) -> u8 {
+    match origin {
+        _ if native => FRAME_NATIVE,
+        FileOrigin::Job => FRAME_JOB,
+        FileOrigin::Stdlib => FRAME_STDLIB,
+        FileOrigin::Package => FRAME_PACKAGE,
+        // A Python frame that says nothing of its origin: read back by inference.
+        FileOrigin::Native => FRAME_PYTHON_UNSAID,
+    }
+}
+
+/// Reads a frame's kind byte: whether it is native, and its origin where the log says it.
+fn frame_origin(kind: u8) -> Result<(bool, Option<FileOrigin>), DecodeError> {
+    Ok(match kind {
+        FRAME_PYTHON_UNSAID => (false, None),
+        FRAME_NATIVE => (true, Some(FileOrigin::Native)),
+        FRAME_JOB => (false, Some(FileOrigin::Job)),
+        FRAME_STDLIB => (false, Some(FileOrigin::Stdlib)),
+        FRAME_PACKAGE => (false, Some(FileOrigin::Package)),
+        value => {
+            return Err(DecodeError::UnknownValue {
+                what: "frame kind",
+                value,
+            })
+        }
+    })
 }
 
 pub fn put_stack(out: &mut Vec<u8>, frames: &[u32]) {
@@ -261,12 +300,17 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
         TAG_BLOCK_START => Record::BlockStart(BlockStart::decode(bytes)?),
         TAG_RESET => Record::Reset,
         TAG_STRING => Record::String(bytes.str()?),
-        TAG_FRAME => Record::Frame {
-            function: bytes.varint()?,
-            file: bytes.varint()?,
-            line: bytes.varint_u32()?,
-            native: bytes.u8()? != 0,
-        },
+        TAG_FRAME => {
+            let (function, file, line) = (bytes.varint()?, bytes.varint()?, bytes.varint_u32()?);
+            let (native, origin) = frame_origin(bytes.u8()?)?;
+            Record::Frame {
+                function,
+                file,
+                line,
+                native,
+                origin,
+            }
+        }
         TAG_STACK => {
             let len = bytes.varint_usize()?;
             // Each id takes at least a byte: a count beyond what is left is corruption.
@@ -372,4 +416,68 @@ fn decode_gpu<'a>(bytes: &mut Bytes<'a>, with_gpm: bool) -> Result<Record<'a>, D
             dram_bw,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::Replay;
+    use stackscope_event::Event;
+
+    /// The frame `kind` says, with strings 0 and 1 for its function and file.
+    fn frame_of_kind(file: &str, kind: u8) -> Result<Frame, DecodeError> {
+        let mut replay = Replay::default();
+        let mut bytes = Vec::new();
+        put_string(&mut bytes, "step");
+        put_string(&mut bytes, file);
+        bytes.extend([TAG_FRAME, 0, 1, 7, kind]);
+        put_stack(&mut bytes, &[0]);
+        put_thread(
+            &mut bytes,
+            &ThreadRecord {
+                id: 0,
+                pid: 1,
+                python_thread_id: 1,
+                os_thread_id: None,
+                name: None,
+            },
+        );
+        put_sample(&mut bytes, 5, 0, 0, true, false);
+        let mut input = Bytes::new(&bytes);
+        let mut last = None;
+        while input.remaining() > 0 {
+            last = replay.apply(decode(&mut input)?)?;
+        }
+        match last {
+            Some(Event::Stack(sample)) => Ok(sample.frames[0].clone()),
+            other => panic!("not a stack sample: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_frames_kind_byte_carries_its_origin_and_an_old_logs_is_inferred() {
+        let origin = |file, kind| frame_of_kind(file, kind).map(|f| (f.native, f.origin));
+        // Format 3: the byte says, whatever the name.
+        assert_eq!(origin("pkg/loop.py", 2), Ok((false, FileOrigin::Job)));
+        assert_eq!(origin("train.py", 3), Ok((false, FileOrigin::Stdlib)));
+        assert_eq!(origin("train.py", 4), Ok((false, FileOrigin::Package)));
+        assert_eq!(origin("libc.so.6", 1), Ok((true, FileOrigin::Native)));
+        // Formats 1 and 2 wrote 0 for every Python frame: inferred from the shortened name.
+        assert_eq!(origin("pkg/loop.py", 0), Ok((false, FileOrigin::Package)));
+        assert_eq!(origin("threading.py", 0), Ok((false, FileOrigin::Stdlib)));
+        assert_eq!(origin("train.py", 0), Ok((false, FileOrigin::Job)));
+        assert!(matches!(
+            origin("train.py", 9),
+            Err(DecodeError::UnknownValue { value: 9, .. })
+        ));
+        for (native, origin) in [
+            (false, FileOrigin::Job),
+            (false, FileOrigin::Stdlib),
+            (false, FileOrigin::Package),
+            (true, FileOrigin::Native),
+        ] {
+            let kind = frame_kind(native, origin);
+            assert_eq!(frame_origin(kind), Ok((native, Some(origin))));
+        }
+    }
 }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use stackscope_event::{
-    Event, Frame, GpuSample, ProcessEvent, SampleError, StackSample, ThreadInfo, Timestamp,
+    Event, FileOrigin, Frame, GpuSample, ProcessEvent, SampleError, StackSample, ThreadInfo,
+    Timestamp,
 };
 
 use crate::error::DecodeError;
@@ -76,6 +77,7 @@ impl Replay {
                 file,
                 line,
                 native,
+                origin,
             } => {
                 check(self.frames.len() < limits.frames, "frame")?;
                 let (function, file) = (self.string(function)?, self.string(file)?);
@@ -84,6 +86,8 @@ impl Replay {
                     file: file.clone(),
                     line,
                     native,
+                    // A log from before origins were kept: today's inference from the name.
+                    origin: origin.unwrap_or_else(|| FileOrigin::infer(file, native)),
                 });
                 self.frames.push(frame);
             }

@@ -349,7 +349,7 @@ impl SampleLogWriter {
         let function = self.shared_string(&frame.function);
         let file = self.shared_string(&frame.file);
         let id = self.tables.frames.len() as u32;
-        self.define(|block| put_frame(block, function, file, frame.line, frame.native));
+        self.define(|block| put_frame(block, function, file, frame.line, frame));
         self.tables.frames.insert(frame.clone(), id);
         id
     }

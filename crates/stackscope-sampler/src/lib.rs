@@ -17,6 +17,7 @@ mod idle;
 mod leader;
 mod names;
 pub mod namespace;
+mod origin;
 mod permission;
 pub mod procfs;
 mod root;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use py_spy::{PythonSpy, StackTrace};
 use stackscope_event::{Frame, Frames, ThreadInfo};
-use stackscope_native::{merge, NativeUnwinder};
+use stackscope_native::{merge, EntryFrame, NativeUnwinder};
 
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, OsTids};
@@ -13,6 +13,7 @@ use crate::idle;
 use crate::leader::LiveThreadsStop;
 use crate::names::ThreadNames;
 use crate::namespace::TidMap;
+use crate::origin::Origins;
 use crate::procfs;
 use crate::tuning::ReaderTuning;
 
@@ -383,11 +384,21 @@ impl PythonTarget {
                 _ => None,
             };
             let frames: Vec<Frame> = match unwound {
-                Some(native) => merge(&trace.frames, &native.frames)
-                    .frames
-                    .into_iter()
-                    .map(|f| self.strings.shorten_native(f))
-                    .collect(),
+                Some(native) => {
+                    let python: Vec<EntryFrame> = trace
+                        .frames
+                        .iter()
+                        .map(|f| EntryFrame {
+                            frame: self.strings.frame(f),
+                            entry: f.is_entry || f.is_shim_entry,
+                        })
+                        .collect();
+                    merge(&python, &native.frames)
+                        .frames
+                        .into_iter()
+                        .map(|f| self.strings.shorten_native(f))
+                        .collect()
+                }
                 // A thread whose native stack cannot be walked still has its Python frames.
                 None => trace.frames.iter().map(|f| self.strings.frame(f)).collect(),
             };
@@ -441,6 +452,8 @@ pub struct IdleAudit {
 #[derive(Default)]
 struct StringCache {
     names: HashMap<String, Arc<str>>,
+    /// Decides each py-spy frame's origin from its full path.
+    origins: Origins,
 }
 
 impl StringCache {
@@ -476,6 +489,7 @@ impl StringCache {
             file: self.intern(file),
             line: u32::try_from(f.line).unwrap_or(0),
             native: false,
+            origin: self.origins.of(&f.filename),
         }
     }
 }

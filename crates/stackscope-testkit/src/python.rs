@@ -32,6 +32,36 @@ pub fn fixture_path(name: &str) -> PathBuf {
     workspace_root().join("fixtures").join(name)
 }
 
+/// A virtual environment of `python` in `dir/venv` (no pip: quick) with one installed package,
+/// `fakeaug`, in its site-packages, whose `apply(fn, x)` calls back into the job; its
+/// interpreter's path. A job's frames in it come from the job, the package and the base
+/// interpreter's standard library.
+pub fn venv_with_package(python: &str, dir: &Path) -> PathBuf {
+    let venv = dir.join("venv");
+    let status = Command::new(python)
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("run python -m venv");
+    assert!(status.success(), "{python} -m venv failed");
+    let lib = fs::read_dir(venv.join("lib"))
+        .expect("the venv's lib")
+        .map(|e| e.expect("an entry").path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+        })
+        .expect("lib/pythonX.Y in the venv");
+    let package = lib.join("site-packages").join("fakeaug");
+    fs::create_dir_all(&package).expect("mkdir fakeaug");
+    fs::write(
+        package.join("__init__.py"),
+        "def apply(fn, x):\n    return fn(x)\n",
+    )
+    .expect("write fakeaug");
+    venv.join("bin").join("python")
+}
+
 /// What the fixture runs.
 #[derive(Debug, Clone)]
 enum Script {
@@ -245,6 +275,17 @@ impl Fixture {
     /// Like [`start`](Fixture::start), without waiting for the ready file.
     pub fn spawn(name: &str, args: &[&str]) -> Fixture {
         Fixture::script(name).args(args).spawn()
+    }
+
+    /// Starts `PYTHON -m MODULE` from `fixtures/` (a `-c` program execs it, so the pid stays
+    /// the fixture's) and waits for its first line, `ready PID ...`: a job laid out as a
+    /// package, `fixtures/PACKAGE/`.
+    pub fn start_module(python: &Path, module: &str) -> Fixture {
+        let code = format!(
+            "import os, sys\nos.chdir({:?})\nos.execv(sys.executable, [sys.executable, '-m', {module:?}])",
+            fixture_path("").to_string_lossy()
+        );
+        Fixture::code(&code).python(python).start()
     }
 
     /// Starts `PYTHON -c CODE` and waits for its first line, `ready PID ...`.

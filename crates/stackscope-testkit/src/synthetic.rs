@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use stackscope_event::{
-    Event, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError, SampleErrorKind,
-    StackSample, ThreadInfo, Timestamp,
+    Event, FileOrigin, Frame, GpuSample, ProcessEvent, ProcessEventKind, SampleError,
+    SampleErrorKind, StackSample, ThreadInfo, Timestamp,
 };
 use stackscope_samplelog::LogHeader;
 
@@ -69,11 +69,17 @@ pub fn stacks(distinct: usize, depth: usize) -> Vec<Vec<Frame>> {
                 .map(|d| {
                     // Outer frames are shared by all stacks, inner ones vary.
                     let variant = if d < depth / 2 { s } else { 0 };
+                    let native = d == 0 && s % 5 == 0;
                     Frame {
                         function: Arc::from(format!("fn_{d}_{variant}")),
                         file: shared[d].clone(),
                         line: (10 + d * 7 + variant) as u32,
-                        native: d == 0 && s % 5 == 0,
+                        native,
+                        origin: if native {
+                            FileOrigin::Native
+                        } else {
+                            FileOrigin::of_path(&shared[d], None)
+                        },
                     }
                 })
                 .collect()

@@ -160,6 +160,30 @@ impl Aggregator {
     }
 
     fn handle_stack(&mut self, sample: StackSample) {
+        let time = sample.time;
+        let held = self.fold_stack(sample);
+        if self.config.gpu_enabled {
+            self.tagger.hold(time, held);
+        } else {
+            self.tagger.observe(time);
+            self.released.push((time, held, GpuTag::Unknown));
+        }
+    }
+
+    /// A stack sample whose GPU state another view of the same live run has decided (`top`'s
+    /// table tags each sample once, by the same tagger): folded as [`Aggregator::handle`] would
+    /// once its own tagger released it.
+    pub fn handle_tagged(&mut self, sample: StackSample, tag: GpuTag) {
+        let time = sample.time;
+        let held = self.fold_stack(sample);
+        self.tagger.observe(time);
+        self.released.push((time, held, tag));
+        self.release_tagged();
+    }
+
+    /// Folds a stack sample into the tables that do not wait for its GPU state; what is left
+    /// for its tag.
+    fn fold_stack(&mut self, sample: StackSample) -> Held {
         let name = sample.thread.display_name();
         let running = sample.thread.active;
         let kept = running || self.config.include_idle;
@@ -213,17 +237,11 @@ impl Aggregator {
         if let (true, Some(stack)) = (kept, stack) {
             self.table.count(stack);
         }
-        let held = Held {
+        Held {
             stack,
             kept,
             running,
             thread: thread_key(sample.pid, &sample.thread),
-        };
-        if self.config.gpu_enabled {
-            self.tagger.hold(sample.time, held);
-        } else {
-            self.tagger.observe(sample.time);
-            self.released.push((sample.time, held, GpuTag::Unknown));
         }
     }
 

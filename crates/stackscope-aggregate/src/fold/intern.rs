@@ -319,7 +319,7 @@ impl StackTable {
         let id = self.push_frame(FrameEntry {
             label: sanitize_label(&frame.label()),
             function: Some(function),
-            origin: FileOrigin::infer(&frame.file, frame.native),
+            origin: frame.origin,
         });
         self.frame_ids.insert(frame.clone(), id);
         Some(id)

@@ -28,4 +28,5 @@ pub use intern::{
 };
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
+pub use motion::ProcessMotion;
 pub use processes::ROOT_COMMAND_CHARS;

@@ -18,6 +18,6 @@ pub use device_stats::GpuDeviceSummary;
 pub use mean::UtilizationResult;
 pub use oscillation::oscillation_period;
 pub use resample::resample_mean;
-pub use state::{is_idle, is_low, GpuTag, DEFAULT_IDLE_BELOW, SM_LOW_SHARE};
+pub use state::{is_idle, is_low, GpuTag, DEFAULT_IDLE_BELOW, MIN_SIDE_SAMPLES, SM_LOW_SHARE};
 pub use tagging::{GpuTagger, HOLD_LIMIT_NANOS, MAX_PENDING, MAX_READINGS_PER_DEVICE, REACH_NANOS};
 pub use timeline::GpuTimeline;

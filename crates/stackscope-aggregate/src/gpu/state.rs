@@ -12,6 +12,8 @@
 //!   each stack sample's instant alike: SM activity under [`SM_LOW_SHARE`] of utilization
 //!   ([`is_low`]) means kernels ran on a small part of the GPU.
 
+use serde::{Deserialize, Serialize};
+
 /// The default of `--idle-below`: GPU utilization in percent below which the GPU idles.
 pub const DEFAULT_IDLE_BELOW: f32 = 30.0;
 
@@ -29,18 +31,56 @@ pub fn is_low(utilization: f64, sm: f64) -> bool {
     sm < SM_LOW_SHARE * utilization
 }
 
-/// Which GPU state a kept sample was tagged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Fewer samples than this on either side of the GPU's state (while it idled, while it was
+/// busy) say nothing about what sets the two apart: the roles' contrast and the verdict's
+/// idle path both need this many on each side.
+pub const MIN_SIDE_SAMPLES: u64 = 5;
+
+/// The GPU's state at an instant or over a stretch: what a kept sample was tagged with, and
+/// what the GPU did over a hang (`"gpu": {"state": ...}` of a hang report, where the names are
+/// serde's: `idle`, `busy_low_sm`, `busy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GpuTag {
+    /// Over a hang: the job waits on something on the host (a lock, a peer, I/O).
     Idle,
+    /// Busy with SMs active; over a hang, a kernel still working.
     Busy,
-    /// Busy by utilization, with GPM SM activity low ([`is_low`]): counted as busy too.
+    /// Busy by utilization, with GPM SM activity low ([`is_low`]): counted as busy too. Over a
+    /// hang (or, without GPM, frozen in a CUDA wait): stuck in a kernel or a collective, the
+    /// NCCL signature.
     BusyLowSm,
     /// No GPU data covered the sample (no GPU, or none polled then).
     Unknown,
 }
 
 impl GpuTag {
+    /// The state for utilization `utilization` (percent) against `idle_below`, with SM activity
+    /// (percent) where GPM reads it: asked only when the GPU is not idle.
+    pub fn of(
+        utilization: f64,
+        idle_below: f64,
+        sm_active: impl FnOnce() -> Option<f64>,
+    ) -> GpuTag {
+        if is_idle(utilization, idle_below) {
+            return GpuTag::Idle;
+        }
+        match sm_active() {
+            Some(sm) if is_low(utilization, sm) => GpuTag::BusyLowSm,
+            _ => GpuTag::Busy,
+        }
+    }
+
+    /// The name the hang report writes: `idle`, `busy_low_sm`, `busy`, `unknown` (serde's).
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuTag::Idle => "idle",
+            GpuTag::Busy => "busy",
+            GpuTag::BusyLowSm => "busy_low_sm",
+            GpuTag::Unknown => "unknown",
+        }
+    }
+
     /// Whether the GPU idled: `None` without GPU data (neither idle nor busy).
     pub fn idle(self) -> Option<bool> {
         match self {
@@ -93,5 +133,14 @@ mod tests {
         assert_eq!(labels, ["idle", "busy", "busy", "unknown"]);
         assert_eq!(GpuTag::BusyLowSm.by_utilization(), GpuTag::Busy);
         assert_eq!(GpuTag::Idle.by_utilization(), GpuTag::Idle);
+        for tag in [
+            GpuTag::Idle,
+            GpuTag::Busy,
+            GpuTag::BusyLowSm,
+            GpuTag::Unknown,
+        ] {
+            let json = serde_json::to_string(&tag).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", tag.name()));
+        }
     }
 }

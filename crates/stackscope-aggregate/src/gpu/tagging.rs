@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use stackscope_event::{GpuSample, Timestamp};
 
-use super::state::{is_idle, is_low, GpuTag};
+use super::state::GpuTag;
 
 /// How long a stack sample may wait for the GPU readings that cover it.
 pub const HOLD_LIMIT_NANOS: u64 = 5_000_000_000;
@@ -212,11 +212,9 @@ impl<T> GpuTagger<T> {
     /// back, else a best guess from the nearest earlier readings.
     pub fn tag_at(&self, time: Timestamp) -> GpuTag {
         match self.utilization_at(time) {
-            Some(u) if is_idle(f64::from(u), f64::from(self.idle_below)) => GpuTag::Idle,
-            Some(u) => match self.sm_active_at(time) {
-                Some(sm) if is_low(f64::from(u), f64::from(sm)) => GpuTag::BusyLowSm,
-                _ => GpuTag::Busy,
-            },
+            Some(u) => GpuTag::of(f64::from(u), f64::from(self.idle_below), || {
+                self.sm_active_at(time).map(f64::from)
+            }),
             None => GpuTag::Unknown,
         }
     }

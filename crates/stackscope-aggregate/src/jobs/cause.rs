@@ -9,8 +9,9 @@
 use serde::Serialize;
 use stackscope_event::{FileOrigin, FrameDump, HowEnded, ProcessDump, ThreadDump, ThreadState};
 
-use super::hang::{GpuHangState, HangGpu};
+use super::hang::HangGpu;
 use super::view::is_main_thread;
+use crate::gpu::GpuTag;
 
 /// A process of the job that vanished while it was watched.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -63,7 +64,7 @@ pub enum HangCause {
         threads: Vec<LockWait>,
     },
     WaitingOnGpu {
-        state: GpuHangState,
+        state: GpuTag,
     },
     Unknown,
 }
@@ -90,7 +91,7 @@ pub fn hang_cause(
             peers,
         };
     }
-    if let Some(gpu) = gpu.filter(|g| g.state != GpuHangState::Idle) {
+    if let Some(gpu) = gpu.filter(|g| matches!(g.state, GpuTag::Busy | GpuTag::BusyLowSm)) {
         return HangCause::WaitingOnGpu { state: gpu.state };
     }
     let threads = lock_waits(processes);
@@ -196,8 +197,7 @@ pub fn headline(cause: &HangCause, processes: &[ProcessDump], since: &str) -> St
         HangCause::WaitingOnGpu { state } => format!(
             "the job waits on its GPU ({}).",
             match state {
-                GpuHangState::BusyLowSm =>
-                    "busy on few SMs: a kernel or a collective that never ends",
+                GpuTag::BusyLowSm => "busy on few SMs: a kernel or a collective that never ends",
                 _ => "a kernel still working",
             }
         ),
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(
             hang_cause(&tree, &[], Some(&gpu)),
             HangCause::WaitingOnGpu {
-                state: GpuHangState::BusyLowSm
+                state: GpuTag::BusyLowSm
             }
         );
         assert_eq!(rank_list(&[0, 2, 3]), "ranks 0, 2 and 3");

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use stackscope_event::Timestamp;
 
-use crate::gpu::{is_idle, is_low};
+use crate::gpu::GpuTag;
 
 /// How long a process must not move to count as hung where no `--hang-after` says (the
 /// metrics endpoint of `attach` and `top`, a recording's summary).
@@ -178,23 +178,12 @@ impl Stuck {
     }
 }
 
-/// What the GPU did while the job did not move: `"gpu": {"state": ...}` of a hang report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuHangState {
-    /// The job waits on something on the host: a lock, a peer, I/O.
-    Idle,
-    /// Busy by utilization with few SMs at work (or, without GPM, frozen in a CUDA wait):
-    /// stuck in a kernel or a collective, the NCCL signature.
-    BusyLowSm,
-    /// Busy with SMs active: a kernel still working.
-    Busy,
-}
-
 /// The GPU over a hang, as a hang report's JSON writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HangGpu {
-    pub state: GpuHangState,
+    /// `idle`, `busy_low_sm` or `busy` (never `unknown`: without GPU data there is no
+    /// `HangGpu`).
+    pub state: GpuTag,
     pub mean_utilization: f64,
     pub mean_sm_active_pct: Option<f64>,
 }
@@ -209,14 +198,12 @@ impl HangGpu {
         idle_below: f64,
         frozen_in_cuda_wait: bool,
     ) -> HangGpu {
-        let state = if is_idle(mean_utilization, idle_below) {
-            GpuHangState::Idle
-        } else {
-            match mean_sm_active_pct {
-                Some(sm) if is_low(mean_utilization, sm) => GpuHangState::BusyLowSm,
-                None if frozen_in_cuda_wait => GpuHangState::BusyLowSm,
-                _ => GpuHangState::Busy,
+        let state = GpuTag::of(mean_utilization, idle_below, || mean_sm_active_pct);
+        let state = match state {
+            GpuTag::Busy if mean_sm_active_pct.is_none() && frozen_in_cuda_wait => {
+                GpuTag::BusyLowSm
             }
+            state => state,
         };
         HangGpu {
             state,
@@ -233,18 +220,19 @@ impl HangGpu {
             .mean_sm_active_pct
             .map_or(String::new(), |sm| format!(", SM activity {sm:.0}%"));
         match self.state {
-            GpuHangState::Idle => format!(
+            GpuTag::Idle => format!(
                 "the GPU idles ({util:.0}% utilization{sm}): the job waits on something on the \
                  host (a lock, a peer, I/O)"
             ),
-            GpuHangState::BusyLowSm => format!(
+            GpuTag::BusyLowSm => format!(
                 "the GPU reads busy ({util:.0}% utilization{sm}) while nothing moves: stuck in a \
                  kernel or a collective (the NCCL signature: a peer that never comes)"
             ),
-            GpuHangState::Busy => format!(
+            GpuTag::Busy => format!(
                 "the GPU is busy ({util:.0}% utilization{sm}): a kernel is still working; the \
                  stacks wait on it"
             ),
+            GpuTag::Unknown => "no GPU reading covers the hang".to_owned(),
         }
     }
 }
@@ -257,57 +245,39 @@ pub enum HangEvent {
     Resumed,
 }
 
+/// One report per hang, from when the job last moved ([`crate::ProcessMotion::last_move`]).
 pub struct HangDetector {
     hang_after_nanos: u64,
-    last_signature: Option<u64>,
-    last_change: Timestamp,
+    last_change: Option<Timestamp>,
     reported: bool,
-    activity: FrozenActivity,
 }
 
 impl HangDetector {
     pub fn new(hang_after_secs: f64) -> HangDetector {
         HangDetector {
             hang_after_nanos: (hang_after_secs * 1e9) as u64,
-            last_signature: None,
-            last_change: Timestamp::default(),
+            last_change: None,
             reported: false,
-            activity: FrozenActivity::default(),
         }
     }
 
-    /// Takes one observation: a fingerprint of every thread's stack at `time`, and each
-    /// thread's read as `(pid, thread, working)` ([`works_at_read`]).
+    /// Takes one observation at `time`: the job last moved at `moved_at`; whether a thread
+    /// kept `working` since ([`FrozenActivity::any_working`]).
     pub fn observe(
         &mut self,
         time: Timestamp,
-        signature: u64,
-        reads: &[(u32, u64, bool)],
+        moved_at: Timestamp,
+        working: bool,
     ) -> Option<HangEvent> {
-        let changed = self.last_signature != Some(signature);
-        if changed {
-            self.activity.moved();
-        }
-        for &(pid, thread, working) in reads {
-            self.activity.read(pid, thread, working);
-        }
-        if changed {
-            self.last_signature = Some(signature);
-            self.last_change = time;
+        if self.last_change.is_none_or(|last| moved_at > last) {
+            self.last_change = Some(moved_at);
             if self.reported {
                 self.reported = false;
                 return Some(HangEvent::Resumed);
             }
-            return None;
         }
-        let unchanged = time.0.saturating_sub(self.last_change.0);
-        if !self.reported
-            && is_hung(
-                unchanged,
-                self.hang_after_nanos,
-                self.activity.any_working(),
-            )
-        {
+        let unchanged = time.0.saturating_sub(moved_at.0);
+        if !self.reported && is_hung(unchanged, self.hang_after_nanos, working) {
             self.reported = true;
             return Some(HangEvent::Hung {
                 unchanged_secs: unchanged as f64 / 1e9,
@@ -328,19 +298,19 @@ mod tests {
     #[test]
     fn one_report_per_hang_and_another_after_progress() {
         let mut d = HangDetector::new(5.0);
-        assert_eq!(d.observe(at(0), 1, &[]), None);
-        assert_eq!(d.observe(at(4), 1, &[]), None);
+        assert_eq!(d.observe(at(0), at(0), false), None);
+        assert_eq!(d.observe(at(4), at(0), false), None);
         assert_eq!(
-            d.observe(at(5), 1, &[]),
+            d.observe(at(5), at(0), false),
             Some(HangEvent::Hung {
                 unchanged_secs: 5.0
             })
         );
-        assert_eq!(d.observe(at(9), 1, &[]), None, "reported once");
-        assert_eq!(d.observe(at(10), 2, &[]), Some(HangEvent::Resumed));
-        assert_eq!(d.observe(at(14), 2, &[]), None);
+        assert_eq!(d.observe(at(9), at(0), false), None, "reported once");
+        assert_eq!(d.observe(at(10), at(10), false), Some(HangEvent::Resumed));
+        assert_eq!(d.observe(at(14), at(10), false), None);
         assert!(matches!(
-            d.observe(at(15), 2, &[]),
+            d.observe(at(15), at(10), false),
             Some(HangEvent::Hung { .. })
         ));
     }
@@ -349,7 +319,7 @@ mod tests {
     fn changing_stacks_never_hang() {
         let mut d = HangDetector::new(2.0);
         for s in 0..100 {
-            assert_eq!(d.observe(at(s), s % 3, &[]), None);
+            assert_eq!(d.observe(at(s), at(s.saturating_sub(s % 2)), false), None);
         }
     }
 
@@ -357,58 +327,54 @@ mod tests {
     #[test]
     fn a_thread_that_keeps_using_cpu_under_a_frozen_stack_is_working_not_stuck() {
         let mut d = HangDetector::new(2.0);
-        let compressing = [(1, 7, works_at_read(true, false, false, false))];
+        let mut activity = FrozenActivity::default();
         for s in 0..10 {
-            assert_eq!(d.observe(at(s), 1, &compressing), None, "{s} s");
+            activity.read(1, 7, works_at_read(true, false, false, false));
+            assert_eq!(
+                d.observe(at(s), at(0), activity.any_working()),
+                None,
+                "{s} s"
+            );
         }
-        // It stops using CPU (blocks on a lock): the hang counts from the last change, and is
-        // found once waiting reads are most of its latest eight.
-        let blocked = [(1, 7, works_at_read(false, false, false, false))];
-        let hung = (10..40).find(|&s| d.observe(at(s), 1, &blocked).is_some());
+        // It stops using CPU (blocks on a lock): the hang is found once waiting reads are
+        // most of its latest eight.
+        let hung = (10..40).find(|&s| {
+            activity.read(1, 7, works_at_read(false, false, false, false));
+            d.observe(at(s), at(0), activity.any_working()).is_some()
+        });
         assert_eq!(hung, Some(14), "5 waiting reads of the latest 8");
-        // Spinning in a CUDA wait, or while the GPU reads busy, is waiting.
-        let mut d = HangDetector::new(2.0);
-        let spinning = [(
-            1,
-            7,
-            works_at_read(
-                true,
-                false,
-                is_spin_wait("cudaStreamSynchronize", true),
-                false,
-            ),
-        )];
-        let gpu_spin = [(1, 8, works_at_read(true, false, false, true))];
-        // Python bytecode spinning on one line holds the GIL: no work a person would count.
+        // Spinning in a CUDA wait, or while the GPU reads busy, is waiting; so is Python
+        // spinning on one line (it holds the GIL).
+        let spin = is_spin_wait("cudaStreamSynchronize", true);
+        assert!(!works_at_read(true, false, spin, false));
+        assert!(!works_at_read(true, false, false, true));
         assert!(!works_at_read(true, true, false, false));
-        assert_eq!(d.observe(at(0), 1, &spinning), None);
-        assert_eq!(d.observe(at(1), 1, &gpu_spin), None);
-        assert!(d.observe(at(2), 1, &spinning).is_some());
+        assert!(!is_spin_wait("cudaStreamSynchronize", false));
     }
 
     #[test]
     fn the_gpu_classifies_a_hang_and_vetoes_none() {
         let idle = HangGpu::classify(3.0, Some(1.0), 30.0, false);
-        assert_eq!(idle.state, GpuHangState::Idle);
+        assert_eq!(idle.state, GpuTag::Idle);
         assert!(idle.sentence().contains("waits on something on the host"));
         let nccl = HangGpu::classify(100.0, Some(1.0), 30.0, false);
-        assert_eq!(nccl.state, GpuHangState::BusyLowSm);
+        assert_eq!(nccl.state, GpuTag::BusyLowSm);
         assert!(nccl
             .sentence()
             .contains("stuck in a kernel or a collective"));
         assert!(nccl.sentence().contains("SM activity 1%"));
         assert_eq!(
             HangGpu::classify(100.0, Some(90.0), 30.0, false).state,
-            GpuHangState::Busy
+            GpuTag::Busy
         );
         // Without GPM, a stack frozen in a CUDA wait stands for idle SMs.
         assert_eq!(
             HangGpu::classify(99.0, None, 30.0, true).state,
-            GpuHangState::BusyLowSm
+            GpuTag::BusyLowSm
         );
         assert_eq!(
             HangGpu::classify(99.0, None, 30.0, false).state,
-            GpuHangState::Busy
+            GpuTag::Busy
         );
         assert!(is_hung(5, 5, false) && !is_hung(4, 5, false) && !is_hung(5, 5, true));
     }

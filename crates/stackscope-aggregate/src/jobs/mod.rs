@@ -16,9 +16,8 @@ pub use cause::{
 };
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{
-    is_hung, is_spin_wait, works_at_read, FrozenActivity, FrozenThread, GpuHangState, HangDetector,
-    HangEvent, HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS, SPIN_WAITS, STUCK_TAIL_SECS,
-    STUCK_TAIL_SHARE,
+    is_hung, is_spin_wait, works_at_read, FrozenActivity, FrozenThread, HangDetector, HangEvent,
+    HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use helpers::{helper_by_command_line, helper_kind};
 pub use merge::{

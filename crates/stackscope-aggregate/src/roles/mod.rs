@@ -18,12 +18,11 @@ pub mod while_idle;
 use serde::{Deserialize, Serialize};
 
 use crate::fold::{Activity, Aggregator, RunWait, StackTable};
+use crate::gpu::MIN_SIDE_SAMPLES;
 
 /// A trainer stands out when its running share while the GPU is busy exceeds its running
 /// share while it idles by this much.
 const TRAINER_CONTRAST: f64 = 0.25;
-/// Fewer samples than this on either side of the GPU's state say nothing about contrast.
-const MIN_SIDE_SAMPLES: u64 = 5;
 /// A process other than a DataLoader worker feeds the trainer when its main thread runs at
 /// least this share of the time the GPU idles.
 pub const FEEDER_MIN_RUNNING: f64 = 0.25;

@@ -111,6 +111,13 @@ impl Window {
     }
 }
 
+/// A tagged sample into the interval in progress and the since-start counts.
+fn fold_tagged(current: &mut Window, all: &mut Window, sample: &StackSample, tag: GpuTag) {
+    let gpu_idle = tag == GpuTag::Idle;
+    current.add(sample, gpu_idle);
+    all.add(sample, gpu_idle);
+}
+
 fn other_key() -> FnKey {
     FnKey {
         function: Arc::from(OTHER_FUNCTIONS),
@@ -272,23 +279,30 @@ impl TopModel {
     /// Takes one event from the channel, as the recording's aggregator would: every event's
     /// time ages the held samples.
     pub fn handle(&mut self, event: Event) {
+        self.handle_with(event, &mut |_, _| {});
+    }
+
+    /// [`TopModel::handle`], handing each stack sample on with its GPU tag once it is folded:
+    /// the run's other views (the verdict's aggregate, the metrics) take the tag from here
+    /// rather than tag the samples again.
+    pub fn handle_with(&mut self, event: Event, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         match event {
-            Event::Stack(sample) => self.add_stack(sample),
-            Event::Gpu(sample) => self.add_gpu(&sample),
+            Event::Stack(sample) => self.add_stack(sample, tagged),
+            Event::Gpu(sample) => self.add_gpu(&sample, tagged),
             // Errors and process changes are counted by the sampler's own statistics.
-            Event::SampleError(error) => self.observe(error.time),
-            Event::Process(process) => self.observe(process.time),
+            Event::SampleError(error) => self.observe(error.time, tagged),
+            Event::Process(process) => self.observe(process.time, tagged),
         }
     }
 
-    fn observe(&mut self, time: Timestamp) {
+    fn observe(&mut self, time: Timestamp, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         self.tagger.observe(time);
-        self.release();
+        self.release(tagged);
     }
 
     /// Folds a stack sample: at once without GPU data, else once the GPU readings that cover
     /// its instant are in (or it waited long enough).
-    pub fn add_stack(&mut self, sample: StackSample) {
+    fn add_stack(&mut self, sample: StackSample, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         let id = thread_id(&sample);
         let name = sample.thread.display_name();
         if self.names.get(&id).is_none_or(|n| **n != *name) {
@@ -296,37 +310,41 @@ impl TopModel {
         }
         if self.gpu_enabled {
             self.tagger.hold(sample.time, sample);
-            self.release();
+            self.release(tagged);
         } else {
             self.tagger.observe(sample.time);
             self.current.add(&sample, false);
             self.all.add(&sample, false);
+            tagged(sample, GpuTag::Unknown);
         }
     }
 
-    pub fn add_gpu(&mut self, sample: &GpuSample) {
+    fn add_gpu(&mut self, sample: &GpuSample, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         self.tagger.add_gpu(sample);
         self.gpus.add(sample);
-        self.release();
+        self.release(tagged);
     }
 
     /// Folds every held sample with what is known now: the target has ended, no reading will
     /// come.
     pub fn flush(&mut self) {
+        self.flush_with(&mut |_, _| {});
+    }
+
+    /// [`TopModel::flush`], handing each sample on with its tag ([`TopModel::handle_with`]).
+    pub fn flush_with(&mut self, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         let (current, all) = (&mut self.current, &mut self.all);
         self.tagger.flush(|_, sample, tag| {
-            let gpu_idle = tag == GpuTag::Idle;
-            current.add(&sample, gpu_idle);
-            all.add(&sample, gpu_idle);
+            fold_tagged(current, all, &sample, tag);
+            tagged(sample, tag);
         });
     }
 
-    fn release(&mut self) {
+    fn release(&mut self, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         let (current, all) = (&mut self.current, &mut self.all);
         self.tagger.release(|_, sample, tag| {
-            let gpu_idle = tag == GpuTag::Idle;
-            current.add(&sample, gpu_idle);
-            all.add(&sample, gpu_idle);
+            fold_tagged(current, all, &sample, tag);
+            tagged(sample, tag);
         });
     }
 

@@ -33,7 +33,7 @@ fn stack(frames: &[&str]) -> StackSample {
 
 fn add(model: &mut TopModel, n: usize, frames: &[&str]) {
     for _ in 0..n {
-        model.add_stack(stack(frames));
+        model.handle(Event::Stack(stack(frames)));
     }
 }
 
@@ -41,7 +41,7 @@ fn add(model: &mut TopModel, n: usize, frames: &[&str]) {
 fn add_at(model: &mut TopModel, n: usize, time: u64, frames: &[&str]) {
     let frames: Vec<(&str, u32)> = frames.iter().map(|f| (*f, 1)).collect();
     for _ in 0..n {
-        model.add_stack(stack_at(time, 1, true, &frames));
+        model.handle(Event::Stack(stack_at(time, 1, true, &frames)));
     }
 }
 
@@ -125,12 +125,12 @@ fn recursion_counts_once_in_total_and_own_is_the_innermost_frame() {
 /// Each sort key puts a different function first.
 fn sort_fixture() -> TopModel {
     let mut model = TopModel::new(30.0, true);
-    model.add_gpu(&gpu(0, SEC, 90.0));
+    model.handle(Event::Gpu(gpu(0, SEC, 90.0)));
     add_at(&mut model, 10, SEC / 2, &["b", "main"]);
     add_at(&mut model, 2, SEC / 2, &["d", "main"]);
     model.end_interval();
     add_at(&mut model, 2, SEC / 2, &["a", "x"]);
-    model.add_gpu(&gpu(0, 2 * SEC, 5.0));
+    model.handle(Event::Gpu(gpu(0, 2 * SEC, 5.0)));
     add_at(&mut model, 1, 3 * SEC / 2, &["c", "x"]);
     model.end_interval();
     model
@@ -175,9 +175,9 @@ fn the_sort_cycle_visits_the_gpu_column_only_with_gpu_data() {
 #[test]
 fn idle_threads_are_kept_apart_so_the_toggle_needs_no_refold() {
     let mut model = TopModel::new(30.0, false);
-    model.add_stack(stack_at(0, 1, true, &[("compute", 5)]));
+    model.handle(Event::Stack(stack_at(0, 1, true, &[("compute", 5)])));
     for _ in 0..3 {
-        model.add_stack(stack_at(0, 2, false, &[("wait", 9)]));
+        model.handle(Event::Stack(stack_at(0, 2, false, &[("wait", 9)])));
     }
     model.end_interval();
     let hidden = ViewOptions::default();
@@ -203,9 +203,9 @@ fn idle_threads_are_kept_apart_so_the_toggle_needs_no_refold() {
 #[test]
 fn per_thread_rows_split_a_function_by_thread() {
     let mut model = TopModel::new(30.0, false);
-    model.add_stack(stack_at(0, 1, true, &[("step", 3)]));
-    model.add_stack(stack_at(0, 1, true, &[("step", 3)]));
-    model.add_stack(stack_at(0, 2, true, &[("step", 3)]));
+    model.handle(Event::Stack(stack_at(0, 1, true, &[("step", 3)])));
+    model.handle(Event::Stack(stack_at(0, 1, true, &[("step", 3)])));
+    model.handle(Event::Stack(stack_at(0, 2, true, &[("step", 3)])));
     model.end_interval();
     let merged = model.rows(&ViewOptions::default());
     assert_eq!(merged.len(), 1);
@@ -229,12 +229,12 @@ fn gpu_idle_share_counts_the_samples_taken_below_the_threshold() {
     // its reach back) covers it: GPU idle.
     add_at(&mut model, 1, 0, &["startup"]);
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
-    model.add_gpu(&gpu(0, SEC, 10.0));
+    model.handle(Event::Gpu(gpu(0, SEC, 10.0)));
     add_at(&mut model, 3, SEC / 2, &["load_batch", "loop"]);
     // Taken after the newest reading: held until the reading that covers it comes.
     add_at(&mut model, 2, 3 * SEC / 2, &["train_step", "loop"]);
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 4);
-    model.add_gpu(&gpu(0, 2 * SEC, 95.0));
+    model.handle(Event::Gpu(gpu(0, 2 * SEC, 95.0)));
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 6);
     model.end_interval();
     let rows = model.rows(&ViewOptions::default());
@@ -249,7 +249,7 @@ fn gpu_idle_share_counts_the_samples_taken_below_the_threshold() {
 #[test]
 fn held_samples_go_after_the_hold_limit_or_at_the_end() {
     let mut model = TopModel::new(30.0, true);
-    model.add_gpu(&gpu(0, SEC, 10.0));
+    model.handle(Event::Gpu(gpu(0, SEC, 10.0)));
     add_at(&mut model, 1, 2 * SEC, &["late"]);
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
     // A sample well after it ages the first past the hold limit: folded with the last reading,
@@ -266,22 +266,22 @@ fn held_samples_go_after_the_hold_limit_or_at_the_end() {
 #[test]
 fn several_gpus_idle_by_their_mean_and_a_sample_waits_for_each() {
     let mut model = TopModel::new(30.0, true);
-    model.add_gpu(&gpu(0, SEC, 0.0));
-    model.add_gpu(&gpu(1, SEC, 50.0));
+    model.handle(Event::Gpu(gpu(0, SEC, 0.0)));
+    model.handle(Event::Gpu(gpu(1, SEC, 50.0)));
     assert_eq!(model.gpu_idle_at(SEC / 2), Some(true));
-    model.add_gpu(&gpu(0, 2 * SEC, 0.0));
-    model.add_gpu(&gpu(1, 2 * SEC, 80.0));
+    model.handle(Event::Gpu(gpu(0, 2 * SEC, 0.0)));
+    model.handle(Event::Gpu(gpu(1, 2 * SEC, 80.0)));
     assert_eq!(model.gpu_idle_at(3 * SEC / 2), Some(false));
 
     add_at(&mut model, 1, 5 * SEC / 2, &["step"]);
-    model.add_gpu(&gpu(0, 3 * SEC, 0.0));
+    model.handle(Event::Gpu(gpu(0, 3 * SEC, 0.0)));
     assert_eq!(model.totals(&ViewOptions::default()).all_samples, 0);
-    model.add_gpu(&gpu(1, 3 * SEC, 10.0));
+    model.handle(Event::Gpu(gpu(1, 3 * SEC, 10.0)));
     let totals = model.totals(&ViewOptions::default());
     assert_eq!((totals.all_samples, totals.gpu_idle_samples), (1, 1));
 
     let mut off = TopModel::new(30.0, false);
-    off.add_gpu(&gpu(0, SEC, 0.0));
+    off.handle(Event::Gpu(gpu(0, SEC, 0.0)));
     add_at(&mut off, 1, SEC / 2, &["f"]);
     assert_eq!(off.gpu_idle_at(SEC / 2), None);
     assert_eq!(off.rows(&ViewOptions::default())[0].gpu_idle, None);
@@ -291,10 +291,10 @@ fn several_gpus_idle_by_their_mean_and_a_sample_waits_for_each() {
 fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
     let mut model = TopModel::new(30.0, true);
     for second in 0..100u64 {
-        model.add_gpu(&gpu(0, second * SEC, 20.0));
-        model.add_gpu(&gpu(0, second * SEC + SEC / 2, 40.0));
+        model.handle(Event::Gpu(gpu(0, second * SEC, 20.0)));
+        model.handle(Event::Gpu(gpu(0, second * SEC + SEC / 2, 40.0)));
     }
-    model.add_gpu(&GpuSample {
+    model.handle(Event::Gpu(GpuSample {
         time: Timestamp(100 * SEC),
         device: 0,
         memory_used_bytes: Some(1 << 30),
@@ -302,8 +302,8 @@ fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
         power_watts: Some(70.0),
         sm_active: Some(12.0),
         ..GpuSample::default()
-    });
-    model.add_gpu(&gpu(3, SEC, 1.0));
+    }));
+    model.handle(Event::Gpu(gpu(3, SEC, 1.0)));
     model.set_devices(&[(0, "Fake H100".into())]);
     let lines = model.gpu_lines();
     assert_eq!(lines.len(), 1, "device 3 is no longer polled: {lines:#?}");
@@ -327,9 +327,24 @@ fn gpu_lines_keep_a_minute_of_per_second_means_and_follow_the_device_list() {
 #[test]
 fn a_row_names_the_busiest_line_of_its_function() {
     let mut model = TopModel::new(30.0, false);
-    model.add_stack(stack_at(0, 1, true, &[("f", 12), ("main", 3)]));
-    model.add_stack(stack_at(0, 1, true, &[("f", 10), ("main", 3)]));
-    model.add_stack(stack_at(0, 1, true, &[("f", 10), ("main", 4)]));
+    model.handle(Event::Stack(stack_at(
+        0,
+        1,
+        true,
+        &[("f", 12), ("main", 3)],
+    )));
+    model.handle(Event::Stack(stack_at(
+        0,
+        1,
+        true,
+        &[("f", 10), ("main", 3)],
+    )));
+    model.handle(Event::Stack(stack_at(
+        0,
+        1,
+        true,
+        &[("f", 10), ("main", 4)],
+    )));
     let rows = model.rows(&ViewOptions::default());
     assert_eq!(row(&rows, "f").line, 10);
     assert_eq!(row(&rows, "main").line, 3);

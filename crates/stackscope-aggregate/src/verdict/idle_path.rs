@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::fold::{FunctionId, StackCounts, StackTable};
+use crate::gpu::MIN_SIDE_SAMPLES;
 
 /// A path is named only when its share of the GPU-idle samples exceeds its share of the
 /// GPU-busy ones by at least this much (0 to 1).
@@ -27,9 +28,6 @@ const PATH_RISE: f64 = 0.8;
 const FUNCTION_RISE: f64 = 0.5;
 /// The longest path named.
 const MAX_PATH: usize = 6;
-/// Fewer GPU-idle (or GPU-busy) samples than this say nothing: without both sides there is
-/// nothing to tell apart, and the verdict names the GPU-idle functions instead.
-const MIN_SIDE_SAMPLES: u64 = 5;
 
 /// One function of the path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

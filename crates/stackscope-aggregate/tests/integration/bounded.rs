@@ -20,6 +20,7 @@ fn frame(function: &Arc<str>, file: &Arc<str>, line: u32) -> Frame {
         file: file.clone(),
         line,
         native: false,
+        origin: stackscope_event::FileOrigin::Job,
     }
 }
 

@@ -145,6 +145,7 @@ fn native_frames_are_functions_of_their_own() {
     let mut trace = SampleTrace::new(config, Timestamp(0));
     let native = Frame {
         native: true,
+        origin: stackscope_event::FileOrigin::Native,
         ..Frame::python("step", "libtorch.so", 0)
     };
     trace.handle(Event::Stack(StackSample {

@@ -50,6 +50,7 @@ fn every_kind() -> Vec<Event> {
         file: Arc::from("libcudart.so.12"),
         line: 0,
         native: true,
+        origin: stackscope_event::FileOrigin::Native,
     };
     let unicode = Frame::python("données_λ", "/tmp/ünï/código.py", u32::MAX);
     let main = |active, gil| thread(1, Some(100), Some("MainThread"), active, gil);

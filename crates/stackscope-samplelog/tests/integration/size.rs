@@ -157,6 +157,7 @@ fn a_native_and_a_python_frame_of_one_name_stay_distinct() {
     let python = Frame::python("f", "x.so", 0);
     let native = Frame {
         native: true,
+        origin: stackscope_event::FileOrigin::Native,
         ..python.clone()
     };
     let mut writer = SampleLogWriter::create(dir.path(), &header(true, false)).unwrap();

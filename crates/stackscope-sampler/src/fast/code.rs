@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use stackscope_event::FileOrigin;
+
 use super::addrmap::AddrMap;
 use super::filenames::FileNames;
 use super::layout::{common, i32_at, usize_at, word, FrameDesign, Layout};
@@ -77,6 +79,8 @@ pub(crate) struct CodeNames {
     pub function: Arc<str>,
     /// As shown: py-spy's short file name.
     pub file: Arc<str>,
+    /// Where the file comes from, by its full path.
+    pub origin: FileOrigin,
 }
 
 pub(crate) struct CodeCache {
@@ -172,9 +176,13 @@ impl CodeCache {
                 (None, None) => continue,
             };
             let Some(filename) = filename else { continue };
-            let names = (!filename.is_empty() && filename != "<shim>").then(|| CodeNames {
-                function: self.function(function),
-                file: self.files.short(filename),
+            let names = (!filename.is_empty() && filename != "<shim>").then(|| {
+                let (file, origin) = self.files.short(filename);
+                CodeNames {
+                    function: self.function(function),
+                    file,
+                    origin,
+                }
             });
             let lines = match table {
                 TableRead::Bytes(bytes) => match layout.frames {

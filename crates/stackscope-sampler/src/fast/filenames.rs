@@ -4,32 +4,39 @@
 //! A path is cut just above its outermost package (the highest directory still holding an
 //! `__init__.py`): `/venv/lib/site-packages/torch/nn/modules/linear.py` becomes
 //! `torch/nn/modules/linear.py`, and a plain script keeps only its name. That asks the file
-//! system, so each path is worked out once.
+//! system, so each path is worked out once, with its origin ([`Origins`]) beside it.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+
+use stackscope_event::FileOrigin;
+
+use crate::origin::Origins;
 
 pub(crate) struct FileNames {
     pid: u32,
     /// The target runs in another mount namespace (a container): its paths are looked up
     /// under /proc/PID/root.
     dockerized: bool,
-    short: HashMap<String, Arc<str>>,
+    origins: Origins,
+    short: HashMap<String, (Arc<str>, FileOrigin)>,
 }
 
 impl FileNames {
     const MAX_ENTRIES: usize = 50_000;
 
-    pub(crate) fn new(pid: u32, dockerized: bool) -> FileNames {
+    pub(crate) fn new(pid: u32, dockerized: bool, origins: Origins) -> FileNames {
         FileNames {
             pid,
             dockerized,
+            origins,
             short: HashMap::new(),
         }
     }
 
-    pub(crate) fn short(&mut self, filename: &str) -> Arc<str> {
+    /// The name shown for the code object's file `filename`, and where that file comes from.
+    pub(crate) fn short(&mut self, filename: &str) -> (Arc<str>, FileOrigin) {
         if let Some(short) = self.short.get(filename) {
             return short.clone();
         }
@@ -38,8 +45,9 @@ impl FileNames {
         }
         let short: Arc<str> =
             Arc::from(shorten(filename, self.dockerized.then_some(self.pid)).unwrap_or(filename));
-        self.short.insert(filename.to_owned(), short.clone());
-        short
+        let named = (short, self.origins.of(filename));
+        self.short.insert(filename.to_owned(), named.clone());
+        named
     }
 }
 
@@ -82,21 +90,25 @@ mod tests {
         std::fs::create_dir_all(&pkg).expect("mkdir");
         std::fs::write(dir.join("pkg").join("__init__.py"), "").expect("init");
         std::fs::write(pkg.join("__init__.py"), "").expect("init");
-        let mut names = FileNames::new(1, false);
+        let mut names = FileNames::new(1, false, Origins::default());
         let module = pkg.join("mod.py");
-        assert_eq!(&*names.short(&module.to_string_lossy()), "pkg/sub/mod.py");
+        let (short, origin) = names.short(&module.to_string_lossy());
+        assert_eq!((&*short, origin), ("pkg/sub/mod.py", FileOrigin::Job));
         let script = dir.join("train.py");
-        assert_eq!(&*names.short(&script.to_string_lossy()), "train.py");
+        assert_eq!(&*names.short(&script.to_string_lossy()).0, "train.py");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn pseudo_files_are_kept() {
-        let mut names = FileNames::new(1, false);
+        let mut names = FileNames::new(1, false, Origins::default());
         assert_eq!(
-            &*names.short("<frozen importlib._bootstrap>"),
-            "<frozen importlib._bootstrap>"
+            names.short("<frozen importlib._bootstrap>"),
+            (
+                Arc::from("<frozen importlib._bootstrap>"),
+                FileOrigin::Stdlib
+            )
         );
-        assert_eq!(&*names.short("<string>"), "<string>");
+        assert_eq!(&*names.short("<string>").0, "<string>");
     }
 }

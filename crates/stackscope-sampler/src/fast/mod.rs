@@ -67,6 +67,7 @@ mod values;
 use py_spy::PythonSpy;
 use stackscope_event::Frames;
 
+use crate::origin::Origins;
 use activity::Activity;
 use attempt::{attempt, Attempt, Check, Globals, Request, WalkStats};
 use code::CodeCache;
@@ -262,7 +263,11 @@ impl FastReader {
                 .map_err(|e| Unread::Failed(ReadError::stop(e)))?,
             threads: Vec::new(),
             still: StillThreads::default(),
-            codes: CodeCache::new(FileNames::new(pid, spy.dockerized)),
+            codes: CodeCache::new(FileNames::new(
+                pid,
+                spy.dockerized,
+                Origins::of_process(pid, spy.version.major, spy.version.minor),
+            )),
             names: ThreadNames::new(),
             activity: Activity::new(pid, tuning.switch_rings),
             strategy,

@@ -63,6 +63,7 @@ pub(crate) fn name(
             file: names.file.clone(),
             line: s.line,
             native: false,
+            origin: names.origin,
         });
     }
     let stack: Frames = out.into();

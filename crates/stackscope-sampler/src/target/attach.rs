@@ -16,6 +16,7 @@ use crate::fast::{FastReader, Misfits, Strategy, Unread};
 use crate::leader;
 use crate::names::ThreadNames;
 use crate::namespace::TidMap;
+use crate::origin::Origins;
 use crate::procfs;
 use crate::tuning::{ReaderChoice, ReaderTuning};
 
@@ -49,6 +50,7 @@ impl PythonTarget {
         let mut spy = open_interpreter(read_pid, &config).map_err(|e| e.for_pid(pid))?;
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let version = spy.version.to_string();
+        let origins = Origins::of_process(read_pid, spy.version.major, spy.version.minor);
         let fast = choose_reader(pid, read_pid, &mut spy, options, reader, leader_exited)?;
         let command_line = procfs::command_line(read_pid).unwrap_or_default();
         let native = if options.native {
@@ -74,7 +76,10 @@ impl PythonTarget {
             tuning: options.tuning,
             native,
             names: ThreadNames::default(),
-            strings: StringCache::default(),
+            strings: StringCache {
+                origins,
+                ..StringCache::default()
+            },
             fast,
             misfits: Misfits::default(),
             os_tids: None,

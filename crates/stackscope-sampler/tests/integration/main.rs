@@ -8,6 +8,7 @@
 
 mod common;
 
+mod frame_origins;
 mod idle_reuse;
 mod idle_rule;
 mod live_target;
