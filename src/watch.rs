@@ -291,17 +291,18 @@ fn write_hang_report(
     let base = report_base(&config.out_dir, &now.format("%Y%m%d-%H%M%S").to_string());
     let mut text = Vec::new();
     // First why, where it can be said; then the facts.
+    let why = headline(&cause, &processes, &since.format("%H:%M:%S").to_string());
+    writeln!(text, "{why}")?;
+    if let Some(gpu) = &gpu {
+        writeln!(text, "{}", gpu.sentence())?;
+    }
     writeln!(
         text,
-        "{}\n\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
-        headline(&cause, &processes, &since.format("%H:%M:%S").to_string()),
+        "\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
         now.to_rfc3339(),
         config.pid,
         hang.unchanged_secs,
     )?;
-    if let Some(gpu) = &gpu {
-        writeln!(text, "{}", gpu.sentence())?;
-    }
     for p in &ended {
         let (pid, how) = (p.pid, p.how.describe());
         let (role, from, to) = (&p.role, &p.started, &p.ended);

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Local};
-use stackscope_aggregate::{helper_by_command_line, Vanished};
+use stackscope_aggregate::{process_role, Vanished};
 use stackscope_event::{ProcessEnded, RankInfo, Timestamp};
 use stackscope_sampler::{procfs, EndWatch};
 
@@ -56,12 +56,7 @@ impl TreeHistory {
         self.ends.follow(pid);
         let rank = RankInfo::of_process(pid).rank;
         let command_line = procfs::command_line(pid).unwrap_or_default();
-        let role = match (rank, helper_by_command_line(&command_line)) {
-            (Some(rank), _) => format!("rank {rank}"),
-            _ if pid == self.root => "main process".to_owned(),
-            (None, Some(kind)) => format!("helper ({kind})"),
-            (None, None) => "worker".to_owned(),
-        };
+        let role = process_role(pid, self.root, rank, &command_line);
         self.alive.insert(
             pid,
             Seen {
@@ -94,6 +89,7 @@ impl TreeHistory {
     /// Takes in the kernel's news; once a tick, so that its queue does not overflow.
     pub(crate) fn poll(&mut self) {
         self.ends.poll();
+        self.ends.poll_zombies();
     }
 
     /// `processes_ended`: every process that vanished while watched.

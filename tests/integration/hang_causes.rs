@@ -391,3 +391,70 @@ fn a_plain_deadlock_is_a_deadlock() {
     assert!(first.contains("a deadlock"), "{}", report.text);
     assert!(!report.text.contains("vanished"), "{}", report.text);
 }
+
+/// `record --subprocesses`: the tree's history reaches `summary.json`'s `processes_ended`.
+#[test]
+fn record_keeps_how_a_worker_ended_in_the_summary() {
+    let _serial = serial();
+    let go = Go::new("record");
+    let out = OutDir::new();
+    let ready = out.tmp.path().join("ready");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let fixture = repo_root().join("fixtures/pool_loses_worker.py");
+    let (ready_arg, fixture_arg) = (
+        ready.to_str().expect("utf-8"),
+        fixture.to_str().expect("utf-8"),
+    );
+    let running = spawn_stackscope(stackscope(&[
+        "record",
+        "--subprocesses",
+        "--gpu",
+        "off",
+        "--duration",
+        "10",
+        "--metrics-addr",
+        &addr,
+        "-o",
+        out.arg(),
+        "--",
+        "python3",
+        fixture_arg,
+        ready_arg,
+        "--how",
+        "kill",
+        go.arg(),
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the job never got ready");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let said: Value =
+        serde_json::from_str(&fs::read_to_string(&ready).expect("ready")).expect("ready JSON");
+    let worker = ready_u32(&said["worker"], "worker");
+    let read = format!("stackscope_hung{{pid=\"{worker}\"");
+    while !scrape(port).is_some_and(|page| page.contains(&read)) {
+        assert!(Instant::now() < deadline, "record never read the worker");
+        thread::sleep(Duration::from_millis(100));
+    }
+    go.go();
+    let run = running.finish(Duration::from_secs(40));
+    // --duration ends the hung job by SIGINT: record's status is 0, or the job's 130.
+    assert!(matches!(run.code(), Some(0 | 130)), "{}", run.describe());
+    run.assert_no_panic();
+    let summary = out.summary();
+    let ended = summary["processes_ended"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no processes_ended: {summary:#}"));
+    let entry = ended
+        .iter()
+        .find(|p| p["pid"] == worker)
+        .unwrap_or_else(|| panic!("{worker} not in processes_ended: {summary:#}"));
+    assert_eq!(entry["how"], "killed by SIGKILL", "{entry}");
+    assert_eq!(entry["role"], "worker", "{entry}");
+    assert!(
+        entry["ended"].as_str().is_some_and(|t| t.contains('T')),
+        "{entry}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The summary of a recording: the schema of `summary.json`.
 
 use serde::{Deserialize, Serialize};
-use stackscope_event::RankInfo;
+use stackscope_event::{HowEnded, ProcessEnded, RankInfo};
 
 use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
@@ -10,7 +10,7 @@ use crate::fold::{
 use crate::gpu::{
     bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary, UtilizationResult,
 };
-use crate::jobs::{FrozenThread, HangGpu, Stuck};
+use crate::jobs::{process_role, FrozenThread, HangGpu, Stuck};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
 use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
@@ -66,6 +66,10 @@ pub struct Summary {
     /// Empty when following one process.
     #[serde(default)]
     pub processes: Vec<ProcessSummary>,
+    /// The processes of the tree that vanished while sampled, with what ended each where the
+    /// sampler could tell (`--subprocesses`): `[{pid, role, started, ended, how}]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes_ended: Vec<ProcessEnded>,
     pub top_functions: TopFunctions,
     pub notices: Vec<String>,
     /// The caps on the aggregate's tables that were reached, each saying what became of what
@@ -191,6 +195,7 @@ impl Aggregator {
             exit_signal: meta.exit_signal,
             threads: self.thread_summaries(),
             processes: self.process_summaries(),
+            processes_ended: self.processes_ended(meta),
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),
             notices: meta.notices.clone(),
             caps_reached: self.caps_reached(),
@@ -380,6 +385,40 @@ impl Aggregator {
             });
         }
         threads
+    }
+
+    /// Every process seen exiting, in the order they ended; its times as wall clock (the
+    /// recording's start plus the offset), else as seconds from the start.
+    fn processes_ended(&self, meta: &RecordingMeta) -> Vec<ProcessEnded> {
+        let start = chrono::DateTime::parse_from_rfc3339(&meta.started_at).ok();
+        let when = |t: stackscope_event::Timestamp| {
+            let secs = t.seconds_since(self.start);
+            match start {
+                Some(start) => {
+                    (start + chrono::Duration::milliseconds((secs * 1e3) as i64)).to_rfc3339()
+                }
+                None => format!("+{secs:.1} s"),
+            }
+        };
+        let mut ended: Vec<(stackscope_event::Timestamp, ProcessEnded)> = self
+            .processes
+            .iter()
+            .filter_map(|p| {
+                let exited = p.exited?;
+                Some((
+                    exited,
+                    ProcessEnded {
+                        pid: p.pid,
+                        role: process_role(p.pid, meta.pid, p.rank.rank, &p.command_line),
+                        started: p.attached.map_or_else(String::new, when),
+                        ended: when(exited),
+                        how: p.how.unwrap_or(HowEnded::Unknown),
+                    },
+                ))
+            })
+            .collect();
+        ended.sort_by_key(|(at, p)| (*at, p.pid));
+        ended.into_iter().map(|(_, p)| p).collect()
     }
 
     fn process_summaries(&self) -> Vec<ProcessSummary> {

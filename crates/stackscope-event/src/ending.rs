@@ -3,7 +3,7 @@
 //! report's `processes_ended` write it as `exited N`, `killed by SIGNAL`, `oom_killed` or
 //! `unknown`.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,56 @@ impl HowEnded {
     }
 }
 
+impl HowEnded {
+    /// Reads what [`HowEnded::describe`] wrote (an OOM kill's evidence is not in the words:
+    /// it reads back as the kernel log's).
+    pub fn parse(text: &str) -> Option<HowEnded> {
+        if let Some(code) = text.strip_prefix("exited ") {
+            return code.parse().ok().map(HowEnded::Exited);
+        }
+        if let Some(name) = text.strip_prefix("killed by ") {
+            let signal = (1..=64).find(|&n| signal_name(n) == name)?;
+            return Some(HowEnded::Killed(signal));
+        }
+        match text {
+            "oom_killed" => Some(HowEnded::OomKilled(OomEvidence::KernelLog)),
+            "unknown" => Some(HowEnded::Unknown),
+            _ => None,
+        }
+    }
+
+    /// Two numbers that keep it whole (the sample log's encoding): a kind and a value.
+    pub fn to_wire(self) -> (u8, u64) {
+        match self {
+            HowEnded::Exited(code) => (0, u64::from(code as u32)),
+            HowEnded::Killed(signal) => (1, u64::from(signal as u32)),
+            HowEnded::OomKilled(OomEvidence::Cgroup(n)) => (2, n),
+            HowEnded::OomKilled(OomEvidence::KernelLog) => (3, 0),
+            HowEnded::Unknown => (4, 0),
+        }
+    }
+
+    /// The inverse of [`HowEnded::to_wire`]; `None` for a kind it does not know.
+    pub fn from_wire(kind: u8, value: u64) -> Option<HowEnded> {
+        Some(match kind {
+            0 => HowEnded::Exited(value as u32 as i32),
+            1 => HowEnded::Killed(value as u32 as i32),
+            2 => HowEnded::OomKilled(OomEvidence::Cgroup(value)),
+            3 => HowEnded::OomKilled(OomEvidence::KernelLog),
+            4 => HowEnded::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for HowEnded {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<HowEnded, D::Error> {
+        let text = String::deserialize(d)?;
+        HowEnded::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a way to end: {text:?}")))
+    }
+}
+
 impl Serialize for HowEnded {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.describe())
@@ -112,7 +162,7 @@ pub fn signal_name(signal: i32) -> String {
 
 /// One process of the job that vanished: `processes_ended` of `summary.json` and the hang
 /// report.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessEnded {
     pub pid: u32,
     /// `rank 1`, `worker`, `launcher`, `helper (resource tracker)`.
@@ -148,5 +198,17 @@ mod tests {
             serde_json::to_string(&HowEnded::Unknown).expect("json"),
             "\"unknown\""
         );
+        for how in [
+            HowEnded::Exited(1),
+            HowEnded::Killed(9),
+            HowEnded::OomKilled(OomEvidence::Cgroup(2)),
+            HowEnded::Unknown,
+        ] {
+            let (kind, value) = how.to_wire();
+            assert_eq!(HowEnded::from_wire(kind, value), Some(how));
+            let back = HowEnded::parse(&how.describe()).expect("parse");
+            assert_eq!(back.describe(), how.describe());
+        }
+        assert_eq!(HowEnded::from_wire(9, 0), None);
     }
 }

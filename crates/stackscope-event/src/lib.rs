@@ -51,6 +51,9 @@ pub struct ProcessEvent {
     /// Its rank, when a launcher started it (read from its environment).
     #[serde(default)]
     pub rank: RankInfo,
+    /// For an exit: what ended it, where that could be known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<HowEnded>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ pub use hang::{
     is_hung, is_spin_wait, works_at_read, FrozenActivity, FrozenThread, HangDetector, HangEvent,
     HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
-pub use helpers::{helper_by_command_line, helper_kind};
+pub use helpers::{helper_by_command_line, helper_kind, process_role};
 pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };

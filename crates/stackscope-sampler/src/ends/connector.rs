@@ -10,6 +10,9 @@ const CN_IDX_PROC: u32 = 1;
 const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
 const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+/// The receive buffer asked for: a busy machine's exits between two drains (each event costs
+/// the buffer about a kilobyte).
+const RECEIVE_BUFFER: i32 = 8 << 20;
 /// struct nlmsghdr, then struct cn_msg's header, then struct proc_event's header (what, cpu,
 /// timestamp_ns): the event's data starts here.
 const NLMSG_HDR: usize = 16;
@@ -53,11 +56,12 @@ impl ExitEvents {
         if bound != 0 {
             return None;
         }
-        let listen = listen_message();
-        // SAFETY: sending an initialised buffer of its own length.
-        let sent =
-            unsafe { libc::send(socket.as_raw_fd(), listen.as_ptr().cast(), listen.len(), 0) };
-        (sent == listen.len() as isize).then_some(ExitEvents { socket })
+        set_receive_buffer(&socket);
+        // Every event, then (kernels since 6.6, which read the longer message) exits alone:
+        // forks and execs are most of a machine's events. An older kernel ignores the second.
+        let sent = send(&socket, &listen_message(None));
+        let _ = send(&socket, &listen_message(Some(PROC_EVENT_EXIT)));
+        sent.then_some(ExitEvents { socket })
     }
 
     /// Appends `(pid, wait status)` of every process (not thread) that exited since the last
@@ -88,9 +92,47 @@ impl ExitEvents {
     }
 }
 
-/// nlmsghdr + cn_msg + `PROC_CN_MCAST_LISTEN`.
-fn listen_message() -> Vec<u8> {
-    let payload = PROC_CN_MCAST_LISTEN.to_ne_bytes();
+/// Asks for a large receive buffer: beyond the limit as root (`SO_RCVBUFFORCE`), else up to it.
+fn set_receive_buffer(socket: &OwnedFd) {
+    let size: i32 = RECEIVE_BUFFER;
+    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt with an int option of its own size.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                std::ptr::addr_of!(size).cast(),
+                std::mem::size_of::<i32>() as u32,
+            )
+        };
+        if set == 0 {
+            return;
+        }
+    }
+}
+
+/// Sends `message` whole; whether it went.
+fn send(socket: &OwnedFd, message: &[u8]) -> bool {
+    // SAFETY: sending an initialised buffer of its own length.
+    let sent = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            message.as_ptr().cast(),
+            message.len(),
+            0,
+        )
+    };
+    sent == message.len() as isize
+}
+
+/// nlmsghdr + cn_msg + `PROC_CN_MCAST_LISTEN`, with the event type to keep (struct
+/// proc_input) where one is given.
+fn listen_message(only: Option<u32>) -> Vec<u8> {
+    let mut payload = PROC_CN_MCAST_LISTEN.to_ne_bytes().to_vec();
+    if let Some(event) = only {
+        payload.extend_from_slice(&event.to_ne_bytes());
+    }
     let total = NLMSG_HDR + CN_MSG_HDR + payload.len();
     let mut m = Vec::with_capacity(total);
     m.extend_from_slice(&(total as u32).to_ne_bytes()); // nlmsg_len
@@ -139,6 +181,7 @@ mod tests {
         msg[EVENT_DATA..][..4].copy_from_slice(&618u32.to_ne_bytes());
         assert_eq!(parse_exit(&msg), None);
         assert_eq!(parse_exit(&msg[..10]), None);
-        assert_eq!(listen_message().len(), 40);
+        assert_eq!(listen_message(None).len(), 40);
+        assert_eq!(listen_message(Some(PROC_EVENT_EXIT)).len(), 44);
     }
 }

@@ -68,23 +68,31 @@ impl EndWatch {
         self.followed.insert(pid, cg);
     }
 
-    /// Takes in what the kernel said since the last call, and the statuses of followed
-    /// processes that are zombies now.
+    /// Takes in what the kernel said since the last call (cheap: a read that finds nothing
+    /// costs one system call each).
     pub fn poll(&mut self) {
         let mut exits = Vec::new();
         if let Some(c) = self.connector.as_mut() {
             c.drain(&mut exits);
-        }
-        for pid in self.followed.keys() {
-            if let Some(status) = zombie_status(*pid) {
-                exits.push((*pid, status));
-            }
         }
         for (pid, status) in exits {
             self.remember(pid, status);
         }
         if let Some(k) = self.kmsg.as_mut() {
             self.oom_named.extend(k.drain_oom_kills());
+        }
+    }
+
+    /// Notes the status of every followed process that is a zombie now: a `watch` tick's
+    /// chance to see one its parent reaps before it is found gone (one stat read each).
+    pub fn poll_zombies(&mut self) {
+        let zombies: Vec<(u32, i32)> = self
+            .followed
+            .keys()
+            .filter_map(|&pid| Some((pid, zombie_status(pid)?)))
+            .collect();
+        for (pid, status) in zombies {
+            self.remember(pid, status);
         }
     }
 
@@ -103,6 +111,9 @@ impl EndWatch {
     /// cgroup counted is attributed to it and not again.
     pub fn how_ended(&mut self, pid: u32) -> HowEnded {
         self.poll();
+        if let Some(status) = zombie_status(pid) {
+            self.remember(pid, status);
+        }
         let how = self
             .exits
             .get(&pid)
