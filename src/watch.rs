@@ -281,7 +281,10 @@ fn write_hang_report(
         stackscope_report::redact_secrets(&mut processes);
     }
     let now = chrono::Local::now();
-    let since = now - chrono::Duration::milliseconds((hang.unchanged_secs * 1e3) as i64);
+    // The wall clock of the last move, from the monotonic one: the dump above may have taken
+    // a while on a loaded machine.
+    let frozen_for = Timestamp::now().0.saturating_sub(hang.frozen_since.0);
+    let since = now - chrono::Duration::milliseconds((frozen_for / 1_000_000) as i64);
     let cause = hang_cause(
         &processes,
         &history.vanished_since(hang.frozen_since),

@@ -209,10 +209,11 @@ pub fn headline(cause: &HangCause, processes: &[ProcessDump], since: &str) -> St
 }
 
 fn vanished_sentence(v: &Vanished, peers: Option<&PeersWaiting>) -> String {
-    let when = if v.secs_before_freeze >= 0.0 {
-        format!("{:.0} s before", v.secs_before_freeze)
-    } else {
-        format!("{:.0} s after", -v.secs_before_freeze)
+    // Its end is often the job's last move (a process that ends is a change).
+    let when = match v.secs_before_freeze {
+        secs if secs.abs() < 1.0 => "as it froze".to_owned(),
+        secs if secs > 0.0 => format!("{secs:.0} s before"),
+        secs => format!("{:.0} s after", -secs),
     };
     if let Some(rank) = v.rank {
         // "rank 1 (pid 617) is gone (killed by SIGKILL at 12:00:03); ranks 0 and 2 wait in
@@ -356,6 +357,14 @@ mod tests {
             hang_cause(&tree, &gone[..1], None),
             HangCause::ProcessVanished { .. }
         ));
+        // Its end was the job's last move.
+        let at_once = Vanished {
+            secs_before_freeze: 0.2,
+            ..vanished(HowEnded::Killed(9), None, Some(20209))
+        };
+        let cause = hang_cause(&tree, &[at_once], None);
+        assert!(headline(&cause, &tree, "23:31:02")
+            .contains("since 23:31:02; as it froze, worker pid 20205 vanished (killed by SIGKILL"));
     }
 
     #[test]
