@@ -4,11 +4,14 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use stackscope_aggregate::DEFAULT_IDLE_BELOW;
+use stackscope_aggregate::{DEFAULT_HANG_AFTER_SECS, DEFAULT_IDLE_BELOW};
 
 /// The sampling rate of `attach`, `record` and `top`; `watch` has its own
 /// ([`crate::config::default_watch_rate`]).
 const DEFAULT_RATE_HZ: f64 = 100.0;
+/// The rates `--rate` accepts, samples per second.
+const MIN_RATE_HZ: f64 = 0.1;
+const MAX_RATE_HZ: f64 = 10_000.0;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -41,7 +44,7 @@ pub enum Command {
     Record(RecordArgs),
     /// Print every thread's Python stack once and leave the process running.
     #[command(after_help = "Example:\n  stackscope dump --pid 12345 --locals\n  \
-                            stackscope dump --pid 12345 --subprocesses\n\n\
+                            stackscope dump --pid 12345 --no-subprocesses\n\n\
                             Threads with the same stack are printed once, with the threads that \
                             share it; a process or thread away from where its peers wait is \
                             named first.")]
@@ -134,19 +137,39 @@ pub struct TopArgs {
     /// The process to watch.
     #[arg(long, short = 'p')]
     pub pid: u32,
-    /// Samples per second.
-    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate)]
+    /// Samples per second, 0.1 to 10000.
+    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate, allow_negative_numbers = true)]
     pub rate: f64,
     /// Show idle threads' samples (sleeping or blocked) from the start; `i` toggles.
     #[arg(long)]
     pub idle: bool,
-    /// Also sample every Python process below it.
-    #[arg(long)]
-    pub subprocesses: bool,
+    #[command(flatten)]
+    pub tree: TreeArgs,
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+/// Whether a command follows the target's child processes, for `attach`, `record`, `dump`,
+/// `watch` and `top`: it does unless told not to, since a job is its process tree (DataLoader
+/// workers, torchrun ranks, a launcher's Python).
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    /// Keep to the one process: leave out the processes below it (followed by default:
+    /// DataLoader workers, torchrun ranks, the Python a launcher starts).
+    #[arg(long, conflicts_with = "subprocesses")]
+    pub no_subprocesses: bool,
+    /// Follow the processes below the target (the default).
+    #[arg(long, hide = true)]
+    pub subprocesses: bool,
+}
+
+impl TreeArgs {
+    /// Whether the target's child processes are followed.
+    pub fn follow(&self) -> bool {
+        !self.no_subprocesses
+    }
 }
 
 #[derive(Debug, Args)]
@@ -207,8 +230,9 @@ pub struct WatchArgs {
     /// The process to watch.
     #[arg(long, short = 'p')]
     pub pid: u32,
-    /// Seconds without any change in the stacks that count as a hang.
-    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    /// Seconds without any change in the stacks that count as a hang (the metrics' and the
+    /// recordings' hang threshold too).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, default_value_t = DEFAULT_HANG_AFTER_SECS)]
     pub hang_after: f64,
     /// Where hang reports go [default: stackscope-PID-watch].
     #[arg(long, short = 'o', value_name = "DIR")]
@@ -218,12 +242,12 @@ pub struct WatchArgs {
         short = 'r',
         value_name = "HZ",
         value_parser = parse_rate,
+        allow_negative_numbers = true,
         help = crate::config::watch_rate_help()
     )]
     pub rate: Option<f64>,
-    /// Also watch every Python process below it.
-    #[arg(long)]
-    pub subprocesses: bool,
+    #[command(flatten)]
+    pub tree: TreeArgs,
     /// Shows the values of locals whose names look like secrets (password, token, key...);
     /// hang reports are kept on disk.
     #[arg(long)]
@@ -266,7 +290,7 @@ pub struct RecordingArgs {
     #[arg(long, short = 'd', value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<f64>,
     /// Samples per second, 0.1 to 10000.
-    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate)]
+    #[arg(long, short = 'r', value_name = "HZ", default_value_t = DEFAULT_RATE_HZ, value_parser = parse_rate, allow_negative_numbers = true)]
     pub rate: f64,
     /// Keep samples of idle threads (sleeping or blocked); left out by default.
     #[arg(long)]
@@ -277,10 +301,8 @@ pub struct RecordingArgs {
     /// Merge native (C/C++) frames into every sample: slower, stops the target a little longer.
     #[arg(long)]
     pub native: bool,
-    /// Also sample the target's child processes as they come and go (DataLoader workers,
-    /// torchrun ranks); each process becomes a root frame of the flamegraph.
-    #[arg(long)]
-    pub subprocesses: bool,
+    #[command(flatten)]
+    pub tree: TreeArgs,
     /// Rewrite every output this often, so a crash or kill -9 loses at most one interval.
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
@@ -334,9 +356,8 @@ pub struct DumpArgs {
     /// Show each frame's local variables (reprs cut short).
     #[arg(long)]
     pub locals: bool,
-    /// Also dump every Python process below it (a launcher's ranks, a DataLoader's workers).
-    #[arg(long)]
-    pub subprocesses: bool,
+    #[command(flatten)]
+    pub tree: TreeArgs,
     /// Merge each thread's native (C/C++) frames with its Python frames: the lock wait, the
     /// CUDA or NCCL call under the Python line that made it.
     #[arg(long)]
@@ -347,16 +368,14 @@ pub struct DumpArgs {
     pub show_secrets: bool,
 }
 
+/// `--rate`: one message for every value out of range, a negative or a non-number too.
 fn parse_rate(s: &str) -> Result<f64, String> {
-    let rate: f64 = s.parse().map_err(|_| {
-        format!("the sampling rate must be a number of samples per second, not '{s}'")
-    })?;
-    if !(0.1..=10_000.0).contains(&rate) {
-        return Err(format!(
-            "a sampling rate of {s} Hz is out of range: use 0.1 to 10000"
-        ));
+    match s.parse::<f64>() {
+        Ok(rate) if (MIN_RATE_HZ..=MAX_RATE_HZ).contains(&rate) => Ok(rate),
+        _ => Err(format!(
+            "--rate must be between {MIN_RATE_HZ} and {MAX_RATE_HZ}, not {s}"
+        )),
     }
-    Ok(rate)
 }
 
 fn parse_keep(s: &str) -> Result<usize, String> {
@@ -414,9 +433,12 @@ mod tests {
     fn rates_outside_the_sane_range_are_refused() {
         assert!(parse_rate("100").is_ok());
         assert!(parse_rate("0.5").is_ok());
-        assert!(parse_rate("0").unwrap_err().contains("rate"));
-        assert!(parse_rate("100000").unwrap_err().contains("rate"));
-        assert!(parse_rate("abc").unwrap_err().contains("rate"));
+        for bad in ["0", "100000", "abc", "-5", "NaN"] {
+            assert_eq!(
+                parse_rate(bad).unwrap_err(),
+                format!("--rate must be between 0.1 and 10000, not {bad}")
+            );
+        }
     }
 
     #[test]
@@ -432,6 +454,41 @@ mod tests {
             .render_long_help()
             .to_string();
         assert!(help.contains("[default: 30]"), "{help}");
+    }
+
+    #[test]
+    fn the_process_tree_is_followed_unless_told_not_to() {
+        let follows = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            let Command::Dump(dump) = cli.command else {
+                panic!("not dump")
+            };
+            dump.tree.follow()
+        };
+        assert!(follows(&["stackscope", "dump", "--pid", "1"]));
+        assert!(follows(&[
+            "stackscope",
+            "dump",
+            "--pid",
+            "1",
+            "--subprocesses"
+        ]));
+        assert!(!follows(&[
+            "stackscope",
+            "dump",
+            "--pid",
+            "1",
+            "--no-subprocesses"
+        ]));
+        assert!(Cli::try_parse_from([
+            "stackscope",
+            "dump",
+            "--pid",
+            "1",
+            "--subprocesses",
+            "--no-subprocesses"
+        ])
+        .is_err());
     }
 
     #[test]

@@ -96,7 +96,7 @@ impl RecordingConfig {
             include_idle: args.idle,
             blocking: !args.nonblocking,
             gpu: GpuSettings::from_args(args.gpu)?,
-            subprocesses: args.subprocesses,
+            subprocesses: args.tree.follow(),
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
             formats: match &args.format {
@@ -126,6 +126,9 @@ pub struct DumpConfig {
     pub json: bool,
     pub locals: bool,
     pub subprocesses: bool,
+    /// `--subprocesses` given: `--json` prints the tree's shape (`processes`, `stragglers`)
+    /// whatever it found, as scripts written for it read it.
+    pub tree_json: bool,
     pub native: bool,
     /// `--show-secrets`: locals with secret-looking names shown as they are.
     pub show_secrets: bool,
@@ -139,7 +142,8 @@ impl From<DumpArgs> for DumpConfig {
             pid: args.pid,
             json: args.json,
             locals: args.locals,
-            subprocesses: args.subprocesses,
+            subprocesses: args.tree.follow(),
+            tree_json: args.tree.subprocesses,
             native: args.native,
             show_secrets: args.show_secrets,
             tuning: reader_tuning_from_env(),
@@ -247,7 +251,7 @@ impl WatchConfig {
             rate_hz: args
                 .rate
                 .unwrap_or_else(|| default_watch_rate(args.hang_after)),
-            subprocesses: args.subprocesses,
+            subprocesses: args.tree.follow(),
             gpu: GpuSettings::from_args(args.gpu)?,
             metrics_addr: args.metrics.metrics_addr,
             show_secrets: args.show_secrets,
@@ -276,7 +280,7 @@ impl ReportConfig {
             }
         }
         Ok(ReportConfig {
-            dir: args.dir,
+            dir: recording_dir(args.dir)?,
             output: args.output,
             from_secs: args.from,
             to_secs: args.to,
@@ -304,12 +308,13 @@ impl ExportConfig {
                 );
             }
         }
+        let format = args
+            .format
+            .parse()
+            .map_err(|e| UsageError(format!("--format: {e}")))?;
         Ok(ExportConfig {
-            dir: args.dir,
-            format: args
-                .format
-                .parse()
-                .map_err(|e| UsageError(format!("--format: {e}")))?,
+            dir: recording_dir(args.dir)?,
+            format,
             from_secs: args.from,
             to_secs: args.to,
             output: args.output,
@@ -357,7 +362,7 @@ impl TopConfig {
             pid: args.pid,
             rate_hz: args.rate,
             include_idle: args.idle,
-            subprocesses: args.subprocesses,
+            subprocesses: args.tree.follow(),
             gpu: GpuSettings::from_args(args.gpu)?,
             metrics_addr: args.metrics.metrics_addr,
             tuning: reader_tuning_from_env(),
@@ -373,7 +378,19 @@ fn parse_gpu(value: &str) -> anyhow::Result<GpuSelection> {
 
 /// Creates `dir` and proves that files can be written and renamed in it, so that a recording
 /// never runs for an hour and then fails to save.
+/// A recording's directory as `report` and `export` name it: one that exists.
+fn recording_dir(dir: PathBuf) -> anyhow::Result<PathBuf> {
+    if !dir.exists() {
+        bail!("no such directory: {}", dir.display());
+    }
+    Ok(dir)
+}
+
 pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
+    // What `create_dir_all` would say of a file: "File exists (os error 17)".
+    if dir.exists() && !dir.is_dir() {
+        bail!("-o {} is a file, not a directory", dir.display());
+    }
     let fail = || format!("cannot write to output directory {}", dir.display());
     std::fs::create_dir_all(dir).with_context(fail)?;
     let probe = dir.join(".stackscope-write-test");

@@ -4,13 +4,16 @@
 //! Every command exits 0 when done, 1 when it failed and 2 on a usage error, with one
 //! `stackscope:` line on stderr saying why. `record` is different: a launcher that wraps a job in
 //! `stackscope record --` must see the job's own status, so `record` exits with the command's
-//! status and keeps its own failures apart from it in the statuses `env` and `timeout` use
-//! (125, 126, 127), which a job rarely exits with.
+//! status when the command ends by itself, 0 when `--duration` ended the recording as asked,
+//! and what a shell says for the signal that ended stackscope (130 Ctrl-C, 143 SIGTERM); it
+//! keeps its own failures apart in the statuses `env` and `timeout` use (125, 126, 127), which a
+//! job rarely exits with.
 
 use std::process::ExitCode;
 
 use crate::child::CommandExit;
 use crate::config::UsageError;
+use crate::recording::{Ended, EndedBy};
 
 /// stackscope failed (any command but `record`).
 pub const FAILED: u8 = 1;
@@ -60,8 +63,21 @@ pub fn shell_status(exit: CommandExit) -> Option<u8> {
     }
 }
 
-/// `record`'s status once its recording is written: the command's own.
-pub fn of_command(exit: Option<CommandExit>) -> anyhow::Result<ExitCode> {
+/// `record`'s status once its recording is written: 0 when `--duration` ended it as asked,
+/// 128 + N when signal N to stackscope did (whatever the command then did with the SIGINT
+/// stackscope ends it with), else the command's own.
+pub fn of_record(ended: Ended) -> anyhow::Result<ExitCode> {
+    match ended.by {
+        EndedBy::Duration => Ok(ExitCode::SUCCESS),
+        EndedBy::Signal(signal) => Ok(ExitCode::from(
+            shell_status(CommandExit::Signal(signal)).unwrap_or(RECORD_FAILED),
+        )),
+        EndedBy::Target => of_command(ended.command),
+    }
+}
+
+/// `record`'s status when its command ended by itself: the command's own.
+fn of_command(exit: Option<CommandExit>) -> anyhow::Result<ExitCode> {
     match exit.and_then(shell_status) {
         Some(status) => Ok(ExitCode::from(status)),
         None => Err(WithStatus {
@@ -80,11 +96,11 @@ pub fn record_help() -> String {
     format!(
         "Example:\n  stackscope record -o demo -- python3 fixtures/train_sim.py --seconds 5\n\n\
          Ctrl-C ends the recording and the command.\n\n\
-         Exit status: the command's own, once the recording is written: its exit status, or \
-         128+N when signal N ended it (143 for SIGTERM). When --duration, Ctrl-C or SIGTERM \
-         ends the recording, stackscope ends the command with SIGINT: 130 unless it handles \
-         that. A command that exits before stackscope could read its Python: its own status, \
-         and nothing recorded. stackscope's own failures print one 'stackscope:' line on stderr \
+         Exit status, once the recording is written: the command's own when it exits by itself \
+         (its exit status, or 128+N when signal N ended it); 0 when --duration ends the \
+         recording (stackscope ends the command with SIGINT and writes everything); 130 after \
+         Ctrl-C (SIGINT to stackscope) and 143 after SIGTERM to stackscope. A command that \
+         exits before stackscope could read its Python: its own status, and nothing recorded. stackscope's own failures print one 'stackscope:' line on stderr \
          and exit {USAGE} (bad usage), {RECORD_FAILED} (stackscope failed: it could not read \
          the command's Python or write the recording), {COMMAND_NOT_RUN} (the command could \
          not be run) or {COMMAND_NOT_FOUND} (the command was not found)."
@@ -119,6 +135,28 @@ mod tests {
             RECORD_FAILED
         );
         assert!(of_command(None).is_err());
+    }
+
+    #[test]
+    fn record_ends_with_what_ended_it() {
+        let status = |by, command| format!("{:?}", of_record(Ended { by, command }).unwrap());
+        let interrupted = Some(CommandExit::Signal(2));
+        assert_eq!(
+            status(EndedBy::Duration, interrupted),
+            format!("{:?}", ExitCode::SUCCESS)
+        );
+        assert_eq!(
+            status(EndedBy::Signal(2), interrupted),
+            format!("{:?}", ExitCode::from(130))
+        );
+        assert_eq!(
+            status(EndedBy::Signal(15), interrupted),
+            format!("{:?}", ExitCode::from(143))
+        );
+        assert_eq!(
+            status(EndedBy::Target, Some(CommandExit::Code(3))),
+            format!("{:?}", ExitCode::from(3))
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let done = match cli.command {
         Command::Record(args) => {
             let ended = recording::run(RecordingConfig::from_record(args)?)?;
-            return exit::of_command(ended);
+            return exit::of_record(ended);
         }
         Command::Attach(args) => recording::run(RecordingConfig::from_attach(args)?).map(drop),
         Command::Dump(args) => dump::run(DumpConfig::from(args)),

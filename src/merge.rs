@@ -156,6 +156,7 @@ fn read_recording(dir: &Path) -> anyhow::Result<RecordingInput> {
         gpu_idle: read_folded(&dir.join("stacks-gpu-idle.folded"))?,
         gpu_busy: read_folded(&dir.join("stacks-gpu-busy.folded"))?,
         trainer: trainer_of(&summary),
+        bottleneck: bottleneck_of(&summary),
     })
 }
 
@@ -177,6 +178,14 @@ fn trainer_of(summary: &Value) -> Option<(u32, String)> {
         None => frame.to_owned(),
     };
     Some((pid, line))
+}
+
+/// `input_pipeline: steps up to 3.4x faster`, from `gpu.if_fixed`.
+fn bottleneck_of(summary: &Value) -> Option<String> {
+    let fixed = summary.pointer("/gpu/if_fixed")?;
+    let bottleneck = fixed.get("bottleneck")?.as_str()?;
+    let speedup = fixed.get("speedup_up_to")?.as_f64()?;
+    Some(format!("{bottleneck}: steps up to {speedup:.1}x faster"))
 }
 
 /// Folded lines `stack COUNT`; `None` when the file is not there.

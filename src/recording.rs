@@ -26,16 +26,31 @@ use crate::signals::{Request, Signals};
 /// How long `record` waits for a freshly started interpreter to become readable.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Records, and gives how the command ended (`record`; `None` for `attach`, or when it is not
-/// known).
-pub fn run(config: RecordingConfig) -> anyhow::Result<Option<CommandExit>> {
+/// How a recording ended: what ended it, and how the command ended (`record`; `None` for
+/// `attach`, or when it is not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub by: EndedBy,
+    pub command: Option<CommandExit>,
+}
+
+/// What ended a recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedBy {
+    /// The target exited, or sampling could not go on.
+    Target,
+    /// `--duration` elapsed, as asked.
+    Duration,
+    /// A signal to stackscope (SIGINT: Ctrl-C, or SIGTERM), by its number.
+    Signal(i32),
+}
+
+/// Records, and gives how the recording ended.
+pub fn run(config: RecordingConfig) -> anyhow::Result<Ended> {
     run_with(config, GpuSource::Nvml)
 }
 
-pub fn run_with(
-    config: RecordingConfig,
-    gpu_source: GpuSource,
-) -> anyhow::Result<Option<CommandExit>> {
+pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Result<Ended> {
     let signals = Signals::install()?;
     let options = TargetOptions {
         blocking: config.blocking,
@@ -90,9 +105,15 @@ pub fn run_with(
         }
     };
     let pid = target.pid();
+    // Whether the processes below it are sampled too, said where the user looks first.
+    let tree = if config.subprocesses {
+        " and the processes below it"
+    } else {
+        " alone (--no-subprocesses)"
+    };
     match &target {
         Root::Python(_) => eprintln!(
-            "stackscope: sampling process {pid} ({}) at {} Hz; Ctrl-C to stop",
+            "stackscope: sampling process {pid} ({}){tree} at {} Hz; Ctrl-C to stop",
             target.describe(),
             config.rate_hz
         ),
@@ -113,7 +134,7 @@ fn record(
     mut child: Option<LaunchedChild>,
     signals: Signals,
     out_dir: PathBuf,
-) -> anyhow::Result<Option<CommandExit>> {
+) -> anyhow::Result<Ended> {
     let start = Timestamp::now();
     let mut meta = MetaSource {
         pid: target.pid(),
@@ -130,6 +151,7 @@ fn record(
         started: Instant::now(),
         sampled: None,
         rate_hz: config.rate_hz,
+        cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(target.pid()),
     };
 
     let pid = meta.pid;
@@ -177,6 +199,7 @@ fn record(
         process_root: aggregate_config.process_root,
         leave_out_startup: Some(aggregate_config.leave_out_startup),
         expected_gpu_devices: Vec::new(),
+        cpus_usable: meta.cpus_usable,
     };
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -240,6 +263,7 @@ fn record(
             next_checkpoint = Instant::now() + config.flush_interval;
         }
     }
+    let stop_signal = session.signals().stop_signal();
     let stopped = session.stop();
     // Both producers have ended: everything they sent is waiting, the sampler's last batch too.
     for batch in session.waiting() {
@@ -252,6 +276,12 @@ fn record(
     // The time sampled, not the time ending the command took after.
     meta.sampled = Some(meta.started.elapsed());
     let target_exited = report.stop == StopReason::TargetExited;
+    // A signal counts first: Ctrl-C that also reached the command ends it "by itself".
+    let by = match (stop_signal, &report.stop) {
+        (Some(signal), _) => EndedBy::Signal(signal),
+        (None, StopReason::DurationElapsed) => EndedBy::Duration,
+        _ => EndedBy::Target,
+    };
     if let StopReason::Fatal(why) = &report.stop {
         eprintln!("stackscope: sampling stopped early: {why}");
     }
@@ -287,7 +317,10 @@ fn record(
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, &out_dir, &mut stdout)
         .context("cannot print the summary")?;
-    Ok(exit_status)
+    Ok(Ended {
+        by,
+        command: exit_status,
+    })
 }
 
 fn say_stopped(pid: u32, stopped: bool) {
@@ -319,6 +352,8 @@ struct MetaSource {
     /// How long the sampler ran, once it has stopped.
     sampled: Option<Duration>,
     rate_hz: f64,
+    /// CPUs the target may use, read when it was attached.
+    cpus_usable: Option<f64>,
 }
 
 impl MetaSource {
@@ -346,6 +381,7 @@ impl MetaSource {
             gpu_devices: Vec::new(),
             gpu_unavailable: None,
             notices: Vec::new(),
+            cpus_usable: self.cpus_usable,
         }
     }
 

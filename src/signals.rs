@@ -5,7 +5,7 @@
 //! that sleeps until one comes, so a consumer waits on its data and its signals at once
 //! (`select!`) instead of waking on a timer to look at flags.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -24,6 +24,8 @@ pub enum Request {
 
 pub struct Signals {
     stop: Arc<AtomicBool>,
+    /// The number of the signal that asked to stop (SIGINT or SIGTERM); 0 before one came.
+    stop_signal: Arc<AtomicUsize>,
     checkpoint: Arc<AtomicBool>,
     arrivals: Receiver<Request>,
     forwarder: Option<(signal_hook::iterator::Handle, JoinHandle<()>)>,
@@ -34,6 +36,7 @@ impl Signals {
         use signal_hook::flag;
         let stop = Arc::new(AtomicBool::new(false));
         let checkpoint = Arc::new(AtomicBool::new(false));
+        let stop_signal = Arc::new(AtomicUsize::new(0));
         for signal in [SIGINT, SIGTERM] {
             // Registered first, so it sees the flag before this signal sets it: the second
             // signal exits at once. Exiting releases every ptrace stop (the kernel detaches a
@@ -41,12 +44,16 @@ impl Signals {
             flag::register_conditional_shutdown(signal, 130, stop.clone())
                 .context("cannot install signal handlers")?;
             flag::register(signal, stop.clone()).context("cannot install signal handlers")?;
+            // Set in the handler itself, so it is known as soon as the stop flag is.
+            flag::register_usize(signal, stop_signal.clone(), signal as usize)
+                .context("cannot install signal handlers")?;
         }
         flag::register(SIGUSR1, checkpoint.clone()).context("cannot install signal handlers")?;
         let (sender, arrivals) = crossbeam_channel::unbounded();
         let forwarder = forward(sender).context("cannot install signal handlers")?;
         Ok(Signals {
             stop,
+            stop_signal,
             checkpoint,
             arrivals,
             forwarder: Some(forwarder),
@@ -55,6 +62,14 @@ impl Signals {
 
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The signal that asked to stop (SIGINT or SIGTERM), once one came.
+    pub fn stop_signal(&self) -> Option<i32> {
+        match self.stop_signal.load(Ordering::SeqCst) {
+            0 => None,
+            signal => i32::try_from(signal).ok(),
+        }
     }
 
     /// Whether SIGUSR1 came since the last call.

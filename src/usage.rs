@@ -159,9 +159,9 @@ mod tests {
                  (try 'stackscope dump --help')",
             ),
             (
-                &["watch", "--pid", "1"],
+                &["watch", "--hang-after", "5"],
                 "stackscope: the following required arguments were not provided: \
-                 --hang-after <SECS> (try 'stackscope watch --help')",
+                 --pid <PID> (try 'stackscope watch --help')",
             ),
             (
                 &["attach", "--pid", "x"],

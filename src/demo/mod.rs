@@ -19,6 +19,8 @@ const READY_HELPER: &str = include_str!("../../fixtures/_ready.py");
 const STEP_MS: &str = "1000";
 
 pub fn run(config: DemoConfig) -> anyhow::Result<()> {
+    // Before the loop runs for --seconds, not after.
+    crate::config::ensure_writable_dir(&config.output)?;
     let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
     let script = scratch.path().join("train_sim.py");
     write(&script, TRAIN_SIM)?;
@@ -42,7 +44,7 @@ pub fn run(config: DemoConfig) -> anyhow::Result<()> {
     let recording = config.recording(command)?;
     let out = config.output.clone();
     let ended = recording::run_with(recording, GpuSource::Simulated(phase_file))?;
-    if let Some(exit) = ended.filter(|e| e.code() != Some(0)) {
+    if let Some(exit) = ended.command.filter(|e| e.code() != Some(0)) {
         anyhow::bail!(
             "the bundled training loop ended with {exit}; what was recorded is in {}",
             out.display()

@@ -3,7 +3,7 @@
 //! view say the same things in the same words.
 
 use stackscope_aggregate::top::{GpuLine, Row, SortKey, Totals, ViewOptions};
-use stackscope_aggregate::{Role, WhileIdle};
+use stackscope_aggregate::{Role, StepBreakdown, WhileIdle};
 
 /// The state of the session the header shows, beside the model's counts.
 #[derive(Debug, Clone, Default)]
@@ -110,21 +110,23 @@ const FEEDER_PIDS_SHOWN: usize = 6;
 /// The trainer's wait and the feeders' work while the GPU idled, one field each:
 /// `trainer pid 448 MainThread: waits at main (train.py:136) in _BaseDataLoaderIter.__next__
 /// 99% of GPU-idle time`, `DataLoader workers 623,624: 100% busy, 98% in augment_pixels
-/// (train.py:56)`.
-pub fn while_idle_fields(w: &WhileIdle) -> Vec<String> {
+/// (train.py:56)`. The trainer's field ends with its step broken down, where there is one
+/// (`; step: input_wait 70%, python 21%, gpu_wait 8%`).
+pub fn while_idle_fields(w: &WhileIdle, step: Option<&StepBreakdown>) -> Vec<String> {
     let mut fields = Vec::new();
     if let Some(t) = &w.trainer {
         let share = percent(t.share);
+        let step = step.map_or(String::new(), |s| format!("; step: {}", s.describe()));
         fields.push(match &t.waiting_in {
             Some(callee) => format!(
-                "trainer pid {} {}: waits at {} in {} {share} of GPU-idle time",
+                "trainer pid {} {}: waits at {} in {} {share} of GPU-idle time{step}",
                 t.pid,
                 t.thread,
                 t.frame,
                 function_only(callee)
             ),
             None => format!(
-                "trainer pid {} {}: runs at {} {share} of GPU-idle time",
+                "trainer pid {} {}: runs at {} {share} of GPU-idle time{step}",
                 t.pid, t.thread, t.frame
             ),
         });
@@ -134,6 +136,7 @@ pub fn while_idle_fields(w: &WhileIdle) -> Vec<String> {
         let who = match (f.role, many) {
             (Role::DataloaderWorker, true) => "DataLoader workers",
             (Role::DataloaderWorker, false) => "DataLoader worker",
+            (Role::FeederThread, _) => "feeder threads in",
             (_, true) => "workers",
             (_, false) => "worker",
         };
@@ -457,16 +460,25 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::DataloaderWorker,
                 pids: vec![623, 624],
+                threads: 2,
                 busy_share: 1.0,
                 function: Some("augment_pixels (train.py:56)".into()),
                 share: 0.981,
             }],
         };
+        let step = StepBreakdown {
+            input_wait: 0.7,
+            python: 0.21,
+            gpu_wait: 0.08,
+            other_wait: 0.01,
+            ..StepBreakdown::default()
+        };
         assert_eq!(
-            while_idle_fields(&w),
+            while_idle_fields(&w, Some(&step)),
             vec![
                 "trainer pid 448 MainThread: waits at main (train.py:136) in \
-                 _BaseDataLoaderIter.__next__ 99% of GPU-idle time"
+                 _BaseDataLoaderIter.__next__ 99% of GPU-idle time; step: input_wait 70%, \
+                 python 21%, gpu_wait 8%, other_wait 1%"
                     .to_owned(),
                 "DataLoader workers 623,624: 100% busy, 98% in augment_pixels (train.py:56)"
                     .to_owned(),
@@ -483,13 +495,14 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::Worker,
                 pids: (10..20).collect(),
+                threads: 2,
                 busy_share: 0.5,
                 function: None,
                 share: 0.0,
             }],
         };
         assert_eq!(
-            while_idle_fields(&running),
+            while_idle_fields(&running, None),
             vec![
                 "trainer pid 7 MainThread: runs at busy (train_sim.py:47) 100% of GPU-idle time"
                     .to_owned(),

@@ -5,7 +5,8 @@
 //! idled (`roles_of`, `while_idle_of`). Its stack samples come tagged from `top`'s table.
 
 use stackscope_aggregate::{
-    idle_path, roles_of, while_idle_of, AggregateConfig, Aggregator, GpuTag, WhileIdle,
+    idle_path, roles_of, step_of, while_idle_of, AggregateConfig, Aggregator, GpuTag,
+    StepBreakdown, WhileIdle,
 };
 use stackscope_event::{Event, StackSample, Timestamp};
 
@@ -67,13 +68,15 @@ impl IdleCode {
     }
 
     /// What the trainer and its feeders did while the GPU idled since start, once the GPU
-    /// idled while they were sampled.
-    pub fn while_idle(&self) -> Option<WhileIdle> {
+    /// idled while they were sampled, and the trainer's step broken down.
+    pub fn while_idle(&self) -> Option<(WhileIdle, Option<StepBreakdown>)> {
         if !self.config.gpu_enabled {
             return None;
         }
         let roles = roles_of(&self.aggregator, self.root_pid);
         let while_idle = while_idle_of(&self.aggregator, &roles);
-        (while_idle.trainer.is_some() || !while_idle.feeders.is_empty()).then_some(while_idle)
+        let step = step_of(&self.aggregator, &roles).map(|(step, _)| step.breakdown);
+        (while_idle.trainer.is_some() || !while_idle.feeders.is_empty())
+            .then_some((while_idle, step))
     }
 }

@@ -201,7 +201,7 @@ impl Live {
         self.status.while_idle = self
             .idle_code
             .while_idle()
-            .map(|w| format::while_idle_fields(&w))
+            .map(|(w, step)| format::while_idle_fields(&w, step.as_ref()))
             .unwrap_or_default();
         if let Some(m) = &self.metrics {
             crate::metrics::lock(&m.state).set_dropped(dropped);

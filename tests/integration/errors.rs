@@ -68,9 +68,23 @@ fn not_a_python_process() {
     }
     let exe = exe_of(sleeper.pid());
     let out = OutDir::new();
+    // attach follows the tree by default, and a launcher may start its Python later: only
+    // --no-subprocesses refuses it at once. dump, which reads once, refuses a tree with no
+    // Python either way.
     for args in [
-        vec!["attach", "--pid", &pid, "-o", out.arg(), "--duration", "1"],
+        vec![
+            "attach",
+            "--pid",
+            &pid,
+            "-o",
+            out.arg(),
+            "--duration",
+            "1",
+            "--no-subprocesses",
+        ],
+        vec!["dump", "--pid", &pid, "--no-subprocesses"],
         vec!["dump", "--pid", &pid],
+        vec!["dump", "--pid", &pid, "--json"],
     ] {
         let run = run_stackscope(&args, RUN_TIMEOUT);
         run.assert_error(1);
@@ -209,7 +223,6 @@ fn bad_rates_are_usage_errors() {
     let pid = fixture.pid.to_string();
     let out = OutDir::new();
     for rate in ["0", "100000", "abc", "-5"] {
-        // `--rate=-5`: with `--rate -5`, clap would take -5 for an option.
         let rate_arg = format!("--rate={rate}");
         let run = run_stackscope(
             &[
@@ -338,4 +351,92 @@ fn target_exiting_mid_recording_is_not_an_error() {
         folded.excerpt()
     );
     assert_eq!(num(&summary["samples"], "samples") as u64, folded.total());
+}
+
+/// Each message a newcomer meets, one line that says what is wrong.
+#[test]
+fn newcomers_messages_are_one_line_each() {
+    // `--rate -5` is a rate out of range, not an unknown option, with every command's --rate.
+    for command in [
+        vec!["attach", "--pid", "1"],
+        vec!["top", "--pid", "1"],
+        vec!["watch", "--pid", "1"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--rate", "-5"]);
+        let run = run_stackscope(&args, RUN_TIMEOUT);
+        run.assert_usage_error();
+        run.assert_stderr_contains("--rate must be between 0.1 and 10000");
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let file = tmp.path().join("plain-file");
+    fs::write(&file, "x").expect("write");
+    let file = file.to_str().expect("utf-8");
+    // `-o FILE`: what is wrong, not "File exists (os error 17)"; demo says it before its loop.
+    let fixture = Fixture::start("cpu_split.py", &[]);
+    let pid = fixture.pid.to_string();
+    for args in [
+        vec!["attach", "--pid", &pid, "-o", file, "--duration", "5"],
+        vec!["demo", "-o", file, "--seconds", "20"],
+    ] {
+        let run = run_stackscope(&args, RUN_TIMEOUT);
+        run.assert_error(1);
+        run.assert_stderr_contains(&format!("-o {file} is a file, not a directory"));
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.describe());
+        assert!(
+            run.elapsed < Duration::from_secs(3),
+            "{args:?}: should fail before it runs, took {:?}",
+            run.elapsed
+        );
+    }
+    // `report` and `export` of a directory that is not there.
+    let missing = tmp.path().join("no-such-recording");
+    let missing = missing.to_str().expect("utf-8");
+    for args in [
+        vec!["report", missing],
+        vec!["export", missing, "--format", "pprof"],
+    ] {
+        let run = run_stackscope(&args, RUN_TIMEOUT);
+        run.assert_error(1);
+        run.assert_stderr_contains(&format!("no such directory: {missing}"));
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.describe());
+    }
+}
+
+/// `watch` needs no `--hang-after`: its default is the one hang threshold, 300 s, and its help
+/// says so.
+#[test]
+fn watch_hang_after_defaults_to_the_one_threshold() {
+    let help = run_stackscope(&["watch", "--help"], RUN_TIMEOUT);
+    help.assert_success();
+    let flat = help.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("--hang-after <SECS>") && flat.contains("[default: 300]"),
+        "{}",
+        help.stdout
+    );
+    let fixture = Fixture::start("cpu_split.py", &[]);
+    let out = OutDir::new();
+    let running = spawn_stackscope(stackscope(&[
+        "watch",
+        "--pid",
+        &fixture.pid.to_string(),
+        "--gpu",
+        "off",
+        "-o",
+        out.arg(),
+    ]));
+    // The output directory is made just before the startup line: past it, Ctrl-C still
+    // lets the line be printed (the signal only asks the loop to end).
+    let (running, ()) = wait_while_running(running, RUN_TIMEOUT, "the output directory", || {
+        out.out.is_dir().then_some(())
+    });
+    let run = stop_bounded(running);
+    run.assert_success();
+    let said = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("watching process"))
+        .unwrap_or_else(|| panic!("no startup line\n{}", run.describe()));
+    assert!(said.contains("for 300 s"), "{said}");
 }

@@ -88,10 +88,19 @@ fn pprof_folded(profile: &Profile, gpu: Option<&str>) -> BTreeMap<String, u64> {
     out
 }
 
+/// The folded stacks without their process roots: pprof carries the process as its `pid`
+/// label, not as a frame.
 fn folded_map(folded: &Folded) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for s in &folded.stacks {
-        let stack = s.raw.rsplit_once(' ').expect("count").0.to_owned();
+        let stack = s.raw.rsplit_once(' ').expect("count").0;
+        let stack = match &s.process {
+            Some(root) => stack
+                .strip_prefix(root.as_str())
+                .and_then(|r| r.strip_prefix(';')),
+            None => Some(stack),
+        };
+        let stack = stack.expect("a stack below its process root").to_owned();
         *out.entry(stack).or_default() += s.count;
     }
     out
@@ -582,9 +591,10 @@ fn export_command_writes_each_format_for_the_whole_recording_and_for_windows() {
         let tid = ready["threads"][thread]["native_id"]
             .as_u64()
             .expect("native_id");
+        // Under its process, as the recording follows the job's process tree.
         let name = format!("Thread {tid} \"{thread}\"");
         assert!(
-            names.contains(&name.as_str()),
+            names.iter().any(|n| n.ends_with(&format!(" {name}"))),
             "no profile {name} in {names:?}"
         );
     }

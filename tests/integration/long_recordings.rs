@@ -425,7 +425,7 @@ fn record_sigterm_ends_the_child_and_writes_outputs() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    run.assert_command_interrupted();
+    run.assert_record_terminated();
     let (_, folded) = assert_complete_outputs(&out.out);
     assert!(
         folded.thread_function_total("MainThread", "hot_heavy") > 0,

@@ -11,6 +11,7 @@
 mod common;
 
 mod attach;
+mod compiled_code;
 mod containers;
 mod damaged_logs;
 mod dump;
@@ -30,8 +31,11 @@ mod record;
 mod report;
 mod report_html;
 mod report_page;
+mod report_views;
 mod roles;
+mod shapes;
 mod subprocesses;
+mod thread_names;
 mod top;
 mod version;
 mod watch;

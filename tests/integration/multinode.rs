@@ -358,7 +358,8 @@ fn recordings_of_two_nodes_merge_with_a_root_per_rank() {
     let folded = common::Folded::read(&merged_dir.join("stacks.folded"));
     let roots: std::collections::BTreeMap<String, u64> =
         folded.stacks.iter().fold(Default::default(), |mut m, s| {
-            *m.entry(s.thread.clone()).or_default() += s.count;
+            let root = s.process.as_ref().unwrap_or(&s.thread);
+            *m.entry(root.clone()).or_default() += s.count;
             m
         });
     for rank in 0..8u32 {

@@ -30,12 +30,11 @@ fn a_zombie_child_does_not_break_a_tree_dump() {
     let run = run_stackscope(&["dump", "--pid", &pid, "--subprocesses", "--json"], WAIT);
     run.assert_success();
     let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
-    let pids: Vec<u64> = dump["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect();
+    // A tree of one Python process prints as that process.
+    let pids: Vec<u64> = match dump["processes"].as_array() {
+        Some(processes) => processes.iter().filter_map(|p| p["pid"].as_u64()).collect(),
+        None => dump["pid"].as_u64().into_iter().collect(),
+    };
     assert_eq!(
         pids,
         vec![u64::from(fixture.pid)],
@@ -131,11 +130,12 @@ fn importing_threading_late_names_every_sample() {
     let trigger = tmp.path().join("trigger");
     let fixture = Fixture::start("late_import.py", &[trigger.to_str().expect("utf-8")]);
     let pid = fixture.pid;
-    // py-spy: no thread has a name before threading is imported.
+    // Before threading is imported, py-spy gives the main thread no name; ours is the one
+    // threading gives it when it is imported.
     let run = run_stackscope(&["dump", "--pid", &pid.to_string(), "--json"], WAIT);
     run.assert_success();
     let dump: serde_json::Value = serde_json::from_str(&run.stdout).expect("dump JSON");
-    assert!(dump["threads"][0]["name"].is_null(), "{}", run.stdout);
+    assert_eq!(dump["threads"][0]["name"], "MainThread", "{}", run.stdout);
 
     let out = OutDir::new();
     let running = spawn_stackscope(stackscope(&[
@@ -175,4 +175,78 @@ fn importing_threading_late_names_every_sample() {
     let threads = summary["threads"].as_array().expect("threads");
     assert_eq!(threads.len(), 1, "{}", summary["threads"]);
     assert_eq!(threads[0]["name"], "MainThread");
+}
+
+/// py-spy's `record` scenarios (a sleeping and a busy script, a bash launcher, `-X importtime`,
+/// spawned workers, asyncio): `record --duration` ends each as asked, writes the recording
+/// with the scenario's own function in it, and exits 0, as `py-spy record --duration` does.
+#[test]
+fn record_duration_ends_each_scenario_with_status_0() {
+    let _serial = serial();
+    let busy = "def busy():\n    while True:\n        sum(range(1000))\nbusy()\n";
+    let sleeps =
+        "import time\ndef sleeper():\n    while True:\n        time.sleep(0.05)\nsleeper()\n";
+    let asyncio = "import asyncio\nasync def crunch():\n    while True:\n        \
+                   sum(range(1000))\n        await asyncio.sleep(0)\nasyncio.run(crunch())\n";
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let ready = tmp.path().join("ready");
+    let pool = fixture_path("spawn_pool.py");
+    let bash_line = format!("python3 -c '{busy}'");
+    let scenarios: [(&str, Vec<&str>, &str); 6] = [
+        (
+            "a sleeping script",
+            vec!["--idle", "--", "python3", "-c", sleeps],
+            "sleeper",
+        ),
+        ("a busy script", vec!["--", "python3", "-c", busy], "busy"),
+        (
+            "a bash launcher",
+            vec!["--", "bash", "-c", &bash_line],
+            "busy",
+        ),
+        (
+            "-X importtime",
+            vec!["--", "python3", "-X", "importtime", "-c", busy],
+            "busy",
+        ),
+        (
+            "spawned workers",
+            vec![
+                "--idle",
+                "--",
+                "python3",
+                pool.to_str().expect("utf-8"),
+                ready.to_str().expect("utf-8"),
+            ],
+            "feed_worker",
+        ),
+        ("asyncio", vec!["--", "python3", "-c", asyncio], "crunch"),
+    ];
+    for (scenario, args, function) in scenarios {
+        let out = OutDir::new();
+        let mut cmd = stackscope(&["record", "--duration", "2", "--gpu", "off", "-o", out.arg()]);
+        cmd.args(&args).env("PYTHONDONTWRITEBYTECODE", "1");
+        let run = run_with_timeout(cmd, WAIT);
+        run.assert_duration_ended();
+        let folded = out.folded();
+        assert!(
+            folded.stacks.iter().any(|s| s.has_function(function)),
+            "{scenario}: no {function} in the recording\n{}",
+            folded.excerpt()
+        );
+        // The job is its process tree: the terminal and summary.json say how many processes
+        // were followed (the pool: main, three workers, the resource tracker).
+        let followed = num(&out.summary()["processes_followed"], "processes_followed") as u64;
+        let least = if scenario == "spawned workers" { 4 } else { 1 };
+        assert!(
+            followed >= least,
+            "{scenario}: {followed} processes followed"
+        );
+        assert!(
+            run.stdout
+                .contains(&format!("Processes followed: {followed}\n")),
+            "{scenario}:\n{}",
+            run.stdout
+        );
+    }
 }

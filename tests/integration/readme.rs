@@ -3,6 +3,7 @@
 //! tarball or the wheel's metadata; and every `stackscope COMMAND` the README shows in code is
 //! a command the binary has, while every command the binary has is shown there.
 
+mod install_name;
 mod markdown;
 
 use std::collections::BTreeSet;

@@ -69,8 +69,12 @@ fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32, rec
     let excerpt = folded.excerpt();
     for stack in &folded.stacks {
         assert!(
-            process_root_pid(&stack.thread).is_some(),
-            "with --subprocesses every stack is rooted at `process PID COMMAND`: {}",
+            stack
+                .process
+                .as_deref()
+                .and_then(process_root_pid)
+                .is_some(),
+            "following the tree, every stack is rooted at `process PID COMMAND`: {}",
             stack.raw
         );
     }
@@ -78,7 +82,7 @@ fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32, rec
         folded
             .stacks
             .iter()
-            .filter(move |s| process_root_pid(&s.thread) == Some(pid))
+            .filter(move |s| s.process.as_deref().and_then(process_root_pid) == Some(pid))
     };
     let child_busy: u64 = of(child)
         .filter(|s| s.has_function("child_busy_loop"))
@@ -106,7 +110,7 @@ fn finish_and_check(running: Running, out: &OutDir, parent: u32, child: u32, rec
     );
     // The thread comes right below the process root.
     assert!(
-        of(child).all(|s| s.frames.first().is_some_and(|f| f.function == "MainThread")),
+        of(child).all(|s| s.thread == "MainThread"),
         "the child's stacks should be `process ...;MainThread;...`:\n{excerpt}"
     );
 
@@ -240,7 +244,7 @@ fn record_subprocesses_sees_a_child() {
 }
 
 #[test]
-fn without_subprocesses_the_child_is_not_sampled() {
+fn no_subprocesses_leaves_the_child_unsampled() {
     let _serial = serial();
     let tmp = tempfile::tempdir().expect("temp dir");
     let f = files(tmp.path());
@@ -257,6 +261,7 @@ fn without_subprocesses_the_child_is_not_sampled() {
         "attach",
         "--pid",
         &parent.to_string(),
+        "--no-subprocesses",
         "-o",
         out.arg(),
         "--flush-interval",
@@ -297,7 +302,7 @@ fn without_subprocesses_the_child_is_not_sampled() {
             .stacks
             .iter()
             .any(|s| s.has_function("child_busy_loop")),
-        "child_busy_loop sampled without --subprocesses:\n{excerpt}"
+        "child_busy_loop sampled with --no-subprocesses:\n{excerpt}"
     );
     assert!(
         folded.thread_function_total("MainThread", "parent_loop") > 0,
@@ -305,9 +310,10 @@ fn without_subprocesses_the_child_is_not_sampled() {
     );
     assert!(
         process_entry(&summary, child).is_none(),
-        "the child in summary processes without --subprocesses: {}",
+        "the child in summary processes with --no-subprocesses: {}",
         summary["processes"]
     );
+    assert_eq!(summary["processes_followed"], 1, "{summary:#}");
     assert_not_stopped(parent);
     assert_not_stopped(child);
 }

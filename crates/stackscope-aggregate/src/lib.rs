@@ -25,6 +25,7 @@
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
+mod compiled;
 mod fold;
 mod gpu;
 mod jobs;
@@ -34,6 +35,7 @@ pub mod top;
 mod trace;
 mod verdict;
 
+pub use compiled::{compiled_code, CompiledCode};
 pub use fold::{
     AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
     FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,
@@ -54,13 +56,14 @@ pub use jobs::{
     RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, Vanished,
     DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
+pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
-pub use roles::{of as roles_of, while_idle_of, Role, Roles, ThreadRole};
+pub use roles::{of as roles_of, step_of, while_idle_of, Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
 pub use trace::{Run, SampleTrace, TraceThread};
 pub use verdict::{
-    headline_verdict, idle_path, idle_path_by, IdlePath, PathFunction, RecordingVerdict, Verdict,
-    VerdictClass, MIN_RISE, VERDICTS_IN_HEADLINE,
+    headline_verdict, idle_path, idle_path_by, IdlePath, IfFixed, PathFunction, RecordingVerdict,
+    Verdict, VerdictClass, HIGHLY_BOUND, MIN_RISE, MODERATELY_BOUND, VERDICTS_IN_HEADLINE,
 };
 
 #[cfg(test)]

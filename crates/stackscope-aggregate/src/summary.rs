@@ -8,12 +8,16 @@ use crate::fold::{
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
 use crate::gpu::{
-    bursts_of_grid, cycle, resample_mean, Cycle, GpuDeviceSummary, UtilizationResult,
+    bursts_of_grid, cycle, resample_mean, short_bursts_of_grid, short_cycle, Cycle,
+    GpuDeviceSummary, UtilizationResult,
 };
 use crate::jobs::{process_role, FrozenThread, HangGpu, Stuck};
+use crate::roles::step::{GilHolder, StepBreakdown};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
-use crate::verdict::{idle_path, idle_path_by, verdict, IdlePath, Verdict, VerdictInput};
+use crate::verdict::{
+    idle_path, idle_path_by, verdict_and_fix, IdlePath, IfFixed, Verdict, VerdictInput,
+};
 
 /// How many functions the GPU-idle and GPU-busy lists hold.
 pub const TOP_GPU_FUNCTIONS: usize = 10;
@@ -70,6 +74,15 @@ pub struct Summary {
     /// sampler could tell (`--subprocesses`): `[{pid, role, started, ended, how}]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes_ended: Vec<ProcessEnded>,
+    /// How many processes the recording followed: the target and every process below it that
+    /// was sampled (those folded into `[other processes]` too); 1 when it kept to the target
+    /// (`--no-subprocesses`).
+    #[serde(default)]
+    pub processes_followed: u64,
+    /// The thread most of whose samples are below one Python line, in compiled code, and the
+    /// line that points at `--native` ([`crate::compiled`]); null when none is.
+    #[serde(default)]
+    pub compiled_code: Option<crate::CompiledCode>,
     pub top_functions: TopFunctions,
     pub notices: Vec<String>,
     /// The caps on the aggregate's tables that were reached, each saying what became of what
@@ -143,6 +156,17 @@ pub struct GpuSummary {
     /// What the trainer and its feeders did while the GPU idled.
     #[serde(default)]
     pub while_idle: WhileIdle,
+    /// The trainer's step broken down: shares of its wall time, summing to 1; `None` without
+    /// a trainer.
+    #[serde(default)]
+    pub step: Option<StepBreakdown>,
+    /// Who held the GIL while the trainer waited for it, when those waits are 10% of its step
+    /// or more.
+    #[serde(default)]
+    pub step_gil_holder: Option<GilHolder>,
+    /// What fixing the verdict's bottleneck buys.
+    #[serde(default)]
+    pub if_fixed: Option<IfFixed>,
     pub samples_gpu_idle: u64,
     pub samples_gpu_busy: u64,
     /// Samples with no GPU reading at their time, and any still waiting for one.
@@ -196,6 +220,12 @@ impl Aggregator {
             threads: self.thread_summaries(),
             processes: self.process_summaries(),
             processes_ended: self.processes_ended(meta),
+            processes_followed: self.processes_followed(),
+            compiled_code: if self.config.include_idle {
+                None
+            } else {
+                crate::compiled_code(&self.table)
+            },
             top_functions: top_functions(&self.table, |c| c.all, TOP_FUNCTIONS),
             notices: meta.notices.clone(),
             caps_reached: self.caps_reached(),
@@ -249,10 +279,14 @@ impl Aggregator {
         });
         let roles = roles::of(self, meta.pid);
         let while_idle = roles::while_idle_of(self, &roles);
+        let (step, step_gil_holder) = match roles::step_of(self, &roles) {
+            Some((step, holder)) => (Some(step), holder),
+            None => (None, None),
+        };
         let stuck = self.stuck();
         let hang_gpu = mean_utilization
             .map(|mean| HangGpu::classify(mean, mean_sm_active, f64::from(idle_below), false));
-        let verdict = verdict(VerdictInput {
+        let (verdict, if_fixed) = verdict_and_fix(VerdictInput {
             stuck: stuck.as_ref().zip(hang_gpu),
             mean_utilization,
             cycle: cycle.as_ref(),
@@ -263,6 +297,9 @@ impl Aggregator {
             low_sm_path: low_sm_path.as_ref(),
             mean_sm_active,
             low_sm_functions: &top_low_sm,
+            step: step.as_ref(),
+            gil_holder: step_gil_holder.as_ref(),
+            cpus_usable: meta.cpus_usable,
         });
         Some(GpuSummary {
             devices,
@@ -274,6 +311,9 @@ impl Aggregator {
             startup_secs,
             startup_functions: top_functions(&self.table, |c| c.startup, STARTUP_FUNCTIONS).by_self,
             while_idle,
+            step: step.map(|s| s.breakdown),
+            step_gil_holder,
+            if_fixed,
             samples_gpu_idle: tagged[0],
             samples_gpu_busy: tagged[1],
             samples_gpu_unknown: tagged[2] + pending,
@@ -318,8 +358,12 @@ impl Aggregator {
             .max(first)
             .max(startup_end.unwrap_or(0));
         let grid = resample_mean(series, from, last, CYCLE_STEP_NANOS);
+        let to = from + grid.len() as u64 * CYCLE_STEP_NANOS;
         let bursts = bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
-        cycle(&bursts, from, from + grid.len() as u64 * CYCLE_STEP_NANOS)
+        cycle(&bursts, from, to).or_else(|| {
+            let short = short_bursts_of_grid(&grid, from, CYCLE_STEP_NANOS, self.config.idle_below);
+            short_cycle(&short, from, to)
+        })
     }
 
     /// Whether the target did not move (`Stuck::judge`), with where its busiest threads are.
@@ -419,6 +463,14 @@ impl Aggregator {
             .collect();
         ended.sort_by_key(|(at, p)| (*at, p.pid));
         ended.into_iter().map(|(_, p)| p).collect()
+    }
+
+    fn processes_followed(&self) -> u64 {
+        if self.config.process_root {
+            (self.processes.len() as u64 + self.processes.folded().processes).max(1)
+        } else {
+            1
+        }
     }
 
     fn process_summaries(&self) -> Vec<ProcessSummary> {

@@ -128,6 +128,77 @@ fn a_waiting_trainer_and_its_busy_worker_without_idle_samples_kept() {
         "{labels:?}"
     );
     assert!(labels.contains(&("worker", Role::Worker)), "{labels:?}");
+    // Its step: 2 s of every 3 waiting in the queue, 1 s launching work.
+    let step = gpu.step.expect("a step");
+    assert!((step.input_wait - 2.0 / 3.0).abs() < 0.02, "{step:?}");
+    assert!((step.python - 1.0 / 3.0).abs() < 0.02, "{step:?}");
+    // Amdahl: 3x faster fed in time; one worker per third of the step: 3 workers.
+    let fixed = gpu.if_fixed.expect("if fixed");
+    assert_eq!(fixed.bottleneck, "input_pipeline");
+    assert!((fixed.speedup_up_to - 3.0).abs() < 0.2, "{fixed:?}");
+    assert_eq!(fixed.workers_now, Some(1));
+    assert_eq!(fixed.workers_needed, Some(3), "{fixed:?}");
+}
+
+/// A metrics thread spinning in pure Python, as busy while the GPU idles as while it works, is
+/// a helper, however busy: the trainer is the thread whose stacks change with the GPU.
+#[test]
+fn a_helper_spinning_whatever_the_gpu_does_is_not_the_trainer() {
+    let mut agg = Aggregator::new(AggregateConfig::default(), Timestamp(0));
+    for t in (0..9_000u64).step_by(10) {
+        let training = t % 3_000 < 1_000;
+        if t % 160 == 0 {
+            let value = if training { 97.0 } else { 3.0 };
+            agg.handle(events::gpu_event(events::ms(t + 160), 0, value));
+        }
+        // The loop sleeps in `.item()` while the GPU works and loads while it idles.
+        let frames: &[(&str, &str, u32)] = if training {
+            &[("main", "train.py", 41)]
+        } else {
+            &[("read_batch", "train.py", 12), ("main", "train.py", 40)]
+        };
+        agg.handle(at(TRAINER, t, !training, frames));
+        // It runs more while the loop sleeps (the GIL is free): it looks like the GPU's rhythm
+        // by how much it runs, not by what it does.
+        let running = training || t % 20 == 0;
+        let metrics = events::thread(2, Some(1002), Some("metrics"), running);
+        let spin = [("collect", "train.py", 70), ("run", "threading.py", 900)];
+        agg.handle(events::stack(events::ms(t), TRAINER, &metrics, &spin));
+    }
+    agg.finish();
+    let s = summary(&agg);
+    let trainer = s.roles.iter().find(|r| r.role == Role::Trainer);
+    assert_eq!(
+        trainer.map(|t| t.thread.as_str()),
+        Some("MainThread"),
+        "{:?}",
+        s.roles
+    );
+    let step = s.gpu.expect("gpu").step.expect("a step");
+    // Waiting while the GPU works is waiting on the GPU; reading while it idles is loading.
+    assert!((step.gpu_wait - 1.0 / 3.0).abs() < 0.05, "{step:?}");
+    assert!((step.inline_load - 2.0 / 3.0).abs() < 0.05, "{step:?}");
+}
+
+/// Without GPU data there are no roles: threads are threads.
+#[test]
+fn without_gpu_data_there_are_no_roles() {
+    let config = AggregateConfig {
+        gpu_enabled: false,
+        ..AggregateConfig::default()
+    };
+    let mut agg = Aggregator::new(config, Timestamp(0));
+    for t in (0..2_000u64).step_by(10) {
+        agg.handle(at(TRAINER, t, false, &[("main", "black.py", 3)]));
+        let pool = events::thread(2, Some(1002), Some("ThreadPoolExecutor-0_0"), true);
+        let work = [
+            ("format_file", "black.py", 90),
+            ("_worker", "concurrent/futures/thread.py", 83),
+        ];
+        agg.handle(events::stack(events::ms(t), TRAINER, &pool, &work));
+    }
+    agg.finish();
+    assert!(summary(&agg).roles.is_empty());
 }
 
 #[test]

@@ -86,6 +86,13 @@ var stackscopeFlame = (function () {
       resetZoom: function () {
         chart.resetZoom();
         settle();
+      },
+      // Takes the element's width now (after the window was resized); the next draw uses it.
+      resize: function () {
+        var now = Math.max(600, el.clientWidth || 1100);
+        if (now === width) return;
+        width = now;
+        chart.width(width);
       }
     };
   };

@@ -29,7 +29,8 @@
       var k = decodeURIComponent(p[0] || ""), v = decodeURIComponent(p[1] || "");
       if (k === "from" && v !== "" && isFinite(+v)) state.from = +v;
       if (k === "to" && v !== "" && isFinite(+v)) state.to = +v;
-      if (k === "view" && /^(all|idle|busy|diff)$/.test(v)) state.view = v;
+      // Without GPU data the page has the one view of all samples.
+      if (k === "view" && /^(all|idle|busy|diff)$/.test(v)) state.view = D.gpus.length ? v : "all";
     });
     clampWindow();
   }
@@ -173,14 +174,9 @@
     for (var i = 0; i < buttons.length; i++) {
       buttons[i].className = buttons[i].getAttribute("data-view") === state.view ? "on" : "";
     }
-    var legend = document.getElementById("legend");
-    if (!D.gpus.length && state.view !== "all") {
-      legend.textContent = "No GPU data in this recording: every sample's GPU state is unknown, so this view is empty.";
-    } else {
-      legend.innerHTML = state.view === "diff"
-        ? "<span class=\"swatch idle\"></span>more of the GPU-idle samples <span class=\"swatch busy\"></span>more of the GPU-busy samples (width: both together)"
-        : "";
-    }
+    document.getElementById("legend").innerHTML = state.view === "diff"
+      ? "<span class=\"swatch idle\"></span>more of the GPU-idle samples <span class=\"swatch busy\"></span>more of the GPU-busy samples (width: both together)"
+      : "";
     writeHash();
     if (plot) plot.redraw(false);
     drawLanes();
@@ -260,7 +256,13 @@
     var opts = {
       width: plotWidth,
       height: 170,
-      scales: { x: { time: false, range: function () { return [fullFrom, fullTo]; } }, "%": { range: [0, 100] } },
+      // Samples per second from 0: an axis from 90 to 110 makes the sampler's jitter look
+      // like swings of the job.
+      scales: {
+        x: { time: false, range: function () { return [fullFrom, fullTo]; } },
+        "%": { range: [0, 100] },
+        n: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } }
+      },
       axes: [
         { label: "seconds since start", labelSize: 18, labelGap: 0, size: 30 },
         { scale: D.gpus.length ? "%" : "n", label: D.gpus.length ? "%" : "samples/s", labelSize: 20 },
@@ -282,7 +284,10 @@
           render();
         }],
         setCursor: [function (u) { if (updateLegend) updateLegend(u); }],
-        draw: [drawOverlay]
+        draw: [drawOverlay, function (u) {
+          // The samples-per-second axis's range, for whoever reads the page (its tests).
+          if (!D.gpus.length) timelineEl.setAttribute("data-rate-axis", u.scales.n.min + "," + u.scales.n.max);
+        }]
       }
     };
     if (!D.gpus.length || !series.some(function (s) { return s.scale === "W"; })) opts.axes.pop();
@@ -467,6 +472,18 @@
   document.getElementById("reset-zoom").onclick = function () { flame.resetZoom(); };
   document.getElementById("whole").onclick = function () { state.from = null; state.to = null; render(); };
   window.addEventListener("hashchange", function () { parseHash(); render(); });
+  // A resized window redraws the timeline, its lanes and the flamegraph at the new width, once
+  // the resizing pauses.
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      var width = Math.max(600, timelineEl.clientWidth || 1100);
+      if (plot && width !== plot.width) plot.setSize({ width: width, height: plot.height });
+      flame.resize();
+      render();
+    }, 100);
+  });
 
   parseHash();
   buildPlot();

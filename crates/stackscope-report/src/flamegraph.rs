@@ -5,17 +5,19 @@ use std::io::Write;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 use inferno::flamegraph::{from_lines, Options};
 
+use crate::markup::escape;
 use crate::ReportError;
 
-/// Writes an interactive SVG flamegraph of `lines` (stack, count). An empty profile, which
-/// inferno refuses, gets a small SVG that says there were no samples, so every output file
-/// is always a valid SVG.
+/// Writes an interactive SVG flamegraph of `lines` (stack, count), each run of Python's
+/// import-machinery frames drawn as one frame ([`crate::import_frames`]). An empty profile,
+/// which inferno refuses, gets a small SVG that says there were no samples, so every output
+/// file is always a valid SVG.
 pub fn write_flamegraph<W: Write>(
     lines: &[(String, u64)],
     title: &str,
     mut w: W,
 ) -> Result<(), ReportError> {
-    let text: Vec<String> = lines
+    let text: Vec<String> = crate::import_frames::fold_lines(lines)
         .iter()
         .filter(|(_, count)| *count > 0)
         .map(|(stack, count)| format!("{stack} {count}"))
@@ -36,7 +38,7 @@ pub fn write_flamegraph<W: Write>(
 }
 
 fn write_empty_svg<W: Write>(title: &str, mut w: W) -> Result<(), ReportError> {
-    let title = escape_xml(title);
+    let title = escape(title);
     write!(
         w,
         r##"<?xml version="1.0" standalone="no"?>
@@ -49,21 +51,6 @@ fn write_empty_svg<W: Write>(title: &str, mut w: W) -> Result<(), ReportError> {
     )?;
     w.flush()?;
     Ok(())
-}
-
-pub(crate) fn escape_xml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

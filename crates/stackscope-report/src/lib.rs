@@ -18,6 +18,8 @@ mod folded;
 mod gpu_chart;
 mod gpu_csv;
 pub mod html;
+pub mod import_frames;
+mod markup;
 mod merge;
 mod outputs;
 mod rebuild;

@@ -314,13 +314,18 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
         };
         let line = if trainers {
             let top = cut_chars(&top, TOP_WIDTH_WITH_TRAINER);
-            let trainer = row.trainer.as_deref().unwrap_or("-");
+            // Its recording's bottleneck and what fixing it buys, after the trainer's line.
+            let trainer = match (&row.trainer, &row.bottleneck) {
+                (Some(t), Some(b)) => format!("{t} · {b}"),
+                (Some(t), None) => t.clone(),
+                _ => "-".to_owned(),
+            };
             format!(
                 "{:<28} {:>9} {:>9}  {top:<TOP_WIDTH_WITH_TRAINER$}  {}",
                 cut_chars(&who, 28),
                 row.samples,
                 idle,
-                cut_chars(trainer, 90)
+                cut_chars(&trainer, 120)
             )
         } else {
             format!(
@@ -458,6 +463,7 @@ mod tests {
             rank: Some(rank),
             all: vec![("MainThread;poll (connection.py:3)".to_owned(), 9)],
             trainer: trainer.map(|t| (10, t.to_owned())),
+            bottleneck: None,
             ..RecordingInput::default()
         };
         let merged = merge_recordings(&[
@@ -482,6 +488,27 @@ mod tests {
         );
         assert!(lines[1].contains("poll (connection.py) 100%"), "{text}");
         assert!(lines[2].ends_with("  -"), "{text}");
+
+        // Each recording's bottleneck and what fixing it buys, after its trainer's line.
+        let fixed = RecordingInput {
+            bottleneck: Some("input_pipeline: steps up to 3.3x faster".to_owned()),
+            ..input(
+                "node-a",
+                0,
+                Some("main (train.py:136) waiting in Queue.get"),
+            )
+        };
+        let merged = merge_recordings(&[fixed, input("node-b", 1, None)]);
+        let mut out = Vec::new();
+        write_rank_table(&merged, &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.lines().nth(1).is_some_and(|l| l.ends_with(
+                "main (train.py:136) waiting in Queue.get · input_pipeline: steps up to 3.3x \
+                 faster"
+            )),
+            "{text}"
+        );
 
         // Without a trainer anywhere, the table is as it was.
         let merged = merge_recordings(&[input("node-a", 0, None)]);

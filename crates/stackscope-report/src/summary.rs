@@ -41,6 +41,9 @@ pub fn write_text_summary<W: Write>(
     for notice in &summary.notices {
         writeln!(w, "note: {notice}")?;
     }
+    if let Some(compiled) = &summary.compiled_code {
+        writeln!(w, "Compiled code: {}", compiled.line)?;
+    }
     for cap in &summary.caps_reached {
         writeln!(w, "cap reached: {cap}")?;
     }
@@ -160,6 +163,7 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
 }
 
 fn write_processes<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    writeln!(w, "Processes followed: {}", s.processes_followed.max(1))?;
     if s.processes.is_empty() {
         return Ok(());
     }
@@ -244,6 +248,15 @@ pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
         };
         parts.push(format!("{name} {pid_word} {}", shown.join(", ")));
     }
+    let pool: Vec<&ThreadRole> = roles
+        .iter()
+        .filter(|t| t.role == Role::FeederThread)
+        .collect();
+    if let Some(first) = pool.first() {
+        let n = pool.len();
+        let threads = if n == 1 { "thread" } else { "threads" };
+        parts.push(format!("{n} feeder {threads} in pid {}", first.pid));
+    }
     let helpers = roles.iter().filter(|t| t.role == Role::Helper).count();
     match helpers {
         0 => {}
@@ -275,6 +288,9 @@ fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
         "Stack samples while the GPU was idle (<{}%): {}, busy: {}, unknown: {}",
         gpu.idle_below, gpu.samples_gpu_idle, gpu.samples_gpu_busy, gpu.samples_gpu_unknown
     )?;
+    if let Some(step) = &gpu.step {
+        writeln!(w, "The training loop's time: {}", step.describe())?;
+    }
     writeln!(w, "Verdict: {}", gpu.verdict.text)?;
     Ok(())
 }

@@ -33,7 +33,13 @@ pub struct LogHeader {
     pub leave_out_startup: Option<bool>,
     /// Devices the recording passed to `Aggregator::expect_gpu_devices`, if any.
     pub expected_gpu_devices: Vec<u32>,
+    /// CPUs the target's process may use (its affinity capped by its cgroup's quota); `None`
+    /// where it could not be read, and in logs written before the header kept it.
+    pub cpus_usable: Option<f64>,
 }
+
+/// Header flag: `cpus_usable` follows the expected devices.
+const HAS_CPUS_USABLE: u8 = 32;
 
 impl LogHeader {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -48,12 +54,20 @@ impl LogHeader {
                 | (u8::from(self.gpu_enabled) << 1)
                 | (u8::from(self.process_root) << 2)
                 | (u8::from(self.leave_out_startup == Some(true)) << 3)
-                | (u8::from(self.leave_out_startup.is_some()) << 4),
+                | (u8::from(self.leave_out_startup.is_some()) << 4)
+                | if self.cpus_usable.is_some() {
+                    HAS_CPUS_USABLE
+                } else {
+                    0
+                },
         );
         put_f32(out, self.idle_below);
         put_varint(out, self.expected_gpu_devices.len() as u64);
         for &device in &self.expected_gpu_devices {
             put_varint(out, u64::from(device));
+        }
+        if let Some(cpus) = self.cpus_usable {
+            put_f64(out, cpus);
         }
     }
 
@@ -71,6 +85,11 @@ impl LogHeader {
         for _ in 0..devices {
             expected_gpu_devices.push(bytes.varint_u32()?);
         }
+        let cpus_usable = if flags & HAS_CPUS_USABLE != 0 {
+            Some(bytes.f64()?)
+        } else {
+            None
+        };
         Ok(LogHeader {
             start,
             started_at,
@@ -84,6 +103,7 @@ impl LogHeader {
             process_root: flags & 4 != 0,
             leave_out_startup: (flags & 16 != 0).then_some(flags & 8 != 0),
             expected_gpu_devices,
+            cpus_usable,
         })
     }
 }
@@ -107,6 +127,7 @@ impl Default for LogHeader {
             process_root: false,
             leave_out_startup: Some(false),
             expected_gpu_devices: Vec::new(),
+            cpus_usable: None,
         }
     }
 }
@@ -114,6 +135,25 @@ impl Default for LogHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpus_usable_round_trips_and_an_older_header_has_none() {
+        for cpus in [Some(1.5), Some(16.0), None] {
+            let header = LogHeader {
+                cpus_usable: cpus,
+                expected_gpu_devices: vec![0, 3],
+                ..LogHeader::default()
+            };
+            let mut out = Vec::new();
+            header.encode(&mut out);
+            // A record after the header still starts where it did.
+            out.push(0xAB);
+            let mut bytes = Bytes::new(&out);
+            let decoded = LogHeader::decode(&mut bytes).expect("decodes");
+            assert_eq!(decoded, header);
+            assert_eq!(bytes.u8().expect("the next byte"), 0xAB);
+        }
+    }
 
     #[test]
     fn the_start_up_flag_round_trips_and_an_older_header_has_none() {

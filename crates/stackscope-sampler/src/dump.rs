@@ -6,9 +6,9 @@ use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, Thread
 
 use crate::error::{AttachError, SampleFailure};
 use crate::procfs;
+use crate::procfs::descendants;
 use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions, ThreadStack};
-use crate::tree::descendants;
 
 /// Reads every thread of `pid` once. The process is stopped only for the read.
 pub fn dump_process(pid: u32, options: &TargetOptions) -> Result<ProcessDump, AttachError> {

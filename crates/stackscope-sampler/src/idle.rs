@@ -17,26 +17,23 @@
 //! The system call a blocked thread is in (`/proc/.../syscall`) names its wait in `dump`
 //! ([`crate::procfs::thread_state`]) but does not change whether it is idle.
 
-/// Whether a thread is busy, from its scheduler state letter (None: unreadable) and whether
-/// it holds the GIL (false where the holder is not known).
-pub(crate) fn is_active(state: Option<u8>, holds_gil: bool) -> bool {
-    match state {
-        None | Some(b'R') => true,
-        Some(b'S' | b'D' | b'I' | b'W' | b'P') => holds_gil,
-        // Stopped, zombie, dead.
-        Some(_) => false,
-    }
+use crate::procfs::ProcState;
+
+/// Whether a thread is busy, from its scheduler state (None: unreadable, which counts as busy)
+/// and whether it holds the GIL (false where the holder is not known): [`ProcState::is_idle`].
+pub(crate) fn is_active(state: Option<ProcState>, holds_gil: bool) -> bool {
+    state.is_none_or(|s| !s.is_idle(holds_gil))
 }
 
-/// The state letter of a thread, read from `/proc/PID/task/TID/stat` (one open and read; the
-/// fast reader keeps its files open instead, see `fast::activity`).
-pub(crate) fn state_of(pid: u32, tid: u64) -> Option<u8> {
+/// The state of a thread, read from `/proc/PID/task/TID/stat` (one open and read; the fast
+/// reader keeps its files open instead, see `fast::activity`).
+pub(crate) fn state_of(pid: u32, tid: u64) -> Option<ProcState> {
     let stat = std::fs::read(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     crate::procfs::StatLine::parse(&stat)?.state()
 }
 
-/// The state letter of every thread of `pid`, by OS thread id.
-pub(crate) fn states(pid: u32) -> std::collections::HashMap<u64, u8> {
+/// The state of every thread of `pid`, by OS thread id.
+pub(crate) fn states(pid: u32) -> std::collections::HashMap<u64, ProcState> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return std::collections::HashMap::new();
     };
@@ -53,24 +50,24 @@ mod tests {
 
     #[test]
     fn running_threads_are_busy_and_sleeping_ones_idle() {
-        assert!(is_active(Some(b'R'), false));
-        assert!(!is_active(Some(b'S'), false));
-        assert!(!is_active(Some(b'D'), false));
-        assert!(!is_active(Some(b't'), false));
-        assert!(!is_active(Some(b'Z'), true));
+        assert!(is_active(Some(ProcState(b'R')), false));
+        assert!(!is_active(Some(ProcState(b'S')), false));
+        assert!(!is_active(Some(ProcState(b'D')), false));
+        assert!(!is_active(Some(ProcState(b't')), false));
+        assert!(!is_active(Some(ProcState(b'Z')), true));
     }
 
     #[test]
     fn a_sleeping_gil_holder_is_busy_and_an_unknown_state_counts() {
-        assert!(is_active(Some(b'S'), true));
-        assert!(is_active(Some(b'D'), true));
+        assert!(is_active(Some(ProcState(b'S')), true));
+        assert!(is_active(Some(ProcState(b'D')), true));
         assert!(is_active(None, false));
     }
 
     #[test]
     fn our_own_thread_reads_as_running() {
         let tid = nix::unistd::gettid().as_raw() as u64;
-        assert_eq!(state_of(std::process::id(), tid), Some(b'R'));
+        assert_eq!(state_of(std::process::id(), tid), Some(ProcState(b'R')));
         assert_eq!(state_of(std::process::id(), u64::from(u32::MAX - 1)), None);
     }
 }

@@ -15,7 +15,7 @@ use crate::procfs;
 /// exited.
 pub fn reader_pid(pid: u32) -> u32 {
     match procfs::state(pid) {
-        Some('Z') => procfs::live_thread(pid).unwrap_or(pid),
+        Some(s) if s.is_zombie() => procfs::live_thread(pid).unwrap_or(pid),
         _ => pid,
     }
 }

@@ -6,17 +6,36 @@ use std::path::PathBuf;
 
 use stackscope_event::ThreadState;
 
+pub mod cpus;
 pub(crate) mod stat;
+pub use stat::ProcState;
 pub(crate) use stat::StatLine;
 
 /// Whether a process with this pid exists (a zombie counts as gone: it runs no more code). A
 /// process whose leader thread exited while other threads run on is alive.
 pub fn is_alive(pid: u32) -> bool {
     match state(pid) {
-        Some('Z') => live_thread(pid).is_some(),
-        Some('X') | None => false,
-        Some(_) => true,
+        Some(s) if s.is_zombie() => live_thread(pid).is_some(),
+        Some(s) => !s.is_gone(),
+        None => false,
     }
+}
+
+/// At most this many processes below a root are listed: a fork bomb does not make the walk
+/// endless. Four times the processes a tree of targets follows.
+pub const MAX_DESCENDANTS: usize = 1024;
+
+/// Every process below `root`, parents before children (at most about
+/// [`MAX_DESCENDANTS`]).
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut all = vec![root];
+    let mut next = 0;
+    while next < all.len() && all.len() <= MAX_DESCENDANTS {
+        all.extend(children(all[next]));
+        next += 1;
+    }
+    all.remove(0);
+    all
 }
 
 /// The threads of `pid` that have not exited, by OS id.
@@ -35,7 +54,7 @@ pub fn live_threads(pid: u32) -> Vec<u64> {
 
 /// Whether thread `tid` of `pid` exists and has not exited.
 pub fn thread_alive(pid: u32, tid: u64) -> bool {
-    matches!(state_of(&format!("/proc/{pid}/task/{tid}/stat")), Some(s) if s != 'Z' && s != 'X')
+    state_of(&format!("/proc/{pid}/task/{tid}/stat")).is_some_and(|s| !s.is_gone())
 }
 
 /// A live thread of `pid` other than an exited leader, if any.
@@ -45,8 +64,8 @@ pub fn live_thread(pid: u32) -> Option<u32> {
         .find_map(|tid| u32::try_from(tid).ok())
 }
 
-/// The one-letter scheduler state from `/proc/PID/stat` (`R`, `S`, `D`, `T`, `t`, `Z`, ...).
-pub fn state(pid: u32) -> Option<char> {
+/// The scheduler state from `/proc/PID/stat`.
+pub fn state(pid: u32) -> Option<ProcState> {
     state_of(&format!("/proc/{pid}/stat"))
 }
 
@@ -56,7 +75,7 @@ pub fn state(pid: u32) -> Option<char> {
 /// (the sampler asks this every sample).
 pub fn is_stopped(pid: u32) -> bool {
     let state = state_of(&format!("/proc/{pid}/task/{pid}/stat")).or_else(|| state(pid));
-    matches!(state, Some('T') | Some('t'))
+    state.is_some_and(ProcState::is_stopped)
 }
 
 /// [`is_stopped`] for a process asked every sample: the leader's stat file stays open and is
@@ -80,12 +99,12 @@ impl StopCheck {
 
     pub fn is_stopped(&mut self) -> bool {
         match self.leader_state() {
-            Some(state) => matches!(state, 'T' | 't'),
+            Some(state) => state.is_stopped(),
             None => is_stopped(self.pid),
         }
     }
 
-    fn leader_state(&mut self) -> Option<char> {
+    fn leader_state(&mut self) -> Option<ProcState> {
         use std::os::unix::fs::FileExt;
         if self.file.is_none() {
             self.file = fs::File::open(format!("/proc/{0}/task/{0}/stat", self.pid)).ok();
@@ -191,15 +210,16 @@ pub fn thread_state(pid: u32, tid: u64) -> ThreadState {
     let Some(state) = state_of(&format!("/proc/{pid}/task/{tid}/stat")) else {
         return ThreadState::Unknown;
     };
-    match state {
-        'R' => ThreadState::Running,
-        'T' | 't' => ThreadState::Stopped,
-        'S' | 'D' | 'I' => {
-            let syscall =
-                fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
-            blocked_state(&syscall)
-        }
-        _ => ThreadState::Unknown,
+    if state.is_running() {
+        ThreadState::Running
+    } else if state.is_stopped() {
+        ThreadState::Stopped
+    } else if state.is_asleep() {
+        let syscall =
+            fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).unwrap_or_default();
+        blocked_state(&syscall)
+    } else {
+        ThreadState::Unknown
     }
 }
 
@@ -236,12 +256,12 @@ fn blocked_state(syscall: &str) -> ThreadState {
 
 /// The state letter of a `stat` file ([`StatLine`]). Read as text, as it always was: a file
 /// that is not UTF-8 (a command name that is not) answers None.
-fn state_of(stat_path: &str) -> Option<char> {
+fn state_of(stat_path: &str) -> Option<ProcState> {
     state_in(fs::read_to_string(stat_path).ok()?.as_bytes())
 }
 
-fn state_in(stat: &[u8]) -> Option<char> {
-    StatLine::parse(stat)?.state().map(char::from)
+fn state_in(stat: &[u8]) -> Option<ProcState> {
+    StatLine::parse(stat)?.state()
 }
 
 #[cfg(test)]
@@ -270,7 +290,7 @@ mod tests {
         assert!(is_alive(me));
         assert!(!is_stopped(me));
         // The harness's main thread waits for the test threads: sleeping, not stopped.
-        assert!(matches!(state(me), Some('R' | 'S')));
+        assert!(state(me).is_some_and(|s| s.is_running() || s.is_asleep()));
         assert!(command_line(me).is_ok_and(|c| !c.is_empty()));
     }
 

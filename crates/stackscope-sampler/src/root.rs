@@ -12,7 +12,6 @@ const EXEC_GRACE: Duration = Duration::from_secs(1);
 use crate::error::AttachError;
 use crate::procfs;
 use crate::target::{PythonTarget, TargetOptions};
-use crate::tree::descendants;
 
 /// The root of what one command reads.
 pub enum Root {
@@ -146,7 +145,7 @@ impl Root {
 
 /// Python processes below `pid`, by what they map (no attaching).
 pub fn python_descendants(pid: u32) -> Vec<u32> {
-    descendants(pid)
+    procfs::descendants(pid)
         .into_iter()
         .filter(|&d| {
             procfs::maps(crate::leader::reader_pid(d))
@@ -167,7 +166,7 @@ fn with_descendants_hint(error: AttachError) -> AttachError {
         let shown: Vec<String> = found.iter().take(5).map(u32::to_string).collect();
         let more = if found.len() > 5 { ", ..." } else { "" };
         format!(
-            "; Python runs below it (pid {}{more}): add --subprocesses to follow it",
+            "; Python runs below it (pid {}{more}): leave out --no-subprocesses to follow it",
             shown.join(", ")
         )
     };

@@ -9,9 +9,9 @@ use stackscope_native::{merge, EntryFrame, NativeUnwinder};
 
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, OsTids};
+use crate::ident_reuse::IdentOwners;
 use crate::idle;
 use crate::leader::LiveThreadsStop;
-use crate::names::ThreadNames;
 use crate::namespace::TidMap;
 use crate::origin::Origins;
 use crate::procfs;
@@ -95,7 +95,7 @@ pub struct PythonTarget {
     tuning: ReaderTuning,
     /// Set with `native`: the process's modules, unwind tables and symbols, cached.
     native: Option<NativeUnwinder>,
-    names: ThreadNames,
+    names: IdentOwners,
     strings: StringCache,
     /// Our own reader, for the versions it knows (with locals and native frames from 3.13,
     /// before which py-spy reads those); py-spy's reader otherwise.
@@ -226,7 +226,7 @@ impl PythonTarget {
     /// the read and resumed before this returns, whatever happened.
     pub fn read_stacks(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
         let mut stacks = self.read_stacks_uncached_names()?;
-        for ident in self.names.check(&mut stacks) {
+        for ident in self.names.check(stacks.iter_mut().map(|s| &mut s.thread)) {
             // py-spy looks a name up again once its ident is no longer in the cache.
             self.spy.python_thread_names.remove(&ident);
             self.spy.python_thread_ids.remove(&ident);
@@ -234,6 +234,10 @@ impl PythonTarget {
                 fast.forget_thread_name(ident);
             }
         }
+        crate::ident_reuse::name_the_main_thread(
+            stacks.iter_mut().map(|s| &mut s.thread),
+            self.pid,
+        );
         Ok(stacks)
     }
 

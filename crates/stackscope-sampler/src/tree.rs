@@ -17,7 +17,7 @@ use crate::target::{PythonTarget, TargetOptions};
 const RESCAN_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The most processes followed at once; a fork bomb must not make us attach without end.
-const MAX_PROCESSES: usize = 256;
+const MAX_PROCESSES: usize = procfs::MAX_DESCENDANTS / 4;
 
 pub struct ProcessSet {
     root: u32,
@@ -118,7 +118,7 @@ impl ProcessSet {
             return Vec::new();
         }
         self.next_scan = Instant::now() + RESCAN_INTERVAL;
-        let mut descendants = descendants(self.root);
+        let mut descendants = procfs::descendants(self.root);
         // A root that is not Python may yet exec Python (`exec python3 job.py` in a script).
         if self.other_root.is_some() {
             descendants.insert(0, self.root);
@@ -169,17 +169,4 @@ struct Unreadable {
     exe: Option<PathBuf>,
     not_python: bool,
     tries: u32,
-}
-
-/// Every process below `root`, parents before children.
-pub fn descendants(root: u32) -> Vec<u32> {
-    let mut all = vec![root];
-    let mut next = 0;
-    while next < all.len() && all.len() <= 4 * MAX_PROCESSES {
-        let children = procfs::children(all[next]);
-        all.extend(children);
-        next += 1;
-    }
-    all.remove(0);
-    all
 }

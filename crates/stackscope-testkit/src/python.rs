@@ -81,6 +81,7 @@ pub struct FixtureBuilder {
     name: String,
     script: Script,
     args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
     stdin: bool,
     timeout: Duration,
     reap: bool,
@@ -96,6 +97,12 @@ impl FixtureBuilder {
     /// Arguments after the ready file (scripts) or after the program (`-c`).
     pub fn args<S: Into<OsString> + Clone>(mut self, args: &[S]) -> Self {
         self.args.extend(args.iter().cloned().map(Into::into));
+        self
+    }
+
+    /// An environment variable of the fixture's.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.envs.push((key.into(), value.into()));
         self
     }
 
@@ -150,6 +157,7 @@ impl FixtureBuilder {
             Script::Code(code) => cmd.arg("-c").arg(code),
         };
         cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .stdin(if self.stdin {
                 Stdio::piped()
@@ -246,6 +254,7 @@ impl Fixture {
             name: name.to_owned(),
             script: Script::File(fixture_path(name)),
             args: Vec::new(),
+            envs: Vec::new(),
             stdin: false,
             timeout: READY_TIMEOUT,
             reap: true,
@@ -260,6 +269,7 @@ impl Fixture {
             name: format!("-c {name:?}"),
             script: Script::Code(code.to_owned()),
             args: Vec::new(),
+            envs: Vec::new(),
             stdin: false,
             timeout: READY_TIMEOUT,
             reap: false,

@@ -29,6 +29,7 @@ pub fn header(include_idle: bool, gpu: bool) -> LogHeader {
         process_root: false,
         leave_out_startup: Some(false),
         expected_gpu_devices: Vec::new(),
+        cpus_usable: None,
     }
 }
 

@@ -97,13 +97,27 @@ impl Run {
         );
     }
 
-    /// `record` whose command stackscope ended with SIGINT (--duration, Ctrl-C, SIGTERM): it
-    /// exits with the command's status, 128 + 2 for a Python that the SIGINT ended.
+    /// `record` that Ctrl-C (SIGINT to stackscope) ended: 130, as a shell says.
     pub fn assert_command_interrupted(&self) {
+        self.assert_record_status(130, "130 after Ctrl-C (SIGINT to stackscope)");
+    }
+
+    /// `record` that SIGTERM to stackscope ended: 143, as a shell says.
+    pub fn assert_record_terminated(&self) {
+        self.assert_record_status(143, "143 after SIGTERM to stackscope");
+    }
+
+    /// `record` that `--duration` ended as asked: 0, whatever the SIGINT that ended the
+    /// command made of it.
+    pub fn assert_duration_ended(&self) {
+        self.assert_record_status(0, "0 when --duration ends the recording");
+    }
+
+    fn assert_record_status(&self, status: i32, why: &str) {
         assert_eq!(
             self.code(),
-            Some(130),
-            "record exits with its command's status: 130 after SIGINT\n{}",
+            Some(status),
+            "record exits {why}\n{}",
             self.describe()
         );
         self.assert_no_panic();
@@ -390,9 +404,11 @@ impl Frame {
     }
 }
 
-/// One line of stacks.folded: the thread (root) and frames outermost first.
+/// One line of stacks.folded: the process root (`process PID COMMAND`, when the recording
+/// followed a process tree), the thread, and frames outermost first.
 #[derive(Debug, Clone)]
 pub struct Stack {
+    pub process: Option<String>,
     pub thread: String,
     pub frames: Vec<Frame>,
     pub count: u64,
@@ -432,10 +448,14 @@ impl Folded {
             let count: u64 = count
                 .parse()
                 .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
-            let mut parts = stack.split(';');
+            let mut parts = stack.split(';').peekable();
+            let process = parts
+                .next_if(|root| process_root_pid(root).is_some())
+                .map(str::to_owned);
             let thread = parts.next().unwrap_or_default().to_string();
             let frames = parts.map(Frame::parse).collect();
             stacks.push(Stack {
+                process,
                 thread,
                 frames,
                 count,

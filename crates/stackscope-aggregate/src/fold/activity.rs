@@ -1,14 +1,20 @@
 //! What each thread did while the GPU idled and while it was busy, running or waiting: the
 //! observations that roles and the verdict's `while_idle` are read from.
 //!
-//! Every sample of a thread counts in its totals, idle or not. Its stacks are followed only for
-//! the threads that can matter to the verdict: those that ran at least once, and every
-//! process's main thread, which is where a training loop waits for its next batch. Helper
-//! threads that only ever wait (queue feeders, resource sharers) cost nothing more than today.
+//! Every sample of a thread counts in its totals, idle or not, and every stack is followed,
+//! waits included: the trainer's waits (for its next batch, on the GPU, for the GIL) are its
+//! step's breakdown (`roles/step.rs`), and any thread may turn out to be the trainer. A thread
+//! that keeps waiting in one place costs one table look-up per sample (the stack table
+//! remembers each thread's last stack).
+//!
+//! A waiting sample taken while another thread of the same process held the GIL is counted as
+//! a GIL wait too, with who held it: the GIL's holder is known only from its own sample, taken
+//! within a tick of the waiter's.
 
 use foldhash::HashMap;
 
 use super::intern::StackId;
+use super::threads::ThreadKey;
 use crate::gpu::GpuTag;
 
 /// Stacks followed per thread; past it a thread's new stacks count in its totals only.
@@ -54,14 +60,20 @@ pub struct PhaseCounts {
     pub gpu_idle: RunWait,
     pub gpu_busy: RunWait,
     pub gpu_unknown: RunWait,
+    /// Of the waiting samples (any GPU state), those taken while another thread of the process
+    /// held the GIL.
+    pub gil_waiting: u64,
 }
 
 impl PhaseCounts {
-    fn add(&mut self, tag: GpuTag, running: bool) {
+    fn add(&mut self, tag: GpuTag, running: bool, gil_wait: bool) {
         match tag.idle() {
             Some(true) => self.gpu_idle.add(running),
             Some(false) => self.gpu_busy.add(running),
             None => self.gpu_unknown.add(running),
+        }
+        if gil_wait && !running {
+            self.gil_waiting += 1;
         }
     }
 
@@ -76,29 +88,39 @@ pub struct Activity {
     pub totals: PhaseCounts,
     /// By stack, for followed threads.
     pub stacks: HashMap<StackId, PhaseCounts>,
+    /// Its GIL waits by the thread that held the GIL meanwhile.
+    pub gil_holders: HashMap<ThreadKey, u64>,
 }
 
 impl Activity {
-    /// Counts one tagged sample; `stack` when the thread's stacks are followed.
-    pub fn count(&mut self, stack: Option<StackId>, tag: GpuTag, running: bool) {
-        self.totals.add(tag, running);
+    /// Counts one tagged sample; `stack` when the thread's stacks are followed; `gil_holder`
+    /// when another thread of its process held the GIL at the sample.
+    pub fn count(
+        &mut self,
+        stack: Option<StackId>,
+        tag: GpuTag,
+        running: bool,
+        gil_holder: Option<ThreadKey>,
+    ) {
+        let gil_wait = gil_holder.is_some() && !running;
+        self.totals.add(tag, running, gil_wait);
+        if let (Some(holder), true) = (gil_holder, gil_wait) {
+            *self.gil_holders.entry(holder).or_default() += 1;
+        }
         let Some(stack) = stack else {
             return;
         };
         let full = self.stacks.len() >= MAX_STACKS_PER_THREAD;
         match self.stacks.get_mut(&stack) {
-            Some(counts) => counts.add(tag, running),
-            None if !full => self.stacks.entry(stack).or_default().add(tag, running),
+            Some(counts) => counts.add(tag, running, gil_wait),
+            None if !full => self
+                .stacks
+                .entry(stack)
+                .or_default()
+                .add(tag, running, gil_wait),
             None => {}
         }
     }
-}
-
-/// Whether a thread's stacks are followed when it waits: every main thread (a training loop
-/// waiting for data is the verdict's answer). Threads that run are followed anyway, since their
-/// running samples are interned for the flamegraph.
-pub fn follows_waiting(thread_name: &str) -> bool {
-    thread_name == "MainThread"
 }
 
 #[cfg(test)]
@@ -108,10 +130,10 @@ mod tests {
     #[test]
     fn totals_by_phase_and_stacks_when_followed() {
         let mut a = Activity::default();
-        a.count(Some(1), GpuTag::Idle, false);
-        a.count(Some(1), GpuTag::Idle, false);
-        a.count(Some(2), GpuTag::BusyLowSm, true);
-        a.count(None, GpuTag::Unknown, true);
+        a.count(Some(1), GpuTag::Idle, false, None);
+        a.count(Some(1), GpuTag::Idle, false, Some((7, 2, 0)));
+        a.count(Some(2), GpuTag::BusyLowSm, true, Some((7, 2, 0)));
+        a.count(None, GpuTag::Unknown, true, None);
         assert_eq!(
             a.totals.gpu_idle,
             RunWait {
@@ -124,5 +146,9 @@ mod tests {
         assert_eq!(a.stacks.len(), 2);
         assert_eq!(a.stacks[&1].gpu_idle.waiting, 2);
         assert_eq!(a.totals.gpu_busy.running_share(), Some(1.0));
+        // A running sample is no GIL wait, whoever holds the GIL.
+        assert_eq!(a.totals.gil_waiting, 1);
+        assert_eq!(a.stacks[&1].gil_waiting, 1);
+        assert_eq!(a.gil_holders[&(7, 2, 0)], 1);
     }
 }

@@ -4,18 +4,18 @@ use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp
 
 use serde::{Deserialize, Serialize};
 
-use super::activity::follows_waiting;
 use super::buckets::{ThreadName, TimeBuckets};
 use super::intern::{FrameId, StackCounts, StackTable};
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use super::motion::{same_python_stack, Motion};
 use super::processes::ProcessTable;
 use super::tagged::{self, Held, Sink, Startup, Tagged};
-use super::threads::{thread_key, ThreadTable};
+use super::threads::{thread_key, ThreadKey, ThreadTable};
 use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
 use crate::jobs::{is_spin_wait, works_at_read};
+use foldhash::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AggregateConfig {
@@ -99,7 +99,14 @@ pub struct Aggregator {
     pub(crate) buckets: TimeBuckets,
     /// When any thread's Python stack last changed: whether the target is stuck.
     pub(crate) motion: Motion,
+    /// By process, the latest sample of a thread that held the GIL: its time and thread.
+    gil_holders: HashMap<u32, (Timestamp, ThreadKey)>,
 }
+
+/// A thread that did not hold the GIL waited for it when another thread of its process held
+/// it within this time of its sample: the sampler reads a process's threads one after the
+/// other in a tick, and a holder read in the tick before still counts (10 ms at 100 Hz).
+const GIL_SAME_TICK_NANOS: u64 = 12_000_000;
 
 impl Aggregator {
     /// An aggregator with the default [`Limits`].
@@ -133,6 +140,7 @@ impl Aggregator {
             errors: ErrorCounts::default(),
             buckets: TimeBuckets::new(start),
             motion: Motion::default(),
+            gil_holders: HashMap::default(),
         }
     }
 
@@ -222,27 +230,40 @@ impl Aggregator {
         if self.config.process_root {
             self.processes.sample(sample.pid, kept);
         }
-        // A waiting main thread's stack is interned too (not counted in the profile): where a
-        // training loop waits while the GPU idles is the verdict's answer.
-        let follow = kept || follows_waiting(&thread.name);
         if kept {
             self.samples += 1;
         } else {
             self.idle_skipped += 1;
         }
-        let stack = follow.then(|| {
+        // A waiting thread's stack is interned too (not counted in the profile): where a
+        // training loop waits is the verdict's answer.
+        let stack = {
             let (roots, n) = self.roots(&sample, &name);
-            self.table.intern(&roots[..n], &sample.frames)
-        });
+            Some(self.table.intern(&roots[..n], &sample.frames))
+        };
         if let (true, Some(stack)) = (kept, stack) {
             self.table.count(stack);
         }
+        let key = thread_key(sample.pid, &sample.thread);
         Held {
             stack,
             kept,
             running,
-            thread: thread_key(sample.pid, &sample.thread),
+            thread: key,
+            gil_holder: self.gil_holder(&sample, key),
         }
+    }
+
+    /// The other thread of the sample's process that held the GIL at its instant, when it did
+    /// not hold it itself; remembers the sample's thread as the holder when it did.
+    fn gil_holder(&mut self, sample: &StackSample, key: ThreadKey) -> Option<ThreadKey> {
+        if sample.thread.owns_gil {
+            self.gil_holders.insert(sample.pid, (sample.time, key));
+            return None;
+        }
+        let &(time, holder) = self.gil_holders.get(&sample.pid)?;
+        let apart = time.as_nanos().abs_diff(sample.time.as_nanos());
+        (holder != key && apart <= GIL_SAME_TICK_NANOS).then_some(holder)
     }
 
     /// The roots a sample's stack hangs under: its thread's, and its process's above it with

@@ -30,6 +30,9 @@ pub struct RecordingMeta {
     /// The signal that ended the command, when one did (`record`).
     pub exit_signal: Option<i32>,
     pub gpu_devices: Vec<GpuDeviceInfo>,
+    /// CPUs the target's process may run on: its CPU affinity, capped by its cgroup's CPU
+    /// quota; `None` where it could not be read (and in logs written before it was kept).
+    pub cpus_usable: Option<f64>,
     /// Why there is no GPU data, when there is none.
     pub gpu_unavailable: Option<String>,
     pub notices: Vec<String>,

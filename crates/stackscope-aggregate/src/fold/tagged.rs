@@ -32,6 +32,9 @@ pub(crate) struct Held {
     pub kept: bool,
     pub running: bool,
     pub thread: ThreadKey,
+    /// Another thread of its process that held the GIL at the sample, for a sample that did
+    /// not hold it.
+    pub gil_holder: Option<ThreadKey>,
 }
 
 /// A sample with its tag.
@@ -76,7 +79,9 @@ impl Sink<'_> {
         }
         if !in_startup {
             if let Some(thread) = self.threads.get_mut(&held.thread) {
-                thread.activity.count(held.stack, tag, held.running);
+                thread
+                    .activity
+                    .count(held.stack, tag, held.running, held.gil_holder);
             }
         }
     }

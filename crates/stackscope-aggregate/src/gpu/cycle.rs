@@ -16,6 +16,16 @@ use super::state::is_idle;
 pub const MIN_GAP_SECS: f64 = 0.4;
 /// A busy stretch holding less busy time than this is not a burst.
 pub const MIN_BURST_BUSY_SECS: f64 = 0.3;
+/// Where no cycle is found with the rules above, the cycle search looks again for short
+/// bursts: steps of a few tenths of a second (busy 0.25 s of every 0.6 s) have gaps shorter
+/// than [`MIN_GAP_SECS`] and bursts under [`MIN_BURST_BUSY_SECS`]. The regularity rule keeps a
+/// stray reading from making a cycle.
+pub const SHORT_MIN_GAP_SECS: f64 = 0.15;
+/// A short burst holds at least this busy time.
+pub const SHORT_MIN_BURST_BUSY_SECS: f64 = 0.1;
+/// A cycle of short bursts needs this many bursts: short steps come many to a recording, and
+/// a few irregular ones (a long wait now and then) must not read as a slow cycle.
+pub const SHORT_MIN_BURSTS: usize = 8;
 /// A cycle needs this many bursts whose starts are seen (two periods).
 const MIN_BURSTS: usize = 3;
 /// A period is regular when within this share of the periods' median...
@@ -60,6 +70,8 @@ impl Cycle {
 #[derive(Debug, Clone)]
 pub struct BurstFinder {
     idle_below: f64,
+    min_gap_secs: f64,
+    min_busy_secs: f64,
     /// The burst being built, and the idle time since its last busy interval.
     open: Option<(Burst, f64)>,
 }
@@ -68,7 +80,18 @@ impl BurstFinder {
     pub fn new(idle_below: f32) -> BurstFinder {
         BurstFinder {
             idle_below: f64::from(idle_below),
+            min_gap_secs: MIN_GAP_SECS,
+            min_busy_secs: MIN_BURST_BUSY_SECS,
             open: None,
+        }
+    }
+
+    /// A finder of short bursts ([`SHORT_MIN_GAP_SECS`], [`SHORT_MIN_BURST_BUSY_SECS`]).
+    pub fn short(idle_below: f32) -> BurstFinder {
+        BurstFinder {
+            min_gap_secs: SHORT_MIN_GAP_SECS,
+            min_busy_secs: SHORT_MIN_BURST_BUSY_SECS,
+            ..BurstFinder::new(idle_below)
         }
     }
 
@@ -91,10 +114,14 @@ impl BurstFinder {
         }
         let (_, gap) = self.open.as_mut()?;
         *gap += secs;
-        if *gap + 1e-9 < MIN_GAP_SECS {
+        if *gap + 1e-9 < self.min_gap_secs {
             return None;
         }
-        self.open.take().map(|(b, _)| b).filter(is_burst)
+        let min = self.min_busy_secs;
+        self.open
+            .take()
+            .map(|(b, _)| b)
+            .filter(|b| is_burst(b, min))
     }
 
     /// Whether a busy stretch is open (a burst or not yet one).
@@ -104,22 +131,36 @@ impl BurstFinder {
 
     /// The burst being built, once it holds enough busy time to be one.
     pub fn confirmed(&self) -> Option<Burst> {
-        self.open.map(|(b, _)| b).filter(is_burst)
+        self.open
+            .map(|(b, _)| b)
+            .filter(|b| is_burst(b, self.min_busy_secs))
     }
 
     /// Ends the stream: the burst still open, if it is one.
     pub fn finish(&mut self) -> Option<Burst> {
-        self.open.take().map(|(b, _)| b).filter(is_burst)
+        let min = self.min_busy_secs;
+        self.open
+            .take()
+            .map(|(b, _)| b)
+            .filter(|b| is_burst(b, min))
     }
 }
 
-fn is_burst(burst: &Burst) -> bool {
-    burst.busy_secs + 1e-9 >= MIN_BURST_BUSY_SECS
+fn is_burst(burst: &Burst, min_busy_secs: f64) -> bool {
+    burst.busy_secs + 1e-9 >= min_busy_secs
 }
 
 /// The bursts of a regular grid of mean utilization (`values`, `step` ns apart from `start`).
 pub fn bursts_of_grid(values: &[f32], start: u64, step: u64, idle_below: f32) -> Vec<Burst> {
-    let mut finder = BurstFinder::new(idle_below);
+    bursts_of_grid_by(values, start, step, BurstFinder::new(idle_below))
+}
+
+/// The short bursts of a regular grid ([`BurstFinder::short`]).
+pub fn short_bursts_of_grid(values: &[f32], start: u64, step: u64, idle_below: f32) -> Vec<Burst> {
+    bursts_of_grid_by(values, start, step, BurstFinder::short(idle_below))
+}
+
+fn bursts_of_grid_by(values: &[f32], start: u64, step: u64, mut finder: BurstFinder) -> Vec<Burst> {
     let mut bursts: Vec<Burst> = values
         .iter()
         .enumerate()
@@ -136,8 +177,23 @@ pub fn bursts_of_grid(values: &[f32], start: u64, step: u64, idle_below: f32) ->
 /// [`MIN_BURSTS`] bursts whose starts are seen, regularly spaced. A burst at `seen_from` has
 /// an unknown start and one reaching `seen_to` an unknown length.
 pub fn cycle(bursts: &[Burst], seen_from: u64, seen_to: u64) -> Option<Cycle> {
+    cycle_of_at_least(bursts, seen_from, seen_to, MIN_BURSTS)
+}
+
+/// The cycle of short bursts ([`short_bursts_of_grid`]): [`cycle`]'s rule with at least
+/// [`SHORT_MIN_BURSTS`] bursts.
+pub fn short_cycle(bursts: &[Burst], seen_from: u64, seen_to: u64) -> Option<Cycle> {
+    cycle_of_at_least(bursts, seen_from, seen_to, SHORT_MIN_BURSTS)
+}
+
+fn cycle_of_at_least(
+    bursts: &[Burst],
+    seen_from: u64,
+    seen_to: u64,
+    min_bursts: usize,
+) -> Option<Cycle> {
     let started: Vec<&Burst> = bursts.iter().filter(|b| b.start > seen_from).collect();
-    if started.len() < MIN_BURSTS {
+    if started.len() < min_bursts {
         return None;
     }
     let periods: Vec<f64> = started
@@ -220,6 +276,30 @@ mod tests {
         assert!((c.idle_secs - 3.6).abs() < 0.2, "{c:?}");
         assert_eq!(c.cycles, 5);
         assert_eq!(c.describe(), "busy ~1.1 s every ~4.7 s");
+    }
+
+    #[test]
+    fn short_bursts_are_a_cycle_only_to_the_short_finder() {
+        // Blocking reads: busy 0.25 s of every 0.6 s.
+        let values: Vec<f32> = (0..200)
+            .map(|i| {
+                let t = i as f64 * 0.1;
+                if (t + 1e-9) % 0.6 < 0.25 {
+                    97.0
+                } else {
+                    3.0
+                }
+            })
+            .collect();
+        assert_eq!(cycle_of(&values), None);
+        let short = short_bursts_of_grid(&values, 0, STEP, 30.0);
+        let c = short_cycle(&short, 0, values.len() as u64 * STEP).expect("a short cycle");
+        assert!((c.period_secs - 0.6).abs() < 0.12, "{c:?}");
+        // A busy GPU with one dip is no short cycle either.
+        let mut busy = vec![90.0f32; 120];
+        busy[60] = 3.0;
+        let short = short_bursts_of_grid(&busy, 0, STEP, 30.0);
+        assert_eq!(short_cycle(&short, 0, 120 * STEP), None);
     }
 
     #[test]

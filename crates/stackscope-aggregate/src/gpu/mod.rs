@@ -13,7 +13,7 @@ mod state;
 mod tagging;
 mod timeline;
 
-pub use cycle::{bursts_of_grid, cycle, Cycle};
+pub use cycle::{bursts_of_grid, cycle, short_bursts_of_grid, short_cycle, Cycle};
 pub use device_stats::GpuDeviceSummary;
 pub use mean::UtilizationResult;
 pub use oscillation::oscillation_period;

@@ -1,28 +1,35 @@
 //! Roles: the job read as the people who run it read it.
 //!
 //! - the **trainer**: the thread that drives the GPU. Among the Python threads of processes that
-//!   are neither DataLoader workers nor helpers, the one whose samples run while the GPU works
-//!   and wait while it idles; the target's main thread when no thread stands out that way.
+//!   are neither DataLoader workers nor helpers, and that are not pool threads running others'
+//!   work, the one whose stacks change most with the GPU's state (what it does while the GPU
+//!   idles differs from what it does while it is busy, [`stack_change`]); a thread doing the
+//!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
+//!   (the GPU never idles), the target's main thread. Without GPU data there are no roles:
+//!   threads are threads.
 //! - its **feeders**: the other processes of the tree that hand it data: DataLoader workers,
 //!   recognised by their frames (`_worker_loop` of `torch/utils/data/_utils/worker.py`) and
-//!   numbered in the order they were started, and any other process whose main thread works
-//!   while the GPU idles (`worker`).
+//!   numbered in the order they were started, and any other process started by
+//!   `multiprocessing` or whose main thread works while the GPU idles (`worker`); and the threads of a pool (`concurrent.futures`,
+//!   `multiprocessing.pool`) in the trainer's process (`feeder_thread`): the trainer waits on
+//!   their futures.
 //! - **helpers**: everything else (queue feeder threads, resource sharers, pin-memory threads,
-//!   watchdogs, launchers): shown, never blamed.
+//!   watchdogs, metrics and logging threads, launchers): shown, never blamed.
 //!
 //! Roles are worked out when they are asked for, from the threads' activity the fold keeps
 //! (`fold/activity.rs`), so a report over a window and the live `top` read them the same way.
 
+pub mod step;
 pub mod while_idle;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fold::{Activity, Aggregator, RunWait, StackTable};
+use crate::fold::{Activity, Aggregator, StackTable};
 use crate::gpu::MIN_SIDE_SAMPLES;
 
-/// A trainer stands out when its running share while the GPU is busy exceeds its running
-/// share while it idles by this much.
-const TRAINER_CONTRAST: f64 = 0.25;
+/// A trainer stands out when what it does while the GPU idles differs from what it does while
+/// the GPU is busy by at least this share of its samples ([`stack_change`]).
+const TRAINER_CHANGE: f64 = 0.25;
 /// A process other than a DataLoader worker feeds the trainer when its main thread runs at
 /// least this share of the time the GPU idles.
 pub const FEEDER_MIN_RUNNING: f64 = 0.25;
@@ -34,6 +41,8 @@ pub enum Role {
     Trainer,
     DataloaderWorker,
     Worker,
+    /// A thread of a pool in the trainer's process whose work the trainer waits on.
+    FeederThread,
     Helper,
 }
 
@@ -92,9 +101,17 @@ impl Roles {
 
     /// The feeders' processes with their role, by pid.
     pub fn feeders(&self) -> impl Iterator<Item = &ThreadRole> {
-        self.threads
-            .iter()
-            .filter(|t| matches!(t.role, Role::DataloaderWorker | Role::Worker))
+        self.threads.iter().filter(|t| t.role.feeds())
+    }
+}
+
+impl Role {
+    /// Whether this role hands the trainer its batches.
+    pub fn feeds(self) -> bool {
+        matches!(
+            self,
+            Role::DataloaderWorker | Role::Worker | Role::FeederThread
+        )
     }
 }
 
@@ -105,63 +122,140 @@ pub fn assign(
     processes: &[ProcessFacts<'_>],
     root_pid: u32,
 ) -> Roles {
-    let mut pids: Vec<u32> = threads.iter().map(|t| t.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let command_line = |pid: u32| {
-        processes
-            .iter()
-            .find(|p| p.pid == pid)
-            .map_or("", |p| p.command_line)
-    };
-    let loader_workers: Vec<u32> = pids
-        .iter()
-        .copied()
-        .filter(|&pid| runs_dataloader_worker(table, threads, pid))
-        .collect();
-    let helper_processes: Vec<u32> = pids
-        .iter()
-        .copied()
-        .filter(|&pid| crate::jobs::helper_by_command_line(command_line(pid)).is_some())
-        .collect();
+    // Roles are the job read against its GPU: without GPU data threads are threads.
+    let has_gpu_data = threads.iter().any(|t| {
+        let a = &t.activity.totals;
+        a.gpu_idle.total() + a.gpu_busy.total() > 0
+    });
+    if !has_gpu_data {
+        return Roles::default();
+    }
+    let kinds = Kinds::of(table, threads, processes, root_pid);
     let candidates: Vec<&ThreadFacts<'_>> = threads
         .iter()
-        .filter(|t| !loader_workers.contains(&t.pid) && !helper_processes.contains(&t.pid))
+        .filter(|t| {
+            !kinds.loader_workers.contains(&t.pid)
+                && !kinds.helper_processes.contains(&t.pid)
+                && !kinds.in_pool(t)
+        })
         .collect();
-    let trainer = choose_trainer(&candidates, root_pid);
-    let mut roles = Vec::with_capacity(threads.len());
-    for thread in threads {
-        let is_trainer = trainer
-            .is_some_and(|t| t.pid == thread.pid && t.python_thread_id == thread.python_thread_id);
-        let main = thread.name == "MainThread";
-        let (role, label) = if is_trainer {
-            (Role::Trainer, format!("trainer ({})", thread.name))
-        } else if main && trainer.is_some_and(|t| t.pid == thread.pid) {
-            (Role::Helper, thread.name.to_owned())
-        } else if main && loader_workers.contains(&thread.pid) {
-            let n = loader_workers
-                .iter()
-                .position(|&p| p == thread.pid)
-                .unwrap_or(0);
-            (Role::DataloaderWorker, format!("DataLoader worker {n}"))
-        } else if main && !helper_processes.contains(&thread.pid) && feeds(thread.activity) {
-            (Role::Worker, "worker".to_owned())
-        } else {
-            (Role::Helper, thread.name.to_owned())
-        };
-        roles.push(ThreadRole {
-            pid: thread.pid,
-            python_thread_id: thread.python_thread_id,
-            os_thread_id: thread.os_thread_id,
-            thread: thread.name.to_owned(),
-            role,
-            label,
-        });
-    }
+    let trainer = choose_trainer(table, &candidates, root_pid);
+    let mut roles: Vec<ThreadRole> = threads
+        .iter()
+        .map(|thread| {
+            let (role, label) = kinds.role_of(thread, trainer);
+            ThreadRole {
+                pid: thread.pid,
+                python_thread_id: thread.python_thread_id,
+                os_thread_id: thread.os_thread_id,
+                thread: thread.name.to_owned(),
+                role,
+                label,
+            }
+        })
+        .collect();
     roles.sort_by(|a, b| {
         (a.role, a.pid, a.python_thread_id).cmp(&(b.role, b.pid, b.python_thread_id))
     });
     Roles { threads: roles }
+}
+
+/// What the threads and processes are before the trainer is chosen.
+struct Kinds {
+    /// Processes running a DataLoader worker's loop, in pid order.
+    loader_workers: Vec<u32>,
+    /// Processes that are helpers by their command line.
+    helper_processes: Vec<u32>,
+    /// Processes started by `multiprocessing`.
+    mp_workers: Vec<u32>,
+    /// Pool threads, by (pid, Python thread id).
+    pool_threads: Vec<(u32, u64)>,
+}
+
+impl Kinds {
+    fn of(
+        table: &StackTable,
+        threads: &[ThreadFacts<'_>],
+        processes: &[ProcessFacts<'_>],
+        root_pid: u32,
+    ) -> Kinds {
+        let mut pids: Vec<u32> = threads.iter().map(|t| t.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let command_line = |pid: u32| {
+            processes
+                .iter()
+                .find(|p| p.pid == pid)
+                .map_or("", |p| p.command_line)
+        };
+        Kinds {
+            loader_workers: pids
+                .iter()
+                .copied()
+                .filter(|&pid| runs_dataloader_worker(table, threads, pid))
+                .collect(),
+            helper_processes: pids
+                .iter()
+                .copied()
+                .filter(|&pid| crate::jobs::helper_by_command_line(command_line(pid)).is_some())
+                .collect(),
+            // Processes started by `multiprocessing` (other than its helpers) are workers,
+            // however little they run: a worker that mostly reads is a pipeline all the same.
+            mp_workers: threads
+                .iter()
+                .filter(|t| t.name == "MainThread" && t.pid != root_pid)
+                .filter(|t| {
+                    runs_function(table, t, &[("_bootstrap", "multiprocessing/process.py")])
+                })
+                .map(|t| t.pid)
+                .collect(),
+            pool_threads: threads
+                .iter()
+                .filter(|t| runs_pool_work(table, t))
+                .map(|t| (t.pid, t.python_thread_id))
+                .collect(),
+        }
+    }
+
+    fn in_pool(&self, t: &ThreadFacts<'_>) -> bool {
+        self.pool_threads.contains(&(t.pid, t.python_thread_id))
+    }
+
+    /// A thread's role and label, once the trainer is known.
+    fn role_of(
+        &self,
+        thread: &ThreadFacts<'_>,
+        trainer: Option<&ThreadFacts<'_>>,
+    ) -> (Role, String) {
+        let is_trainer = trainer
+            .is_some_and(|t| t.pid == thread.pid && t.python_thread_id == thread.python_thread_id);
+        let in_trainers_process = trainer.is_some_and(|t| t.pid == thread.pid);
+        let main = thread.name == "MainThread";
+        if is_trainer {
+            (Role::Trainer, format!("trainer ({})", thread.name))
+        } else if main && in_trainers_process {
+            (Role::Helper, thread.name.to_owned())
+        } else if main && self.loader_workers.contains(&thread.pid) {
+            let n = self
+                .loader_workers
+                .iter()
+                .position(|&p| p == thread.pid)
+                .unwrap_or(0);
+            (Role::DataloaderWorker, format!("DataLoader worker {n}"))
+        } else if main
+            && !self.helper_processes.contains(&thread.pid)
+            && (feeds(thread.activity) || self.mp_workers.contains(&thread.pid))
+        {
+            (Role::Worker, "worker".to_owned())
+        } else if self.in_pool(thread) && in_trainers_process {
+            (
+                Role::FeederThread,
+                format!("feeder thread ({})", thread.name),
+            )
+        } else {
+            (Role::Helper, thread.name.to_owned())
+        }
+    }
 }
 
 /// Whether any followed stack of `pid`'s threads runs a DataLoader worker's loop.
@@ -169,7 +263,36 @@ fn runs_dataloader_worker(table: &StackTable, threads: &[ThreadFacts<'_>], pid: 
     threads
         .iter()
         .filter(|t| t.pid == pid)
-        .flat_map(|t| t.activity.stacks.keys())
+        .any(|t| runs_function(table, t, &[("_worker_loop", "utils/data/_utils/worker.py")]))
+}
+
+/// Whether a thread is a pool's: it runs work items others submit (`concurrent.futures`'
+/// thread pool, `multiprocessing.pool`'s workers).
+fn runs_pool_work(table: &StackTable, thread: &ThreadFacts<'_>) -> bool {
+    runs_function(
+        table,
+        thread,
+        &[
+            ("_worker", "concurrent/futures/thread.py"),
+            ("worker", "multiprocessing/pool.py"),
+        ],
+    )
+}
+
+/// Whether a function (`f` or, qualified as Python 3.11+ names methods, `Class.f`) is `name`.
+pub(crate) fn named(function: &str, name: &str) -> bool {
+    function == name
+        || function
+            .strip_suffix(name)
+            .is_some_and(|class| class.ends_with('.'))
+}
+
+/// Whether any followed stack of a thread holds one of `functions` (name, file suffix).
+fn runs_function(table: &StackTable, thread: &ThreadFacts<'_>, functions: &[(&str, &str)]) -> bool {
+    thread
+        .activity
+        .stacks
+        .keys()
         .filter_map(|&id| table.stacks().get(id as usize))
         .any(|stack| {
             stack.frames.iter().any(|&f| {
@@ -178,8 +301,9 @@ fn runs_dataloader_worker(table: &StackTable, threads: &[ThreadFacts<'_>], pid: 
                     .and_then(|frame| frame.function)
                     .and_then(|id| table.function(id))
                     .is_some_and(|key| {
-                        key.function.as_ref() == "_worker_loop"
-                            && key.file.ends_with("utils/data/_utils/worker.py")
+                        functions.iter().any(|(name, file)| {
+                            named(&key.function, name) && key.file.ends_with(file)
+                        })
                     })
             })
         })
@@ -196,15 +320,60 @@ fn feeds(activity: &Activity) -> bool {
         .is_some_and(|share| share >= FEEDER_MIN_RUNNING)
 }
 
-/// How much more a thread runs while the GPU is busy than while it idles.
-fn contrast(busy: RunWait, idle: RunWait) -> Option<f64> {
-    if busy.total() < MIN_SIDE_SAMPLES || idle.total() < MIN_SIDE_SAMPLES {
+/// How much what a thread does changes with the GPU's state: the share of its samples that
+/// would have to move for its GPU-idle samples to look like its GPU-busy ones (the total
+/// variation distance of the two), by where they are (the innermost frame of the job's own
+/// code, else the innermost code frame) and whether they ran. A thread spinning in one
+/// function, or waiting in one place, scores 0 whatever the GPU does; the loop that waits for
+/// a batch while the GPU idles and on the GPU (or launches) while it works scores near 1.
+/// `None` with too few samples on either side.
+pub fn stack_change(table: &StackTable, activity: &Activity) -> Option<f64> {
+    let totals = &activity.totals;
+    let (idle_n, busy_n) = (totals.gpu_idle.total(), totals.gpu_busy.total());
+    if idle_n < MIN_SIDE_SAMPLES || busy_n < MIN_SIDE_SAMPLES {
         return None;
     }
-    Some(busy.running_share()? - idle.running_share()?)
+    let mut by_place: foldhash::HashMap<(Option<u32>, bool), (u64, u64)> = Default::default();
+    for (&stack, counts) in &activity.stacks {
+        let place = table
+            .stacks()
+            .get(stack as usize)
+            .and_then(|entry| place_of(table, &entry.frames));
+        for (running, idle, busy) in [
+            (true, counts.gpu_idle.running, counts.gpu_busy.running),
+            (false, counts.gpu_idle.waiting, counts.gpu_busy.waiting),
+        ] {
+            let slot = by_place.entry((place, running)).or_default();
+            slot.0 += idle;
+            slot.1 += busy;
+        }
+    }
+    let distance: f64 = by_place
+        .values()
+        .map(|&(idle, busy)| (idle as f64 / idle_n as f64 - busy as f64 / busy_n as f64).abs())
+        .sum();
+    Some(distance / 2.0)
+}
+
+/// The function a stack is at: its innermost frame of the job's own code, else its innermost
+/// code frame.
+fn place_of(table: &StackTable, frames: &[crate::fold::FrameId]) -> Option<u32> {
+    let function = |origin_is_job: bool| {
+        frames.iter().rev().find_map(|&f| {
+            let e = table.frame(f)?;
+            let fits = if origin_is_job {
+                e.origin == stackscope_event::FileOrigin::Job
+            } else {
+                e.origin != stackscope_event::FileOrigin::Native
+            };
+            fits.then_some(e.function).flatten()
+        })
+    };
+    function(true).or_else(|| function(false))
 }
 
 fn choose_trainer<'a>(
+    table: &StackTable,
     candidates: &[&'a ThreadFacts<'a>],
     root_pid: u32,
 ) -> Option<&'a ThreadFacts<'a>> {
@@ -213,11 +382,8 @@ fn choose_trainer<'a>(
     let standing_out = candidates
         .iter()
         .filter(|t| t.named)
-        .filter_map(|t| {
-            let a = &t.activity.totals;
-            contrast(a.gpu_busy, a.gpu_idle).map(|c| (c, *t))
-        })
-        .filter(|(c, _)| *c >= TRAINER_CONTRAST)
+        .filter_map(|t| stack_change(table, t.activity).map(|c| (c, *t)))
+        .filter(|(c, _)| *c >= TRAINER_CHANGE)
         .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.pid.cmp(&a.1.pid)));
     if let Some((_, t)) = standing_out {
         return Some(t);
@@ -280,5 +446,57 @@ pub fn of(aggregator: &Aggregator, root_pid: u32) -> Roles {
 pub fn while_idle_of(aggregator: &Aggregator, roles: &Roles) -> while_idle::WhileIdle {
     with_facts(aggregator, |facts| {
         while_idle::while_idle(&aggregator.table, facts, roles)
+    })
+}
+
+/// The trainer's step broken down (`roles/step.rs`), and who held the GIL while it waited for
+/// it when those waits are [`step::GIL_HOLDER_MIN_SHARE`] of the step or more.
+pub fn step_of(
+    aggregator: &Aggregator,
+    roles: &Roles,
+) -> Option<(step::Step, Option<step::GilHolder>)> {
+    let role = roles.trainer()?;
+    let trainer = aggregator
+        .threads
+        .iter()
+        .find(|t| t.pid == role.pid && t.python_thread_id == role.python_thread_id)?;
+    let step = step::step(&aggregator.table, &trainer.activity)?;
+    let holder = (step.breakdown.gil_wait >= step::GIL_HOLDER_MIN_SHARE)
+        .then(|| gil_holder(aggregator, &trainer.activity))
+        .flatten();
+    Some((step, holder))
+}
+
+/// The thread that held the GIL most while `activity`'s thread waited for it, and where it ran.
+fn gil_holder(aggregator: &Aggregator, activity: &Activity) -> Option<step::GilHolder> {
+    let total: u64 = activity.gil_holders.values().sum();
+    let (&(pid, python_thread_id, os_thread_id), &n) = activity
+        .gil_holders
+        .iter()
+        .max_by_key(|(k, &n)| (n, std::cmp::Reverse(**k)))?;
+    let holder = aggregator.threads.iter().find(|t| {
+        t.pid == pid
+            && t.python_thread_id == python_thread_id
+            && t.os_thread_id.unwrap_or(0) == os_thread_id
+    })?;
+    let table = &aggregator.table;
+    let frame = holder
+        .activity
+        .stacks
+        .iter()
+        .max_by_key(|(&id, c)| (c.all().running, std::cmp::Reverse(id)))
+        .and_then(|(&id, _)| table.stacks().get(id as usize))
+        .and_then(|entry| {
+            entry
+                .frames
+                .iter()
+                .rev()
+                .find(|&&f| table.frame(f).is_some_and(|e| e.function.is_some()))
+                .and_then(|&f| table.frame(f).map(|e| e.label.clone()))
+        });
+    Some(step::GilHolder {
+        thread: holder.name.clone(),
+        frame,
+        share: n as f64 / total.max(1) as f64,
     })
 }

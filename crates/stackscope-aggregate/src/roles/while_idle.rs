@@ -33,9 +33,12 @@ pub struct TrainerWhileIdle {
 /// One kind of feeder while the GPU idled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FeedersWhileIdle {
-    /// `dataloader_worker` or `worker`.
+    /// `dataloader_worker`, `worker` or `feeder_thread`.
     pub role: Role,
     pub pids: Vec<u32>,
+    /// Their threads: one per process for worker processes, the pool's for feeder threads.
+    #[serde(default)]
+    pub threads: usize,
     /// Of their samples, the share that ran.
     pub busy_share: f64,
     /// Their top function over the GPU-idle time, `function (file:line)`.
@@ -49,6 +52,16 @@ pub struct FeedersWhileIdle {
 pub struct WhileIdle {
     pub trainer: Option<TrainerWhileIdle>,
     pub feeders: Vec<FeedersWhileIdle>,
+}
+
+impl FeedersWhileIdle {
+    /// How many pipelines feed the loop: feeder threads for a pool, else processes.
+    pub fn pipelines(&self) -> usize {
+        match self.role {
+            Role::FeederThread => self.threads,
+            _ => self.pids.len(),
+        }
+    }
 }
 
 impl WhileIdle {
@@ -76,7 +89,7 @@ pub fn while_idle(table: &StackTable, threads: &[ThreadFacts<'_>], roles: &Roles
         trainer_while_idle(table, facts)
     });
     let mut feeders = Vec::new();
-    for kind in [Role::DataloaderWorker, Role::Worker] {
+    for kind in [Role::DataloaderWorker, Role::Worker, Role::FeederThread] {
         let group: Vec<&ThreadFacts<'_>> = threads
             .iter()
             .filter(|t| {
@@ -279,6 +292,7 @@ fn feeders_while_idle(
     Some(FeedersWhileIdle {
         role,
         pids,
+        threads: group.len(),
         busy_share: all.running_share().unwrap_or(0.0),
         function,
         share,

@@ -142,7 +142,7 @@ pub fn while_idle_sentence(while_idle: &WhileIdle) -> Option<String> {
 }
 
 /// "waits at main (train.py:136) in Queue.get (...)" or "runs at load (x.py:3)".
-fn trainer_at(trainer: &TrainerWhileIdle) -> String {
+pub(super) fn trainer_at(trainer: &TrainerWhileIdle) -> String {
     match &trainer.waiting_in {
         Some(_) => format!("waits {}", place(trainer)),
         None => format!("runs at {}", trainer.frame),
@@ -150,7 +150,7 @@ fn trainer_at(trainer: &TrainerWhileIdle) -> String {
 }
 
 /// "at main (train.py:136) in Queue.get (...)", or "at load (x.py:3)".
-fn place(trainer: &TrainerWhileIdle) -> String {
+pub(super) fn place(trainer: &TrainerWhileIdle) -> String {
     match &trainer.waiting_in {
         Some(call) => format!("at {} in {call}", trainer.frame),
         None => format!("at {}", trainer.frame),
@@ -158,10 +158,12 @@ fn place(trainer: &TrainerWhileIdle) -> String {
 }
 
 /// "its 2 DataLoader workers are 99% busy, 97% in augment_pixels (train.py:56)".
-fn feeders_sentence(f: &FeedersWhileIdle) -> String {
-    let who = match (f.role, f.pids.len()) {
+pub(super) fn feeders_sentence(f: &FeedersWhileIdle) -> String {
+    let who = match (f.role, f.pipelines()) {
         (Role::DataloaderWorker, 1) => "its DataLoader worker is".to_owned(),
         (Role::DataloaderWorker, n) => format!("its {n} DataLoader workers are"),
+        (Role::FeederThread, 1) => "its feeder thread is".to_owned(),
+        (Role::FeederThread, n) => format!("its {n} feeder threads are"),
         (_, 1) => "its worker process is".to_owned(),
         (_, n) => format!("its {n} worker processes are"),
     };
@@ -176,7 +178,7 @@ fn feeders_sentence(f: &FeedersWhileIdle) -> String {
 }
 
 /// `augment_pixels` of `augment_pixels (train.py:56)`.
-fn function_name(label: &str) -> &str {
+pub(super) fn function_name(label: &str) -> &str {
     label.split(" (").next().unwrap_or(label)
 }
 
@@ -198,6 +200,7 @@ mod tests {
         FeedersWhileIdle {
             role: Role::DataloaderWorker,
             pids: vec![622, 623],
+            threads: 2,
             busy_share: busy,
             function: Some("augment_pixels (train.py:56)".to_owned()),
             share: 0.97,

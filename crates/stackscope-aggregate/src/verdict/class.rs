@@ -26,6 +26,11 @@ pub enum VerdictClass {
     /// The trainer waits for its next batch while its feeders (DataLoader workers) are busy:
     /// the input pipeline cannot keep up. See `by_roles.rs`.
     InputPipeline,
+    /// The trainer loads its data itself (reads or decodes in its own loop) while the GPU
+    /// waits. See `by_step.rs`.
+    InlineLoading,
+    /// The trainer waits for the GIL another thread of its process holds. See `by_step.rs`.
+    GilContention,
     /// The GPU idles for seconds at regular intervals while the trainer does something else
     /// (a checkpoint, evaluation, logging). See `by_roles.rs`.
     PeriodicStall,

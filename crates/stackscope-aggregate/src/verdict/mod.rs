@@ -5,13 +5,15 @@
 //! neither knows of it.
 
 mod by_roles;
+mod by_step;
 mod class;
 mod idle_path;
 mod low_sm;
 mod merged;
 mod recording;
 
+pub use by_step::{IfFixed, HIGHLY_BOUND, MODERATELY_BOUND};
 pub use class::{Verdict, VerdictClass};
 pub use idle_path::{idle_path, idle_path_by, IdlePath, PathFunction, MIN_RISE};
 pub use merged::{headline_verdict, RecordingVerdict, VERDICTS_IN_HEADLINE};
-pub use recording::{verdict, VerdictInput};
+pub use recording::{verdict_and_fix, VerdictInput};

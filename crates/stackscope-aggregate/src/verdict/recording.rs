@@ -1,10 +1,15 @@
 //! The verdict of one recording: which class of bottleneck the GPU points at, and the code
-//! behind it. In order: no data; SM activity low against utilization (`low_sm.rs`); the roles'
-//! reading, where it explains the idle time (`by_roles.rs`); else the utilization classes
-//! here, with the code that sets GPU-idle time apart. A `record`'s start-up is said to be left
-//! out.
+//! behind it. In order: no data; stuck; SM activity low against utilization (`low_sm.rs`); the
+//! trainer's step, where its bottleneck is a share of it (`by_step.rs`); the roles' reading,
+//! where it explains the idle time (`by_roles.rs`); else the utilization classes here, with
+//! the code that sets GPU-idle time apart (many small kernels only where the loop mostly
+//! launches work). Then what fixing it buys (`gpu.if_fixed`), and that a `record`'s start-up is
+//! left out.
 
-use super::by_roles::{by_roles, while_idle_sentence};
+use super::by_roles::{
+    by_roles, feeders_sentence, function_name, place, trainer_at, while_idle_sentence,
+};
+use super::by_step::{if_fixed, step_class, step_verdict, IfFixed};
 use super::class::{
     code_sentence, Verdict, VerdictClass, GPU_BOUND_ABOVE, PREPROCESSING_BELOW, STARVED_BELOW,
 };
@@ -13,7 +18,12 @@ use super::low_sm::low_sm_verdict;
 use crate::fold::FunctionStat;
 use crate::gpu::Cycle;
 use crate::jobs::{HangGpu, Stuck};
+use crate::roles::step::{GilHolder, Step, StepBreakdown, StepPlace};
 use crate::roles::while_idle::WhileIdle;
+
+/// The loop "mostly launches work" (the many-small-kernels reading) when at least this share
+/// of its step runs its own Python.
+const LAUNCHING_SHARE: f64 = 0.5;
 
 /// What the verdict is drawn from.
 #[derive(Debug, Clone, Copy)]
@@ -38,9 +48,46 @@ pub struct VerdictInput<'a> {
     pub mean_sm_active: Option<f64>,
     /// Functions of the samples taken while the GPU was busy with low SM activity.
     pub low_sm_functions: &'a [FunctionStat],
+    /// The trainer's step broken down, when there is a trainer.
+    pub step: Option<&'a Step>,
+    /// Who held the GIL while the trainer waited for it.
+    pub gil_holder: Option<&'a GilHolder>,
+    /// CPUs the job's process may use.
+    pub cpus_usable: Option<f64>,
 }
 
-pub fn verdict(input: VerdictInput<'_>) -> Verdict {
+#[cfg(test)]
+fn verdict(input: VerdictInput<'_>) -> Verdict {
+    verdict_and_fix(input).0
+}
+
+/// The verdict, and what fixing its bottleneck buys (`gpu.if_fixed`), said in its last
+/// sentence too.
+pub fn verdict_and_fix(input: VerdictInput<'_>) -> (Verdict, Option<IfFixed>) {
+    let mut verdict = class_verdict(&input);
+    let fixed = input.step.and_then(|step| {
+        if_fixed(
+            verdict.class,
+            &step.breakdown,
+            input.while_idle,
+            input.cpus_usable,
+            input.cycle,
+        )
+    });
+    if let Some(fixed) = &fixed {
+        let function = input
+            .while_idle
+            .feeders
+            .iter()
+            .find_map(|f| f.function.as_deref())
+            .map(function_name);
+        verdict.text.push(' ');
+        verdict.text.push_str(&fixed.sentence(function));
+    }
+    (with_startup(verdict, input.startup_secs), fixed)
+}
+
+fn class_verdict(input: &VerdictInput<'_>) -> Verdict {
     let Some(mean) = input.mean_utilization else {
         return Verdict {
             class: VerdictClass::Unknown,
@@ -65,12 +112,101 @@ pub fn verdict(input: VerdictInput<'_>) -> Verdict {
         input.low_sm_functions,
         input.low_sm_path,
     ) {
-        return with_startup(low_sm, input.startup_secs);
+        return low_sm;
+    }
+    if let Some(by_step) = by_step(mean, input) {
+        return by_step;
     }
     if let Some(by_roles) = by_roles(mean, input.cycle, input.while_idle, input.idle_path) {
-        return with_startup(by_roles, input.startup_secs);
+        return by_roles;
     }
-    with_startup(by_utilization(mean, &input), input.startup_secs)
+    let verdict = by_utilization(mean, input);
+    match input.step {
+        Some(step) if verdict.class == VerdictClass::SmallKernels => {
+            not_launching(verdict, &step.breakdown)
+        }
+        _ => verdict,
+    }
+}
+
+/// The verdict the trainer's step decides, when its bottleneck is a share of it.
+fn by_step(mean: f64, input: &VerdictInput<'_>) -> Option<Verdict> {
+    let step = input.step?;
+    let (class, share) = step_class(mean, &step.breakdown)?;
+    let rhythm = input
+        .cycle
+        .map_or(String::new(), |c| format!(": {}", c.describe()));
+    let gpu_words = if mean < STARVED_BELOW {
+        format!("The GPU is starved (mean utilization {mean:.0}%){rhythm}.")
+    } else {
+        format!("The GPU is partly busy (mean utilization {mean:.0}%){rhythm}.")
+    };
+    let feeders: Vec<String> = input
+        .while_idle
+        .feeders
+        .iter()
+        .map(feeders_sentence)
+        .collect();
+    let feeders = (!feeders.is_empty()).then(|| feeders.join("; "));
+    // Where the step says the loop spends that part; else where it was while the GPU idled.
+    let trainer_words = match (class, &step.input_at, &step.inline_at) {
+        (VerdictClass::InputPipeline, Some(at), _) => place_words(at),
+        (VerdictClass::InlineLoading, _, Some(at)) => loading_words(at),
+        _ => {
+            let trainer = input.while_idle.trainer.as_ref()?;
+            match class {
+                VerdictClass::InputPipeline => place(trainer),
+                _ => trainer_at(trainer),
+            }
+        }
+    };
+    Some(step_verdict(
+        class,
+        share,
+        &step.breakdown,
+        input.gil_holder,
+        &trainer_words,
+        feeders.as_deref(),
+        &gpu_words,
+    ))
+}
+
+/// "at WorkerLoader.__next__ (job.py:90) in Queue.get (multiprocessing/queues.py:103)".
+fn place_words(at: &StepPlace) -> String {
+    match &at.calls {
+        Some(call) => format!("at {} in {call}", at.frame),
+        None => format!("at {}", at.frame),
+    }
+}
+
+/// "loads at read_record (job.py:72), waiting 80% of that time (reads or sleeps)".
+fn loading_words(at: &StepPlace) -> String {
+    let how = if at.waiting_share >= 0.5 {
+        "waiting on reads"
+    } else {
+        "computing"
+    };
+    format!(
+        "loads at {}, {how} ({:.0}% of that time waiting)",
+        at.frame,
+        at.waiting_share * 100.0
+    )
+}
+
+/// A "many small kernels" reading stands only where the loop mostly launches work; a loop that
+/// mostly waits on the GPU keeps it as busy as it can be.
+fn not_launching(verdict: Verdict, step: &StepBreakdown) -> Verdict {
+    if step.python >= LAUNCHING_SHARE || step.gpu_wait < step.python {
+        return verdict;
+    }
+    Verdict {
+        class: VerdictClass::GpuBound,
+        text: format!(
+            "The training loop waits on the GPU most of its step: the GPU is the bottleneck, \
+             between its waits the loop does little. The loop's time: {}.",
+            step.describe()
+        ),
+    }
 }
 
 /// The utilization classes, with the code that sets GPU-idle time apart.
@@ -185,6 +321,9 @@ mod tests {
             low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
+            step: None,
+            gil_holder: None,
+            cpus_usable: None,
         })
     }
 
@@ -230,6 +369,9 @@ mod tests {
             low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
+            step: None,
+            gil_holder: None,
+            cpus_usable: None,
         });
         assert!(v.text.contains("tiny (a.py) 2%"), "{}", v.text);
         assert!(!v.text.contains("tinier"), "{}", v.text);
@@ -250,6 +392,9 @@ mod tests {
                 low_sm_path: None,
                 mean_sm_active: sm,
                 low_sm_functions: &busy,
+                step: None,
+                gil_holder: None,
+                cpus_usable: None,
             })
         };
         let v = judge_sm(Some(18.0));
@@ -278,6 +423,9 @@ mod tests {
             low_sm_path: None,
             mean_sm_active: None,
             low_sm_functions: &[],
+            step: None,
+            gil_holder: None,
+            cpus_usable: None,
         });
         assert_eq!(v.class, VerdictClass::GpuBound);
         assert!(v.text.contains("No stack samples"), "{}", v.text);

@@ -11,10 +11,25 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    Aggregator, Cycle, IdlePath, RecordingMeta, Role, StackTable, Summary, ThreadRole, Verdict,
-    VerdictClass,
+    Aggregator, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
+    StackTable, StepBreakdown, Summary, ThreadRole, Verdict, VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
+
+use crate::import_frames::{fold_runs, is_import_frame, FOLDED_IMPORT_FRAME};
+/// What a merged page carries beyond a single recording's.
+#[derive(Debug, Serialize)]
+pub struct MergedPage {
+    /// `2 recordings merged, 8 ranks`.
+    pub title: String,
+    /// The recording directories, as given.
+    pub sources: Vec<String>,
+    /// The rank table, as `merge` prints it and its `summary.json` holds it.
+    pub ranks: Vec<RankRow>,
+    pub most_different: Option<OddRank>,
+    /// Each recording's own verdict, by whose recording it is.
+    pub verdicts: Vec<RecordingVerdict>,
+}
 
 /// GPU points per device at most: finer than any screen shows.
 pub const MAX_GPU_POINTS: usize = 4000;
@@ -40,6 +55,8 @@ pub struct PageData {
     pub mean_utilization: Option<f64>,
     pub verdict: Option<Verdict>,
     pub verdict_class: Option<VerdictClass>,
+    /// The training loop's step broken down (`gpu.step`), drawn as a bar beside the verdict.
+    pub step: Option<StepBreakdown>,
     pub idle_path: Option<IdlePath>,
     /// The GPU's cycle of busy bursts, when it has one (`gpu.cycle`).
     pub cycle: Option<Cycle>,
@@ -63,7 +80,7 @@ pub struct PageData {
     pub gpus: Vec<PageGpu>,
     /// What a page of merged recordings (`stackscope merge DIR...`) adds: its rank table.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub merged: Option<super::merged::MergedPage>,
+    pub merged: Option<MergedPage>,
 }
 
 /// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is
@@ -178,6 +195,7 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         mean_utilization: gpu.and_then(|g| g.mean_utilization),
         verdict: gpu.map(|g| g.verdict.clone()),
         verdict_class: gpu.map(|g| g.verdict.class),
+        step: gpu.and_then(|g| g.step),
         idle_path: gpu.and_then(|g| g.idle_path.clone()),
         cycle: gpu.and_then(|g| g.cycle),
         startup_secs: gpu.map_or(0.0, |g| g.startup_secs),
@@ -262,7 +280,7 @@ pub(super) fn lane_class(role: Option<Role>) -> u8 {
     match role {
         Some(Role::Trainer) => 0,
         Some(Role::DataloaderWorker) => 1,
-        Some(Role::Worker) => 2,
+        Some(Role::Worker) | Some(Role::FeederThread) => 2,
         Some(Role::Helper) | None => 3,
     }
 }
@@ -277,6 +295,7 @@ struct Dense {
     frame_functions: Vec<i64>,
     function_ids: HashMap<u32, i64>,
     function_labels: Vec<String>,
+    folded_import: Option<u32>,
 }
 
 impl Dense {
@@ -289,9 +308,27 @@ impl Dense {
             .get(stack as usize)
             .map(|entry| entry.frames.iter().map(|&f| self.frame(table, f)).collect())
             .unwrap_or_default();
+        // Drawn as the SVG draws it: each run of import-machinery frames as one frame.
+        let folded = self.folded_import_frame();
+        let labels = &self.frame_labels;
+        let frames = fold_runs(&frames, |&f| is_import_frame(&labels[f as usize]), folded);
         let id = self.stacks.len() as u32;
         self.stacks.push(frames);
         self.stack_ids.insert(stack, id);
+        id
+    }
+
+    /// The page's one frame for a run of import-machinery frames, made when first needed.
+    fn folded_import_frame(&mut self) -> u32 {
+        if let Some(id) = self.folded_import {
+            return id;
+        }
+        let function = self.function_labels.len() as i64;
+        self.function_labels.push(FOLDED_IMPORT_FRAME.to_owned());
+        let id = self.frame_labels.len() as u32;
+        self.frame_labels.push(FOLDED_IMPORT_FRAME.to_owned());
+        self.frame_functions.push(function);
+        self.folded_import = Some(id);
         id
     }
 

@@ -13,15 +13,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::PathBuf;
 
-use serde::Serialize;
 use stackscope_aggregate::{
-    headline_verdict, rerooted, MergedRecordings, OddRank, ProcessPlace, RankRow, RecordingInput,
-    RecordingVerdict, VerdictClass, DEFAULT_IDLE_BELOW, MAX_BUCKETS, MAX_ENTRIES,
-    VERDICTS_IN_HEADLINE,
+    headline_verdict, rerooted, MergedRecordings, ProcessPlace, RecordingInput, RecordingVerdict,
+    VerdictClass, DEFAULT_IDLE_BELOW, MAX_BUCKETS, MAX_ENTRIES, VERDICTS_IN_HEADLINE,
 };
 
-use super::data::{PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
-use super::escape;
+use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
+use crate::markup::escape;
 use crate::ReportError;
 
 /// GPU points of all devices together: a merged page of many nodes' devices stays bounded.
@@ -30,20 +28,6 @@ const MAX_MERGED_GPU_POINTS: usize = 8 * MAX_GPU_POINTS;
 const MIN_GPU_POINTS: usize = 200;
 /// The recordings' notices shown before the rest are counted.
 const NOTICES_SHOWN: usize = 20;
-
-/// What a merged page carries beyond a single recording's.
-#[derive(Debug, Serialize)]
-pub struct MergedPage {
-    /// `2 recordings merged, 8 ranks`.
-    pub title: String,
-    /// The recording directories, as given.
-    pub sources: Vec<String>,
-    /// The rank table, as `merge` prints it and its `summary.json` holds it.
-    pub ranks: Vec<RankRow>,
-    pub most_different: Option<OddRank>,
-    /// Each recording's own verdict, by whose recording it is.
-    pub verdicts: Vec<RecordingVerdict>,
-}
 
 /// One recording's page, with what `merge` read of it (host, pids, ranks).
 #[derive(Debug)]
@@ -234,6 +218,7 @@ pub fn merged_page_data(
             .then(|| means.iter().sum::<f64>() / means.len() as f64),
         verdict_class: verdict.as_ref().map(|v| v.class),
         verdict,
+        step: None,
         idle_path: None,
         cycle: None,
         startup_secs: 0.0,
@@ -455,12 +440,18 @@ pub(super) fn write_rank_table<W: Write>(
     w: &mut W,
 ) -> Result<(), ReportError> {
     let trainers = merged.ranks.iter().any(|r| r.trainer.is_some());
+    let bottlenecks = merged.ranks.iter().any(|r| r.bottleneck.is_some());
     writeln!(
         w,
         "<table class=\"ranks\" id=\"ranks\">\n<tr><th>process</th><th>samples</th>\
-         <th>GPU idle</th><th>top function</th>{}</tr>",
+         <th>GPU idle</th><th>top function</th>{}{}</tr>",
         if trainers {
             "<th>trainer while the GPU idled</th>"
+        } else {
+            ""
+        },
+        if bottlenecks {
+            "<th>bottleneck, if fixed</th>"
         } else {
             ""
         }
@@ -488,10 +479,18 @@ pub(super) fn write_rank_table<W: Write>(
         } else {
             String::new()
         };
+        let bottleneck = if bottlenecks {
+            format!(
+                "<td class=\"bottleneck\">{}</td>",
+                escape(row.bottleneck.as_deref().unwrap_or("-"))
+            )
+        } else {
+            String::new()
+        };
         writeln!(
             w,
             "<tr{}><td>{}{mark}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td>{}</td>{trainer}</tr>",
+             <td>{}</td>{trainer}{bottleneck}</tr>",
             if is_odd { " class=\"odd\"" } else { "" },
             escape(&row.place.describe()),
             row.samples,

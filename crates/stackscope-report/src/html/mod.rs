@@ -18,9 +18,11 @@ use std::io::Write;
 
 use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 
+pub use data::MergedPage;
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
-pub use merged::{merged_page_data, MergedPage, RankPage};
+pub use merged::{merged_page_data, RankPage};
 
+use crate::markup::escape;
 use crate::ReportError;
 
 /// The page may load nothing: no script, style, image, font or connection from outside
@@ -55,6 +57,26 @@ pub fn write_report_html<W: Write>(
     write_page(&data, w)
 }
 
+/// The flamegraph's GPU views, or, in a recording without GPU data (where they could only be
+/// empty), the one line that says why there are none.
+fn gpu_views(data: &PageData) -> String {
+    if !data.gpus.is_empty() {
+        return "<button data-view=\"idle\">GPU idle</button>\
+                <button data-view=\"busy\">GPU busy</button>\
+                <button data-view=\"diff\">difference</button>"
+            .to_owned();
+    }
+    let why = match data.gpu_unavailable.as_deref() {
+        Some(why) if !why.is_empty() => format!(": {why}"),
+        _ => String::new(),
+    };
+    format!(
+        "<span id=\"no-gpu-views\">No GPU idle, busy or difference views: this recording \
+         has no GPU data{}</span>",
+        escape(&why)
+    )
+}
+
 /// Writes the page for already built data.
 pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
     let json = serde_json::to_string(data).map_err(std::io::Error::other)?;
@@ -79,10 +101,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <div id=\"timeline-legend\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
          <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
          <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
-         <button data-view=\"all\">all samples</button>\
-         <button data-view=\"idle\">GPU idle</button>\
-         <button data-view=\"busy\">GPU busy</button>\
-         <button data-view=\"diff\">difference</button></span>\n\
+         <button data-view=\"all\">all samples</button>{}</span>\n\
          <input id=\"search\" type=\"search\" placeholder=\"search functions\">\n\
          <button id=\"reset-zoom\">reset zoom</button>\n\
          <button id=\"whole\">whole recording</button>\n\
@@ -96,6 +115,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
          <script>\n{SERIES_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
          </body>\n</html>\n",
+        gpu_views(data),
         data.samples
     )?;
     Ok(())
@@ -185,6 +205,9 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         "<p class=\"verdict\"><b>Verdict:</b> <span id=\"verdict\">{}</span></p>",
         escape(verdict)
     )?;
+    if let Some(step) = &data.step {
+        write_step_bar(step, w)?;
+    }
     if let Some(path) = &data.idle_path {
         writeln!(
             w,
@@ -221,21 +244,31 @@ fn subject(data: &PageData) -> String {
     }
 }
 
-/// Escapes text for HTML element content and attribute values.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests;
+
+/// The training loop's step as one bar (`<div id="step-bar">`): a segment per part of its
+/// time, as wide as its share, named with its share.
+fn write_step_bar<W: Write>(
+    step: &stackscope_aggregate::StepBreakdown,
+    w: &mut W,
+) -> Result<(), ReportError> {
+    write!(
+        w,
+        "<div class=\"step\"><b>The training loop's time:</b> <div class=\"step-bar\" \
+         id=\"step-bar\">"
+    )?;
+    for (part, share) in step.parts() {
+        if share < 0.005 {
+            continue;
+        }
+        let pct = share * 100.0;
+        write!(
+            w,
+            "<span class=\"step-part step-{part}\" style=\"width:{pct:.1}%\" \
+             title=\"{part} {pct:.0}%\">{part} {pct:.0}%</span>"
+        )?;
+    }
+    writeln!(w, "</div></div>")?;
+    Ok(())
+}

@@ -49,6 +49,7 @@ fn meta() -> RecordingMeta {
         gpu_devices: Vec::new(),
         gpu_unavailable: None,
         notices: Vec::new(),
+        cpus_usable: None,
     }
 }
 
@@ -203,6 +204,15 @@ fn the_verdict_and_path_are_in_the_page() {
     );
     assert!(page.contains("id=\"selection-samples\">1000<"));
     assert!(page.contains("id=\"stackscope-data\""));
+    // The loop's time as a bar beside the verdict: a segment per part, as wide as its share.
+    let step = summary.gpu.as_ref().and_then(|g| g.step).expect("a step");
+    let bar = &page[page.find("id=\"step-bar\"").expect("the step bar")..];
+    let bar = &bar[..bar.find("</div>").expect("its end")];
+    for (part, share) in step.parts().into_iter().filter(|(_, v)| *v >= 0.005) {
+        let segment = format!("step-{part}\" style=\"width:{:.1}%\"", share * 100.0);
+        assert!(bar.contains(&segment), "{segment} not in {bar}");
+    }
+    assert!(bar.contains("inline_load"), "{bar}");
     // Nothing outside the file: no external scripts, styles or links.
     for needle in ["<script src", "<link", "@import", "url(http", "src=\"http"] {
         assert!(!page.contains(needle), "{needle}");

@@ -182,6 +182,7 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
         gpu_devices: old.gpu_devices(),
         gpu_unavailable: old.string("gpu_unavailable"),
         notices,
+        cpus_usable: header.cpus_usable,
     }
 }
 

@@ -56,7 +56,9 @@ fn gpu_recording_writes_every_file() {
         serde_json::from_str(&fs::read_to_string(dir.path().join("summary.json")).expect("json"))
             .expect("valid JSON");
     assert_eq!(json["samples"], 200);
-    assert_eq!(json["gpu"]["verdict"]["class"], "cpu_preprocessing");
+    // The loop decodes its data itself half its time.
+    assert_eq!(json["gpu"]["verdict"]["class"], "inline_loading");
+    assert_eq!(json["gpu"]["if_fixed"]["bottleneck"], "inline_loading");
     assert_eq!(json["gpu"]["devices"][0]["uuid"], "GPU-0000");
     assert_eq!(written.summary.samples, 200);
 
@@ -130,10 +132,14 @@ fn text_summary_says_what_matters_and_ends_with_the_verdict() {
     assert!(text.contains("power readings are averaged"), "{text}");
     let last = text.lines().last().expect("lines");
     assert!(
-        last.starts_with("Verdict: GPU utilization swings"),
+        last.starts_with("Verdict: The training loop is highly input-bound"),
         "{last}"
     );
-    assert!(last.contains("decode (data.py)"), "{last}");
+    assert!(last.contains("decode (data.py:"), "{last}");
+    assert!(
+        text.contains("The training loop's time: inline_load 50%, python 50%"),
+        "{text}"
+    );
 }
 
 #[test]

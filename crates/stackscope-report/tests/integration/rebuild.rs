@@ -71,6 +71,7 @@ fn recording_meta() -> RecordingMeta {
         }],
         gpu_unavailable: None,
         notices: vec!["a notice of the recording".into()],
+        cpus_usable: None,
     }
 }
 

@@ -145,7 +145,10 @@ impl EndWatch {
 fn zombie_status(pid: u32) -> Option<i32> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     let line = StatLine::parse(&stat)?;
-    (line.state()? == b'Z').then(|| line.exit_code()).flatten()
+    line.state()?
+        .is_zombie()
+        .then(|| line.exit_code())
+        .flatten()
 }
 
 #[cfg(test)]

@@ -1,24 +1,22 @@
 //! What a sample leaves out, read once for a dump: each frame's file path and local
 //! variables, and which frames entered the eval loop (where a native stack is merged in).
 //!
-//! It is made with the process stopped, right after [`FastReader::read`] took the stacks,
+//! It is made with the process stopped, right after [`super::FastReader::read`] took the stacks,
 //! for the interpreters whose `_Py_DebugOffsets` describes code objects and values (3.13 and
 //! later, [`ObjectLayout`]). Speed does not matter here, plain reads do: frame by frame
 //! from each thread's `current_frame`, through the same frames the sample walked (the
 //! entry frames and 3.15's base frame, which hold no code, left out the same way), so the
 //! Nth frame here is the Nth of the sample's stack.
 
-use super::code::read_strings;
 use super::layout::{common, i32_at, usize_at, Layout, ObjectLayout};
-use super::remote::Remote;
-use super::values::{Values, MAX_REPR};
-use super::FastReader;
+use super::memory::remote::Remote;
+use super::objects::code::read_strings;
+use super::objects::values::{Values, MAX_REPR};
+use super::read::stack::MAX_FRAMES;
 
 /// `CO_FAST_HIDDEN` (Include/internal/pycore_code.h): a slot of a comprehension inlined
 /// into its function, not a variable of the function's own.
 const CO_FAST_HIDDEN: u8 = 0x10;
-/// Frames followed per thread before the walk is taken as broken (py-spy's bound).
-const MAX_FRAMES: usize = 4096;
 /// Local slots read per frame.
 const MAX_LOCALS: usize = 4096;
 
@@ -49,39 +47,33 @@ pub(crate) struct Local {
     pub repr: String,
 }
 
-impl FastReader {
-    /// Whether [`read_deep`](FastReader::read_deep) can read this interpreter.
-    pub(crate) fn reads_deep(&self) -> bool {
-        self.layout.objects.is_some()
-    }
-
-    /// Each known thread's frames, read afresh; with `locals`, their local variables too.
-    /// Meant for a stopped process, after [`FastReader::read`]: a thread whose walk fails
-    /// is left out (its stack then shows without them).
-    pub(crate) fn read_deep(&mut self, locals: bool) -> Vec<DeepThread> {
-        let Some(objects) = self.layout.objects else {
-            return Vec::new();
-        };
-        let tstates: Vec<usize> = self.threads.iter().map(|k| k.tstate).collect();
-        let mut walker = Walker {
-            remote: &mut self.remote,
-            layout: self.layout,
-            objects,
-        };
-        tstates
-            .into_iter()
-            .filter_map(|tstate| walker.thread(tstate, locals))
-            .collect()
-    }
-}
-
-struct Walker<'a> {
+/// Reads threads' frames afresh, frame by frame, for the interpreters whose layout describes
+/// code objects and values.
+pub(crate) struct DeepReader<'a> {
     remote: &'a mut Remote,
     layout: &'a Layout,
     objects: ObjectLayout,
 }
 
-impl Walker<'_> {
+impl<'a> DeepReader<'a> {
+    /// `None` for an interpreter whose layout does not describe objects (before 3.13).
+    pub(crate) fn new(remote: &'a mut Remote, layout: &'a Layout) -> Option<DeepReader<'a>> {
+        Some(DeepReader {
+            objects: layout.objects?,
+            remote,
+            layout,
+        })
+    }
+
+    /// The frames of the threads whose thread states are at `tstates`; with `locals`, their
+    /// local variables too. A thread whose walk fails is left out (its stack then shows
+    /// without them).
+    pub(crate) fn threads(mut self, tstates: &[usize], locals: bool) -> Vec<DeepThread> {
+        tstates
+            .iter()
+            .filter_map(|&tstate| self.thread(tstate, locals))
+            .collect()
+    }
     fn thread(&mut self, tstate: usize, locals: bool) -> Option<DeepThread> {
         let layout = self.layout;
         let ts = self.remote.read(tstate, layout.ts_read_len).ok()?;

@@ -42,15 +42,15 @@ pub(crate) struct ReaderStats {
     pub idle_disagreed: u64,
     /// Reads after the snapshot for frames outside the copies.
     pub late_rounds: u64,
-    /// Still threads read only for what proves they did not move, found so ([`super::still`]).
+    /// Still threads read only for what proves they did not move, found so ([`super::proof::still`]).
     pub unchanged: u64,
     /// Still threads taken as still on the GIL's word, nothing of them read
-    /// ([`super::quiet`]), and samples where that bet was lost (read again).
+    /// ([`super::proof::quiet`]), and samples where that bet was lost (read again).
     pub quiet: u64,
     pub quiet_misses: u64,
     /// Time spent reading still threads again after lost bets.
     pub quiet_miss_ns: u64,
-    /// Threads of lost bets shown still by their switch rings instead ([`super::switches`]),
+    /// Threads of lost bets shown still by their switch rings instead ([`super::proof::switches`]),
     /// and rings opened and refused.
     pub switch_proven: u64,
     pub rings_opened: u64,

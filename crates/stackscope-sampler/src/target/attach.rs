@@ -13,8 +13,8 @@ use super::{
 };
 use crate::error::{AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, Strategy, Unread};
+use crate::ident_reuse::IdentOwners;
 use crate::leader;
-use crate::names::ThreadNames;
 use crate::namespace::TidMap;
 use crate::origin::Origins;
 use crate::procfs;
@@ -75,7 +75,7 @@ impl PythonTarget {
             blocking: options.blocking,
             tuning: options.tuning,
             native,
-            names: ThreadNames::default(),
+            names: IdentOwners::default(),
             strings: StringCache {
                 origins,
                 ..StringCache::default()

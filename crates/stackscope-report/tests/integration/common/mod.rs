@@ -135,6 +135,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
         },
         gpu_unavailable: (!with_gpu).then(|| "--gpu off".to_owned()),
         notices: vec!["power readings are averaged by the driver".to_owned()],
+        cpus_usable: None,
     };
     (agg, meta)
 }

@@ -1,0 +1,7 @@
+//! Reading the target's memory: batches of ranges in one `process_vm_readv` ([`remote`]),
+//! what one thread's part of a sample asks for and gets back ([`snapshot`]), and maps keyed by
+//! addresses ([`addrmap`]).
+
+pub(super) mod addrmap;
+pub(super) mod remote;
+pub(super) mod snapshot;

@@ -1,0 +1,780 @@
+//! One try at reading a set of threads: the snapshot, the walks, the code objects, and for
+//! each thread its frames, or why it must be read again.
+//!
+//! One system call copies every thread's frames, framed by two reads of the GIL ([`crate::fast::proof::gil`]):
+//! the threads that cannot have run in between have their stacks as copied. A thread that may
+//! have run (the GIL's holder) is kept too if it was read with a check and passes it: its
+//! current frame the same before and after the copy, every frame the walk used the same in a
+//! second copy (code, caller, and instruction but for the innermost frame's, which moves as
+//! it runs), and the walk reaching its first frame. Otherwise it is handed back as
+//! [`Outcome::Ran`], to be read again (with a check), and at last stopped.
+
+use stackscope_event::Frames;
+
+use crate::fast::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
+use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::memory::remote::{Batch, Remote, Slot};
+use crate::fast::memory::snapshot::{self, Checked, TsWords};
+use crate::fast::objects::code::{CodeCache, CodeId};
+use crate::fast::proof::gil::{GilWords, Ran};
+use crate::fast::proof::holder::{self, Later};
+use crate::fast::proof::quiet;
+use crate::fast::proof::still;
+use crate::fast::read::recent;
+use crate::fast::read::stack::{self, Need, RawFrame, Walk};
+use crate::fast::read::thread_model::{Known, Outcome, Proof, StillThreads};
+
+pub(crate) struct Attempt {
+    /// `interp->threads.head`, when the list was read.
+    pub head: Option<usize>,
+    /// Each thread's state as read (for the list check), in the order asked.
+    pub states: Vec<Option<TsWords>>,
+    /// The thread state py-spy would call the GIL's holder, when the globals were read.
+    pub gil_holder: Option<usize>,
+    /// The GIL's last holder at the end of the read: likely the holder next time too.
+    pub last_holder: Option<usize>,
+    /// The GIL's words at the end of the read (None: not bracketed, or not read).
+    pub gil_after: Option<GilWords>,
+    /// Threads planned with no reads ([`quiet`]) that may have run, by their position in
+    /// the threads asked for: to be read again without that bet.
+    pub quiet_failed: Vec<usize>,
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Where the process-wide words are.
+pub(crate) struct Globals {
+    pub head_ptr: usize,
+    /// The `_gil_runtime_state`.
+    pub gil: usize,
+    /// 3.11's `tstate_current` (0 for 3.12, whose holder comes from the GIL itself).
+    pub tstate_current: usize,
+}
+
+/// Counters kept across attempts.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct WalkStats {
+    /// Reads after the snapshot, for frames outside the copies.
+    pub rounds: u64,
+    /// Still threads found where they were, their stacks taken from their last read.
+    pub unchanged: u64,
+    /// Still threads taken as still on the GIL's word, nothing of them read ([`quiet`]).
+    pub quiet: u64,
+}
+
+/// What an attempt reads and how.
+pub(crate) struct Request<'a> {
+    pub layout: &'a Layout,
+    pub globals: &'a Globals,
+    /// Read the thread list head and the GIL holder too.
+    pub with_list: bool,
+    /// The threads asked for cannot run (we stopped them): no GIL bracketing needed.
+    pub stopped: bool,
+    /// Which threads to read with a check: those likely to hold the GIL during the read.
+    pub check: Check<'a>,
+    /// Whether a still thread is read for its proof alone ([`still`]).
+    pub still_reads: bool,
+    /// Whether a still thread may be taken as still on the GIL's word alone ([`quiet`]).
+    pub quiet: bool,
+    /// Threads (by their place in the list) whose switch rings show they have not run since
+    /// their proofs were last good: only their thread states are read ([`still::plan`]).
+    pub words_only: &'a [usize],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check<'a> {
+    /// These thread states.
+    Threads(&'a [usize]),
+    All,
+}
+
+/// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
+/// ranges into one batch ([`plan`]), run it, read the GIL and list words around it
+/// ([`Bracket::read`]), check each thread's copy ([`check`]), walk the frames with rounds of
+/// later reads ([`walk`]), read what the walks still need to be judged ([`read_late`]), load
+/// new code objects, and judge and record each walk ([`record`]).
+pub(crate) fn attempt(
+    remote: &mut Remote,
+    codes: &mut CodeCache,
+    threads: &mut [Known],
+    still: &mut StillThreads,
+    which: &[usize],
+    req: &Request<'_>,
+    stats: &mut WalkStats,
+) -> std::io::Result<Attempt> {
+    let layout = req.layout;
+    let mut batch = remote.batch();
+    let (mut parts, ranges) = plan(&mut batch, threads, still, which, req);
+    batch.run(remote)?;
+    let mut bracket = Bracket::read(&batch, layout, &ranges);
+    let (mut walks, quiet_failed) =
+        check(&batch, layout, threads, still, &mut parts, &bracket, stats);
+    // The batch stays until the checks are done: the later copies are read in it.
+    walk(remote, layout, &mut walks, &mut parts, stats)?;
+    let ran_late = read_late(remote, req, &walks, &parts, &mut bracket)?;
+    load_codes(remote, codes, layout, &walks, &bracket.ids)?;
+    let judged = Judged {
+        batch: &batch,
+        ids: &bracket.ids,
+        ran: &bracket.ran,
+        ran_late: &ran_late,
+    };
+    record(codes, threads, &walks, &mut parts, req, &judged);
+    remote.recycle(batch);
+    Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
+}
+
+/// One thread's part of an attempt, from its plan to its outcome.
+struct Part {
+    /// Its place in the thread list.
+    i: usize,
+    plan: Plan,
+    /// Its thread state as read (for the list check; None: unreadable).
+    state: Option<TsWords>,
+    /// How its try ended; None while its walk is still to be judged.
+    outcome: Option<Outcome>,
+    /// Its walk needed frames read after the snapshot.
+    read_late: bool,
+}
+
+/// Where the process-wide words went in the first batch.
+struct Ranges {
+    gil_before: Option<Slot>,
+    /// The list head, and the word that names the GIL's holder.
+    list: Option<(Slot, Option<Slot>)>,
+    /// The identity of the code objects the threads ran last time.
+    code_ids: AddrMap<Slot>,
+    gil_after: Option<Slot>,
+}
+
+/// Plans the first batch: the GIL, the list words, each thread's ranges, the identity of
+/// the code objects the threads ran last time, still threads' states, and the GIL again (the
+/// kernel copies the ranges in that order).
+fn plan(
+    batch: &mut Batch,
+    threads: &[Known],
+    still: &StillThreads,
+    which: &[usize],
+    req: &Request<'_>,
+) -> (Vec<Part>, Ranges) {
+    let layout = req.layout;
+    let bracket = !req.stopped;
+    let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
+    let list = req.with_list.then(|| {
+        let head = batch.add(req.globals.head_ptr, 8);
+        let holder = match layout.gil_holder {
+            GilHolder::TstateCurrent => Some(batch.add(req.globals.tstate_current, 8)),
+            GilHolder::LastHolderWhileLocked => Some(batch.add(req.globals.gil, common::GIL_LEN)),
+        };
+        (head, holder)
+    });
+    // Gaps between the copies of checked threads: random, not repeatable.
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
+    let mut parts: Vec<Part> = which
+        .iter()
+        .map(|&i| Part {
+            i,
+            plan: plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed),
+            state: None,
+            outcome: None,
+            read_late: false,
+        })
+        .collect();
+    // The code objects the threads ran last time, most likely still on their stacks: their
+    // identity comes with the snapshot, so a steady sample needs no second call. (A still
+    // thread's stack comes with its names: a code object on a stack cannot be freed.)
+    let (id_start, id_end) = layout.code_identity_range();
+    let mut code_ids: AddrMap<Slot> = AddrMap::default();
+    for part in &parts {
+        if matches!(part.plan, Plan::Still(_) | Plan::Quiet) {
+            continue;
+        }
+        for &code in &threads[part.i].codes {
+            code_ids
+                .entry(code)
+                .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
+        }
+    }
+    let still_plans: Vec<&mut still::Planned> = parts
+        .iter_mut()
+        .filter_map(|p| match &mut p.plan {
+            Plan::Still(s) => Some(s),
+            Plan::Full(_) | Plan::Quiet => None,
+        })
+        .collect();
+    still::add_tstates(batch, still_plans);
+    let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
+    let ranges = Ranges {
+        gil_before,
+        list,
+        code_ids,
+        gil_after,
+    };
+    (parts, ranges)
+}
+
+/// How thread `k` (the `i`th of the list; `is_still` this sample) is read: taken as still on
+/// the GIL's word, for its proof alone, or copied in full (with a check for a likely holder).
+fn plan_thread(
+    batch: &mut Batch,
+    k: &Known,
+    is_still: bool,
+    i: usize,
+    req: &Request<'_>,
+    seed: &mut u64,
+) -> Plan {
+    let layout = req.layout;
+    let bracket = !req.stopped;
+    let with_check = !req.stopped
+        && match req.check {
+            Check::All => true,
+            Check::Threads(t) => t.contains(&k.tstate),
+        };
+    match &k.proof {
+        Some(_) if req.quiet && !with_check && bracket && quiet::possible(k, is_still) => {
+            Plan::Quiet
+        }
+        Some(proof) if is_still && !with_check => Plan::Still(still::plan(
+            batch,
+            layout,
+            k.tstate,
+            proof,
+            req.words_only.contains(&i),
+        )),
+        _ => {
+            let check = with_check.then_some(seed);
+            Plan::Full(snapshot::plan(
+                batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
+            ))
+        }
+    }
+}
+
+/// What the first batch says of the process as a whole.
+struct Bracket {
+    /// The GIL's words before and after the copies (None: not bracketed, or not read).
+    before: Option<GilWords>,
+    after: Option<GilWords>,
+    /// The threads that can have run during the copies.
+    ran: Ran,
+    head: Option<usize>,
+    gil_holder: Option<usize>,
+    /// Code objects' identities, as read (None: unreadable).
+    ids: AddrMap<Option<CodeId>>,
+}
+
+impl Bracket {
+    fn read(batch: &Batch, layout: &Layout, ranges: &Ranges) -> Bracket {
+        let before = gil_words(batch, ranges.gil_before);
+        let after = gil_words(batch, ranges.gil_after);
+        let ran = if ranges.gil_before.is_some() {
+            Ran::between(before, after)
+        } else {
+            Ran::NONE
+        };
+        let head = ranges.list.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
+        let gil_holder = ranges
+            .list
+            .and_then(|(_, g)| g)
+            .and_then(|g| batch.get(g))
+            .and_then(|b| match layout.gil_holder {
+                GilHolder::TstateCurrent => usize_at(b, 0),
+                GilHolder::LastHolderWhileLocked => {
+                    GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
+                }
+            });
+        let ids = ranges
+            .code_ids
+            .iter()
+            .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
+            .collect();
+        Bracket {
+            before,
+            after,
+            ran,
+            head,
+            gil_holder,
+            ids,
+        }
+    }
+}
+
+fn gil_words(batch: &Batch, slot: Option<Slot>) -> Option<GilWords> {
+    slot.and_then(|s| batch.get(s)).and_then(GilWords::parse)
+}
+
+/// Checks each thread's copy: a thread taken as still on the GIL's word is done or lost its
+/// bet; a still one is where it was or not; a full copy is a stack to walk, or must be read
+/// again. Answers the walks to make, and the threads whose bets were lost (by position).
+fn check(
+    batch: &Batch,
+    layout: &Layout,
+    threads: &mut [Known],
+    still: &mut StillThreads,
+    parts: &mut [Part],
+    bracket: &Bracket,
+    stats: &mut WalkStats,
+) -> (Vec<Walking>, Vec<usize>) {
+    let mut walks = Vec::new();
+    let mut quiet_failed = Vec::new();
+    for (pos, part) in parts.iter_mut().enumerate() {
+        let Part {
+            i,
+            plan,
+            state,
+            outcome,
+            ..
+        } = part;
+        let k = &mut threads[*i];
+        match plan {
+            Plan::Quiet => {
+                // Its thread state as known (for the list check): unchanged if it did not run.
+                *state = Some(k.ts);
+                match k.proof.as_ref().filter(|_| quiet::holds(k, bracket.after)) {
+                    Some(proof) => {
+                        stats.quiet += 1;
+                        *outcome = Some(Outcome::Done(proof.frames.clone()));
+                    }
+                    None => {
+                        quiet_failed.push(pos);
+                        *outcome = Some(Outcome::Again);
+                    }
+                }
+            }
+            Plan::Still(planned) => {
+                let settled = still::settle(batch, layout, planned, k, &bracket.ran);
+                if settled.moved {
+                    still.moved(*i);
+                }
+                stats.unchanged +=
+                    u64::from(settled.ts.is_some() && matches!(settled.outcome, Outcome::Done(_)));
+                *state = settled.ts;
+                *outcome = Some(settled.outcome);
+            }
+            Plan::Full(planned) => match check_copy(batch, layout, planned, k, pos) {
+                (ts, Ok(walking)) => {
+                    *state = ts;
+                    walks.push(walking);
+                }
+                (ts, Err(answer)) => {
+                    *state = ts;
+                    *outcome = Some(answer);
+                }
+            },
+        }
+    }
+    (walks, quiet_failed)
+}
+
+/// Checks a thread's full copy (`k`'s, at `pos` in the attempt): its thread state as read,
+/// and a walk to make, or why there is none (read it again; the list changed).
+fn check_copy(
+    batch: &Batch,
+    layout: &Layout,
+    planned: &snapshot::Planned,
+    k: &mut Known,
+    pos: usize,
+) -> (Option<TsWords>, Result<Walking, Outcome>) {
+    match snapshot::check(batch, layout, planned) {
+        Checked::Walkable {
+            ts,
+            current_frame,
+            chunk,
+            extra,
+            later,
+        } => {
+            k.refresh(ts);
+            let mut walk = Walk::new(current_frame, chunk);
+            for (region, is_chunk) in extra {
+                walk.add_region(region, is_chunk);
+            }
+            let walking = Walking {
+                pos,
+                walk,
+                later,
+                ts,
+                start: current_frame,
+            };
+            (Some(ts), Ok(walking))
+        }
+        Checked::Again(fresh) => {
+            k.refresh(fresh);
+            (Some(fresh), Err(Outcome::Again))
+        }
+        Checked::Unreadable => (None, Err(Outcome::Gone)),
+    }
+}
+
+/// Walks every thread as far as the copies go, then reads what the walks still need, all
+/// threads together, until every walk is complete; a walk that cannot go on is broken.
+fn walk(
+    remote: &mut Remote,
+    layout: &Layout,
+    walks: &mut [Walking],
+    parts: &mut [Part],
+    stats: &mut WalkStats,
+) -> std::io::Result<()> {
+    let mut pending: Vec<usize> = (0..walks.len()).collect();
+    let mut rounds = 0;
+    while !pending.is_empty() {
+        let mut needs: Vec<(usize, Need)> = Vec::new();
+        for &w in &pending {
+            let Walking { pos, walk, .. } = &mut walks[w];
+            let outcome = &mut parts[*pos].outcome;
+            match walk.advance(layout) {
+                Ok(None) => {}
+                Ok(Some(need)) if rounds < max_rounds(layout) => needs.push((w, need)),
+                Ok(Some(_)) => *outcome = Some(broken("too many frames outside")),
+                Err(e) => *outcome = Some(broken(&format!("{e:?}"))),
+            }
+        }
+        if needs.is_empty() {
+            break;
+        }
+        rounds += 1;
+        stats.rounds += 1;
+        let mut round = Batch::default();
+        let slots: Vec<(Slot, Option<Slot>)> = needs
+            .iter()
+            .map(|(_, need)| {
+                let frame = round.add(need.frame, layout.fr_header_len);
+                let chunk = need.chunk.map(|c| round.add(c, common::MIN_CHUNK_BYTES));
+                (frame, chunk)
+            })
+            .collect();
+        round.run(remote)?;
+        pending.clear();
+        for ((w, need), (frame, chunk)) in needs.into_iter().zip(slots) {
+            let Walking { pos, walk, .. } = &mut walks[w];
+            parts[*pos].read_late = true;
+            walk.supply(
+                need,
+                round.get(frame).map(<[u8]>::to_vec),
+                chunk.and_then(|c| round.get(c)).map(<[u8]>::to_vec),
+            );
+            if walk.can_continue(need, layout) {
+                pending.push(w);
+            } else {
+                parts[*pos].outcome = Some(broken("cannot read a frame"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One more call if needed: the identity of code objects not read with the snapshot (into
+/// `bracket.ids`), and the GIL once more when frames were read after the snapshot, since
+/// those reads are only good for threads that did not run until then either. Answers the
+/// threads that can have run until then.
+fn read_late(
+    remote: &mut Remote,
+    req: &Request<'_>,
+    walks: &[Walking],
+    parts: &[Part],
+    bracket: &mut Bracket,
+) -> std::io::Result<Ran> {
+    let layout = req.layout;
+    let (id_start, id_end) = layout.code_identity_range();
+    let mut late = Batch::default();
+    let mut late_codes: AddrMap<Slot> = AddrMap::default();
+    for Walking { pos, walk, .. } in walks {
+        if parts[*pos].outcome.is_some() {
+            continue;
+        }
+        for f in &walk.frames {
+            if !bracket.ids.contains_key(&f.code) {
+                late_codes
+                    .entry(f.code)
+                    .or_insert_with(|| late.add(f.code + id_start, id_end - id_start));
+            }
+        }
+    }
+    let bracketed = !req.stopped;
+    let any_late = parts.iter().any(|p| p.read_late);
+    let gil_late = (bracketed && any_late).then(|| late.add(req.globals.gil, common::GIL_LEN));
+    if !late.is_empty() {
+        late.run(remote)?;
+    }
+    let ran_late = if bracketed && any_late {
+        Ran::between(bracket.before, gil_words(&late, gil_late))
+    } else {
+        Ran::NONE
+    };
+    for (&addr, &slot) in &late_codes {
+        bracket
+            .ids
+            .insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));
+    }
+    Ok(ran_late)
+}
+
+/// Loads the code objects new to the cache. Only those on a stack read now: one checked
+/// ahead that is no longer on any may have been freed, and its bytes are anything.
+fn load_codes(
+    remote: &mut Remote,
+    codes: &mut CodeCache,
+    layout: &Layout,
+    walks: &[Walking],
+    ids: &AddrMap<Option<CodeId>>,
+) -> std::io::Result<()> {
+    let mut missing: Vec<(usize, CodeId)> = Vec::new();
+    for Walking { walk, .. } in walks {
+        for f in &walk.frames {
+            if let Some(Some(id)) = ids.get(&f.code) {
+                if codes.get(f.code, id).is_none() && !missing.iter().any(|(a, _)| *a == f.code) {
+                    missing.push((f.code, *id));
+                }
+            }
+        }
+    }
+    codes.load(remote, layout, &missing)
+}
+
+/// What a walk is judged by: the first batch (the later copies of checked threads), the
+/// code objects' identities, and who can have run during the copies and until the late
+/// reads.
+struct Judged<'a> {
+    batch: &'a Batch,
+    ids: &'a AddrMap<Option<CodeId>>,
+    ran: &'a Ran,
+    ran_late: &'a Ran,
+}
+
+/// Judges each walk not already answered, and records in its thread what the next read
+/// needs: the ranges outside its chunk, its signature, its code objects, and its proof.
+fn record(
+    codes: &mut CodeCache,
+    threads: &mut [Known],
+    walks: &[Walking],
+    parts: &mut [Part],
+    req: &Request<'_>,
+    judged: &Judged<'_>,
+) {
+    let layout = req.layout;
+    for w in walks {
+        let part = &mut parts[w.pos];
+        if part.outcome.is_some() {
+            continue;
+        }
+        let known = &mut threads[part.i];
+        known.proof = None;
+        let checked_ok = passes_check(layout, w, judged.batch)
+            && instructions_in_code(layout, judged.ids, &w.walk.frames);
+        let may_have_run = (judged.ran.may_have_run(known.tstate) && !checked_ok)
+            || (part.read_late && judged.ran_late.may_have_run(known.tstate));
+        let outcome =
+            match recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent) {
+                Ok(frames) if may_have_run => Outcome::Ran(frames),
+                Ok(frames) if req.stopped && !w.walk.ends_at_first_frame(layout) => {
+                    Outcome::Midway(frames)
+                }
+                Ok(frames) => Outcome::Done(frames),
+                // A thread that ran can read as anything: read it again, stopped.
+                Err(_) if may_have_run => Outcome::Ran(Frames::default()),
+                Err(why) => Outcome::Broken(why),
+            };
+        if matches!(
+            outcome,
+            Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
+        ) {
+            remember_walk(known, &w.walk, layout);
+        }
+        if let Outcome::Done(frames) = &outcome {
+            if req.still_reads {
+                known.proof = proof_of(known.tstate, w, frames, layout);
+            }
+        }
+        part.outcome = Some(outcome);
+    }
+}
+
+/// Records in `known` what its walk tells the next read: the ranges outside its chunk, its
+/// signature, and the code objects to check ahead.
+fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
+    let mut extra = walk.outside_ranges(layout);
+    if layout.frames == FrameDesign::Objects {
+        // 3.10: a frame that came and went (a leaf call's, made again at the same address
+        // from its code object's spare frame) is likely there next time: keep a few of the
+        // last ranges this walk did not use.
+        let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
+        for e in &known.extra {
+            if extra.len() >= keep {
+                break;
+            }
+            if !extra.contains(e) {
+                extra.push(*e);
+            }
+        }
+        extra = stack::coalesce(extra);
+    }
+    known.extra = extra;
+    known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
+    // This walk's code objects, then a few of the earlier walks' that it did not use: a leaf
+    // call that comes and goes between samples keeps its identity read with the snapshot
+    // instead of costing a call of its own after it.
+    let earlier = std::mem::take(&mut known.codes);
+    for f in &walk.frames {
+        if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
+            known.codes.push(f.code);
+        }
+    }
+    let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
+    for code in earlier {
+        if known.codes.len() >= keep {
+            break;
+        }
+        if !known.codes.contains(&code) {
+            known.codes.push(code);
+        }
+    }
+}
+
+/// A stack read whole from one copy (no check's later copies) is what later still reads
+/// of thread `tstate` are checked against.
+fn proof_of(tstate: usize, w: &Walking, frames: &Frames, layout: &Layout) -> Option<Proof> {
+    let header = match w.start {
+        0 => Some(Vec::new()),
+        start => w.walk.header(start, layout).map(<[u8]>::to_vec),
+    };
+    match (&w.later, header) {
+        (None, Some(header)) => Some(Proof {
+            ts: w.ts,
+            current_frame: w.start,
+            header,
+            frames: frames.clone(),
+            expires: std::time::Instant::now() + still::lifetime(tstate),
+        }),
+        _ => None,
+    }
+}
+
+/// The attempt's answer: a broken walk of a thread that may have run followed torn links
+/// (read it again); what this read found good is good as of the GIL read after it.
+fn finish(
+    threads: &mut [Known],
+    parts: Vec<Part>,
+    bracket: &Bracket,
+    bracketed: bool,
+    quiet_failed: Vec<usize>,
+) -> Attempt {
+    let mut states = Vec::with_capacity(parts.len());
+    let mut outcomes = Vec::with_capacity(parts.len());
+    for part in parts {
+        let k = &mut threads[part.i];
+        let mut outcome = part.outcome;
+        if matches!(outcome, Some(Outcome::Broken(_))) && bracket.ran.may_have_run(k.tstate) {
+            outcome = Some(Outcome::Ran(Frames::default()));
+        }
+        let good = bracketed && matches!(outcome, Some(Outcome::Done(_)));
+        k.proven_at = if good { bracket.after } else { None };
+        states.push(part.state);
+        outcomes.push(outcome.unwrap_or(Outcome::Again));
+    }
+    Attempt {
+        head: bracket.head,
+        states,
+        gil_holder: bracket.gil_holder,
+        last_holder: bracket.after.map(|g| g.last_holder),
+        gil_after: bracket.after,
+        quiet_failed,
+        outcomes,
+    }
+}
+
+/// A thread's Python state in one word: every frame's address, code object and instruction
+/// (3.10: `f_lasti`), innermost first (the reader adds the used chunk's bytes, 3.11+). Equal words: the thread ran no Python in between, or
+/// came back to exactly where it was. Never 0.
+pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
+    // Not a keyed hash: equal words are only ever compared for one thread, never a table key.
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mix = |h: u64, v: usize| (h.rotate_left(5) ^ v as u64).wrapping_mul(K);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for f in frames {
+        h = mix(mix(mix(h, f.addr), f.code), f.prev_instr);
+    }
+    mix(h, frames.len()) | 1
+}
+
+/// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.
+const RECENT_FRAMES: usize = 8;
+
+/// At most this many code objects per thread are checked ahead, with the snapshot.
+const MAX_CODES_AHEAD: usize = 128;
+
+/// Of those, at most this many that its last walk did not use.
+const EARLIER_CODES_AHEAD: usize = 8;
+
+/// Walks may need at most this many reads after the snapshot (one per generator frame or
+/// older chunk on the way down, for every thread at once).
+const MAX_ROUNDS: usize = 256;
+
+/// 3.10 reads each frame not copied ahead in a round of its own: as many as py-spy's depth
+/// limit (once per new stack; later samples copy the frames ahead).
+fn max_rounds(layout: &Layout) -> usize {
+    match layout.frames {
+        FrameDesign::Chunks => MAX_ROUNDS,
+        FrameDesign::Objects => 4096,
+    }
+}
+
+/// A thread's walk in progress.
+struct Walking {
+    /// Its position in the threads asked for.
+    pos: usize,
+    walk: Walk,
+    /// The later readings, for a thread read with a check.
+    later: Option<Later>,
+    /// Its thread state's words, as read.
+    ts: TsWords,
+    /// Where the walk started: the current-frame pointer as read.
+    start: usize,
+}
+
+/// One thread's part of an attempt.
+enum Plan {
+    /// Its frames copied, to be walked.
+    Full(snapshot::Planned),
+    /// A still thread: only what proves it did not move.
+    Still(still::Planned),
+    /// A still thread taken as still if the GIL shows no switch: nothing read.
+    Quiet,
+}
+
+/// Whether a thread read with a check passes it ([`holder`]).
+fn passes_check(layout: &Layout, w: &Walking, batch: &Batch) -> bool {
+    let Some(later) = &w.later else {
+        return false;
+    };
+    later.agrees
+        && w.walk.ends_at_first_frame(layout)
+        && holder::same_frames(layout, &w.walk, later, batch)
+}
+
+/// Whether every frame's instruction lies in its own code object's bytecode (or one unit
+/// before it: not started yet). A frame caught while being set up, its code already the new
+/// one and its instruction still the old occupant's, fails this.
+fn instructions_in_code(
+    layout: &Layout,
+    ids: &AddrMap<Option<CodeId>>,
+    frames: &[RawFrame],
+) -> bool {
+    frames.iter().all(|f| {
+        let Some(Some(id)) = ids.get(&f.code) else {
+            return false;
+        };
+        if layout.frames == FrameDesign::Objects {
+            // 3.10: `f_lasti` is an index, -1 before the first instruction; the bytecode
+            // is a separate object whose size we do not read.
+            let lasti = f.prev_instr as isize;
+            return (-1..1 << 26).contains(&lasti);
+        }
+        let start = f.code + layout.co_code_adaptive;
+        let end = start.saturating_add(2 * id.units() as usize);
+        f.prev_instr + 2 >= start && f.prev_instr < end
+    })
+}
+
+fn broken(why: &str) -> Outcome {
+    Outcome::Broken(why.to_owned())
+}

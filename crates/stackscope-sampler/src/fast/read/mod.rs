@@ -1,0 +1,15 @@
+//! The read loop: the reader itself ([`reader`]), one try at a set of threads ([`attempt`]), a
+//! sample's reads until every thread is whole ([`sample_read`]), walking frames ([`stack`]),
+//! naming them and keeping a thread's last stacks ([`recent`]), the thread list and the model
+//! of a thread between samples ([`threads`], [`thread_model`]), each thread's OS state
+//! ([`activity`]) and OS thread ids before 3.11 ([`ostid`]).
+
+pub(super) mod activity;
+pub(super) mod attempt;
+pub(super) mod ostid;
+pub(super) mod reader;
+pub(super) mod recent;
+pub(super) mod sample_read;
+pub(super) mod stack;
+pub(super) mod thread_model;
+pub(super) mod threads;

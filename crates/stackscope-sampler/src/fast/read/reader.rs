@@ -1,0 +1,656 @@
+//! The reader itself ([`FastReader`]): attaching to an interpreter, and one sample's read of
+//! every thread, step by step (the states before, the attempts, the states after), with what
+//! it keeps between samples.
+
+use py_spy::PythonSpy;
+use stackscope_event::Frames;
+
+use crate::fast::deep::DeepReader;
+use crate::fast::deep::DeepThread;
+use crate::fast::error::ReadError;
+use crate::fast::layout::{common, debug_offsets, GilHolder, Layout};
+use crate::fast::memory::remote::Remote;
+use crate::fast::objects::code::CodeCache;
+use crate::fast::objects::filenames::FileNames;
+use crate::fast::objects::names::ThreadNames;
+use crate::fast::proof::gil::GilWords;
+use crate::fast::read::activity::{self, Activity};
+use crate::fast::read::attempt::{attempt, Attempt, Check, Globals, Request, WalkStats};
+use crate::fast::read::ostid::OsTids;
+use crate::fast::read::thread_model::{Known, StillThreads};
+use crate::fast::read::threads;
+use crate::origin::Origins;
+use crate::procfs::ProcState;
+
+use crate::fast::stats::ReaderStats;
+use crate::namespace::TidMap;
+use crate::tuning::ReaderTuning;
+
+/// How the reader keeps stacks consistent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// Stop the whole process around each sample's reads (py-spy's way, with fewer reads).
+    StopProcess,
+    /// Stop nothing up front: threads that did not hold the GIL during the read are taken as
+    /// read, the holder when its copies agree; a holder whose copies keep disagreeing is
+    /// stopped alone for a last read. Without blocking, nothing is ever stopped and such a
+    /// holder's read is kept, torn or not.
+    StopGilHolders,
+}
+
+impl Strategy {
+    /// The default, chosen by measurement (docs/performance.md): a ptrace stop of one thread
+    /// costs that thread about 0.1 ms here, so stopping every thread for every sample slows a
+    /// 1000 Hz target by a fifth, where this stops a thread in well under 1% of samples and
+    /// reads the same stacks.
+    pub(crate) const DEFAULT: Strategy = Strategy::StopGilHolders;
+}
+
+/// One thread, as read.
+#[derive(Debug)]
+pub(crate) struct ThreadRead {
+    pub thread_id: u64,
+    /// As the interpreter records it (3.11+, 0 before the thread has started, as py-spy
+    /// reports it); for 3.10, as found from its `pthread_t`, None where it could not be.
+    pub os_thread_id: Option<u64>,
+    pub name: Option<std::sync::Arc<str>>,
+    pub owns_gil: bool,
+    /// Busy, by the one idle rule ([`crate::idle`]).
+    pub active: bool,
+    pub frames: Frames,
+}
+
+pub(crate) struct FastReader {
+    pub(in crate::fast) pid: u32,
+    pub(in crate::fast) layout: &'static Layout,
+    pub(in crate::fast) globals: Globals,
+    pub(in crate::fast) modules_ptr: usize,
+    pub(in crate::fast) remote: Remote,
+    pub(in crate::fast) process: remoteprocess::Process,
+    pub(in crate::fast) threads: Vec<Known>,
+    /// Which of `threads` this sample takes as still (set before each sample's read).
+    pub(in crate::fast) still: StillThreads,
+    pub(in crate::fast) codes: CodeCache,
+    pub(in crate::fast) names: ThreadNames,
+    pub(in crate::fast) activity: Activity,
+    pub(in crate::fast) strategy: Strategy,
+    /// The GIL's last holder at the end of the last read: the thread read with a check.
+    pub(in crate::fast) expected_holder: usize,
+    /// The threads to read with a check this sample.
+    pub(in crate::fast) likely_holders: Vec<usize>,
+    pub(in crate::fast) walk_stats: WalkStats,
+    pub(in crate::fast) stats: ReaderStats,
+    /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
+    pub(in crate::fast) os_tids: Option<OsTids>,
+    /// Whether a sleeping thread whose Python state did not change keeps its last OS state
+    /// for a while ([`activity::REUSE_FOR`]); [`ReaderTuning::idle_reuse`] off reads it every
+    /// time.
+    pub(in crate::fast) reuse_states: bool,
+    /// Whether a still thread is read only for what proves it did not move ([`still`]);
+    /// [`ReaderTuning::still_reads`] off copies its frames every sample (for comparisons).
+    pub(in crate::fast) still_reads: bool,
+    /// Samples to go before still threads are again taken as still on the GIL's word
+    /// ([`quiet`]) after a sample where that did not hold.
+    pub(in crate::fast) quiet_backoff: u32,
+    /// Bets lost in a row.
+    pub(in crate::fast) quiet_losses: u32,
+    /// Whether the last read found a thread that the OS, read afresh, showed running or
+    /// asleep, or one whose Python state moved since the sample before: the process was not
+    /// stopped by a signal or a debugger (the sampler then need not read the leader's state
+    /// to know; a process stopped between two samples is seen stopped at the second).
+    pub(in crate::fast) seen_running: bool,
+    /// [`ReaderTuning::idle_audit`]: also read every reused state, and count the idle
+    /// decisions it would have changed (docs/performance.md).
+    pub(in crate::fast) audit: bool,
+    /// [`ReaderTuning::stats`]: print the counters when dropped.
+    pub(in crate::fast) print_stats: bool,
+    /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
+    pub(in crate::fast) tids: TidMap,
+}
+
+/// Why there is no reader of ours for an interpreter.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// Its version has no layout here (3.9 and older).
+    NoLayout,
+    /// Its `_Py_DebugOffsets` is not one this reader knows: why.
+    Refused(String),
+    /// The layout did not fit what was read.
+    Failed(ReadError),
+}
+
+/// One thread before a sample's read: its OS state and how it was had, and where its Python
+/// state was.
+pub(in crate::fast) struct Before {
+    /// Its OS thread id, as the interpreter records it.
+    pub(in crate::fast) tid: u64,
+    /// Its scheduler state (None: not read yet, or unreadable).
+    pub(in crate::fast) state: Option<ProcState>,
+    pub(in crate::fast) how: StateFrom,
+    /// Its thread state, and its Python state's signature ([`Known::sig`]).
+    pub(in crate::fast) tstate: usize,
+    pub(in crate::fast) sig: u64,
+}
+
+/// How a thread's OS state before the read was had.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::fast) enum StateFrom {
+    /// Not read: the GIL's expected holder, read after the read if it turns out not to hold
+    /// the GIL then.
+    Deferred,
+    /// An earlier reading, reused (with, for the idle audit, a reading made now).
+    Reused { audited: Option<ProcState> },
+    /// Read now.
+    Read,
+}
+
+impl StateFrom {
+    pub(in crate::fast) fn is_reused(&self) -> bool {
+        matches!(self, StateFrom::Reused { .. })
+    }
+}
+
+/// Each thread's frames, in list order, and the GIL holder's thread state.
+pub(in crate::fast) struct Read {
+    pub(in crate::fast) frames: Vec<Frames>,
+    pub(in crate::fast) gil_holder: usize,
+}
+
+impl FastReader {
+    /// A reader for the interpreter py-spy found, if its version has a layout table here.
+    pub(crate) fn new(
+        pid: u32,
+        spy: &PythonSpy,
+        strategy: Strategy,
+        tuning: &ReaderTuning,
+    ) -> Result<FastReader, Unread> {
+        let (major, minor) = (spy.version.major, spy.version.minor);
+        let layout = match Layout::for_version(major, minor) {
+            Some(layout) => layout,
+            None if major == 3 && minor >= 13 => {
+                let mut remote = Remote::new(pid);
+                debug_offsets::layout(&mut remote, minor, spy.addresses.interpreter_address)
+                    .map_err(|refusal| Unread::Refused(refusal.0))?
+            }
+            None => return Err(Unread::NoLayout),
+        };
+        let found = spy.addresses.threadstate_address;
+        let globals = Globals {
+            head_ptr: spy.addresses.interpreter_address + layout.interp_threads_head,
+            gil: found.wrapping_add_signed(layout.gil_offset),
+            tstate_current: match layout.gil_holder {
+                GilHolder::TstateCurrent => found,
+                GilHolder::LastHolderWhileLocked => 0,
+            },
+        };
+        let mut remote = Remote::new(pid).timed(tuning.stats);
+        // Everything consistent rests on the GIL: make sure the table finds it.
+        let gil = remote
+            .read(globals.gil, common::GIL_LEN)
+            .ok()
+            .and_then(|b| GilWords::parse(&b));
+        if found == 0 || !gil.is_some_and(|g| g.plausible()) {
+            return Err(Unread::Failed(ReadError::Layout(
+                "no GIL where the layout table puts it".to_owned(),
+            )));
+        }
+        let mut reader = FastReader {
+            pid,
+            layout,
+            globals,
+            modules_ptr: spy.addresses.imports_modules_address,
+            remote,
+            process: remoteprocess::Process::new(pid as remoteprocess::Pid)
+                .map_err(|e| Unread::Failed(ReadError::stop(e)))?,
+            threads: Vec::new(),
+            still: StillThreads::default(),
+            codes: CodeCache::new(FileNames::new(
+                pid,
+                spy.dockerized,
+                Origins::of_process(pid, spy.version.major, spy.version.minor),
+            )),
+            names: ThreadNames::new(),
+            activity: Activity::new(pid, tuning.switch_rings),
+            strategy,
+            expected_holder: gil.map_or(0, |g| g.last_holder),
+            likely_holders: Vec::new(),
+            walk_stats: WalkStats::default(),
+            stats: ReaderStats::default(),
+            os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
+            reuse_states: strategy == Strategy::StopGilHolders && tuning.idle_reuse,
+            audit: tuning.idle_audit,
+            still_reads: tuning.still_reads,
+            print_stats: tuning.stats,
+            quiet_backoff: 0,
+            quiet_losses: 0,
+            seen_running: false,
+            tids: TidMap::new(pid),
+        };
+        reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)
+            .map_err(Unread::Failed)?;
+        reader.fill_os_thread_ids();
+        Ok(reader)
+    }
+
+    /// Finds (again) the OS thread id of each thread, where the interpreter does not record
+    /// it (3.10: from its `pthread_t`): one system call.
+    pub(in crate::fast) fn fill_os_thread_ids(&mut self) {
+        let Some(os_tids) = self.os_tids.as_mut() else {
+            return;
+        };
+        let pthreads: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
+        let mut tids: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        os_tids.refresh(&pthreads, &mut tids);
+        for (k, tid) in self.threads.iter_mut().zip(tids) {
+            k.ts.native_thread_id = tid;
+        }
+    }
+
+    /// Whether the last read saw a thread not stopped (running or asleep, read afresh) or
+    /// one that ran Python since the sample before ([`FastReader::seen_running`] field).
+    pub(crate) fn seen_running(&self) -> bool {
+        self.seen_running
+    }
+
+    /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
+    /// threads, or the process); without it nothing is stopped.
+    pub(crate) fn read(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
+        let started = std::time::Instant::now();
+        let out = self.read_inner(blocking);
+        self.stats.read_ns += started.elapsed().as_nanos() as u64;
+        out
+    }
+
+    pub(in crate::fast) fn read_inner(
+        &mut self,
+        blocking: bool,
+    ) -> Result<Vec<ThreadRead>, ReadError> {
+        self.stats.samples += 1;
+        self.quiet_backoff = self.quiet_backoff.saturating_sub(1);
+        self.fill_os_thread_ids();
+        // The OS's view first: once we stop a thread, it reads as stopped.
+        let before = self.states_before(std::time::Instant::now());
+        self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
+        let awake = before
+            .iter()
+            .any(|b| !b.how.is_reused() && activity::is_awake_or_asleep(b.state));
+        let stop = if blocking && self.strategy == Strategy::StopProcess {
+            Some(self.stop_process()?)
+        } else {
+            None
+        };
+        self.likely_holders = self.likely_holders(&before, blocking && stop.is_none());
+        let mut result = self.read_threads(blocking, stop.is_some(), &before);
+        if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
+            // Threads start and end faster than we read them (a pool that spawns a thread
+            // per task): with the whole process stopped the list holds still.
+            let stopped = self.stop_process()?;
+            result = self.read_threads(blocking, true, &before);
+            drop(stopped);
+        }
+        drop(stop);
+        let read = result.inspect_err(|_| self.stats.errors += 1)?;
+        if self.threads.iter().any(|k| k.ts.native_thread_id == 0) {
+            // Threads new to the list (or to their thread state) during this read.
+            self.fill_os_thread_ids();
+        }
+        let (out, moved) = self.thread_reads(read, &before);
+        self.seen_running = awake || moved;
+        Ok(out)
+    }
+
+    /// Each thread's OS state before the read, and which threads this sample takes as still
+    /// ([`FastReader::still`]). A thread that slept a moment ago, still does if its Python
+    /// state has not changed (checked after the read, [`FastReader::state_after`]) and it was
+    /// not the GIL's holder: its last reading stands.
+    pub(in crate::fast) fn states_before(&mut self, now: std::time::Instant) -> Vec<Before> {
+        let mut before = Vec::with_capacity(self.threads.len());
+        for (i, k) in self.threads.iter().enumerate() {
+            let tid = k.ts.native_thread_id;
+            // Our id for it (they differ for a process in a container).
+            let own = self.tids.ours(tid);
+            // A thread with a stack on record, under the reuse rules.
+            let reusable = self.reuse_states && k.sig != 0;
+            let (state, how, still) = if reusable && k.tstate == self.expected_holder {
+                // The GIL's holder at the end of the last read is busy by the idle rule if it
+                // still holds the GIL at the end of this one, whatever the OS says: its state
+                // is read only if it turns out not to (after the read). On a process with one
+                // busy thread that saves the only `/proc` read of most samples.
+                (None, StateFrom::Deferred, false)
+            } else {
+                let earlier = reusable
+                    .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
+                    .flatten();
+                match earlier {
+                    Some(state) => {
+                        let audited = if self.audit {
+                            own.and_then(|own| self.activity.peek(own))
+                        } else {
+                            None
+                        };
+                        (Some(state), StateFrom::Reused { audited }, true)
+                    }
+                    None => {
+                        let state = own.and_then(|own| self.activity.state(own));
+                        // Asleep now, as read: as likely where it was as one whose reading is
+                        // reused (every sleeper's reading expires within 100-400 ms, and
+                        // reading them all in full then cost a sample about as much as all
+                        // the others).
+                        (
+                            state,
+                            StateFrom::Read,
+                            reusable && activity::is_asleep(state),
+                        )
+                    }
+                }
+            };
+            // A proof stands for a while only ([`proof::still::PROOF_FOR`]): past it, the thread is
+            // read in full once, which a change no proof sees cannot hide from.
+            let still = match how {
+                StateFrom::Deferred => false,
+                _ => still && k.proof.as_ref().is_some_and(|p| p.stands(now)),
+            };
+            self.still.set(i, still);
+            before.push(Before {
+                tid,
+                state,
+                how,
+                tstate: k.tstate,
+                sig: k.sig,
+            });
+        }
+        before
+    }
+
+    /// The threads to read with a check: the one that held the GIL last time, and those
+    /// running now (a thread waiting for the GIL sleeps). `ask_gil`: with several running,
+    /// ask the GIL which one holds it (not with the process stopped).
+    pub(in crate::fast) fn likely_holders(
+        &mut self,
+        before: &[Before],
+        ask_gil: bool,
+    ) -> Vec<usize> {
+        let mut likely: Vec<usize> = vec![self.expected_holder];
+        for (k, b) in self.threads.iter().zip(before) {
+            if b.state.is_some_and(ProcState::is_running) {
+                likely.push(k.tstate);
+            }
+        }
+        // Several threads running: only the one holding the GIL now can move its frames
+        // during the read (the others would have to take the GIL, which the read's bracket
+        // shows). Asking the GIL first costs a small system call; copying each running thread
+        // eight times cost far more (four busy threads: three of them copied for nothing).
+        if likely.len() > 1 && ask_gil {
+            if let Some(holder) = self.current_holder() {
+                likely = vec![holder];
+            }
+        }
+        likely
+    }
+
+    /// Each thread as read, with its names and whether it is busy; and whether Python ran in
+    /// some thread since the last sample.
+    pub(in crate::fast) fn thread_reads(
+        &mut self,
+        read: Read,
+        before: &[Before],
+    ) -> (Vec<ThreadRead>, bool) {
+        let live: Vec<u64> = self
+            .threads
+            .iter()
+            .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
+            .collect();
+        self.activity.retain(&live);
+        let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
+        let names = self
+            .names
+            .names(&mut self.remote, self.layout, self.modules_ptr, &idents);
+        // py-spy compares thread ids with the holder's.
+        let gil_thread = self
+            .threads
+            .iter()
+            .find(|k| k.tstate == read.gil_holder && read.gil_holder != 0)
+            .map_or(0, |k| k.ts.thread_id);
+        let mut moved = false;
+        let mut out = Vec::with_capacity(self.threads.len());
+        for (i, (frames, name)) in read.frames.into_iter().zip(names).enumerate() {
+            let Some(known) = self.threads.get(i) else {
+                break;
+            };
+            let ts = known.ts;
+            let owns_gil = ts.thread_id == gil_thread;
+            let tid = ts.native_thread_id;
+            // Where it was before the read (the same place unless the list changed).
+            let at = match before.get(i) {
+                Some(b) if b.tid == tid => Some(i),
+                _ => before.iter().position(|b| b.tid == tid),
+            };
+            let same = match before.get(i) {
+                Some(b) if b.tstate == known.tstate => b.sig == known.sig,
+                _ => before
+                    .iter()
+                    .any(|b| b.tstate == known.tstate && b.sig == known.sig),
+            };
+            // Python ran since the last sample: nobody had the process stopped.
+            moved |= known.sig != 0 && !same;
+            let state = self.state_after(at.and_then(|j| before.get(j)), tid, owns_gil, same);
+            out.push(ThreadRead {
+                thread_id: ts.thread_id,
+                os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0).then(
+                    || {
+                        self.tids
+                            .ours(ts.native_thread_id)
+                            .unwrap_or(ts.native_thread_id)
+                    },
+                ),
+                name,
+                owns_gil,
+                active: crate::idle::is_active(state, owns_gil),
+                frames,
+            });
+        }
+        (out, moved)
+    }
+
+    /// The OS state a thread is judged by after the read: `before` (None: a thread new this
+    /// sample), read now where that does not stand. `same`: its Python state did not change.
+    pub(in crate::fast) fn state_after(
+        &mut self,
+        before: Option<&Before>,
+        tid: u64,
+        owns_gil: bool,
+        same: bool,
+    ) -> Option<ProcState> {
+        let Some(before) = before else {
+            // A thread new this sample: read now unless we stopped the process.
+            return match self.strategy {
+                Strategy::StopGilHolders => os_state(&mut self.tids, &mut self.activity, tid),
+                Strategy::StopProcess => None,
+            };
+        };
+        if self.audit {
+            self.stats.idle_decisions += 1;
+        }
+        match before.how {
+            // Busy, whatever its state (unknown: a stopped holder reads busy).
+            StateFrom::Deferred if owns_gil => None,
+            StateFrom::Deferred => os_state(&mut self.tids, &mut self.activity, tid),
+            // A reused state stands only for a thread that did not move: one whose Python
+            // state changed, or that holds the GIL, is read at once.
+            StateFrom::Reused { audited } if same && !owns_gil => {
+                // The audit's question: would reading now have decided otherwise?
+                if self.audit
+                    && crate::idle::is_active(before.state, owns_gil)
+                        != crate::idle::is_active(audited, owns_gil)
+                {
+                    self.stats.idle_disagreed += 1;
+                }
+                before.state
+            }
+            StateFrom::Reused { .. } => {
+                self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
+                os_state(&mut self.tids, &mut self.activity, tid)
+            }
+            StateFrom::Read => before.state,
+        }
+    }
+
+    /// Stops the whole process until the lock drops, counted.
+    pub(in crate::fast) fn stop_process(&mut self) -> Result<remoteprocess::Lock, ReadError> {
+        self.stats.process_stops += 1;
+        self.process.lock().map_err(ReadError::stop)
+    }
+
+    pub(in crate::fast) fn attempt(
+        &mut self,
+        which: &[usize],
+        with_list: bool,
+        stopped: bool,
+    ) -> Result<Attempt, ReadError> {
+        // The first read of a sample checks the thread expected to hold the GIL; a second
+        // read is only of threads that may have run: all of them.
+        let quiet = with_list && self.still_reads && self.quiet_backoff == 0;
+        self.attempt_with(which, with_list, stopped, !with_list, quiet, &[])
+    }
+
+    /// Reads the threads `which` (none of them taken on the GIL's word) without the list,
+    /// still ones for their proofs (those of `words_only`, whose switch rings show they did
+    /// not run, for their thread states alone), with the sample's check for the likely
+    /// holders.
+    pub(in crate::fast) fn attempt_still(
+        &mut self,
+        which: &[usize],
+        words_only: &[usize],
+        stopped: bool,
+    ) -> Result<Attempt, ReadError> {
+        self.attempt_with(which, false, stopped, false, false, words_only)
+    }
+
+    pub(in crate::fast) fn attempt_with(
+        &mut self,
+        which: &[usize],
+        with_list: bool,
+        stopped: bool,
+        check_all: bool,
+        quiet: bool,
+        words_only: &[usize],
+    ) -> Result<Attempt, ReadError> {
+        self.stats.attempts += 1;
+        let req = Request {
+            layout: self.layout,
+            globals: &self.globals,
+            with_list,
+            stopped,
+            check: if check_all {
+                Check::All
+            } else {
+                Check::Threads(&self.likely_holders)
+            },
+            still_reads: self.still_reads,
+            quiet,
+            words_only,
+        };
+        attempt(
+            &mut self.remote,
+            &mut self.codes,
+            &mut self.threads,
+            &mut self.still,
+            which,
+            &req,
+            &mut self.walk_stats,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ESRCH) => ReadError::ProcessGone(self.pid),
+            _ => ReadError::io("Failed to read the process's memory", e),
+        })
+    }
+
+    /// The thread holding the GIL now, if it is held.
+    pub(in crate::fast) fn current_holder(&mut self) -> Option<usize> {
+        let bytes = self.remote.read(self.globals.gil, common::GIL_LEN).ok()?;
+        let words = GilWords::parse(&bytes)?;
+        (words.locked == 1 && words.last_holder != 0).then_some(words.last_holder)
+    }
+
+    /// See [`ThreadNames::forget`].
+    /// Whether [`read_deep`](FastReader::read_deep) can read this interpreter.
+    pub(crate) fn reads_deep(&self) -> bool {
+        self.layout.objects.is_some()
+    }
+
+    /// Each known thread's frames, read afresh by the deep read ([`deep`]); with `locals`,
+    /// their local variables too. Meant for a stopped process, after [`FastReader::read`].
+    pub(crate) fn read_deep(&mut self, locals: bool) -> Vec<DeepThread> {
+        let tstates: Vec<usize> = self.threads.iter().map(|k| k.tstate).collect();
+        DeepReader::new(&mut self.remote, self.layout)
+            .map_or_else(Vec::new, |reader| reader.threads(&tstates, locals))
+    }
+
+    pub(crate) fn forget_thread_name(&mut self, ident: u64) {
+        self.names.forget(ident);
+    }
+
+    /// Turns the idle audit on or off (see the `audit` field).
+    pub(crate) fn set_audit(&mut self, on: bool) {
+        self.audit = on;
+    }
+
+    /// The counters so far, with the reads they took.
+    pub(crate) fn stats(&self) -> ReaderStats {
+        let mut s = self.stats.clone();
+        s.syscalls = self.remote.syscalls;
+        s.syscall_ns = self.remote.syscall_ns;
+        s.bytes = self.remote.bytes;
+        s.stat_reads = self.activity.reads;
+        s.stat_renewed = self.activity.renewed;
+        s.ring_renewed = self.activity.ring_renewed;
+        s.sched_reads = self.activity.sched_reads;
+        s.rings_opened = self.activity.switches.opened;
+        s.rings_refused = self.activity.switches.refused;
+        s.late_rounds = self.walk_stats.rounds;
+        s.unchanged = self.walk_stats.unchanged;
+        s.quiet = self.walk_stats.quiet;
+        s.code_hits = self.codes.hits;
+        s.code_misses = self.codes.misses;
+        s.code_replaced = self.codes.replaced;
+        s.codes_cached = self.codes.len() as u64;
+        s.name_lookups = self.names.lookups;
+        s
+    }
+}
+
+impl Drop for FastReader {
+    fn drop(&mut self) {
+        if self.print_stats {
+            eprintln!(
+                "stackscope: reader for pid {} (Python 3.{} layout from {}, {:?}): {}",
+                self.pid,
+                self.layout.minor,
+                self.layout.source,
+                self.strategy,
+                self.stats()
+            );
+        }
+    }
+}
+
+/// Prints a notice once per process of ours, however many targets meet the same case.
+pub(crate) fn notice_once(message: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.iter().any(|m| m == message) {
+        eprintln!("{message}");
+        said.push(message.to_owned());
+    }
+}
+
+/// The scheduler state of the thread the interpreter knows as `native_thread_id`, read under
+/// our id for it (they differ for a process in a container).
+pub(in crate::fast) fn os_state(
+    tids: &mut TidMap,
+    activity: &mut Activity,
+    native_thread_id: u64,
+) -> Option<ProcState> {
+    tids.ours(native_thread_id)
+        .and_then(|tid| activity.state(tid))
+}
