@@ -31,6 +31,7 @@ pub fn run(config: DumpConfig) -> anyhow::Result<()> {
     // --no-subprocesses), anything more as the tree; and the tree whenever --subprocesses asks.
     let tree = config.tree_json
         || !matches!(processes.as_slice(), [one] if !one.python_version.is_empty());
+    stackscope_aggregate::in_reading_order(&mut processes);
     // Only locals can hold a secret; without --locals there are none to hide.
     if !config.show_secrets {
         stackscope_report::redact_secrets(&mut processes);

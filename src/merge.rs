@@ -31,7 +31,7 @@ fn merge_dump_files(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
                 file.display()
             )
         })?;
-        let dumps = dumps_of(value).with_context(|| {
+        let mut dumps = dumps_of(value).with_context(|| {
             format!(
                 "{} is not a dump: merge takes the output of `stackscope dump --json`",
                 file.display()
@@ -39,6 +39,7 @@ fn merge_dump_files(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
         })?;
         // A dump written by an older stackscope has no host: the file's name stands for it.
         let fallback = file_label(file);
+        stackscope_aggregate::in_reading_order(&mut dumps);
         for dump in dumps {
             let host = dump.host.clone().unwrap_or_else(|| fallback.clone());
             processes.push((host, dump));

@@ -14,7 +14,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
-use stackscope_aggregate::{is_hung, GpuTag, GpuTagger, ProcessMotion};
+use stackscope_aggregate::{
+    is_hung, is_spin_wait, works_at_read, GpuTag, GpuTagger, ProcessMotion,
+};
 use stackscope_event::{Event, Frames, RankInfo, StackSample, Timestamp};
 
 /// What `/metrics` shows, kept up to date by the consumer of the samples.
@@ -66,12 +68,19 @@ impl MetricsState {
     /// Takes one event from the sample channel.
     pub fn observe(&mut self, event: &Event) {
         match event {
-            Event::Stack(sample) => self.observe_stack(
-                sample.pid,
-                sample.thread.python_thread_id,
-                &sample.frames,
-                sample.time,
-            ),
+            Event::Stack(sample) => {
+                let gpu_busy = self
+                    .gpu
+                    .as_ref()
+                    .is_some_and(|gpu| gpu.tag_at(sample.time).idle() == Some(false));
+                self.observe_stack(
+                    sample.pid,
+                    sample.thread.python_thread_id,
+                    &sample.frames,
+                    sample.time,
+                    working(sample, gpu_busy),
+                )
+            }
             Event::SampleError(error) => {
                 self.errors += 1;
                 if let Some(gpu) = self.gpu.as_mut() {
@@ -96,10 +105,17 @@ impl MetricsState {
         }
     }
 
-    /// One thread's stack at `time`, to be tagged here: what `watch`, which reads stacks
-    /// itself, calls directly.
-    pub fn observe_stack(&mut self, pid: u32, thread: u64, frames: &Frames, time: Timestamp) {
-        self.count_stack(pid, thread, frames, time);
+    /// One thread's stack at `time`, to be tagged here, and whether it works at this read
+    /// (`works_at_read`): what `watch`, which reads stacks itself, calls directly.
+    pub fn observe_stack(
+        &mut self,
+        pid: u32,
+        thread: u64,
+        frames: &Frames,
+        time: Timestamp,
+        working: bool,
+    ) {
+        self.count_stack(pid, thread, frames, time, working);
         if let Some(gpu) = self.gpu.as_mut() {
             gpu.hold(time, ());
         }
@@ -113,16 +129,29 @@ impl MetricsState {
             sample.thread.python_thread_id,
             &sample.frames,
             sample.time,
+            working(sample, tag.idle() == Some(false)),
         );
         self.gpu_idle_samples += u64::from(tag == GpuTag::Idle);
     }
 
-    fn count_stack(&mut self, pid: u32, thread: u64, frames: &Frames, time: Timestamp) {
+    fn count_stack(
+        &mut self,
+        pid: u32,
+        thread: u64,
+        frames: &Frames,
+        time: Timestamp,
+        working: bool,
+    ) {
         self.samples += 1;
         self.ranks
             .entry(pid)
             .or_insert_with(|| RankInfo::of_process(pid).rank);
-        self.motion.sample(pid, thread, frames, time);
+        self.motion.sample(pid, thread, frames, time, working);
+    }
+
+    /// Whether a thread of the job kept working since it last moved: busy, not stuck.
+    pub fn any_working(&self) -> bool {
+        self.motion.any_working()
     }
 
     /// After a full read of process `pid` found threads `alive`: those that ended moved.
@@ -183,11 +212,12 @@ impl MetricsState {
             "stackscope_hung",
             "gauge",
             "1 while no thread of the process has changed its Python stack for --hang-after \
-             seconds, whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
+             seconds and none keeps using CPU outside a wait (busy in compiled code is working), \
+             whatever its GPU does (a rank stuck in a collective keeps it busy), else 0.",
         );
         for (pid, moved_at) in self.motion.processes() {
             let unchanged = now.0.saturating_sub(moved_at.0);
-            let hung = is_hung(unchanged, self.hang_after_nanos);
+            let hung = is_hung(unchanged, self.hang_after_nanos, self.motion.working(pid));
             let _ = writeln!(out, "stackscope_hung{{{}}} {}", labels(pid), u8::from(hung));
         }
         header(
@@ -244,6 +274,21 @@ impl MetricsState {
         }
         out
     }
+}
+
+/// Whether a sample finds its thread working (`works_at_read`), with the GPU busy or not at
+/// its instant.
+fn working(sample: &StackSample, gpu_busy: bool) -> bool {
+    let spin_wait = sample
+        .frames
+        .iter()
+        .any(|f| is_spin_wait(&f.function, f.native));
+    works_at_read(
+        sample.thread.active,
+        sample.thread.owns_gil,
+        spin_wait,
+        gpu_busy,
+    )
 }
 
 /// A label value as the text format wants it: backslash, quote and newline escaped.
@@ -397,13 +442,20 @@ mod tests {
     fn a_process_whose_stacks_stand_still_is_hung() {
         let mut m = MetricsState::new(10.0, 30.0);
         m.host = "node-a".into();
-        m.observe_stack(1, 1, &frames(3), secs(0));
-        m.observe_stack(2, 1, &frames(3), secs(0));
+        m.observe_stack(1, 1, &frames(3), secs(0), false);
+        m.observe_stack(2, 1, &frames(3), secs(0), false);
+        m.observe_stack(3, 1, &frames(3), secs(0), true);
         for s in 1..=12 {
-            m.observe_stack(1, 1, &frames(3), secs(s));
-            m.observe_stack(2, 1, &frames(3 + (s as u32 % 2)), secs(s));
+            m.observe_stack(1, 1, &frames(3), secs(s), false);
+            m.observe_stack(2, 1, &frames(3 + (s as u32 % 2)), secs(s), false);
+            // One frozen line, always running in compiled code: working.
+            m.observe_stack(3, 1, &frames(3), secs(s), true);
         }
         let page = m.render(secs(12));
+        assert!(
+            page.contains("stackscope_hung{pid=\"3\",rank=\"\",host=\"node-a\"} 0\n"),
+            "busy is not stuck: {page}"
+        );
         assert!(
             page.contains("stackscope_hung{pid=\"1\",rank=\"\",host=\"node-a\"} 1\n"),
             "{page}"
@@ -412,7 +464,7 @@ mod tests {
         assert!(page.contains(
             "stackscope_stack_unchanged_seconds{pid=\"1\",rank=\"\",host=\"node-a\"} 12.000\n"
         ));
-        assert!(page.contains("stackscope_samples_total 26\n"));
+        assert!(page.contains("stackscope_samples_total 39\n"));
         assert!(page.contains("# TYPE stackscope_samples_total counter\n"));
     }
 
@@ -427,7 +479,7 @@ mod tests {
                 ..Default::default()
             })
         };
-        m.observe_stack(1, 1, &frames(3), secs(0));
+        m.observe_stack(1, 1, &frames(3), secs(0), false);
         m.observe(&reading(secs(4), 95.0));
         m.observe(&reading(secs(5), 95.0));
         // Stuck for 5 s with the GPU busy: hung (the NCCL signature), not vetoed.
@@ -440,7 +492,7 @@ mod tests {
             m.render(secs(5))
         );
         // The stack at 5 s waits for the reading covering it (5 s to 6 s): idle.
-        m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001));
+        m.observe_stack(1, 1, &frames(3), Timestamp(5_000_000_001), false);
         assert!(m
             .render(secs(5))
             .contains("stackscope_gpu_idle_samples_total 0\n"));

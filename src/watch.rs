@@ -6,11 +6,18 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use stackscope_aggregate::{find_stragglers, HangDetector, HangEvent, HangGpu};
+use stackscope_aggregate::{
+    find_stragglers, hang_cause, headline, is_spin_wait, works_at_read, HangDetector, HangEvent,
+    HangGpu,
+};
 use stackscope_event::{Batch, ProcessDump, Timestamp};
 use stackscope_sampler::{
     dump_process, dump_tree, procfs, ProcessSet, Root, SampleTimer, TargetOptions,
 };
+
+mod history;
+
+use history::TreeHistory;
 
 use crate::config::{ensure_writable_dir, WatchConfig};
 use crate::metrics::{self, MetricsEndpoint, MetricsState};
@@ -34,6 +41,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     )?;
     let live = &endpoint.state;
     let mut set = ProcessSet::from_root(root, config.subprocesses, options);
+    let mut history = TreeHistory::new(config.pid);
+    for target in set.targets() {
+        history.appeared(target.pid(), Timestamp::now());
+    }
     // The GPU side and the signals; watch reads the stacks itself, at its own low rate.
     let mut session = Session::start(
         signals,
@@ -68,8 +79,11 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         }
         timer.tick_now();
         let now = Timestamp::now();
-        set.rescan(now);
-        if read_stacks(&mut set, now, &mut metrics::lock(live)).is_none() {
+        history.poll();
+        for attached in set.rescan(now) {
+            history.appeared(attached.pid, now);
+        }
+        if read_stacks(&mut set, now, &mut history, &mut metrics::lock(live)).is_none() {
             eprintln!(
                 "stackscope: process {} exited; stopped watching",
                 config.pid
@@ -81,19 +95,28 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if set.targets().is_empty() {
             continue;
         }
-        let (moved_at, gpu) = {
+        let (moved_at, gpu, working) = {
             let live = metrics::lock(live);
             let gpu = live.gpu().map(|gpu| HangGpuReading {
                 idle: gpu.tag_at(now).idle(),
                 utilization: gpu.utilization_at(now),
                 recent: gpu.recent_means(gpu_window_start(now, config.hang_after_secs)),
             });
-            (live.last_move(), gpu.unwrap_or_default())
+            (
+                live.last_move(),
+                gpu.unwrap_or_default(),
+                live.any_working(),
+            )
         };
         let Some(moved_at) = moved_at else { continue };
-        match detector.observe(now, moved_at) {
+        match detector.observe(now, moved_at, working) {
             Some(HangEvent::Hung { unchanged_secs }) => {
-                let (path, classified) = write_hang_report(&config, unchanged_secs, &gpu)?;
+                let hang = Hang {
+                    unchanged_secs,
+                    frozen_since: moved_at,
+                    gpu,
+                };
+                let (path, classified) = write_hang_report(&config, &hang, &history)?;
                 reports += 1;
                 if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
                     eprintln!(
@@ -123,9 +146,19 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads every thread's stack in every followed process into `live`; `None` once the root is
-/// gone. Threads stopped by someone else count as unchanged.
-fn read_stacks(set: &mut ProcessSet, now: Timestamp, live: &mut MetricsState) -> Option<()> {
+/// Reads every thread's stack in every followed process into `live`, with whether each works
+/// at this read (`works_at_read`; the GPU's state now says whether a spin is a GPU wait);
+/// processes gone go to `history`. `None` once the root is gone. Threads stopped by someone
+/// else count as unchanged.
+fn read_stacks(
+    set: &mut ProcessSet,
+    now: Timestamp,
+    history: &mut TreeHistory,
+    live: &mut MetricsState,
+) -> Option<()> {
+    let gpu_busy = live
+        .gpu()
+        .is_some_and(|gpu| gpu.tag_at(now).idle() == Some(false));
     let mut gone = Vec::new();
     for target in set.targets_mut() {
         let pid = target.pid();
@@ -135,7 +168,10 @@ fn read_stacks(set: &mut ProcessSet, now: Timestamp, live: &mut MetricsState) ->
         match target.read_stacks() {
             Ok(stacks) => {
                 for s in &stacks {
-                    live.observe_stack(pid, s.thread.python_thread_id, &s.frames, now);
+                    let spin_wait = s.frames.iter().any(|f| is_spin_wait(&f.function, f.native));
+                    let working =
+                        works_at_read(s.thread.active, s.thread.owns_gil, spin_wait, gpu_busy);
+                    live.observe_stack(pid, s.thread.python_thread_id, &s.frames, now, working);
                 }
                 let alive: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
                 live.keep_threads(pid, &alive, now);
@@ -148,6 +184,7 @@ fn read_stacks(set: &mut ProcessSet, now: Timestamp, live: &mut MetricsState) ->
     for pid in gone {
         live.forget(pid, now);
         set.remove(pid, now);
+        history.vanished(pid, now);
     }
     set.has_root().then_some(())
 }
@@ -159,6 +196,13 @@ fn take_gpu_readings(live: &mut MetricsState, batch: Batch) {
     for event in batch {
         live.observe(&event);
     }
+}
+
+/// A hang as found: how long nothing moved, since when, and the GPU over it.
+struct Hang {
+    unchanged_secs: f64,
+    frozen_since: Timestamp,
+    gpu: HangGpuReading,
 }
 
 /// What the GPU did when a hang was found.
@@ -181,26 +225,14 @@ fn gpu_window_start(now: Timestamp, hang_after_secs: f64) -> Timestamp {
     Timestamp(now.0.saturating_sub((window * 1e9) as u64))
 }
 
-/// Native functions a thread frozen in a CUDA wait or a collective has on its stack: with
-/// no GPM reading, such a stack stands for SMs doing nothing.
-const CUDA_WAITS: [&str; 8] = [
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "cuStreamSynchronize",
-    "cuEventSynchronize",
-    "cuCtxSynchronize",
-    "nccl",
-    "ProcessGroupNCCL",
-];
-
-/// Whether any thread of `processes` has a native frame in a CUDA wait or in NCCL.
+/// Whether any thread of `processes` has a native frame in a CUDA wait or in NCCL: with no
+/// GPM reading, such a stack stands for SMs doing nothing.
 fn frozen_in_cuda_wait(processes: &[ProcessDump]) -> bool {
     processes
         .iter()
         .flat_map(|p| &p.threads)
         .flat_map(|t| &t.frames)
-        .any(|f| f.native && CUDA_WAITS.iter().any(|w| f.function.contains(w)))
+        .any(|f| is_spin_wait(&f.function, f.native))
 }
 
 /// Writes the report's two files; gives the text's path and the GPU's class of the hang.
@@ -231,11 +263,12 @@ fn dump_for_report(config: &WatchConfig) -> anyhow::Result<Vec<ProcessDump>> {
 
 fn write_hang_report(
     config: &WatchConfig,
-    unchanged_secs: f64,
-    gpu_reading: &HangGpuReading,
+    hang: &Hang,
+    history: &TreeHistory,
 ) -> anyhow::Result<(PathBuf, Option<HangGpu>)> {
     let mut processes = dump_for_report(config)?;
-    let gpu = gpu_reading.recent.map(|(utilization, sm_active)| {
+    stackscope_aggregate::in_reading_order(&mut processes);
+    let gpu = hang.gpu.recent.map(|(utilization, sm_active)| {
         HangGpu::classify(
             utilization,
             sm_active,
@@ -248,28 +281,52 @@ fn write_hang_report(
         stackscope_report::redact_secrets(&mut processes);
     }
     let now = chrono::Local::now();
+    // The wall clock of the last move, from the monotonic one: the dump above may have taken
+    // a while on a loaded machine.
+    let frozen_for = Timestamp::now().0.saturating_sub(hang.frozen_since.0);
+    let since = now - chrono::Duration::milliseconds((frozen_for / 1_000_000) as i64);
+    let cause = hang_cause(
+        &processes,
+        &history.vanished_since(hang.frozen_since),
+        gpu.as_ref(),
+    );
+    let ended = history.processes_ended();
     let base = report_base(&config.out_dir, &now.format("%Y%m%d-%H%M%S").to_string());
     let mut text = Vec::new();
-    writeln!(
-        text,
-        "stackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
-        now.to_rfc3339(),
-        config.pid,
-        unchanged_secs,
-    )?;
+    // First why, where it can be said; then the facts.
+    let why = headline(&cause, &processes, &since.format("%H:%M:%S").to_string());
+    writeln!(text, "{why}")?;
     if let Some(gpu) = &gpu {
         writeln!(text, "{}", gpu.sentence())?;
+    }
+    writeln!(
+        text,
+        "\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
+        now.to_rfc3339(),
+        config.pid,
+        hang.unchanged_secs,
+    )?;
+    for p in &ended {
+        let (pid, how) = (p.pid, p.how.describe());
+        let (role, from, to) = (&p.role, &p.started, &p.ended);
+        writeln!(
+            text,
+            "{role} pid {pid} ended: {how} (seen from {from} to {to})"
+        )?;
     }
     writeln!(text)?;
     stackscope_report::write_dump_text(&processes, &mut text)?;
     let json = serde_json::json!({
         "detected_at": now.to_rfc3339(),
         "pid": config.pid,
-        "unchanged_secs": unchanged_secs,
+        "unchanged_secs": hang.unchanged_secs,
+        "frozen_since": since.to_rfc3339(),
         "hang_after_secs": config.hang_after_secs,
+        "cause": cause,
+        "processes_ended": ended,
         "gpu": gpu,
-        "gpu_idle": gpu_reading.idle,
-        "gpu_mean_utilization": gpu_reading.utilization,
+        "gpu_idle": hang.gpu.idle,
+        "gpu_mean_utilization": hang.gpu.utilization,
         "stragglers": find_stragglers(&processes),
         "processes": processes,
     });

@@ -1101,6 +1101,8 @@ fn watch_subprocesses_report_names_the_straggling_rank_first() {
 const API_TOKEN: &str = "tok-123-9f8e7d";
 const PASSWORD: &str = "hunter2-pw-5c4b3a";
 const NOT_SECRET: &str = "db-7.internal";
+/// A secret inside a dict local with an innocent name (`config["api_key"]`).
+const DICT_SECRET: &str = "sk-dict-4e5f6a";
 
 fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
@@ -1142,7 +1144,7 @@ fn json_local(doc: &Value, name: &str) -> Value {
 /// Asserts a text or JSON output shows the secrets' names but not their values (or, with
 /// `shown`, their values).
 fn assert_secrets(output: &str, shown: bool, what: &str) {
-    for secret in [API_TOKEN, PASSWORD] {
+    for secret in [API_TOKEN, PASSWORD, DICT_SECRET] {
         assert_eq!(
             output.contains(secret),
             shown,
@@ -1189,6 +1191,10 @@ fn watch_report_hides_secret_locals_and_is_owner_only() {
     assert_secrets(&text, false, "the report's text");
     assert!(text.contains("password = <redacted>"), "{text}");
     assert!(text.contains("api_token = <redacted>"), "{text}");
+    assert!(
+        text.contains(r#"config = {"host": "db-7.internal", "api_key": <redacted>}"#),
+        "{text}"
+    );
     let json_path = txt.with_extension("json");
     let json = fs::read_to_string(&json_path).expect("report json");
     assert_secrets(&json, false, "the report's JSON");
@@ -1223,6 +1229,10 @@ fn dump_locals_hides_secret_locals_unless_shown() {
     let doc: Value = serde_json::from_str(&json).expect("dump JSON");
     assert_eq!(json_local(&doc, "api_token"), "<redacted>");
     assert_eq!(json_local(&doc, "password"), "<redacted>");
+    assert_eq!(
+        json_local(&doc, "config"),
+        r#"{"host": "db-7.internal", "api_key": <redacted>}"#
+    );
 
     let text = dump_run(pid, &["--locals", "--show-secrets"]).stdout;
     assert_secrets(&text, true, "dump --locals --show-secrets");

@@ -18,6 +18,7 @@ mod dump;
 mod errors;
 mod export;
 mod gpu;
+mod hang_causes;
 mod hang_diagnosis;
 mod long_recordings;
 mod multinode;

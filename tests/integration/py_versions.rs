@@ -137,6 +137,11 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
                     text.lines().any(|l| l.trim() == "n = 7"),
                     "{minor}: no local n = 7 with --locals:\n{text}"
                 );
+                // A secret inside a dict is hidden, by either reader.
+                assert!(
+                    text.contains(r#""password": <redacted>"#) && !text.contains("pw-in-a-dict"),
+                    "{minor}: the dict's secret shown:\n{text}"
+                );
             }
             if extra == ["--native"] {
                 // The sleepers' native frames: the C library's sleep (a select before 3.11).

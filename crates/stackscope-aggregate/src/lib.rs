@@ -48,10 +48,13 @@ pub use gpu::{
     DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
 pub use jobs::{
-    find_stragglers, group_threads, helper_kind, is_hung, merge_dumps, merge_recordings,
-    rank_ranges, rerooted, FrozenThread, HangDetector, HangEvent, HangGpu, HostedProcess,
-    MergedDump, MergedGroup, MergedRecordings, OddRank, ProcessPlace, RankRow, RankStraggler,
-    RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, DEFAULT_HANG_AFTER_SECS,
+    find_stragglers, group_threads, hang_cause, headline, helper_by_command_line, helper_kind,
+    in_reading_order, is_hung, is_main_thread, is_spin_wait, merge_dumps, merge_recordings,
+    process_role, rank_list, rank_ranges, rerooted, stuck_at, works_at_read, FrozenActivity,
+    FrozenThread, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess, LockWait, MergedDump,
+    MergedGroup, MergedRecordings, MissingRanks, OddRank, PeersWaiting, ProcessPlace, RankRow,
+    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, Vanished,
+    DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

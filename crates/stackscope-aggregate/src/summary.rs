@@ -1,7 +1,7 @@
 //! The summary of a recording: the schema of `summary.json`.
 
 use serde::{Deserialize, Serialize};
-use stackscope_event::RankInfo;
+use stackscope_event::{HowEnded, ProcessEnded, RankInfo};
 
 use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
@@ -11,7 +11,7 @@ use crate::gpu::{
     bursts_of_grid, cycle, resample_mean, short_bursts_of_grid, short_cycle, Cycle,
     GpuDeviceSummary, UtilizationResult,
 };
-use crate::jobs::{FrozenThread, HangGpu, Stuck};
+use crate::jobs::{process_role, FrozenThread, HangGpu, Stuck};
 use crate::roles::step::{GilHolder, StepBreakdown};
 use crate::roles::while_idle::WhileIdle;
 use crate::roles::{self, ThreadRole};
@@ -70,6 +70,10 @@ pub struct Summary {
     /// Empty when following one process.
     #[serde(default)]
     pub processes: Vec<ProcessSummary>,
+    /// The processes of the tree that vanished while sampled, with what ended each where the
+    /// sampler could tell (`--subprocesses`): `[{pid, role, started, ended, how}]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes_ended: Vec<ProcessEnded>,
     /// How many processes the recording followed: the target and every process below it that
     /// was sampled (those folded into `[other processes]` too); 1 when it kept to the target
     /// (`--no-subprocesses`).
@@ -215,6 +219,7 @@ impl Aggregator {
             exit_signal: meta.exit_signal,
             threads: self.thread_summaries(),
             processes: self.process_summaries(),
+            processes_ended: self.processes_ended(meta),
             processes_followed: self.processes_followed(),
             compiled_code: if self.config.include_idle {
                 None
@@ -364,7 +369,8 @@ impl Aggregator {
     /// Whether the target did not move (`Stuck::judge`), with where its busiest threads are.
     fn stuck(&self) -> Option<Stuck> {
         let unchanged_secs = self.motion.unchanged_secs();
-        let whole_recording = Stuck::judge(unchanged_secs, self.motion.span_secs())?;
+        let working = self.motion.activity.any_working();
+        let whole_recording = Stuck::judge(unchanged_secs, self.motion.span_secs(), working)?;
         let mut threads: Vec<_> = self.threads.iter().collect();
         threads.sort_by(|a, b| {
             b.activity
@@ -423,6 +429,40 @@ impl Aggregator {
             });
         }
         threads
+    }
+
+    /// Every process seen exiting, in the order they ended; its times as wall clock (the
+    /// recording's start plus the offset), else as seconds from the start.
+    fn processes_ended(&self, meta: &RecordingMeta) -> Vec<ProcessEnded> {
+        let start = chrono::DateTime::parse_from_rfc3339(&meta.started_at).ok();
+        let when = |t: stackscope_event::Timestamp| {
+            let secs = t.seconds_since(self.start);
+            match start {
+                Some(start) => {
+                    (start + chrono::Duration::milliseconds((secs * 1e3) as i64)).to_rfc3339()
+                }
+                None => format!("+{secs:.1} s"),
+            }
+        };
+        let mut ended: Vec<(stackscope_event::Timestamp, ProcessEnded)> = self
+            .processes
+            .iter()
+            .filter_map(|p| {
+                let exited = p.exited?;
+                Some((
+                    exited,
+                    ProcessEnded {
+                        pid: p.pid,
+                        role: process_role(p.pid, meta.pid, p.rank.rank, &p.command_line),
+                        started: p.attached.map_or_else(String::new, when),
+                        ended: when(exited),
+                        how: p.how.unwrap_or(HowEnded::Unknown),
+                    },
+                ))
+            })
+            .collect();
+        ended.sort_by_key(|(at, p)| (*at, p.pid));
+        ended.into_iter().map(|(_, p)| p).collect()
     }
 
     fn processes_followed(&self) -> u64 {

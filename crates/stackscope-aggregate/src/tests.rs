@@ -345,6 +345,7 @@ fn process(time_ms: u64, pid: u32, command_line: &str, kind: ProcessEventKind) -
         command_line: command_line.to_owned(),
         kind,
         rank: Default::default(),
+        how: None,
     })
 }
 

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 mod clock;
+mod ending;
 mod last_stacks;
 mod origin;
 mod rank;
 mod snapshot;
 
 pub use clock::Timestamp;
+pub use ending::{signal_name, HowEnded, OomEvidence, ProcessEnded};
 pub use last_stacks::LastStacks;
 pub use origin::{is_stdlib_module, FileOrigin, StdlibDirs};
 pub use rank::{host_name, process_name, RankInfo};
@@ -49,6 +51,9 @@ pub struct ProcessEvent {
     /// Its rank, when a launcher started it (read from its environment).
     #[serde(default)]
     pub rank: RankInfo,
+    /// For an exit: what ended it, where that could be known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<HowEnded>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,13 +4,22 @@
 use std::io::Write;
 
 use serde::Serialize;
-use stackscope_aggregate::{find_stragglers, group_threads, helper_kind, Straggler, ThreadGroup};
+use stackscope_aggregate::{
+    find_stragglers, group_threads, helper_kind, MissingRanks, Straggler, ThreadGroup,
+};
 use stackscope_event::{ProcessDump, ThreadDump};
 
 use crate::ReportError;
 
 /// Writes the dump of one process or of a process tree.
 pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<(), ReportError> {
+    if let Some(missing) = missing_ranks(processes) {
+        writeln!(
+            w,
+            "Missing: {}: no process here has it (gone, or on another node)\n",
+            missing.sentence()
+        )?;
+    }
     let stragglers = find_stragglers(processes);
     for s in &stragglers {
         writeln!(w, "{}", describe_straggler(s))?;
@@ -158,11 +167,20 @@ fn status(thread: &ThreadDump) -> String {
     status
 }
 
-/// The JSON of a process tree: every process, and the stragglers found among them.
+/// Ranks missing from a tree of ranks: said where two ranked processes at least are there (one
+/// rank alone on its node is no evidence that the others are gone).
+fn missing_ranks(processes: &[ProcessDump]) -> Option<MissingRanks> {
+    MissingRanks::of(processes.iter().map(|p| &p.rank), 2)
+}
+
+/// The JSON of a process tree: every process, the stragglers found among them, and the ranks
+/// missing from it.
 #[derive(Serialize)]
 struct TreeJson<'a> {
     processes: &'a [ProcessDump],
     stragglers: Vec<Straggler>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    missing_ranks: Option<MissingRanks>,
 }
 
 /// One process: the process itself as JSON; several: `{"processes": [...], "stragglers": [...]}`.
@@ -178,6 +196,7 @@ pub fn write_dump_json<W: Write>(
             &TreeJson {
                 processes,
                 stragglers: find_stragglers(processes),
+                missing_ranks: missing_ranks(processes),
             },
         )?,
     }

@@ -154,6 +154,9 @@ pub fn write_merged_dump_text<W: Write>(merged: &MergedDump, mut w: W) -> Result
         if merged.hosts.len() == 1 { "" } else { "s" },
         listed(&merged.hosts)
     )?;
+    if let Some(missing) = &merged.missing_ranks {
+        writeln!(w, "Missing: {}: no node's dump has it", missing.sentence())?;
+    }
     if !merged.stragglers.is_empty() {
         writeln!(w)?;
     }

@@ -3,7 +3,10 @@
 //! --locals` and in `watch`'s hang reports, which are kept on disk, unless `--show-secrets`.
 //!
 //! The rule is by name only, and errs on the side of hiding: `author` is hidden with `auth`.
-//! A secret held under an innocent name (`config = {'password': ...}`) is not found.
+//! Names inside a value count too: a secret held in a dict under an innocent name
+//! (`config = {'password': ...}`) has the item's value hidden ([`items`]).
+
+mod items;
 
 use stackscope_event::ProcessDump;
 
@@ -32,8 +35,9 @@ pub fn looks_secret(name: &str) -> bool {
     SECRET_NAME_PARTS.iter().any(|part| name.contains(part))
 }
 
-/// Replaces the value of every secret-looking local of every frame by [`REDACTED`]; returns
-/// how many values it hid. A value that could not be read (`None`) stays unread.
+/// Replaces the value of every secret-looking local of every frame by [`REDACTED`], and in
+/// the others the value of every dict item under a secret-looking key; returns how many values
+/// it hid. A value that could not be read (`None`) stays unread.
 pub fn redact_secrets(processes: &mut [ProcessDump]) -> usize {
     let mut hidden = 0;
     let locals = processes
@@ -43,9 +47,13 @@ pub fn redact_secrets(processes: &mut [ProcessDump]) -> usize {
         .filter_map(|f| f.locals.as_mut())
         .flatten();
     for local in locals {
-        if local.repr.is_some() && looks_secret(&local.name) {
+        let Some(repr) = &local.repr else { continue };
+        if looks_secret(&local.name) {
             local.repr = Some(REDACTED.to_owned());
             hidden += 1;
+        } else if let Some((shown, n)) = items::redact_items(repr) {
+            local.repr = Some(shown);
+            hidden += n;
         }
     }
     hidden
@@ -120,8 +128,9 @@ mod tests {
             local("password", Some("'hunter2'")),
             local("batch_size", Some("32")),
             local("session", None),
+            local("config", Some(r#"{"api_key": "sk-1", "lr": 0.1}"#)),
         ]);
-        assert_eq!(redact_secrets(&mut processes), 2);
+        assert_eq!(redact_secrets(&mut processes), 3);
         let locals = processes[0].threads[0].frames[0]
             .locals
             .as_ref()
@@ -129,7 +138,13 @@ mod tests {
         let reprs: Vec<Option<&str>> = locals.iter().map(|l| l.repr.as_deref()).collect();
         assert_eq!(
             reprs,
-            vec![Some(REDACTED), Some(REDACTED), Some("32"), None],
+            vec![
+                Some(REDACTED),
+                Some(REDACTED),
+                Some("32"),
+                None,
+                Some(r#"{"api_key": <redacted>, "lr": 0.1}"#)
+            ],
             "names stay, values go"
         );
         assert_eq!(locals[0].name, "api_token");

@@ -22,7 +22,7 @@
 //! arrive late, in their own order). Both bases start at 0, so the first delta is absolute.
 
 use stackscope_event::{
-    FileOrigin, Frame, GpuSample, ProcessEventKind, SampleErrorKind, Timestamp,
+    FileOrigin, Frame, GpuSample, HowEnded, ProcessEventKind, SampleErrorKind, Timestamp,
 };
 
 use crate::error::DecodeError;
@@ -87,6 +87,7 @@ pub enum Record<'a> {
         delta: i64,
         pid: u32,
         kind: ProcessEventKind,
+        how: Option<HowEnded>,
         command_line: &'a str,
     },
     /// The sample's `time` is left 0; `delta` says it.
@@ -211,20 +212,29 @@ pub fn put_error(out: &mut Vec<u8>, delta: i64, pid: u32, kind: SampleErrorKind,
     put_varint(out, u64::from(message));
 }
 
+/// A process event: its kind byte is 0 (attached), 1 (exited, how not known) or 2 (exited,
+/// then how: a kind byte and a varint, [`HowEnded::to_wire`]).
 pub fn put_process(
     out: &mut Vec<u8>,
     delta: i64,
     pid: u32,
     kind: ProcessEventKind,
+    how: Option<HowEnded>,
     command_line: &str,
 ) {
     out.push(TAG_PROCESS);
     put_varint(out, zigzag(delta));
     put_varint(out, u64::from(pid));
-    out.push(match kind {
-        ProcessEventKind::Attached => 0,
-        ProcessEventKind::Exited => 1,
-    });
+    match (kind, how) {
+        (ProcessEventKind::Attached, _) => out.push(0),
+        (ProcessEventKind::Exited, None) => out.push(1),
+        (ProcessEventKind::Exited, Some(how)) => {
+            let (how_kind, value) = how.to_wire();
+            out.push(2);
+            out.push(how_kind);
+            put_varint(out, value);
+        }
+    }
     put_str(out, command_line);
 }
 
@@ -343,21 +353,37 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             },
             message: bytes.varint()?,
         },
-        TAG_PROCESS => Record::Process {
-            delta: delta(bytes)?,
-            pid: bytes.varint_u32()?,
-            kind: match bytes.u8()? {
-                0 => ProcessEventKind::Attached,
-                1 => ProcessEventKind::Exited,
+        TAG_PROCESS => {
+            let delta = delta(bytes)?;
+            let pid = bytes.varint_u32()?;
+            let (kind, how) = match bytes.u8()? {
+                0 => (ProcessEventKind::Attached, None),
+                1 => (ProcessEventKind::Exited, None),
+                2 => {
+                    let how_kind = bytes.u8()?;
+                    let value = bytes.varint()?;
+                    let how =
+                        HowEnded::from_wire(how_kind, value).ok_or(DecodeError::UnknownValue {
+                            what: "process end",
+                            value: how_kind,
+                        })?;
+                    (ProcessEventKind::Exited, Some(how))
+                }
                 value => {
                     return Err(DecodeError::UnknownValue {
                         what: "process event kind",
                         value,
                     })
                 }
-            },
-            command_line: bytes.str()?,
-        },
+            };
+            Record::Process {
+                delta,
+                pid,
+                kind,
+                how,
+                command_line: bytes.str()?,
+            }
+        }
         TAG_GPU => decode_gpu(bytes, false)?,
         TAG_GPU_GPM => decode_gpu(bytes, true)?,
         tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {

@@ -125,6 +125,7 @@ impl Replay {
                 delta,
                 pid,
                 kind,
+                how,
                 command_line,
             } => {
                 let time = advance(&mut self.tick_base, delta);
@@ -135,6 +136,7 @@ impl Replay {
                     kind,
                     // The log does not keep ranks: a rebuilt report names processes by pid.
                     rank: Default::default(),
+                    how,
                 })));
             }
             Record::Gpu { delta, sample } => {

@@ -398,6 +398,7 @@ impl SampleLogWriter {
             delta,
             process.pid,
             process.kind,
+            process.how,
             command_line,
         );
     }

@@ -10,6 +10,7 @@
 pub mod batch;
 mod cputime;
 mod dump;
+mod ends;
 mod error;
 mod fast;
 mod ident_reuse;
@@ -28,6 +29,7 @@ mod tree;
 mod tuning;
 
 pub use dump::{dump_process, dump_target, dump_tree};
+pub use ends::EndWatch;
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use procfs::descendants;
 pub use root::{python_descendants, OtherProcess, Root};

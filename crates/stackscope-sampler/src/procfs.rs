@@ -155,6 +155,12 @@ pub fn command_line(pid: u32) -> io::Result<String> {
     Ok(parts.join(" "))
 }
 
+/// The pid of the parent of `pid`, while it lives.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    StatLine::parse(&stat)?.parent()
+}
+
 /// Reads the memory map, the first thing that needs ptrace-level access to another process.
 pub fn maps(pid: u32) -> io::Result<String> {
     fs::read_to_string(format!("/proc/{pid}/maps"))

@@ -7,10 +7,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use stackscope_event::{Batch, Event, SampleError, StackSample, Timestamp};
+use stackscope_event::{Batch, Event, ProcessEvent, SampleError, StackSample, Timestamp};
 
 use crate::batch::{Batcher, Flushed};
 use crate::cputime::{Phase, TickCosts};
+use crate::ends::EndWatch;
 use crate::error::SampleFailure;
 use crate::procfs;
 use crate::root::Root;
@@ -240,6 +241,20 @@ impl Output<'_> {
     }
 }
 
+/// Announces processes attached to, and has `ends` follow them.
+fn offer_attached(
+    events: Vec<ProcessEvent>,
+    mut ends: Option<&mut EndWatch>,
+    out: &mut Output<'_>,
+) {
+    for event in events {
+        if let Some(ends) = ends.as_deref_mut() {
+            ends.follow(event.pid);
+        }
+        out.offer(Event::Process(event));
+    }
+}
+
 fn run(
     mut set: ProcessSet,
     config: &SamplerConfig,
@@ -254,10 +269,15 @@ fn run(
     if let Some(event) = set.other_root_event(Timestamp::now()) {
         out.offer(Event::Process(event));
     }
-    for target in set.targets() {
-        let event = ProcessSet::attached_event(target, Timestamp::now());
-        out.offer(Event::Process(event));
-    }
+    // How the processes of a followed tree end (the kernel's exit events, zombies, OOM
+    // kills), told with each exit event.
+    let mut ends = config.follow_children.then(EndWatch::open);
+    let attached: Vec<ProcessEvent> = set
+        .targets()
+        .iter()
+        .map(|target| ProcessSet::attached_event(target, Timestamp::now()))
+        .collect();
+    offer_attached(attached, ends.as_mut(), out);
     // Each target's stat file, kept open: asked every sample whether someone stopped it.
     let mut stop_checks: HashMap<u32, procfs::StopCheck> = HashMap::new();
     let mut costs = TickCosts::new(config.options.tuning.stats);
@@ -282,9 +302,10 @@ fn run(
             .fetch_add(tick.skipped, Ordering::Relaxed);
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
-        for event in set.rescan(time) {
-            out.offer(Event::Process(event));
+        if let Some(ends) = ends.as_mut() {
+            ends.poll();
         }
+        offer_attached(set.rescan(time), ends.as_mut(), out);
         let mut gone = Vec::new();
         let mut any_stopped = false;
         for target in set.targets_mut() {
@@ -305,7 +326,8 @@ fn run(
         }
         for pid in gone {
             stop_checks.remove(&pid);
-            if let Some(event) = set.remove(pid, time) {
+            if let Some(mut event) = set.remove(pid, time) {
+                event.how = ends.as_mut().map(|ends| ends.how_ended(pid));
                 out.offer(Event::Process(event));
             }
         }

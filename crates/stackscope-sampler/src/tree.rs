@@ -67,6 +67,7 @@ impl ProcessSet {
             command_line: o.command_line.clone(),
             kind: ProcessEventKind::Attached,
             rank: stackscope_event::RankInfo::of_process(o.pid),
+            how: None,
         })
     }
 
@@ -78,6 +79,7 @@ impl ProcessSet {
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Attached,
             rank: stackscope_event::RankInfo::of_process(target.pid()),
+            how: None,
         }
     }
 
@@ -105,6 +107,7 @@ impl ProcessSet {
             command_line: target.command_line().to_owned(),
             kind: ProcessEventKind::Exited,
             rank: stackscope_event::RankInfo::default(),
+            how: None,
         })
     }
 

@@ -83,6 +83,7 @@ pub fn process(time: Timestamp, pid: u32, command_line: &str, kind: ProcessEvent
         command_line: command_line.to_owned(),
         kind,
         rank: Default::default(),
+        how: None,
     })
 }
 

@@ -155,6 +155,7 @@ impl Typical {
                 command_line: "python train.py --epochs 90".into(),
                 kind: ProcessEventKind::Attached,
                 rank: Default::default(),
+                how: None,
             }));
         }
         if self.tick >= self.ticks {

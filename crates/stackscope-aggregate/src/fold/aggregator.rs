@@ -14,6 +14,7 @@ use super::threads::{thread_key, ThreadKey, ThreadTable};
 use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
+use crate::jobs::{is_spin_wait, works_at_read};
 use foldhash::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -216,7 +217,16 @@ impl Aggregator {
         if moved {
             thread.last_frames = Some(sample.frames.clone());
         }
-        self.motion.sample(sample.time, moved);
+        // Whether it works at this read: running, in no spin wait, with no GPU busy that it
+        // could be spinning on (the GPU state at its instant, as far as the readings reach).
+        let spin_wait = sample
+            .frames
+            .iter()
+            .any(|f| is_spin_wait(&f.function, f.native));
+        let gpu_busy = self.tagger.tag_at(sample.time).idle() == Some(false);
+        let working = works_at_read(running, sample.thread.owns_gil, spin_wait, gpu_busy);
+        let key = (sample.pid, sample.thread.python_thread_id);
+        self.motion.sample(sample.time, moved, key, working);
         if self.config.process_root {
             self.processes.sample(sample.pid, kept);
         }

@@ -7,19 +7,24 @@ use std::collections::{BTreeMap, HashMap};
 
 use stackscope_event::{Frames, Timestamp};
 
+use crate::jobs::FrozenActivity;
+
 /// When the recording's samples began and ended, and when a thread's stack last changed (or a
 /// thread appeared).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Motion {
     pub first: Option<Timestamp>,
     pub latest: Timestamp,
     pub moved_at: Timestamp,
+    /// Each thread's reads since the last change: whether one keeps working.
+    pub activity: FrozenActivity,
 }
 
 impl Motion {
-    /// Notes a sample at `time`; `moved` when its thread's Python stack differs from its last
-    /// sample's (a thread's first sample moves too: a thread appeared).
-    pub fn sample(&mut self, time: Timestamp, moved: bool) {
+    /// Notes a sample at `time` of thread `thread` of `pid`; `moved` when its thread's Python
+    /// stack differs from its last sample's (a thread's first sample moves too: a thread
+    /// appeared); `working` as `works_at_read` says.
+    pub fn sample(&mut self, time: Timestamp, moved: bool, thread: (u32, u64), working: bool) {
         if self.first.is_none() {
             self.first = Some(time);
             self.moved_at = time;
@@ -27,7 +32,9 @@ impl Motion {
         self.latest = self.latest.max(time);
         if moved {
             self.moved_at = self.moved_at.max(time);
+            self.activity.moved();
         }
+        self.activity.read(thread.0, thread.1, working);
     }
 
     /// Seconds from the last change to the latest sample.
@@ -61,13 +68,23 @@ pub fn same_python_stack(a: &Frames, b: &Frames) -> bool {
 pub struct ProcessMotion {
     threads: HashMap<(u32, u64), Frames>,
     moved_at: BTreeMap<u32, Timestamp>,
+    /// Each process's threads' reads since it last moved: whether one keeps working.
+    activity: BTreeMap<u32, FrozenActivity>,
     /// When anything last moved, a process's end included.
     last_move: Option<Timestamp>,
 }
 
 impl ProcessMotion {
-    /// Notes thread `thread` of process `pid` at `frames` at `time`; whether it moved.
-    pub fn sample(&mut self, pid: u32, thread: u64, frames: &Frames, time: Timestamp) -> bool {
+    /// Notes thread `thread` of process `pid` at `frames` at `time`, `working` or not at this
+    /// read (`works_at_read`); whether it moved.
+    pub fn sample(
+        &mut self,
+        pid: u32,
+        thread: u64,
+        frames: &Frames,
+        time: Timestamp,
+        working: bool,
+    ) -> bool {
         let moved = match self.threads.get(&(pid, thread)) {
             Some(last) => !same_python_stack(last, frames),
             None => true,
@@ -76,11 +93,28 @@ impl ProcessMotion {
             self.threads.insert((pid, thread), frames.clone());
         }
         let moved_at = self.moved_at.entry(pid).or_insert(time);
+        let activity = self.activity.entry(pid).or_default();
         if moved {
             *moved_at = (*moved_at).max(time);
+            activity.moved();
+        }
+        activity.read(pid, thread, working);
+        if moved {
             self.moved(time);
         }
         moved
+    }
+
+    /// Whether a thread of `pid` kept working since it last moved.
+    pub fn working(&self, pid: u32) -> bool {
+        self.activity
+            .get(&pid)
+            .is_some_and(FrozenActivity::any_working)
+    }
+
+    /// Whether a thread of any process kept working: the job is busy, not stuck.
+    pub fn any_working(&self) -> bool {
+        self.activity.values().any(FrozenActivity::any_working)
     }
 
     fn moved(&mut self, time: Timestamp) {
@@ -104,6 +138,7 @@ impl ProcessMotion {
     /// A process no longer followed, since `time`: its end moved the job.
     pub fn forget(&mut self, pid: u32, time: Timestamp) {
         self.threads.retain(|&(p, _), _| p != pid);
+        self.activity.remove(&pid);
         if self.moved_at.remove(&pid).is_some() {
             self.moved(time);
         }
@@ -146,9 +181,9 @@ mod tests {
         assert!(same_python_stack(&at(1), &with_native));
         assert!(!same_python_stack(&at(1), &at(2)));
         let mut m = Motion::default();
-        m.sample(Timestamp(1_000_000_000), true);
-        m.sample(Timestamp(2_000_000_000), true);
-        m.sample(Timestamp(9_000_000_000), false);
+        m.sample(Timestamp(1_000_000_000), true, (1, 1), false);
+        m.sample(Timestamp(2_000_000_000), true, (1, 1), false);
+        m.sample(Timestamp(9_000_000_000), false, (1, 1), false);
         assert_eq!(m.unchanged_secs(), 7.0);
         assert_eq!(m.span_secs(), 8.0);
     }
@@ -158,14 +193,14 @@ mod tests {
         let at = |line| -> Frames { vec![Frame::python("f", "a.py", line)].into() };
         let secs = |s: u64| Timestamp(s * 1_000_000_000);
         let mut m = ProcessMotion::default();
-        assert!(m.sample(1, 10, &at(1), secs(1)));
-        assert!(!m.sample(1, 10, &at(1), secs(2)));
+        assert!(m.sample(1, 10, &at(1), secs(1), false));
+        assert!(!m.sample(1, 10, &at(1), secs(2), false));
         assert_eq!(m.moved_at(1), Some(secs(1)));
         // A second thread appears: the process moved.
-        assert!(m.sample(1, 11, &at(1), secs(3)));
+        assert!(m.sample(1, 11, &at(1), secs(3), false));
         assert_eq!(m.moved_at(1), Some(secs(3)));
-        assert!(m.sample(2, 10, &at(5), secs(4)));
-        assert!(m.sample(2, 10, &at(6), secs(5)));
+        assert!(m.sample(2, 10, &at(5), secs(4), false));
+        assert!(m.sample(2, 10, &at(6), secs(5), false));
         assert_eq!(m.last_move(), Some(secs(5)));
         // Thread 11 ended.
         m.keep_threads(1, &[10], secs(6));

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use stackscope_event::{ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
+use stackscope_event::{HowEnded, ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
 use super::intern::{FrameId, StackTable};
 
@@ -26,6 +26,8 @@ pub(crate) struct ProcessStat {
     pub samples: u64,
     pub attached: Option<Timestamp>,
     pub exited: Option<Timestamp>,
+    /// What ended it, where the sampler could tell.
+    pub how: Option<HowEnded>,
     /// The root frame of its stacks, fixed at its first sample so that all its stacks share
     /// one root even if its command line is learnt later; cleared when it execs.
     root: Option<FrameId>,
@@ -78,12 +80,14 @@ impl ProcessTable {
                 }
                 process.attached = Some(event.time);
                 process.exited = None;
+                process.how = None;
             }
             ProcessEventKind::Exited => {
                 if process.command_line.is_empty() {
                     process.command_line = command_line;
                 }
                 process.exited = Some(event.time);
+                process.how = event.how;
             }
         }
     }
@@ -124,6 +128,7 @@ impl ProcessTable {
             samples: 0,
             attached: None,
             exited: None,
+            how: None,
             root: None,
             last_active: clock,
         });
@@ -206,6 +211,7 @@ mod tests {
             command_line: command_line.to_owned(),
             kind,
             rank: Default::default(),
+            how: None,
         }
     }
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump};
 
 use super::helpers::helper_kind;
+use super::view::{is_main_thread, natural_key, MAIN_THREAD};
 
 /// One thread, named for a reader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,13 +83,6 @@ pub fn group_threads(processes: &[ProcessDump]) -> Vec<ThreadGroup<'_>> {
         group.members.sort_by_key(|a| (a.pid, natural_key(&a.name)));
     }
     groups
-}
-
-/// Orders `pool-2` before `pool-10`: the name without its trailing number, then the number.
-fn natural_key(name: &str) -> (String, u64) {
-    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    let number = name[stem.len()..].parse().unwrap_or(0);
-    (stem.to_owned(), number)
 }
 
 /// A thread or process away from where its peers are.
@@ -216,12 +210,19 @@ pub(crate) fn clear_majority(keys: &[PlaceKey]) -> Option<(PlaceKey, usize)> {
     Some((majority.clone(), together))
 }
 
-/// The thread that stands for its process: `MainThread`, else the first one read.
+/// The thread that stands for its process: its main thread, else one Python names
+/// `MainThread`, else the first one read.
 pub(crate) fn main_thread(process: &ProcessDump) -> Option<&ThreadDump> {
     process
         .threads
         .iter()
-        .find(|t| t.name.as_deref() == Some("MainThread"))
+        .find(|t| is_main_thread(process, t))
+        .or_else(|| {
+            process
+                .threads
+                .iter()
+                .find(|t| t.name.as_deref() == Some(MAIN_THREAD))
+        })
         .or_else(|| process.threads.first())
 }
 

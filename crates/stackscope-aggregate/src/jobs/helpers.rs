@@ -52,6 +52,17 @@ const BY_ENTRY_FRAME: &[(&str, &str, &str)] = &[
 ];
 
 /// What kind of helper a process with this command line is, if the command line says.
+/// A process's role in the job's tree, for `processes_ended`: `rank N` (a launcher's rank),
+/// `main process` (the one stackscope was given), `helper (KIND)`, or `worker`.
+pub fn process_role(pid: u32, root: u32, rank: Option<u32>, command_line: &str) -> String {
+    match (rank, helper_by_command_line(command_line)) {
+        (Some(rank), _) => format!("rank {rank}"),
+        _ if pid == root => "main process".to_owned(),
+        (None, Some(kind)) => format!("helper ({kind})"),
+        (None, None) => "worker".to_owned(),
+    }
+}
+
 pub fn helper_by_command_line(command_line: &str) -> Option<&'static str> {
     BY_COMMAND_LINE
         .iter()

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::grouping::{
     clear_majority, innermost, main_thread, place_key, stack_key, PlaceKey, StackKey,
 };
+use super::view::MissingRanks;
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump, ThreadState};
 
@@ -25,6 +26,9 @@ pub struct MergedDump {
     pub stragglers: Vec<RankStraggler>,
     /// Threads grouped by identical stacks: groups holding a straggler first, then by size.
     pub groups: Vec<MergedGroup>,
+    /// Ranks the processes' `WORLD_SIZE` says there are that no node's dump has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing_ranks: Option<MissingRanks>,
 }
 
 /// One process, named for a reader across nodes.
@@ -209,6 +213,7 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
         ranks: ranks.len(),
         stragglers,
         groups,
+        missing_ranks: MissingRanks::of(processes.iter().map(|hp| &hp.process.rank), 1),
     }
 }
 

@@ -4,18 +4,25 @@
 //! Works on dumps and folded lines, not on the fold; of the rest of the crate it uses only
 //! `gpu` (a hang is classified in the samples' own GPU states, [`crate::GpuTag`]).
 
+mod cause;
 mod grouping;
 mod hang;
 mod helpers;
 mod merge;
 mod ranks;
+mod view;
 
+pub use cause::{
+    hang_cause, headline, rank_list, stuck_at, HangCause, LockWait, PeersWaiting, Vanished,
+};
 pub use grouping::{find_stragglers, group_threads, Straggler, ThreadGroup, ThreadRef};
 pub use hang::{
-    is_hung, FrozenThread, HangDetector, HangEvent, HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS,
+    is_hung, is_spin_wait, works_at_read, FrozenActivity, FrozenThread, HangDetector, HangEvent,
+    HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
-pub use helpers::{helper_by_command_line, helper_kind};
+pub use helpers::{helper_by_command_line, helper_kind, process_role};
 pub use merge::{
     merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
+pub use view::{in_reading_order, is_main_thread, MissingRanks, MAIN_THREAD};

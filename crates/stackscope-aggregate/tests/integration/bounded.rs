@@ -169,6 +169,7 @@ fn churning_processes_stay_under_their_cap() {
             command_line: format!("python -c worker {pid}"),
             kind: ProcessEventKind::Attached,
             rank: Default::default(),
+            how: None,
         }));
         for _ in 0..3 {
             agg.handle(Event::Stack(StackSample {
@@ -185,6 +186,7 @@ fn churning_processes_stay_under_their_cap() {
             command_line: String::new(),
             kind: ProcessEventKind::Exited,
             rank: Default::default(),
+            how: None,
         }));
         assert!(agg.processes_tracked() <= 50);
         assert!(agg.process_roots() <= 50);

@@ -61,6 +61,7 @@ fn every_kind() -> Vec<Event> {
             command_line: "python train.py".into(),
             kind: ProcessEventKind::Attached,
             rank: Default::default(),
+            how: None,
         }),
         stack(
             START + MS,
@@ -166,6 +167,34 @@ fn every_kind() -> Vec<Event> {
             command_line: String::new(),
             kind: ProcessEventKind::Exited,
             rank: Default::default(),
+            how: None,
+        }),
+        // How a process ended, each way the log keeps it.
+        Event::Process(ProcessEvent {
+            time: Timestamp(START + 10 * MS),
+            pid: 778,
+            command_line: "python worker.py".into(),
+            kind: ProcessEventKind::Exited,
+            rank: Default::default(),
+            how: Some(stackscope_event::HowEnded::Killed(9)),
+        }),
+        Event::Process(ProcessEvent {
+            time: Timestamp(START + 10 * MS),
+            pid: 779,
+            command_line: String::new(),
+            kind: ProcessEventKind::Exited,
+            rank: Default::default(),
+            how: Some(stackscope_event::HowEnded::OomKilled(
+                stackscope_event::OomEvidence::Cgroup(3),
+            )),
+        }),
+        Event::Process(ProcessEvent {
+            time: Timestamp(START + 11 * MS),
+            pid: 780,
+            command_line: String::new(),
+            kind: ProcessEventKind::Exited,
+            rank: Default::default(),
+            how: Some(stackscope_event::HowEnded::Exited(1)),
         }),
     ]
 }

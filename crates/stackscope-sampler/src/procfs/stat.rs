@@ -83,6 +83,18 @@ impl<'a> StatLine<'a> {
         Some(utime + stime)
     }
 
+    /// The parent's pid: the second field after the command name.
+    pub(crate) fn parent(&self) -> Option<u32> {
+        std::str::from_utf8(self.field(1)?).ok()?.parse().ok()
+    }
+
+    /// A zombie's wait status (`exit_code`, field 52 of the line, the 50th after the command
+    /// name): what its parent's `waitpid` will get, readable by anyone before it is reaped.
+    /// Since Linux 3.5; 0 for a process that has not exited.
+    pub(crate) fn exit_code(&self) -> Option<i32> {
+        std::str::from_utf8(self.field(49)?).ok()?.parse().ok()
+    }
+
     /// The `n`th whitespace-separated field after the command name (0: the state).
     fn field(&self, n: usize) -> Option<&'a [u8]> {
         self.rest
