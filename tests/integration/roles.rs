@@ -22,16 +22,31 @@ fn gpu_of(out: &OutDir, run: &Run) -> Value {
     gpu
 }
 
-/// The fake NVML script whose utilization follows `file`, read every 100 ms.
-fn fake_script(file: &Path) -> String {
+/// The fake NVML script whose utilization follows `file`, read every 100 ms; its compute
+/// processes are the pids in `pids_file`, or none.
+fn fake_script(file: &Path, pids_file: Option<&Path>) -> String {
+    let processes = pids_file.map_or(String::new(), |p| {
+        format!(r#","processes":{{"file":"{}"}}"#, p.display())
+    });
     format!(
-        r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":100}}"#,
+        r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}{processes}}}],"sample_period_ms":100}}"#,
         file.display()
     )
 }
 
 /// `record --subprocesses` (no `--idle`) of `fixture` under the fake NVML.
 fn record_job(out: &OutDir, fixture: &str, seconds: &str, args: &[&str]) -> Run {
+    record_listing(out, fixture, seconds, args, None)
+}
+
+/// As [`record_job`], the fake NVML listing the pids of `pids_file` with a compute context.
+fn record_listing(
+    out: &OutDir,
+    fixture: &str,
+    seconds: &str,
+    args: &[&str],
+    pids_file: Option<&Path>,
+) -> Run {
     let gpu_file = out.tmp.path().join("gpu-util");
     std::fs::write(&gpu_file, "3").expect("gpu file");
     let ready = out.tmp.path().join("ready");
@@ -45,7 +60,7 @@ fn record_job(out: &OutDir, fixture: &str, seconds: &str, args: &[&str]) -> Run 
         .arg(&gpu_file)
         .args(["--seconds", seconds])
         .args(args)
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file, pids_file));
     run_with_timeout(cmd, RUN_TIMEOUT)
 }
 
@@ -133,6 +148,49 @@ fn a_loop_fed_by_busy_workers_is_an_input_pipeline() {
 }
 
 #[test]
+fn the_trainer_is_in_the_process_nvml_lists() {
+    let _serial = serial();
+    let out = OutDir::new();
+    let pids_file = out.tmp.path().join("compute-pids");
+    let pids_arg = pids_file.to_string_lossy().into_owned();
+    let run = record_listing(
+        &out,
+        "launcher_job.py",
+        "8",
+        &["--pids-file", &pids_arg],
+        Some(&pids_file),
+    );
+    run.assert_success();
+    let listed: u32 = std::fs::read_to_string(&pids_file)
+        .expect("the trainer's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let summary = out.summary();
+    let roles = summary["roles"].as_array().expect("roles");
+    let trainer = roles
+        .iter()
+        .find(|r| r["role"] == "trainer")
+        .unwrap_or_else(|| panic!("no trainer in {roles:?}"));
+    // The launcher spins in rhythm with the GPU and changes with it more than the trainer
+    // does; only the process list tells them apart.
+    assert_eq!(
+        trainer["pid"].as_u64(),
+        Some(u64::from(listed)),
+        "{roles:?}"
+    );
+    assert_eq!(text(&trainer["thread"]), "MainThread", "{trainer}");
+    // The launcher started the trainer: it does not feed it, whatever it does meanwhile.
+    let launcher = roles
+        .iter()
+        .find(|r| r["pid"].as_u64() != Some(u64::from(listed)))
+        .unwrap_or_else(|| panic!("no launcher in {roles:?}"));
+    assert_eq!(text(&launcher["role"]), "helper", "{roles:?}");
+    let frame = text(&summary["gpu"]["while_idle"]["trainer"]["frame"]);
+    assert!(frame.starts_with("train (launcher_job.py:"), "{frame}");
+}
+
+#[test]
 fn attach_to_a_running_feeder_job_leaves_no_start_up_out() {
     let _serial = serial();
     let out = OutDir::new();
@@ -156,7 +214,7 @@ fn attach_to_a_running_feeder_job_leaves_no_start_up_out() {
         "--nvml-lib",
     ]);
     cmd.arg(fake_library("fake-nvml"))
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file, None));
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let gpu = gpu_of(&out, &run);

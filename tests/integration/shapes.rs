@@ -162,7 +162,8 @@ fn own_workers_needed(stats: &Value, now: f64, wait_part: &str) -> f64 {
     }
 }
 
-fn check(shape: Shape) {
+/// Checks `shape`'s truth; answers the summary and the job's own measure, for more checks.
+fn check(shape: Shape) -> (Value, Value) {
     let _serial = serial();
     let out = OutDir::new();
     let (summary, stats) = record(&out, &shape, &[]);
@@ -245,6 +246,7 @@ fn check(shape: Shape) {
         assert_eq!(text(&fixed["bottleneck"]), "gpu", "{fixed}");
         assert!(words.contains("Faster input buys nothing"), "{words}");
     }
+    (summary, stats)
 }
 
 #[test]
@@ -362,6 +364,48 @@ fn a_thread_pool_prefetcher_bound_by_the_gil() {
         feeders: Some(("feeder_thread", 3)),
         check_workers: false,
     });
+}
+
+#[test]
+fn a_loop_waiting_for_the_gil_a_metrics_thread_holds() {
+    // Between steps the loop runs its own Python (bookkeeping) while the GPU idles; a metrics
+    // thread of its process spins in pure Python, so the loop, runnable, waits for the GIL
+    // about half that time.
+    let (summary, stats) = check(Shape {
+        layout: Layout::Script,
+        seconds: "8",
+        args: &[
+            "--feed",
+            "ready",
+            "--python-ms",
+            "200",
+            "--step-ms",
+            "20",
+            "--helper",
+            "spin",
+        ],
+        class: "gil_contention",
+        trainer_line: None,
+        feeders: None,
+        check_workers: false,
+    });
+    let gpu = &summary["gpu"];
+    let got = num(&gpu["step"]["gil_wait"], "gil_wait");
+    let own = own_share(&stats, "gil_wait");
+    assert!(
+        (got - own).abs() <= BREAKDOWN_POINTS,
+        "gil_wait {got:.2} against the job's own {own:.2}\n{}",
+        gpu["step"]
+    );
+    let holder = &gpu["step_gil_holder"];
+    assert_eq!(text(&holder["thread"]), "metrics", "{holder}");
+    // The holder's function (its line is the loop's test or its body, as sampled).
+    assert!(
+        text(&holder["frame"]).starts_with("spin (shape_job.py:"),
+        "{holder}"
+    );
+    let words = text(&gpu["verdict"]["text"]);
+    assert!(words.contains("metrics"), "{words}");
 }
 
 #[test]

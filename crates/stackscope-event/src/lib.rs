@@ -210,4 +210,9 @@ pub struct GpuSample {
     /// GPM: percent of the peak DRAM bandwidth used (`NVML_GPM_METRIC_DRAM_BW_UTIL`).
     #[serde(default)]
     pub dram_bw: Option<f32>,
+    /// The processes NVML lists with a compute context on the device
+    /// (`nvmlDeviceGetComputeRunningProcesses`), under the pids of stackscope's `/proc` as the
+    /// target's are; `None` where the driver cannot list them (and in older logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_pids: Option<Vec<u32>>,
 }

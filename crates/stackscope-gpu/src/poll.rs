@@ -98,6 +98,7 @@ impl DeviceState {
         let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
         let process_utilization =
             self.process_utilization(device, target_pids, driver_sampled, notices);
+        let compute_pids = self.compute_pids(device, notices);
 
         if samples.is_empty() {
             samples.push(GpuSample {
@@ -119,6 +120,7 @@ impl DeviceState {
             newest.sm_clock_mhz = sm_clock;
             newest.throttle_reasons = throttle.map(|t| t.bits());
             newest.process_utilization = process_utilization;
+            newest.compute_pids = compute_pids;
             newest.sm_active = gpm_values.sm_active;
             newest.sm_occupancy = gpm_values.sm_occupancy;
             newest.tensor_active = gpm_values.tensor_active;
@@ -187,6 +189,26 @@ impl DeviceState {
             // The driver lists only processes that used the GPU; none listed means none did,
             // provided it took samples at all since the last poll.
             Reading::NoData => driver_sampled.then_some(0.0),
+            Reading::Unavailable => None,
+        }
+    }
+}
+
+impl DeviceState {
+    /// The pids NVML lists with a compute context on the device now (the processes that drive
+    /// it: the roles look for the trainer among them); `None` when the driver cannot list them.
+    fn compute_pids(&mut self, device: &Device<'_>, notices: &mut Vec<String>) -> Option<Vec<u32>> {
+        match self.metrics.read(Metric::ComputeProcesses, notices, || {
+            device.running_compute_processes()
+        }) {
+            Reading::Value(list) => {
+                let mut pids: Vec<u32> = list.iter().map(|p| p.pid).collect();
+                pids.sort_unstable();
+                pids.dedup();
+                Some(pids)
+            }
+            // Nothing listed is an answer: no process holds a context now.
+            Reading::NoData => Some(Vec::new()),
             Reading::Unavailable => None,
         }
     }

@@ -78,6 +78,7 @@ mod tests {
                 sm_occupancy: Some(11.0),
                 tensor_active: Some(0.0),
                 dram_bw: Some(38.0),
+                compute_pids: None,
             },
             GpuSample {
                 time: Timestamp(1_750_000_000),

@@ -12,6 +12,7 @@
 //! | 0x08 | process | time delta, pid, kind (byte), command line (length, bytes) |
 //! | 0x09 | GPU sample | GPU time delta, device, presence mask (byte), present fields |
 //! | 0x0a | GPU sample with GPM | as 0x09, then a second mask (byte: SM activity, SM occupancy, tensor activity, DRAM bandwidth) and its present fields |
+//! | 0x0c | GPU sample with its compute processes | as 0x0a (the second mask may be 0), then the count of pids NVML lists with a compute context on the device and the pids |
 //! | 0x0b | block start | format 2, first in every block but the header's: epoch, tick base, GPU base, the four table sizes, the four ids the copy begins at, the copy's length and bytes (see `sync.rs`) |
 //! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
 //!
@@ -43,6 +44,9 @@ pub const TAG_GPU: u8 = 0x09;
 /// they were, byte for byte.
 pub const TAG_GPU_GPM: u8 = 0x0a;
 pub const TAG_BLOCK_START: u8 = 0x0b;
+/// A GPU sample carrying the device's compute processes: a tag of its own, so that a log
+/// without them stays as it was and an old one reads as "not listed".
+pub const TAG_GPU_PIDS: u8 = 0x0c;
 pub const TAG_SAMPLE: u8 = 0x10;
 /// A frame's kind byte. Before format 3 a Python frame was 0, whatever its origin.
 const FRAME_PYTHON_UNSAID: u8 = 0;
@@ -241,8 +245,15 @@ pub fn put_process(
 /// Every field at full resolution: floats as their bits, integers as varints.
 pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
     let gpm = [s.sm_active, s.sm_occupancy, s.tensor_active, s.dram_bw];
-    let has_gpm = gpm.iter().any(Option::is_some);
-    out.push(if has_gpm { TAG_GPU_GPM } else { TAG_GPU });
+    let has_pids = s.compute_pids.is_some();
+    let has_gpm = has_pids || gpm.iter().any(Option::is_some);
+    out.push(if has_pids {
+        TAG_GPU_PIDS
+    } else if has_gpm {
+        TAG_GPU_GPM
+    } else {
+        TAG_GPU
+    });
     put_varint(out, zigzag(delta));
     put_varint(out, u64::from(s.device));
     let present = [
@@ -286,6 +297,12 @@ pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
         out.push(mask);
         for v in gpm {
             floats(out, v);
+        }
+    }
+    if let Some(pids) = &s.compute_pids {
+        put_varint(out, pids.len() as u64);
+        for &pid in pids {
+            put_varint(out, u64::from(pid));
         }
     }
 }
@@ -384,8 +401,9 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
                 command_line: bytes.str()?,
             }
         }
-        TAG_GPU => decode_gpu(bytes, false)?,
-        TAG_GPU_GPM => decode_gpu(bytes, true)?,
+        TAG_GPU => decode_gpu(bytes, false, false)?,
+        TAG_GPU_GPM => decode_gpu(bytes, true, false)?,
+        TAG_GPU_PIDS => decode_gpu(bytes, true, true)?,
         tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {
             delta: delta(bytes)?,
             thread: bytes.varint()?,
@@ -397,7 +415,11 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
     })
 }
 
-fn decode_gpu<'a>(bytes: &mut Bytes<'a>, with_gpm: bool) -> Result<Record<'a>, DecodeError> {
+fn decode_gpu<'a>(
+    bytes: &mut Bytes<'a>,
+    with_gpm: bool,
+    with_pids: bool,
+) -> Result<Record<'a>, DecodeError> {
     let delta = delta(bytes)?;
     let device = bytes.varint_u32()?;
     let mask = bytes.u8()?;
@@ -423,6 +445,7 @@ fn decode_gpu<'a>(bytes: &mut Bytes<'a>, with_gpm: bool) -> Result<Record<'a>, D
         }
     }
     let [sm_active, sm_occupancy, tensor_active, dram_bw] = gpm;
+    let compute_pids = with_pids.then(|| compute_pids(bytes)).transpose()?;
     Ok(Record::Gpu {
         delta,
         sample: GpuSample {
@@ -440,8 +463,19 @@ fn decode_gpu<'a>(bytes: &mut Bytes<'a>, with_gpm: bool) -> Result<Record<'a>, D
             sm_occupancy,
             tensor_active,
             dram_bw,
+            compute_pids,
         },
     })
+}
+
+fn compute_pids(bytes: &mut Bytes<'_>) -> Result<Vec<u32>, DecodeError> {
+    let len = bytes.varint_usize()?;
+    // Each pid takes at least a byte: a count beyond what is left is corruption.
+    let mut pids = Vec::with_capacity(len.min(bytes.remaining()));
+    for _ in 0..len {
+        pids.push(bytes.varint_u32()?);
+    }
+    Ok(pids)
 }
 
 #[cfg(test)]
@@ -505,5 +539,35 @@ mod tests {
             let kind = frame_kind(native, origin);
             assert_eq!(frame_origin(kind), Ok((native, Some(origin))));
         }
+    }
+
+    fn gpu_roundtrip(sample: &GpuSample) -> (u8, GpuSample) {
+        let mut bytes = Vec::new();
+        put_gpu(&mut bytes, 0, sample);
+        let tag = bytes[0];
+        match decode(&mut Bytes::new(&bytes)) {
+            Ok(Record::Gpu { sample, .. }) => (tag, sample),
+            other => panic!("not a GPU sample: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_gpu_samples_compute_pids_round_trip_and_none_keeps_the_old_coding() {
+        let listed = GpuSample {
+            utilization: Some(97.0),
+            compute_pids: Some(vec![12, 70_000]),
+            ..GpuSample::default()
+        };
+        assert_eq!(gpu_roundtrip(&listed), (TAG_GPU_PIDS, listed.clone()));
+        let empty = GpuSample {
+            compute_pids: Some(Vec::new()),
+            ..listed.clone()
+        };
+        assert_eq!(gpu_roundtrip(&empty), (TAG_GPU_PIDS, empty.clone()));
+        let unlisted = GpuSample {
+            compute_pids: None,
+            ..listed
+        };
+        assert_eq!(gpu_roundtrip(&unlisted), (TAG_GPU, unlisted.clone()));
     }
 }

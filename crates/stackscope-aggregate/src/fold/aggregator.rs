@@ -1,5 +1,7 @@
 //! The aggregator: the one owner of a recording's state, fed event by event.
 
+use std::collections::BTreeSet;
+
 use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
 use serde::{Deserialize, Serialize};
@@ -101,6 +103,9 @@ pub struct Aggregator {
     pub(crate) motion: Motion,
     /// By process, the latest sample of a thread that held the GIL: its time and thread.
     gil_holders: HashMap<u32, (Timestamp, ThreadKey)>,
+    /// Every pid NVML listed with a compute context on a polled device during the recording;
+    /// `None` while no GPU sample carried a list (an old driver or log, a fake without one).
+    pub(crate) compute_pids: Option<BTreeSet<u32>>,
 }
 
 /// A thread that did not hold the GIL waited for it when another thread of its process held
@@ -141,6 +146,7 @@ impl Aggregator {
             buckets: TimeBuckets::new(start),
             motion: Motion::default(),
             gil_holders: HashMap::default(),
+            compute_pids: None,
         }
     }
 
@@ -309,6 +315,11 @@ impl Aggregator {
     }
 
     fn handle_gpu(&mut self, sample: GpuSample) {
+        if let Some(pids) = &sample.compute_pids {
+            self.compute_pids
+                .get_or_insert_with(BTreeSet::new)
+                .extend(pids.iter().copied());
+        }
         self.tagger.add_gpu(&sample);
         self.timeline.push(sample);
     }

@@ -201,6 +201,17 @@ impl GpuTimeline {
     }
 }
 
+/// The processes either reading listed, once each; `None` when neither had a list.
+fn union(a: Option<&[u32]>, b: Option<&[u32]>) -> Option<Vec<u32>> {
+    if a.is_none() && b.is_none() {
+        return None;
+    }
+    let mut pids: Vec<u32> = a.into_iter().chain(b).flatten().copied().collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Some(pids)
+}
+
 /// One point for two adjacent readings of a device: at the later time, each metric the mean of
 /// the two weighted by the intervals they covered (equal weights when neither is known), total
 /// memory the later one, throttle reasons any of either.
@@ -239,6 +250,7 @@ fn merge(a: &GpuSample, span_a: u64, b: &GpuSample, span_b: u64) -> GpuSample {
         sm_occupancy: mean_f32(a.sm_occupancy, b.sm_occupancy),
         tensor_active: mean_f32(a.tensor_active, b.tensor_active),
         dram_bw: mean_f32(a.dram_bw, b.dram_bw),
+        compute_pids: union(a.compute_pids.as_deref(), b.compute_pids.as_deref()),
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! - the **trainer**: the thread that drives the GPU. Among the Python threads of processes that
 //!   are neither DataLoader workers nor helpers, and that are not pool threads running others'
-//!   work, the one whose stacks change most with the GPU's state (what it does while the GPU
+//!   work (and, where NVML lists the processes with a compute context and one of the job's is
+//!   listed, only those of listed processes), the one whose stacks change most with the GPU's state (what it does while the GPU
 //!   idles differs from what it does while it is busy, [`stack_change`]); a thread doing the
 //!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
 //!   (the GPU never idles), the target's main thread. Without GPU data there are no roles:
@@ -14,13 +15,16 @@
 //!   `multiprocessing.pool`) in the trainer's process (`feeder_thread`): the trainer waits on
 //!   their futures.
 //! - **helpers**: everything else (queue feeder threads, resource sharers, pin-memory threads,
-//!   watchdogs, metrics and logging threads, launchers): shown, never blamed.
+//!   watchdogs, metrics and logging threads, launchers: the target's own process when the
+//!   trainer runs in another): shown, never blamed.
 //!
 //! Roles are worked out when they are asked for, from the threads' activity the fold keeps
 //! (`fold/activity.rs`), so a report over a window and the live `top` read them the same way.
 
 pub mod step;
 pub mod while_idle;
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -116,11 +120,13 @@ impl Role {
 }
 
 /// Works out every thread's role. `root_pid` is the target's own process.
+/// `compute_pids`: the pids NVML listed with a compute context (`None`: no list).
 pub fn assign(
     table: &StackTable,
     threads: &[ThreadFacts<'_>],
     processes: &[ProcessFacts<'_>],
     root_pid: u32,
+    compute_pids: Option<&BTreeSet<u32>>,
 ) -> Roles {
     // Roles are the job read against its GPU: without GPU data threads are threads.
     let has_gpu_data = threads.iter().any(|t| {
@@ -139,6 +145,7 @@ pub fn assign(
                 && !kinds.in_pool(t)
         })
         .collect();
+    let candidates = in_listed_processes(candidates, compute_pids);
     let trainer = choose_trainer(table, &candidates, root_pid);
     let mut roles: Vec<ThreadRole> = threads
         .iter()
@@ -170,6 +177,8 @@ struct Kinds {
     mp_workers: Vec<u32>,
     /// Pool threads, by (pid, Python thread id).
     pool_threads: Vec<(u32, u64)>,
+    /// The target's own process.
+    root_pid: u32,
 }
 
 impl Kinds {
@@ -214,7 +223,15 @@ impl Kinds {
                 .filter(|t| runs_pool_work(table, t))
                 .map(|t| (t.pid, t.python_thread_id))
                 .collect(),
+            root_pid,
         }
+    }
+
+    /// Whether `pid` is the target's process and the trainer runs in another: the target
+    /// started the job (a launcher, a `multiprocessing` parent) and does not feed it, whatever
+    /// it does while it waits.
+    fn launched(&self, pid: u32, trainer: Option<&ThreadFacts<'_>>) -> bool {
+        pid == self.root_pid && trainer.is_some_and(|t| t.pid != pid)
     }
 
     fn in_pool(&self, t: &ThreadFacts<'_>) -> bool {
@@ -233,7 +250,7 @@ impl Kinds {
         let main = thread.name == "MainThread";
         if is_trainer {
             (Role::Trainer, format!("trainer ({})", thread.name))
-        } else if main && in_trainers_process {
+        } else if main && (in_trainers_process || self.launched(thread.pid, trainer)) {
             (Role::Helper, thread.name.to_owned())
         } else if main && self.loader_workers.contains(&thread.pid) {
             let n = self
@@ -372,6 +389,26 @@ fn place_of(table: &StackTable, frames: &[crate::fold::FrameId]) -> Option<u32> 
     function(true).or_else(|| function(false))
 }
 
+/// The candidates of the processes NVML lists with a compute context, when any of them is
+/// listed: the GPU is driven from a process that holds a context, whatever its parent or a
+/// sibling does in rhythm with it. All of them when nothing is listed or none of the job's is
+/// (an old driver or log, a job whose context lives in a process stackscope does not follow).
+fn in_listed_processes<'a>(
+    candidates: Vec<&'a ThreadFacts<'a>>,
+    compute_pids: Option<&BTreeSet<u32>>,
+) -> Vec<&'a ThreadFacts<'a>> {
+    let Some(listed) = compute_pids else {
+        return candidates;
+    };
+    if !candidates.iter().any(|t| listed.contains(&t.pid)) {
+        return candidates;
+    }
+    candidates
+        .into_iter()
+        .filter(|t| listed.contains(&t.pid))
+        .collect()
+}
+
 fn choose_trainer<'a>(
     table: &StackTable,
     candidates: &[&'a ThreadFacts<'a>],
@@ -438,7 +475,13 @@ pub fn of(aggregator: &Aggregator, root_pid: u32) -> Roles {
         })
         .collect();
     with_facts(aggregator, |facts| {
-        assign(&aggregator.table, facts, &processes, root_pid)
+        assign(
+            &aggregator.table,
+            facts,
+            &processes,
+            root_pid,
+            aggregator.compute_pids.as_ref(),
+        )
     })
 }
 

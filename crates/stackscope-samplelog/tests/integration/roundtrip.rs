@@ -141,6 +141,7 @@ fn every_kind() -> Vec<Event> {
             sm_occupancy: None,
             tensor_active: Some(0.0),
             dram_bw: Some(100.0),
+            compute_pids: Some(vec![4242, 4243]),
         }),
         // GPM readings alone (a device whose other metrics are unsupported).
         Event::Gpu(GpuSample {
