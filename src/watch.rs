@@ -445,6 +445,7 @@ fn report_order(base: &str) -> (String, u32) {
 mod tests {
     use super::*;
     use stackscope_event::{Event, GpuSample};
+    use stackscope_testkit::dumps;
 
     const SEC: u64 = 1_000_000_000;
 
@@ -478,36 +479,22 @@ mod tests {
     }
 
     fn frame(function: &str, native: bool) -> stackscope_event::FrameDump {
-        stackscope_event::FrameDump {
-            function: function.to_owned(),
-            file: if native { "libcudart.so" } else { "train.py" }.to_owned(),
-            line: if native { 0 } else { 7 },
-            native,
-            locals: None,
-            path: None,
+        if native {
+            stackscope_event::FrameDump {
+                native: true,
+                ..dumps::frame(function, "libcudart.so", 0)
+            }
+        } else {
+            dumps::frame(function, "train.py", 7)
         }
     }
 
     fn process(frames: Vec<stackscope_event::FrameDump>) -> ProcessDump {
-        ProcessDump {
-            pid: 1,
-            ns_pid: None,
-            parent_pid: None,
-            command_line: "python3 train.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![stackscope_event::ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(1),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: true,
-                owns_gil: false,
-                state: Default::default(),
-                frames,
-            }],
-        }
+        let main = stackscope_event::ThreadDump {
+            active: true,
+            ..dumps::thread("MainThread", 1, Default::default(), frames)
+        };
+        dumps::process(1, "python3 train.py", vec![main])
     }
 
     #[test]

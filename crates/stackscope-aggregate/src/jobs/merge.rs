@@ -355,36 +355,25 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
 mod tests {
     use super::*;
     use stackscope_event::RankInfo;
+    use stackscope_testkit::dumps;
 
     fn process(pid: u32, rank: Option<u32>, function: &str, line: u32) -> ProcessDump {
+        let main = ThreadDump {
+            python_thread_id: 1,
+            ..dumps::thread(
+                "MainThread",
+                u64::from(pid),
+                ThreadState::WaitingOnLock,
+                vec![dumps::frame(function, "train.py", line)],
+            )
+        };
         ProcessDump {
-            pid,
             parent_pid: Some(1),
-            ns_pid: None,
-            command_line: "python train.py".into(),
-            python_version: "3.11.7".into(),
             rank: RankInfo {
                 rank,
                 ..RankInfo::default()
             },
-            host: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(u64::from(pid)),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: false,
-                owns_gil: false,
-                state: ThreadState::WaitingOnLock,
-                frames: vec![FrameDump {
-                    function: function.into(),
-                    file: "train.py".into(),
-                    line,
-                    native: false,
-                    locals: None,
-                    path: None,
-                }],
-            }],
+            ..dumps::process(pid, "python train.py", vec![main])
         }
     }
 
