@@ -192,6 +192,33 @@ impl MetricsState {
         }
     }
 
+    /// The counters of the page: name, help and value.
+    fn counters(&self) -> [(&'static str, &'static str, u64); 4] {
+        [
+            (
+                "stackscope_samples_total",
+                "Thread stacks read.",
+                self.samples,
+            ),
+            (
+                "stackscope_sampling_errors_total",
+                "Stack reads that failed (torn reads, threads that ended mid-read).",
+                self.errors,
+            ),
+            (
+                "stackscope_dropped_samples_total",
+                "Samples dropped because the aggregator fell behind.",
+                self.dropped,
+            ),
+            (
+                "stackscope_gpu_idle_samples_total",
+                "Thread stacks read while the GPUs' mean utilization was below --idle-below (counted \
+                 once the readings covering them are in).",
+                self.gpu_idle_samples,
+            ),
+        ]
+    }
+
     /// The page, in Prometheus's text exposition format (version 0.0.4).
     pub fn render(&self, now: Timestamp) -> String {
         let mut out = String::new();
@@ -234,29 +261,7 @@ impl MetricsState {
                 labels(pid)
             );
         }
-        for (name, help, value) in [
-            (
-                "stackscope_samples_total",
-                "Thread stacks read.",
-                self.samples,
-            ),
-            (
-                "stackscope_sampling_errors_total",
-                "Stack reads that failed (torn reads, threads that ended mid-read).",
-                self.errors,
-            ),
-            (
-                "stackscope_dropped_samples_total",
-                "Samples dropped because the aggregator fell behind.",
-                self.dropped,
-            ),
-            (
-                "stackscope_gpu_idle_samples_total",
-                "Thread stacks read while the GPUs' mean utilization was below --idle-below (counted \
-                 once the readings covering them are in).",
-                self.gpu_idle_samples,
-            ),
-        ] {
+        for (name, help, value) in self.counters() {
             header(&mut out, name, "counter", help);
             let _ = writeln!(out, "{name} {value}");
         }

@@ -46,26 +46,10 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         history.appeared(target.pid(), Timestamp::now());
     }
     // The GPU side and the signals; watch reads the stacks itself, at its own low rate.
-    let mut session = Session::start(
-        signals,
-        Producers {
-            pid: config.pid,
-            gpu: &config.gpu,
-            gpu_source: GpuSource::Nvml,
-            sampler: None,
-        },
-    )?;
+    let mut session = gpu_session(signals, &config)?;
     let mut detector = HangDetector::new(config.hang_after_secs);
-    let rate_hz = config.rate_hz;
-    let mut timer = SampleTimer::new(rate_hz);
-    eprintln!(
-        "stackscope: watching process {} at {} Hz; a hang report goes to {} when its stacks stop \
-         changing for {} s",
-        config.pid,
-        rate_hz,
-        config.out_dir.display(),
-        config.hang_after_secs
-    );
+    let mut timer = SampleTimer::new(config.rate_hz);
+    announce(&config);
     let mut reports = 0u32;
     while !session.signals().stop_requested() {
         match session.wait(Some(timer.next_tick())) {
@@ -95,19 +79,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if set.targets().is_empty() {
             continue;
         }
-        let (moved_at, gpu, working) = {
-            let live = metrics::lock(live);
-            let gpu = live.gpu().map(|gpu| HangGpuReading {
-                idle: gpu.tag_at(now).idle(),
-                utilization: gpu.utilization_at(now),
-                recent: gpu.recent_means(gpu_window_start(now, config.hang_after_secs)),
-            });
-            (
-                live.last_move(),
-                gpu.unwrap_or_default(),
-                live.any_working(),
-            )
-        };
+        let (moved_at, gpu, working) = hang_inputs(&metrics::lock(live), now, &config);
         let Some(moved_at) = moved_at else { continue };
         match detector.observe(now, moved_at, working) {
             Some(HangEvent::Hung { unchanged_secs }) => {
@@ -116,24 +88,8 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
                     frozen_since: moved_at,
                     gpu,
                 };
-                let (path, classified) = write_hang_report(&config, &hang, &history)?;
+                report_hang(&config, &hang, &history)?;
                 reports += 1;
-                if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
-                    eprintln!(
-                        "stackscope: cannot remove old hang reports from {}: {e:#}",
-                        config.out_dir.display()
-                    );
-                }
-                println!(
-                    "stackscope: process {} looks hung (stacks unchanged for {:.0} s{}): report {}",
-                    config.pid,
-                    unchanged_secs,
-                    match classified {
-                        Some(g) => format!(", GPU {}", g.state.name()),
-                        None => String::new(),
-                    },
-                    path.display()
-                );
             }
             Some(HangEvent::Resumed) => {
                 eprintln!("stackscope: process {} makes progress again", config.pid);
@@ -143,6 +99,73 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
     }
     session.stop();
     eprintln!("stackscope: {reports} hang report(s) written");
+    Ok(())
+}
+
+/// The session of the GPU side and the signals, without a sampler thread.
+fn gpu_session(signals: Signals, config: &WatchConfig) -> anyhow::Result<Session> {
+    Session::start(
+        signals,
+        Producers {
+            pid: config.pid,
+            gpu: &config.gpu,
+            gpu_source: GpuSource::Nvml,
+            sampler: None,
+        },
+    )
+}
+
+/// Says on stderr what is watched, at what rate, and where a hang report goes.
+fn announce(config: &WatchConfig) {
+    eprintln!(
+        "stackscope: watching process {} at {} Hz; a hang report goes to {} when its stacks stop \
+         changing for {} s",
+        config.pid,
+        config.rate_hz,
+        config.out_dir.display(),
+        config.hang_after_secs
+    );
+}
+
+/// What the hang rule reads at `now`: when the stacks last moved, the GPU's state, and
+/// whether any thread works at this read.
+fn hang_inputs(
+    live: &MetricsState,
+    now: Timestamp,
+    config: &WatchConfig,
+) -> (Option<Timestamp>, HangGpuReading, bool) {
+    let gpu = live.gpu().map(|gpu| HangGpuReading {
+        idle: gpu.tag_at(now).idle(),
+        utilization: gpu.utilization_at(now),
+        recent: gpu.recent_means(gpu_window_start(now, config.hang_after_secs)),
+    });
+    (
+        live.last_move(),
+        gpu.unwrap_or_default(),
+        live.any_working(),
+    )
+}
+
+/// Writes the hang report, prunes the old ones (a failure there only warns) and says on
+/// stdout where the report is.
+fn report_hang(config: &WatchConfig, hang: &Hang, history: &TreeHistory) -> anyhow::Result<()> {
+    let (path, classified) = write_hang_report(config, hang, history)?;
+    if let Err(e) = prune_reports(&config.out_dir, config.keep_reports) {
+        eprintln!(
+            "stackscope: cannot remove old hang reports from {}: {e:#}",
+            config.out_dir.display()
+        );
+    }
+    println!(
+        "stackscope: process {} looks hung (stacks unchanged for {:.0} s{}): report {}",
+        config.pid,
+        hang.unchanged_secs,
+        match classified {
+            Some(g) => format!(", GPU {}", g.state.name()),
+            None => String::new(),
+        },
+        path.display()
+    );
     Ok(())
 }
 
@@ -422,6 +445,7 @@ fn report_order(base: &str) -> (String, u32) {
 mod tests {
     use super::*;
     use stackscope_event::{Event, GpuSample};
+    use stackscope_testkit::dumps;
 
     const SEC: u64 = 1_000_000_000;
 
@@ -455,36 +479,22 @@ mod tests {
     }
 
     fn frame(function: &str, native: bool) -> stackscope_event::FrameDump {
-        stackscope_event::FrameDump {
-            function: function.to_owned(),
-            file: if native { "libcudart.so" } else { "train.py" }.to_owned(),
-            line: if native { 0 } else { 7 },
-            native,
-            locals: None,
-            path: None,
+        if native {
+            stackscope_event::FrameDump {
+                native: true,
+                ..dumps::frame(function, "libcudart.so", 0)
+            }
+        } else {
+            dumps::frame(function, "train.py", 7)
         }
     }
 
     fn process(frames: Vec<stackscope_event::FrameDump>) -> ProcessDump {
-        ProcessDump {
-            pid: 1,
-            ns_pid: None,
-            parent_pid: None,
-            command_line: "python3 train.py".into(),
-            python_version: "3.11.7".into(),
-            rank: Default::default(),
-            host: None,
-            threads: vec![stackscope_event::ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(1),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: true,
-                owns_gil: false,
-                state: Default::default(),
-                frames,
-            }],
-        }
+        let main = stackscope_event::ThreadDump {
+            active: true,
+            ..dumps::thread("MainThread", 1, Default::default(), frames)
+        };
+        dumps::process(1, "python3 train.py", vec![main])
     }
 
     #[test]

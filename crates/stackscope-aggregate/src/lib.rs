@@ -50,11 +50,11 @@ pub use gpu::{
 pub use jobs::{
     find_stragglers, group_threads, hang_cause, headline, helper_by_command_line, helper_kind,
     in_reading_order, is_hung, is_main_thread, is_spin_wait, merge_dumps, merge_recordings,
-    process_role, rank_list, rank_ranges, rerooted, stuck_at, works_at_read, FrozenActivity,
-    FrozenThread, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess, LockWait, MergedDump,
-    MergedGroup, MergedRecordings, MissingRanks, OddRank, PeersWaiting, ProcessPlace, RankRow,
-    RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef, Vanished,
-    DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
+    process_role, rank_list, rank_on, rank_ranges, rerooted, stuck_at, works_at_read,
+    FrozenActivity, FrozenThread, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess,
+    LockWait, MergedDump, MergedGroup, MergedRecordings, MissingRanks, OddRank, PeersWaiting,
+    ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
+    Vanished, DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

@@ -244,31 +244,14 @@ impl Aggregator {
         // The one mean: each device's, and theirs, which the verdict judges.
         let utilization = self.timeline.utilization_mean();
         let devices = self.device_summaries(meta, utilization.as_ref());
-        let series: Vec<Vec<(u64, f32)>> = self
-            .timeline
-            .devices()
-            .into_iter()
-            .map(|d| self.timeline.utilization_series(d))
-            .filter(|s| !s.is_empty())
-            .collect();
+        let series = self.utilization_series();
         let mean_utilization = utilization.as_ref().map(|u| u.mean);
         let idle_share = utilization.as_ref().map(|u| u.idle_share);
         let startup_end = self.startup.end();
         let cycle = self.cycle(&series, startup_end.map(|t| t.as_nanos()));
         let startup_secs = startup_end.map_or(0.0, |end| end.seconds_since(self.start).max(0.0));
-        let mut tagged = [0u64; 4];
-        for stack in self.table.stacks() {
-            tagged[0] += stack.counts.gpu_idle;
-            tagged[1] += stack.counts.gpu_busy;
-            tagged[2] += stack.counts.gpu_unknown;
-            tagged[3] += stack.counts.gpu_low_sm;
-        }
-        let sm_means: Vec<f64> = devices
-            .iter()
-            .filter_map(|d| d.mean_sm_active_pct)
-            .collect();
-        let mean_sm_active =
-            (!sm_means.is_empty()).then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64);
+        let tagged = self.tagged_counts();
+        let mean_sm_active = mean_sm_active(&devices);
         let top_low_sm = top_functions(&self.table, |c| c.gpu_low_sm, TOP_GPU_FUNCTIONS).by_self;
         let pending = self.tagger.pending_len() as u64;
         let top_idle = top_functions(&self.table, |c| c.gpu_idle, TOP_GPU_FUNCTIONS).by_self;
@@ -326,6 +309,28 @@ impl Aggregator {
             top_low_sm_functions: top_low_sm,
             low_sm_path,
         })
+    }
+
+    /// Each device's utilization series, those with readings.
+    fn utilization_series(&self) -> Vec<Vec<(u64, f32)>> {
+        self.timeline
+            .devices()
+            .into_iter()
+            .map(|d| self.timeline.utilization_series(d))
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// The samples tagged GPU-idle, busy, unknown and low-SM, over every stack.
+    fn tagged_counts(&self) -> [u64; 4] {
+        let mut tagged = [0u64; 4];
+        for stack in self.table.stacks() {
+            tagged[0] += stack.counts.gpu_idle;
+            tagged[1] += stack.counts.gpu_busy;
+            tagged[2] += stack.counts.gpu_unknown;
+            tagged[3] += stack.counts.gpu_low_sm;
+        }
+        tagged
     }
 
     /// Each device's figures, named as the recording's meta names them.
@@ -503,4 +508,13 @@ impl Aggregator {
         }
         processes
     }
+}
+
+/// The devices' mean SM activity, where any device reports it (GPM: Hopper and later).
+fn mean_sm_active(devices: &[GpuDeviceSummary]) -> Option<f64> {
+    let sm_means: Vec<f64> = devices
+        .iter()
+        .filter_map(|d| d.mean_sm_active_pct)
+        .collect();
+    (!sm_means.is_empty()).then(|| sm_means.iter().sum::<f64>() / sm_means.len() as f64)
 }

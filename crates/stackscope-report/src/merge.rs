@@ -304,10 +304,7 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
     for row in &merged.ranks {
         // Without the ` (pid N)` that `ProcessPlace::describe` adds: the column is 28 wide, and
         // scripts read the table split on spaces.
-        let who = match row.place.rank {
-            Some(rank) => format!("rank {rank} on {}", row.place.host),
-            None => format!("process {} on {}", row.place.pid, row.place.host),
-        };
+        let who = row.place.label();
         let RankCells {
             gpu_idle: idle,
             top,

@@ -306,31 +306,16 @@ fn run(
             ends.poll();
         }
         offer_attached(set.rescan(time), ends.as_mut(), out);
-        let mut gone = Vec::new();
-        let mut any_stopped = false;
-        for target in set.targets_mut() {
-            let check = stop_checks
-                .entry(target.pid())
-                .or_insert_with(|| procfs::StopCheck::new(target.pid()));
-            match sample_one(target, check, time, out) {
-                Outcome::Read => {}
-                Outcome::Stopped => any_stopped = true,
-                Outcome::Gone => gone.push(target.pid()),
-                Outcome::Fatal(why) => return StopReason::Fatal(why),
-            }
-        }
+        let (gone, any_stopped) = match sample_all(&mut set, &mut stop_checks, time, out) {
+            Ok(read) => read,
+            Err(why) => return StopReason::Fatal(why),
+        };
         costs.mark(Phase::Read);
         let was_stopped = stats.stopped_now.swap(any_stopped, Ordering::Relaxed);
         if any_stopped {
             stats.stopped_ticks.fetch_add(1, Ordering::Relaxed);
         }
-        for pid in gone {
-            stop_checks.remove(&pid);
-            if let Some(mut event) = set.remove(pid, time) {
-                event.how = ends.as_mut().map(|ends| ends.how_ended(pid));
-                out.offer(Event::Process(event));
-            }
-        }
+        remove_gone(&mut set, &mut stop_checks, gone, ends.as_mut(), time, out);
         stats
             .processes
             .store(set.targets().len() as u64, Ordering::Relaxed);
@@ -342,6 +327,48 @@ fn run(
             // The consumer learns of the change with the batch: hand it over now, even empty.
             let flushed = out.batcher.flush_even_empty();
             out.count(flushed);
+        }
+    }
+}
+
+/// One sample of every target: the pids of those gone, and whether any was stopped by
+/// someone else; `Err` with why when sampling cannot go on.
+fn sample_all(
+    set: &mut ProcessSet,
+    stop_checks: &mut HashMap<u32, procfs::StopCheck>,
+    time: Timestamp,
+    out: &mut Output<'_>,
+) -> Result<(Vec<u32>, bool), String> {
+    let mut gone = Vec::new();
+    let mut any_stopped = false;
+    for target in set.targets_mut() {
+        let check = stop_checks
+            .entry(target.pid())
+            .or_insert_with(|| procfs::StopCheck::new(target.pid()));
+        match sample_one(target, check, time, out) {
+            Outcome::Read => {}
+            Outcome::Stopped => any_stopped = true,
+            Outcome::Gone => gone.push(target.pid()),
+            Outcome::Fatal(why) => return Err(why),
+        }
+    }
+    Ok((gone, any_stopped))
+}
+
+/// Lets the processes gone go, each told with how it ended.
+fn remove_gone(
+    set: &mut ProcessSet,
+    stop_checks: &mut HashMap<u32, procfs::StopCheck>,
+    gone: Vec<u32>,
+    mut ends: Option<&mut EndWatch>,
+    time: Timestamp,
+    out: &mut Output<'_>,
+) {
+    for pid in gone {
+        stop_checks.remove(&pid);
+        if let Some(mut event) = set.remove(pid, time) {
+            event.how = ends.as_deref_mut().map(|ends| ends.how_ended(pid));
+            out.offer(Event::Process(event));
         }
     }
 }

@@ -180,18 +180,7 @@ impl FixtureBuilder {
         let stdin = child.stdin.take();
         // Stdout stays open for the child's life (closing it would end the child with
         // BrokenPipe at its next print); its lines arrive on a channel, read with deadlines.
-        let lines = child.stdout.take().map(|stdout| {
-            let (send, receive) = mpsc::channel();
-            thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if send.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            receive
-        });
+        let lines = child.stdout.take().map(stdout_lines);
         let child = Arc::new(Mutex::new(child));
         let exited = Arc::new(Mutex::new(None));
         let stop_reaper = Arc::new(AtomicBool::new(false));
@@ -225,6 +214,20 @@ impl FixtureBuilder {
             stderr_path,
         }
     }
+}
+
+/// The child's stdout lines, arriving on a channel from a thread of their own.
+fn stdout_lines(stdout: std::process::ChildStdout) -> mpsc::Receiver<String> {
+    let (send, receive) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
 }
 
 /// A running fixture process; see the module's documentation.

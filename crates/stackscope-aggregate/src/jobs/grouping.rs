@@ -246,40 +246,20 @@ pub(crate) fn innermost(thread: &ThreadDump) -> String {
 mod tests {
     use super::*;
     use stackscope_event::ThreadState;
+    use stackscope_testkit::dumps;
 
     fn thread(name: &str, tid: u64, frames: &[(&str, u32)]) -> ThreadDump {
-        ThreadDump {
-            name: Some(name.to_owned()),
-            os_thread_id: Some(tid),
-            ns_thread_id: None,
-            python_thread_id: tid,
-            active: false,
-            owns_gil: false,
-            state: ThreadState::WaitingOnLock,
-            frames: frames
-                .iter()
-                .map(|(f, line)| FrameDump {
-                    function: (*f).to_owned(),
-                    file: "job.py".to_owned(),
-                    line: *line,
-                    native: false,
-                    locals: None,
-                    path: None,
-                })
-                .collect(),
-        }
+        let frames = frames
+            .iter()
+            .map(|(f, line)| dumps::frame(f, "job.py", *line))
+            .collect();
+        dumps::thread(name, tid, ThreadState::WaitingOnLock, frames)
     }
 
     fn process(pid: u32, parent: Option<u32>, threads: Vec<ThreadDump>) -> ProcessDump {
         ProcessDump {
-            pid,
             parent_pid: parent,
-            ns_pid: None,
-            command_line: format!("python job.py {pid}"),
-            python_version: "3.11.7".to_owned(),
-            rank: Default::default(),
-            host: None,
-            threads,
+            ..dumps::process(pid, &format!("python job.py {pid}"), threads)
         }
     }
 

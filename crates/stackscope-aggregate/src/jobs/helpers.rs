@@ -95,37 +95,18 @@ pub fn helper_kind(process: &ProcessDump) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_event::{FrameDump, ThreadDump, ThreadState};
+    use stackscope_event::ThreadState;
+    use stackscope_testkit::dumps;
 
     fn process(command_line: &str, frames: &[(&str, &str)]) -> ProcessDump {
+        let frames = frames
+            .iter()
+            .map(|(function, file)| dumps::frame(function, file, 1))
+            .collect();
+        let main = dumps::thread("MainThread", 7, ThreadState::WaitingOnIo, frames);
         ProcessDump {
-            pid: 7,
             parent_pid: Some(1),
-            command_line: command_line.to_owned(),
-            python_version: "3.11.7".to_owned(),
-            rank: Default::default(),
-            host: None,
-            ns_pid: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".to_owned()),
-                os_thread_id: Some(7),
-                ns_thread_id: None,
-                python_thread_id: 7,
-                active: false,
-                owns_gil: false,
-                state: ThreadState::WaitingOnIo,
-                frames: frames
-                    .iter()
-                    .map(|(function, file)| FrameDump {
-                        function: (*function).to_owned(),
-                        file: (*file).to_owned(),
-                        line: 1,
-                        native: false,
-                        locals: None,
-                        path: None,
-                    })
-                    .collect(),
-            }],
+            ..dumps::process(7, command_line, vec![main])
         }
     }
 

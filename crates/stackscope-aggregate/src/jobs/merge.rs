@@ -44,10 +44,24 @@ impl ProcessPlace {
     /// `rank 6 on node-b (pid 5124)`, or `process 5124 on node-b`.
     pub fn describe(&self) -> String {
         match self.rank {
-            Some(rank) => format!("rank {rank} on {} (pid {})", self.host, self.pid),
+            Some(rank) => format!("{} (pid {})", rank_on(rank, &self.host), self.pid),
+            None => self.label(),
+        }
+    }
+
+    /// `rank 6 on node-b`, or `process 5124 on node-b`: [`Self::describe`] without the pid of
+    /// a rank, for lane prefixes and the fixed-width column of `ranks.txt`.
+    pub fn label(&self) -> String {
+        match self.rank {
+            Some(rank) => rank_on(rank, &self.host),
             None => format!("process {} on {}", self.pid, self.host),
         }
     }
+}
+
+/// `rank 6 on node-b`: a rank named with its host, wherever a rank is named.
+pub fn rank_on(rank: u32, host: &str) -> String {
+    format!("rank {rank} on {host}")
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,70 +116,16 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
         .iter()
         .map(|s| (s.place.host.clone(), s.place.pid))
         .collect();
-    struct Building<'a> {
-        representative: &'a ThreadDump,
-        threads: usize,
-        ranks: BTreeSet<u32>,
-        unranked: Vec<ProcessPlace>,
-        hosts: BTreeSet<String>,
-        names: BTreeSet<String>,
-        processes: BTreeSet<(String, u32)>,
-        first: Option<ProcessPlace>,
-        straggler: bool,
-        first_seen: usize,
-    }
     let mut index: HashMap<StackKey, usize> = HashMap::new();
     let mut building: Vec<Building<'_>> = Vec::new();
     for hp in processes {
-        let p = hp.process;
-        let is_straggler = straggler_keys.contains(&(hp.host.to_owned(), p.pid));
-        for thread in &p.threads {
-            let key = stack_key(thread);
-            let at = *index.entry(key).or_insert_with(|| {
-                building.push(Building {
-                    representative: thread,
-                    threads: 0,
-                    ranks: BTreeSet::new(),
-                    unranked: Vec::new(),
-                    hosts: BTreeSet::new(),
-                    names: BTreeSet::new(),
-                    processes: BTreeSet::new(),
-                    first: None,
-                    straggler: false,
-                    first_seen: building.len(),
-                });
+        let is_straggler = straggler_keys.contains(&(hp.host.to_owned(), hp.process.pid));
+        for thread in &hp.process.threads {
+            let at = *index.entry(stack_key(thread)).or_insert_with(|| {
+                building.push(Building::new(thread, building.len()));
                 building.len() - 1
             });
-            let g = &mut building[at];
-            g.threads += 1;
-            match p.rank.rank {
-                Some(rank) => {
-                    g.ranks.insert(rank);
-                }
-                None => {
-                    let place = ProcessPlace {
-                        host: hp.host.to_owned(),
-                        pid: p.pid,
-                        rank: None,
-                    };
-                    if !g.unranked.contains(&place) {
-                        g.unranked.push(place);
-                    }
-                }
-            }
-            g.hosts.insert(hp.host.to_owned());
-            g.processes.insert((hp.host.to_owned(), p.pid));
-            g.first.get_or_insert_with(|| ProcessPlace {
-                host: hp.host.to_owned(),
-                pid: p.pid,
-                rank: p.rank.rank,
-            });
-            g.names.insert(thread.display_name());
-            // Only the straggler's own stack marks a group: its helper threads wait like
-            // everyone else's.
-            if is_straggler && main_thread(p).is_some_and(|m| std::ptr::eq(m, thread)) {
-                g.straggler = true;
-            }
+            building[at].add(hp, thread, is_straggler);
         }
     }
     building.sort_by(|a, b| {
@@ -175,33 +135,7 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
             .then(b.threads.cmp(&a.threads))
             .then(a.first_seen.cmp(&b.first_seen))
     });
-    let groups = building
-        .into_iter()
-        .map(|b| {
-            let ranks: Vec<u32> = b.ranks.into_iter().collect();
-            MergedGroup {
-                threads: b.threads,
-                rank_ranges: rank_ranges(&ranks),
-                ranks,
-                unranked: b.unranked,
-                process: b.first.filter(|_| b.processes.len() == 1),
-                hosts: b.hosts.into_iter().collect(),
-                thread_names: b.names.into_iter().collect(),
-                straggler: b.straggler,
-                active: b.representative.active,
-                state: b.representative.state,
-                frames: b
-                    .representative
-                    .frames
-                    .iter()
-                    .map(|f| FrameDump {
-                        locals: None,
-                        ..f.clone()
-                    })
-                    .collect(),
-            }
-        })
-        .collect();
+    let groups = building.into_iter().map(Building::into_group).collect();
     let hosts: BTreeSet<String> = processes.iter().map(|p| p.host.to_owned()).collect();
     let ranks: BTreeSet<u32> = processes
         .iter()
@@ -214,6 +148,96 @@ pub fn merge_dumps(processes: &[HostedProcess<'_>]) -> MergedDump {
         stragglers,
         groups,
         missing_ranks: MissingRanks::of(processes.iter().map(|hp| &hp.process.rank), 1),
+    }
+}
+
+/// A group of threads with one stack, being gathered.
+struct Building<'a> {
+    representative: &'a ThreadDump,
+    threads: usize,
+    ranks: BTreeSet<u32>,
+    unranked: Vec<ProcessPlace>,
+    hosts: BTreeSet<String>,
+    names: BTreeSet<String>,
+    processes: BTreeSet<(String, u32)>,
+    first: Option<ProcessPlace>,
+    straggler: bool,
+    first_seen: usize,
+}
+
+impl<'a> Building<'a> {
+    fn new(representative: &'a ThreadDump, first_seen: usize) -> Self {
+        Building {
+            representative,
+            threads: 0,
+            ranks: BTreeSet::new(),
+            unranked: Vec::new(),
+            hosts: BTreeSet::new(),
+            names: BTreeSet::new(),
+            processes: BTreeSet::new(),
+            first: None,
+            straggler: false,
+            first_seen,
+        }
+    }
+
+    /// Counts `thread` of the process `hp` in the group.
+    fn add(&mut self, hp: &HostedProcess<'_>, thread: &ThreadDump, is_straggler: bool) {
+        let p = hp.process;
+        self.threads += 1;
+        match p.rank.rank {
+            Some(rank) => {
+                self.ranks.insert(rank);
+            }
+            None => {
+                let place = ProcessPlace {
+                    host: hp.host.to_owned(),
+                    pid: p.pid,
+                    rank: None,
+                };
+                if !self.unranked.contains(&place) {
+                    self.unranked.push(place);
+                }
+            }
+        }
+        self.hosts.insert(hp.host.to_owned());
+        self.processes.insert((hp.host.to_owned(), p.pid));
+        self.first.get_or_insert_with(|| ProcessPlace {
+            host: hp.host.to_owned(),
+            pid: p.pid,
+            rank: p.rank.rank,
+        });
+        self.names.insert(thread.display_name());
+        // Only the straggler's own stack marks a group: its helper threads wait like
+        // everyone else's.
+        if is_straggler && main_thread(p).is_some_and(|m| std::ptr::eq(m, thread)) {
+            self.straggler = true;
+        }
+    }
+
+    fn into_group(self) -> MergedGroup {
+        let ranks: Vec<u32> = self.ranks.into_iter().collect();
+        MergedGroup {
+            threads: self.threads,
+            rank_ranges: rank_ranges(&ranks),
+            ranks,
+            unranked: self.unranked,
+            process: self.first.filter(|_| self.processes.len() == 1),
+            hosts: self.hosts.into_iter().collect(),
+            thread_names: self.names.into_iter().collect(),
+            straggler: self.straggler,
+            active: self.representative.active,
+            state: self.representative.state,
+            frames: self
+                .representative
+                .frames
+                .iter()
+                .map(|f| FrameDump {
+                    locals: None,
+                    ..f.clone()
+                })
+                .collect(),
+        }
     }
 }
 
@@ -331,36 +355,25 @@ pub fn rank_ranges(ranks: &[u32]) -> String {
 mod tests {
     use super::*;
     use stackscope_event::RankInfo;
+    use stackscope_testkit::dumps;
 
     fn process(pid: u32, rank: Option<u32>, function: &str, line: u32) -> ProcessDump {
+        let main = ThreadDump {
+            python_thread_id: 1,
+            ..dumps::thread(
+                "MainThread",
+                u64::from(pid),
+                ThreadState::WaitingOnLock,
+                vec![dumps::frame(function, "train.py", line)],
+            )
+        };
         ProcessDump {
-            pid,
             parent_pid: Some(1),
-            ns_pid: None,
-            command_line: "python train.py".into(),
-            python_version: "3.11.7".into(),
             rank: RankInfo {
                 rank,
                 ..RankInfo::default()
             },
-            host: None,
-            threads: vec![ThreadDump {
-                name: Some("MainThread".into()),
-                os_thread_id: Some(u64::from(pid)),
-                ns_thread_id: None,
-                python_thread_id: 1,
-                active: false,
-                owns_gil: false,
-                state: ThreadState::WaitingOnLock,
-                frames: vec![FrameDump {
-                    function: function.into(),
-                    file: "train.py".into(),
-                    line,
-                    native: false,
-                    locals: None,
-                    path: None,
-                }],
-            }],
+            ..dumps::process(pid, "python train.py", vec![main])
         }
     }
 

@@ -22,7 +22,8 @@ pub use hang::{
 };
 pub use helpers::{helper_by_command_line, helper_kind, process_role};
 pub use merge::{
-    merge_dumps, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
+    merge_dumps, rank_on, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace,
+    RankStraggler,
 };
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
 pub use view::{in_reading_order, is_main_thread, MissingRanks, MAIN_THREAD};

@@ -109,51 +109,103 @@ pub struct MergedRecordings {
 
 /// Merges recordings: roots every stack at its process, named by rank and host.
 pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
-    let mut all: BTreeMap<String, u64> = BTreeMap::new();
-    let mut idle: BTreeMap<String, u64> = BTreeMap::new();
-    let mut busy: BTreeMap<String, u64> = BTreeMap::new();
-    // Per process: samples, idle and busy samples, samples per innermost function.
-    #[derive(Default)]
-    struct Stats {
-        samples: u64,
-        idle: u64,
-        busy: u64,
-        functions: HashMap<String, u64>,
+    let folded = Folded::of(inputs);
+    let ranked = rank_rows(inputs, &folded.stats);
+    let leaders = leader_pids(inputs, &ranked);
+    let is_leader = |row: &RankRow| {
+        row.place.rank.is_some_and(|rank| {
+            leaders.get(&(row.place.host.clone(), rank)) == Some(&row.place.pid)
+        })
+    };
+    let any_ranked = ranked.iter().filter(|r| is_leader(r)).count() >= 3;
+    let profiles: Vec<(&RankRow, &HashMap<String, u64>)> = ranked
+        .iter()
+        .filter(|row| !any_ranked || is_leader(row))
+        .filter_map(|row| {
+            folded
+                .stats
+                .get(&(row.place.rank, row.place.host.clone(), row.place.pid))
+                .map(|s| (row, &s.functions))
+        })
+        .filter(|(row, _)| row.samples > 0)
+        .collect();
+    let most_different = most_different(&profiles);
+    MergedRecordings {
+        all: folded.all.into_iter().collect(),
+        gpu_idle: folded.idle.into_iter().collect(),
+        gpu_busy: folded.busy.into_iter().collect(),
+        gpu: folded.gpu,
+        ranks: ranked,
+        most_different,
     }
-    let mut stats: BTreeMap<(Option<u32>, String, u32), Stats> = BTreeMap::new();
-    let mut gpu = false;
-    for input in inputs {
-        for (stack, count) in &input.all {
-            let (place, rest) = rerooted(input, stack);
-            *all.entry(join(&place, rest)).or_default() += count;
-            let s = stats
-                .entry((place.rank, place.host.clone(), place.pid))
-                .or_default();
-            s.samples += count;
-            if let Some(leaf) = rest.rsplit(';').next() {
-                *s.functions.entry(function_of(leaf)).or_default() += count;
-            }
-        }
-        for (view, target, idle_view) in [
-            (&input.gpu_idle, &mut idle, true),
-            (&input.gpu_busy, &mut busy, false),
-        ] {
-            let Some(lines) = view else { continue };
-            gpu = true;
-            for (stack, count) in lines {
+}
+
+/// A process of the merged recordings: its rank, host and pid.
+type ProcessKey = (Option<u32>, String, u32);
+
+/// Per process: samples, idle and busy samples, samples per innermost function.
+#[derive(Default)]
+struct Stats {
+    samples: u64,
+    idle: u64,
+    busy: u64,
+    functions: HashMap<String, u64>,
+}
+
+/// The recordings' folded lines re-rooted at their processes and summed, with each
+/// process's counts.
+#[derive(Default)]
+struct Folded {
+    all: BTreeMap<String, u64>,
+    idle: BTreeMap<String, u64>,
+    busy: BTreeMap<String, u64>,
+    stats: BTreeMap<ProcessKey, Stats>,
+    /// Whether any recording had GPU data.
+    gpu: bool,
+}
+
+impl Folded {
+    fn of(inputs: &[RecordingInput]) -> Folded {
+        let mut f = Folded::default();
+        for input in inputs {
+            for (stack, count) in &input.all {
                 let (place, rest) = rerooted(input, stack);
-                *target.entry(join(&place, rest)).or_default() += count;
-                let s = stats
+                *f.all.entry(join(&place, rest)).or_default() += count;
+                let s = f
+                    .stats
                     .entry((place.rank, place.host.clone(), place.pid))
                     .or_default();
-                if idle_view {
-                    s.idle += count;
-                } else {
-                    s.busy += count;
+                s.samples += count;
+                if let Some(leaf) = rest.rsplit(';').next() {
+                    *s.functions.entry(function_of(leaf)).or_default() += count;
+                }
+            }
+            for (view, idle_view) in [(&input.gpu_idle, true), (&input.gpu_busy, false)] {
+                let Some(lines) = view else { continue };
+                f.gpu = true;
+                for (stack, count) in lines {
+                    let (place, rest) = rerooted(input, stack);
+                    let target = if idle_view { &mut f.idle } else { &mut f.busy };
+                    *target.entry(join(&place, rest)).or_default() += count;
+                    let s = f
+                        .stats
+                        .entry((place.rank, place.host.clone(), place.pid))
+                        .or_default();
+                    if idle_view {
+                        s.idle += count;
+                    } else {
+                        s.busy += count;
+                    }
                 }
             }
         }
+        f
     }
+}
+
+/// The rank table's rows: ranked processes first (the BTreeMap puts `None` first), in rank
+/// order, then processes without a rank.
+fn rank_rows(inputs: &[RecordingInput], stats: &BTreeMap<ProcessKey, Stats>) -> Vec<RankRow> {
     let ranks: Vec<RankRow> = stats
         .iter()
         .map(|((rank, host, pid), s)| {
@@ -176,21 +228,26 @@ pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
             }
         })
         .collect();
-    // Ranked processes first (the BTreeMap puts `None` first), in rank order.
     let (mut ranked, unranked): (Vec<RankRow>, Vec<RankRow>) =
         ranks.into_iter().partition(|r| r.place.rank.is_some());
     ranked.extend(unranked);
-    // Ranks are compared with ranks: a launcher or a helper process is nobody's peer. A
-    // launcher that Slurm or MPI gave a task rank (the recorded process, whose children carry
-    // other ranks) is not a rank; a rank's DataLoader workers inherit its rank, and the oldest
-    // process of a rank on a host (the lowest pid) stands for it.
+    ranked
+}
+
+/// The process that stands for each rank on each host: `(host, rank)` to its pid.
+///
+/// Ranks are compared with ranks: a launcher or a helper process is nobody's peer. A
+/// launcher that Slurm or MPI gave a task rank (the recorded process, whose children carry
+/// other ranks) is not a rank; a rank's DataLoader workers inherit its rank, and the oldest
+/// process of a rank on a host (the lowest pid) stands for it.
+fn leader_pids(inputs: &[RecordingInput], ranked: &[RankRow]) -> HashMap<(String, u32), u32> {
     let launchers: Vec<(String, u32)> = inputs
         .iter()
         .filter(|i| i.process_ranks.values().any(|&r| Some(r) != i.rank))
         .map(|i| (i.host.clone(), i.pid))
         .collect();
     let mut leaders: HashMap<(String, u32), u32> = HashMap::new();
-    for row in &ranked {
+    for row in ranked {
         if let Some(rank) = row.place.rank {
             if launchers.contains(&(row.place.host.clone(), row.place.pid)) {
                 continue;
@@ -201,31 +258,7 @@ pub fn merge_recordings(inputs: &[RecordingInput]) -> MergedRecordings {
             *pid = (*pid).min(row.place.pid);
         }
     }
-    let is_leader = |row: &RankRow| {
-        row.place.rank.is_some_and(|rank| {
-            leaders.get(&(row.place.host.clone(), rank)) == Some(&row.place.pid)
-        })
-    };
-    let any_ranked = ranked.iter().filter(|r| is_leader(r)).count() >= 3;
-    let profiles: Vec<(&RankRow, &HashMap<String, u64>)> = ranked
-        .iter()
-        .filter(|row| !any_ranked || is_leader(row))
-        .filter_map(|row| {
-            stats
-                .get(&(row.place.rank, row.place.host.clone(), row.place.pid))
-                .map(|s| (row, &s.functions))
-        })
-        .filter(|(row, _)| row.samples > 0)
-        .collect();
-    let most_different = most_different(&profiles);
-    MergedRecordings {
-        all: all.into_iter().collect(),
-        gpu_idle: idle.into_iter().collect(),
-        gpu_busy: busy.into_iter().collect(),
-        gpu,
-        ranks: ranked,
-        most_different,
-    }
+    leaders
 }
 
 /// The process a folded line belongs to, and the line without a process root. Given only a

@@ -122,113 +122,21 @@ pub fn idle_path_by(
     table: &StackTable,
     counts: impl Fn(&StackCounts) -> (u64, u64),
 ) -> Option<IdlePath> {
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut index: HashMap<(Option<usize>, FunctionId), usize> = HashMap::new();
-    let n_functions = table.function_count();
-    let mut function_counts = vec![(0u64, 0u64); n_functions];
-    let mut last_counted = vec![usize::MAX; n_functions];
-    let (mut idle_total, mut busy_total) = (0u64, 0u64);
-    for (stack_index, stack) in table.stacks().iter().enumerate() {
-        let (idle, busy) = counts(&stack.counts);
-        if idle == 0 && busy == 0 {
-            continue;
-        }
-        idle_total += idle;
-        busy_total += busy;
-        let mut parent: Option<usize> = None;
-        let functions = stack
-            .frames
-            .iter()
-            .filter_map(|&f| table.frame(f).and_then(|frame| frame.function));
-        for function in functions {
-            let depth = parent.map_or(0, |p| nodes[p].depth + 1);
-            let id = *index.entry((parent, function)).or_insert_with(|| {
-                nodes.push(Node {
-                    function,
-                    parent,
-                    depth,
-                    ..Node::default()
-                });
-                nodes.len() - 1
-            });
-            if let Some(p) = parent {
-                if !nodes[p].children.contains(&id) {
-                    nodes[p].children.push(id);
-                }
-            }
-            nodes[id].idle += idle;
-            nodes[id].busy += busy;
-            let f = function as usize;
-            if last_counted[f] != stack_index {
-                last_counted[f] = stack_index;
-                function_counts[f].0 += idle;
-                function_counts[f].1 += busy;
-            }
-            parent = Some(id);
-        }
-    }
-    if idle_total < MIN_SIDE_SAMPLES || busy_total < MIN_SIDE_SAMPLES {
+    let tree = CallTree::build(table, counts);
+    if tree.idle_total < MIN_SIDE_SAMPLES || tree.busy_total < MIN_SIDE_SAMPLES {
         return None;
     }
-    let share = |x: u64, total: u64| {
-        if total == 0 {
-            0.0
-        } else {
-            x as f64 / total as f64
-        }
-    };
-    let rise = |idle: u64, busy: u64| share(idle, idle_total) - share(busy, busy_total);
-    let node_rise = |n: &Node| rise(n.idle, n.busy);
-    let function_rise = |f: FunctionId| {
-        let (i, b) = function_counts[f as usize];
-        rise(i, b)
-    };
-
-    // The best node; ties to the shallower, then the one with more idle samples.
-    let best = (0..nodes.len()).max_by(|&a, &b| {
-        node_rise(&nodes[a])
-            .total_cmp(&node_rise(&nodes[b]))
-            .then(nodes[b].depth.cmp(&nodes[a].depth))
-            .then(nodes[a].idle.cmp(&nodes[b].idle))
-            .then(b.cmp(&a))
-    })?;
-    let best_rise = node_rise(&nodes[best]);
+    let best = tree.best()?;
+    let best_rise = tree.node_rise(best);
     if best_rise < MIN_RISE {
         return None;
     }
-    // Up to where the rise begins.
-    let mut top = best;
-    while let Some(parent) = nodes[top].parent {
-        if node_rise(&nodes[parent]) >= PATH_RISE * best_rise {
-            top = parent;
-        } else {
-            break;
-        }
-    }
-    // Down while callees carry the rise and are not helpers both phases share.
-    let mut path = vec![top];
-    let mut current = top;
-    while path.len() < MAX_PATH {
-        let next = nodes[current].children.iter().copied().max_by(|&a, &b| {
-            node_rise(&nodes[a])
-                .total_cmp(&node_rise(&nodes[b]))
-                .then(b.cmp(&a))
-        });
-        match next {
-            Some(child)
-                if node_rise(&nodes[child]) >= PATH_RISE * best_rise
-                    && function_rise(nodes[child].function) >= FUNCTION_RISE * best_rise =>
-            {
-                path.push(child);
-                current = child;
-            }
-            _ => break,
-        }
-    }
-    let last = &nodes[current];
+    let top = tree.top_of(best, best_rise);
+    let path = tree.down_from(top, best_rise);
+    let last = &tree.nodes[*path.last()?];
     let functions = path
         .iter()
-        .filter_map(|&n| table.function(nodes[n].function))
+        .filter_map(|&n| table.function(tree.nodes[n].function))
         .map(|key| PathFunction {
             function: key.function.to_string(),
             file: key.file.to_string(),
@@ -237,10 +145,161 @@ pub fn idle_path_by(
     Some(IdlePath {
         functions,
         idle_samples: last.idle,
-        idle_share: share(last.idle, idle_total),
+        idle_share: share(last.idle, tree.idle_total),
         busy_samples: last.busy,
-        busy_share: share(last.busy, busy_total),
+        busy_share: share(last.busy, tree.busy_total),
     })
+}
+
+/// `x` as a share of `total`; 0 of nothing.
+fn share(x: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        x as f64 / total as f64
+    }
+}
+
+/// The stacks' calls merged into one tree by function, with each node's and each function's
+/// idle and busy samples (a function counted once per stack however often it recurses).
+struct CallTree {
+    nodes: Vec<Node>,
+    function_counts: Vec<(u64, u64)>,
+    idle_total: u64,
+    busy_total: u64,
+}
+
+impl CallTree {
+    fn build(table: &StackTable, counts: impl Fn(&StackCounts) -> (u64, u64)) -> CallTree {
+        let mut index: HashMap<(Option<usize>, FunctionId), usize> = HashMap::new();
+        let n_functions = table.function_count();
+        let mut tree = CallTree {
+            nodes: Vec::new(),
+            function_counts: vec![(0u64, 0u64); n_functions],
+            idle_total: 0,
+            busy_total: 0,
+        };
+        let mut last_counted = vec![usize::MAX; n_functions];
+        for (stack_index, stack) in table.stacks().iter().enumerate() {
+            let (idle, busy) = counts(&stack.counts);
+            if idle == 0 && busy == 0 {
+                continue;
+            }
+            tree.idle_total += idle;
+            tree.busy_total += busy;
+            let mut parent: Option<usize> = None;
+            let functions = stack
+                .frames
+                .iter()
+                .filter_map(|&f| table.frame(f).and_then(|frame| frame.function));
+            for function in functions {
+                let id = tree.node(&mut index, parent, function);
+                tree.nodes[id].idle += idle;
+                tree.nodes[id].busy += busy;
+                let f = function as usize;
+                if last_counted[f] != stack_index {
+                    last_counted[f] = stack_index;
+                    tree.function_counts[f].0 += idle;
+                    tree.function_counts[f].1 += busy;
+                }
+                parent = Some(id);
+            }
+        }
+        tree
+    }
+
+    /// The node of `function` under `parent`, made (and linked to its parent) on first need.
+    fn node(
+        &mut self,
+        index: &mut HashMap<(Option<usize>, FunctionId), usize>,
+        parent: Option<usize>,
+        function: FunctionId,
+    ) -> usize {
+        let depth = parent.map_or(0, |p| self.nodes[p].depth + 1);
+        let nodes = &mut self.nodes;
+        let id = *index.entry((parent, function)).or_insert_with(|| {
+            nodes.push(Node {
+                function,
+                parent,
+                depth,
+                ..Node::default()
+            });
+            nodes.len() - 1
+        });
+        if let Some(p) = parent {
+            if !self.nodes[p].children.contains(&id) {
+                self.nodes[p].children.push(id);
+            }
+        }
+        id
+    }
+
+    fn rise(&self, idle: u64, busy: u64) -> f64 {
+        share(idle, self.idle_total) - share(busy, self.busy_total)
+    }
+
+    fn node_rise(&self, n: usize) -> f64 {
+        self.rise(self.nodes[n].idle, self.nodes[n].busy)
+    }
+
+    fn function_rise(&self, f: FunctionId) -> f64 {
+        let (i, b) = self.function_counts[f as usize];
+        self.rise(i, b)
+    }
+
+    /// The best node; ties to the shallower, then the one with more idle samples.
+    fn best(&self) -> Option<usize> {
+        let nodes = &self.nodes;
+        (0..nodes.len()).max_by(|&a, &b| {
+            self.node_rise(a)
+                .total_cmp(&self.node_rise(b))
+                .then(nodes[b].depth.cmp(&nodes[a].depth))
+                .then(nodes[a].idle.cmp(&nodes[b].idle))
+                .then(b.cmp(&a))
+        })
+    }
+
+    /// Up from `best` to where the rise begins.
+    fn top_of(&self, best: usize, best_rise: f64) -> usize {
+        let mut top = best;
+        while let Some(parent) = self.nodes[top].parent {
+            if self.node_rise(parent) >= PATH_RISE * best_rise {
+                top = parent;
+            } else {
+                break;
+            }
+        }
+        top
+    }
+
+    /// Down from `top` while callees carry the rise and are not helpers both phases share.
+    fn down_from(&self, top: usize, best_rise: f64) -> Vec<usize> {
+        let mut path = vec![top];
+        let mut current = top;
+        while path.len() < MAX_PATH {
+            let next = self.nodes[current]
+                .children
+                .iter()
+                .copied()
+                .max_by(|&a, &b| {
+                    self.node_rise(a)
+                        .total_cmp(&self.node_rise(b))
+                        .then(b.cmp(&a))
+                });
+            match next {
+                Some(child)
+                    if self.node_rise(child) >= PATH_RISE * best_rise
+                        && self.function_rise(self.nodes[child].function)
+                            >= FUNCTION_RISE * best_rise =>
+                {
+                    path.push(child);
+                    current = child;
+                }
+                _ => break,
+            }
+        }
+        path
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    Aggregator, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
+    Aggregator, Bucket, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
     StackTable, StepBreakdown, Summary, ThreadRole, Verdict, VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
@@ -134,39 +134,11 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
     let table = agg.stack_table();
     let buckets = agg.time_buckets();
     let mut dense = Dense::default();
-    let mut page_buckets = Vec::with_capacity(buckets.len());
-    for (index, bucket) in buckets.sorted() {
-        let mut stacks: Vec<(u32, u64, u64, u64)> = bucket
-            .stacks
-            .iter()
-            .map(|(&stack, c)| {
-                (
-                    dense.stack(table, stack),
-                    u64::from(c.gpu_idle),
-                    u64::from(c.gpu_busy),
-                    u64::from(c.gpu_unknown),
-                )
-            })
-            .collect();
-        stacks.sort_unstable();
-        let mut lanes: Vec<(u32, u32, u32)> = bucket
-            .lanes
-            .iter()
-            .map(|(&lane, c)| (lane, c.active, c.idle))
-            .collect();
-        lanes.sort_unstable();
-        page_buckets.push(PageBucket {
-            i: index,
-            s: stacks
-                .into_iter()
-                .flat_map(|(s, i, b, u)| [u64::from(s), i, b, u])
-                .collect(),
-            l: lanes
-                .into_iter()
-                .flat_map(|(l, a, i)| [u64::from(l), u64::from(a), u64::from(i)])
-                .collect(),
-        });
-    }
+    let page_buckets: Vec<PageBucket> = buckets
+        .sorted()
+        .into_iter()
+        .map(|(index, bucket)| page_bucket(index, bucket, table, &mut dense))
+        .collect();
     let lanes = lanes_by_role(buckets.lanes(), &summary.roles);
     let gpu = summary.gpu.as_ref();
     let simulated = meta
@@ -209,6 +181,41 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         lanes,
         gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
         merged: None,
+    }
+}
+
+/// One bucket as the page holds it: `[stack, idle, busy, unknown]` and `[lane, active, idle]`
+/// runs, in the page's stack numbering, sorted.
+fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dense) -> PageBucket {
+    let mut stacks: Vec<(u32, u64, u64, u64)> = bucket
+        .stacks
+        .iter()
+        .map(|(&stack, c)| {
+            (
+                dense.stack(table, stack),
+                u64::from(c.gpu_idle),
+                u64::from(c.gpu_busy),
+                u64::from(c.gpu_unknown),
+            )
+        })
+        .collect();
+    stacks.sort_unstable();
+    let mut lanes: Vec<(u32, u32, u32)> = bucket
+        .lanes
+        .iter()
+        .map(|(&lane, c)| (lane, c.active, c.idle))
+        .collect();
+    lanes.sort_unstable();
+    PageBucket {
+        i: index,
+        s: stacks
+            .into_iter()
+            .flat_map(|(s, i, b, u)| [u64::from(s), i, b, u])
+            .collect(),
+        l: lanes
+            .into_iter()
+            .flat_map(|(l, a, i)| [u64::from(l), u64::from(a), u64::from(i)])
+            .collect(),
     }
 }
 

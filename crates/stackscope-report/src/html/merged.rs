@@ -14,12 +14,14 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use stackscope_aggregate::{
-    headline_verdict, rerooted, MergedRecordings, ProcessPlace, RecordingInput, RecordingVerdict,
-    VerdictClass, DEFAULT_IDLE_BELOW, MAX_BUCKETS, MAX_ENTRIES, VERDICTS_IN_HEADLINE,
+    headline_verdict, rank_on, rerooted, MergedRecordings, ProcessPlace, RecordingInput,
+    RecordingVerdict, Verdict, VerdictClass, DEFAULT_IDLE_BELOW, MAX_BUCKETS, MAX_ENTRIES,
+    VERDICTS_IN_HEADLINE,
 };
 
 use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
 use crate::markup::escape;
+use crate::rank_cells::RankCells;
 use crate::ReportError;
 
 /// GPU points of all devices together: a merged page of many nodes' devices stays bounded.
@@ -39,7 +41,7 @@ pub struct RankPage<'a> {
 /// Whose recording, for its devices and its verdict: its rank on its host, else its host.
 fn owner(input: &RecordingInput) -> String {
     match input.rank {
-        Some(rank) => format!("rank {rank} on {}", input.host),
+        Some(rank) => rank_on(rank, &input.host),
         None => input.host.clone(),
     }
 }
@@ -50,159 +52,37 @@ pub fn merged_page_data(
     merged: &MergedRecordings,
     sources: &[PathBuf],
 ) -> PageData {
-    let ranked = merged
-        .ranks
-        .iter()
-        .filter(|r| r.place.rank.is_some())
-        .count();
-    let title = format!("{} recordings merged, {ranked} ranks", sources.len());
+    let title = merged_title(merged, sources);
     let offsets = start_offsets(parts);
-    let span = parts
-        .iter()
-        .zip(&offsets)
-        .map(|(p, off)| off + p.page.duration_secs)
-        .fold(0.0, f64::max);
-    let mut width = parts
-        .iter()
-        .map(|p| p.page.bucket_secs)
-        .fold(0.125, f64::max);
-    while span / width > MAX_BUCKETS as f64 {
-        width *= 2.0;
-    }
+    let (span, width) = first_width(parts, &offsets);
 
     let mut dense = Dense::default();
     let mut lanes: Vec<PageLane> = Vec::new();
     // Per recording: its page's stacks in the merged numbering, and where its lanes begin.
     let mut renumbered: Vec<(Vec<u32>, u64)> = Vec::with_capacity(parts.len());
     for part in parts {
-        let page = &part.page;
-        let frames: Vec<u32> = (0..page.frames.len())
-            .map(|f| dense.frame_of(page, f))
-            .collect();
-        let stacks: Vec<u32> = page
-            .stacks
-            .iter()
-            .map(|stack| {
-                let mut out: Vec<u32> = Vec::with_capacity(stack.len() + 1);
-                let first = stack
-                    .first()
-                    .and_then(|&f| page.frames.get(f as usize))
-                    .map_or("", String::as_str);
-                let (place, rest) = rerooted(part.input, first);
-                out.push(dense.root(&place));
-                // An empty rest: the first frame was the process root, now replaced.
-                let skip = usize::from(rest.is_empty() && !stack.is_empty());
-                out.extend(stack[skip..].iter().map(|&f| frames[f as usize]));
-                dense.stack(out)
-            })
-            .collect();
+        let stacks = renumbered_stacks(part, &mut dense);
         renumbered.push((stacks, lanes.len() as u64));
-        let lane_base = lanes.len() as u32;
-        for lane in &page.lanes {
-            let place = place_of(part.input, lane.pid);
-            // `process 5124 on node-b` names the pid already: the role follows it.
-            let own = format!("pid {} · ", lane.pid);
-            let label = match lane.label.strip_prefix(&own) {
-                Some(rest) if place.rank.is_none() => rest,
-                _ => lane.label.as_str(),
-            };
-            lanes.push(PageLane {
-                name: format!("{}: {}", short(&place), lane.name),
-                label: format!("{}: {label}", short(&place)),
-                role: lane.role,
-                // Every rank's trainer first, then their feeders, then the helpers (the page
-                // sorts by role, then by this).
-                order: lane_base + lane.order,
-                pid: lane.pid,
-                thread_id: lane.thread_id,
-                active: lane.active,
-                idle: lane.idle,
-            });
-        }
+        push_lanes(part, &mut lanes);
     }
-    // Many recordings hold more entries than one: wider buckets keep the page bounded as the
-    // aggregate keeps one recording's.
-    let buckets = loop {
-        let buckets = rebucket(parts, &offsets, &renumbered, width);
-        let entries: usize = buckets
-            .values()
-            .map(|c| c.stacks.len() + c.lanes.len())
-            .sum();
-        if entries <= MAX_ENTRIES || width >= span {
-            break buckets;
-        }
-        width *= 2.0;
-    };
-    let points = (MAX_MERGED_GPU_POINTS
-        / parts
-            .iter()
-            .map(|p| p.page.gpus.len())
-            .sum::<usize>()
-            .max(1))
-    .max(MIN_GPU_POINTS);
-    let mut gpus = Vec::new();
-    for (part, &offset) in parts.iter().zip(&offsets) {
-        let offset = on_width(offset, width);
-        for gpu in &part.page.gpus {
-            gpus.push(shifted(gpu, offset, owner(part.input), points));
-        }
-    }
+    let (buckets, width) = bounded_buckets(parts, &offsets, &renumbered, width, span);
+    let gpus = merged_gpus(parts, &offsets, width);
 
-    let verdicts: Vec<RecordingVerdict> = parts
-        .iter()
-        .filter_map(|p| {
-            let v = p.page.verdict.as_ref()?;
-            (v.class != VerdictClass::Unknown).then(|| RecordingVerdict {
-                who: owner(p.input),
-                class: v.class,
-                text: v.text.clone(),
-            })
-        })
-        .collect();
-    let recordings: Vec<_> = parts
-        .iter()
-        .map(|p| (p.input, p.page.verdict.as_ref()))
-        .collect();
-    let verdict = headline_verdict(merged, &recordings, &verdicts);
+    let verdicts = recording_verdicts(parts);
+    let verdict = merged_verdict(parts, merged, &verdicts);
     let pages = parts.iter().map(|p| &p.page);
     let means: Vec<f64> = pages.clone().filter_map(|p| p.mean_utilization).collect();
-    let python: BTreeSet<&str> = pages
-        .clone()
-        .map(|p| p.python_version.as_str())
-        .filter(|v| !v.is_empty())
-        .collect();
-    let mut notices: Vec<String> = Vec::new();
-    for part in parts {
-        for n in &part.page.notices {
-            let n = format!("{}: {n}", owner(part.input));
-            if !notices.contains(&n) {
-                notices.push(n);
-            }
-        }
-    }
-    if notices.len() > NOTICES_SHOWN {
-        let more = notices.len() - NOTICES_SHOWN;
-        notices.truncate(NOTICES_SHOWN);
-        notices.push(format!(
-            "{more} more notices: see each recording's summary.json"
-        ));
-    }
     PageData {
         pid: 0,
         command_line: title.clone(),
-        python_version: python.into_iter().collect::<Vec<_>>().join(", "),
-        started_at: parts
-            .iter()
-            .zip(&offsets)
-            .find(|(_, &off)| off == 0.0)
-            .map(|(p, _)| p.page.started_at.clone())
-            .unwrap_or_default(),
+        python_version: python_versions(parts),
+        started_at: first_start(parts, &offsets),
         duration_secs: span,
         rate_hz: pages.clone().map(|p| p.rate_hz).fold(0.0, f64::max),
         samples: pages.clone().map(|p| p.samples).sum(),
         errors: pages.clone().map(|p| p.errors).sum(),
         dropped: pages.clone().map(|p| p.dropped).sum(),
-        notices,
+        notices: merged_notices(parts),
         gpu_unavailable: if gpus.is_empty() {
             pages.clone().find_map(|p| p.gpu_unavailable.clone())
         } else {
@@ -242,6 +122,196 @@ pub fn merged_page_data(
             verdicts,
         }),
     }
+}
+
+/// `2 recordings merged, 8 ranks`.
+fn merged_title(merged: &MergedRecordings, sources: &[PathBuf]) -> String {
+    let ranked = merged
+        .ranks
+        .iter()
+        .filter(|r| r.place.rank.is_some())
+        .count();
+    format!("{} recordings merged, {ranked} ranks", sources.len())
+}
+
+/// The recordings' Python versions, each once: `3.11.9, 3.12.4`.
+fn python_versions(parts: &[RankPage<'_>]) -> String {
+    let python: BTreeSet<&str> = parts
+        .iter()
+        .map(|p| p.page.python_version.as_str())
+        .filter(|v| !v.is_empty())
+        .collect();
+    python.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+/// The wall-clock start of the earliest recording (the one at offset 0).
+fn first_start(parts: &[RankPage<'_>], offsets: &[f64]) -> String {
+    parts
+        .iter()
+        .zip(offsets)
+        .find(|(_, &off)| off == 0.0)
+        .map(|(p, _)| p.page.started_at.clone())
+        .unwrap_or_default()
+}
+
+/// The merged span in seconds, and the first bucket width to try: the widest of the
+/// recordings' (at least an eighth of a second), doubled until the span fits `MAX_BUCKETS`.
+fn first_width(parts: &[RankPage<'_>], offsets: &[f64]) -> (f64, f64) {
+    let span = parts
+        .iter()
+        .zip(offsets)
+        .map(|(p, off)| off + p.page.duration_secs)
+        .fold(0.0, f64::max);
+    let mut width = parts
+        .iter()
+        .map(|p| p.page.bucket_secs)
+        .fold(0.125, f64::max);
+    while span / width > MAX_BUCKETS as f64 {
+        width *= 2.0;
+    }
+    (span, width)
+}
+
+/// A recording's stacks in the merged numbering, each re-rooted at its process's place.
+fn renumbered_stacks(part: &RankPage<'_>, dense: &mut Dense) -> Vec<u32> {
+    let page = &part.page;
+    let frames: Vec<u32> = (0..page.frames.len())
+        .map(|f| dense.frame_of(page, f))
+        .collect();
+    page.stacks
+        .iter()
+        .map(|stack| {
+            let mut out: Vec<u32> = Vec::with_capacity(stack.len() + 1);
+            let first = stack
+                .first()
+                .and_then(|&f| page.frames.get(f as usize))
+                .map_or("", String::as_str);
+            let (place, rest) = rerooted(part.input, first);
+            out.push(dense.root(&place));
+            // An empty rest: the first frame was the process root, now replaced.
+            let skip = usize::from(rest.is_empty() && !stack.is_empty());
+            out.extend(stack[skip..].iter().map(|&f| frames[f as usize]));
+            dense.stack(out)
+        })
+        .collect()
+}
+
+/// A recording's thread lanes appended to `lanes`, named by their rank or host.
+fn push_lanes(part: &RankPage<'_>, lanes: &mut Vec<PageLane>) {
+    let lane_base = lanes.len() as u32;
+    for lane in &part.page.lanes {
+        let place = place_of(part.input, lane.pid);
+        // `process 5124 on node-b` names the pid already: the role follows it.
+        let own = format!("pid {} · ", lane.pid);
+        let label = match lane.label.strip_prefix(&own) {
+            Some(rest) if place.rank.is_none() => rest,
+            _ => lane.label.as_str(),
+        };
+        lanes.push(PageLane {
+            name: format!("{}: {}", place.label(), lane.name),
+            label: format!("{}: {label}", place.label()),
+            role: lane.role,
+            // Every rank's trainer first, then their feeders, then the helpers (the page
+            // sorts by role, then by this).
+            order: lane_base + lane.order,
+            pid: lane.pid,
+            thread_id: lane.thread_id,
+            active: lane.active,
+            idle: lane.idle,
+        });
+    }
+}
+
+/// The merged buckets and their width. Many recordings hold more entries than one: wider
+/// buckets keep the page bounded as the aggregate keeps one recording's.
+fn bounded_buckets(
+    parts: &[RankPage<'_>],
+    offsets: &[f64],
+    renumbered: &[(Vec<u32>, u64)],
+    mut width: f64,
+    span: f64,
+) -> (BTreeMap<u64, Cells>, f64) {
+    loop {
+        let buckets = rebucket(parts, offsets, renumbered, width);
+        let entries: usize = buckets
+            .values()
+            .map(|c| c.stacks.len() + c.lanes.len())
+            .sum();
+        if entries <= MAX_ENTRIES || width >= span {
+            return (buckets, width);
+        }
+        width *= 2.0;
+    }
+}
+
+/// Every recording's devices on the merged time axis, named by whose they are, with the
+/// points shared out so the page stays bounded.
+fn merged_gpus(parts: &[RankPage<'_>], offsets: &[f64], width: f64) -> Vec<PageGpu> {
+    let points = (MAX_MERGED_GPU_POINTS
+        / parts
+            .iter()
+            .map(|p| p.page.gpus.len())
+            .sum::<usize>()
+            .max(1))
+    .max(MIN_GPU_POINTS);
+    let mut gpus = Vec::new();
+    for (part, &offset) in parts.iter().zip(offsets) {
+        let offset = on_width(offset, width);
+        for gpu in &part.page.gpus {
+            gpus.push(shifted(gpu, offset, owner(part.input), points));
+        }
+    }
+    gpus
+}
+
+/// The merged page's headline verdict, from the rank table and the recordings' verdicts.
+fn merged_verdict(
+    parts: &[RankPage<'_>],
+    merged: &MergedRecordings,
+    verdicts: &[RecordingVerdict],
+) -> Option<Verdict> {
+    let recordings: Vec<_> = parts
+        .iter()
+        .map(|p| (p.input, p.page.verdict.as_ref()))
+        .collect();
+    headline_verdict(merged, &recordings, verdicts)
+}
+
+/// Each recording's own verdict, where it has one, named by whose it is.
+fn recording_verdicts(parts: &[RankPage<'_>]) -> Vec<RecordingVerdict> {
+    parts
+        .iter()
+        .filter_map(|p| {
+            let v = p.page.verdict.as_ref()?;
+            (v.class != VerdictClass::Unknown).then(|| RecordingVerdict {
+                who: owner(p.input),
+                class: v.class,
+                text: v.text.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The recordings' notices, each once and named by whose it is; past `NOTICES_SHOWN` only
+/// counted.
+fn merged_notices(parts: &[RankPage<'_>]) -> Vec<String> {
+    let mut notices: Vec<String> = Vec::new();
+    for part in parts {
+        for n in &part.page.notices {
+            let n = format!("{}: {n}", owner(part.input));
+            if !notices.contains(&n) {
+                notices.push(n);
+            }
+        }
+    }
+    if notices.len() > NOTICES_SHOWN {
+        let more = notices.len() - NOTICES_SHOWN;
+        notices.truncate(NOTICES_SHOWN);
+        notices.push(format!(
+            "{more} more notices: see each recording's summary.json"
+        ));
+    }
+    notices
 }
 
 /// A recording's offset on a multiple of the merged width, so each of its buckets falls in
@@ -316,14 +386,6 @@ fn shifted(gpu: &PageGpu, offset: f64, owner: String, points: usize) -> PageGpu 
 /// The process `pid` of a recording, named as its stacks' roots are.
 fn place_of(input: &RecordingInput, pid: u32) -> ProcessPlace {
     rerooted(input, &format!("process {pid}")).0
-}
-
-/// `rank 6 on node-b`, or `process 5124 on node-b`: a lane's prefix.
-fn short(place: &ProcessPlace) -> String {
-    match place.rank {
-        Some(rank) => format!("rank {rank} on {}", place.host),
-        None => format!("process {} on {}", place.pid, place.host),
-    }
 }
 
 /// Seconds from the earliest recording's start to each one's, by their wall-clock starts
@@ -459,13 +521,10 @@ pub(super) fn write_rank_table<W: Write>(
     let odd = merged.most_different.as_ref().map(|o| &o.place);
     for row in &merged.ranks {
         let is_odd = odd == Some(&row.place);
-        let idle = row
-            .gpu_idle_share
-            .map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0));
-        let top = match (&row.top_function, row.top_function_share) {
-            (Some(f), Some(share)) => format!("{f} {:.0}%", share * 100.0),
-            _ => "-".to_owned(),
-        };
+        let RankCells {
+            gpu_idle: idle,
+            top,
+        } = RankCells::of(row);
         let mark = if is_odd {
             " <b class=\"odd-mark\">most different from its peers</b>"
         } else {

@@ -131,6 +131,18 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
              device.</p>"
         )?;
     }
+    write_facts(data, w)?;
+    write_verdict(data, w)?;
+    if let Some(merged) = &data.merged {
+        merged::write_rank_table(merged, w)?;
+    }
+    write_notices(&data.notices, w)?;
+    writeln!(w, "</header>")?;
+    Ok(())
+}
+
+/// The table of facts: target, Python, timing, samples, devices, cycle, roles.
+fn write_facts<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
     writeln!(w, "<table class=\"facts\">")?;
     let row = |w: &mut W, k: &str, v: &str, id: &str| -> Result<(), ReportError> {
         writeln!(
@@ -157,6 +169,26 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         &format!("{} (dropped {})", data.errors, data.dropped),
         "errors",
     )?;
+    row(w, "GPU", &devices_text(data), "devices")?;
+    if let Some(cycle) = &data.cycle {
+        let mut text = format!("{} ({} cycles)", cycle.describe(), cycle.cycles);
+        if data.startup_secs > 0.0 {
+            text.push_str(&format!(
+                ", after {:.1} s of start-up left out",
+                data.startup_secs
+            ));
+        }
+        row(w, "GPU cycle", &text, "cycle")?;
+    }
+    if let Some(roles) = &data.roles {
+        row(w, "roles", roles, "roles")?;
+    }
+    writeln!(w, "</table>")?;
+    Ok(())
+}
+
+/// The devices read (`GPU 0 (H100)`, with whose they are on a merged page), or why none.
+fn devices_text(data: &PageData) -> String {
     let devices: Vec<String> = data
         .gpus
         .iter()
@@ -172,7 +204,7 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
             }
         })
         .collect();
-    let devices = if devices.is_empty() {
+    if devices.is_empty() {
         data.gpu_unavailable
             .clone()
             .map_or("no GPU data".to_owned(), |why| {
@@ -180,22 +212,11 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
             })
     } else {
         devices.join(", ")
-    };
-    row(w, "GPU", &devices, "devices")?;
-    if let Some(cycle) = &data.cycle {
-        let mut text = format!("{} ({} cycles)", cycle.describe(), cycle.cycles);
-        if data.startup_secs > 0.0 {
-            text.push_str(&format!(
-                ", after {:.1} s of start-up left out",
-                data.startup_secs
-            ));
-        }
-        row(w, "GPU cycle", &text, "cycle")?;
     }
-    if let Some(roles) = &data.roles {
-        row(w, "roles", roles, "roles")?;
-    }
-    writeln!(w, "</table>")?;
+}
+
+/// The verdict, then what explains it: the step bar and the GPU-idle code path.
+fn write_verdict<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
     let verdict = data.verdict.as_ref().map_or(
         "No GPU utilization was recorded, so there is no verdict.",
         |v| v.text.as_str(),
@@ -218,17 +239,17 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
             path.busy_share * 100.0
         )?;
     }
-    if let Some(merged) = &data.merged {
-        merged::write_rank_table(merged, w)?;
-    }
-    if !data.notices.is_empty() {
+    Ok(())
+}
+
+fn write_notices<W: Write>(notices: &[String], w: &mut W) -> Result<(), ReportError> {
+    if !notices.is_empty() {
         writeln!(w, "<ul class=\"notices\">")?;
-        for notice in &data.notices {
+        for notice in notices {
             writeln!(w, "<li>{}</li>", escape(notice))?;
         }
         writeln!(w, "</ul>")?;
     }
-    writeln!(w, "</header>")?;
     Ok(())
 }
 

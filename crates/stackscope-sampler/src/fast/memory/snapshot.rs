@@ -181,17 +181,8 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
     if ts.cframe != guess.cframe || ts.chunk != guess.chunk {
         return Checked::Again(ts);
     }
-    let current_frame = if guess.cframe == 0 {
-        0
-    } else {
-        match planned
-            .current
-            .and_then(|s| batch.get(s))
-            .and_then(|b| usize_at(b, 0))
-        {
-            Some(c) => c,
-            None => return Checked::Again(ts),
-        }
+    let Some(current_frame) = current_frame_of(batch, planned) else {
+        return Checked::Again(ts);
     };
     if current_frame == 0 {
         // No Python running in this thread (not started yet, or only in C).
@@ -227,17 +218,7 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
     {
         return Checked::Again(ts);
     }
-    let extra: Vec<(Region, bool)> = planned
-        .extra
-        .iter()
-        .filter_map(|&(e, slot)| {
-            let region = Region {
-                addr: e.addr,
-                bytes: batch.get(slot)?.to_vec(),
-            };
-            Some((region, e.chunk))
-        })
-        .collect();
+    let extra = extra_regions(batch, planned);
     let mut current_frame = current_frame;
     let later = planned.later.as_ref().map(|p| {
         let first: Vec<&Region> = std::iter::once(&chunk)
@@ -254,6 +235,34 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
         extra,
         later,
     }
+}
+
+/// The thread's current frame as copied: 0 without a cframe (no Python running), `None`
+/// when the word could not be read.
+fn current_frame_of(batch: &Batch, planned: &Planned) -> Option<usize> {
+    if planned.guess.cframe == 0 {
+        return Some(0);
+    }
+    planned
+        .current
+        .and_then(|s| batch.get(s))
+        .and_then(|b| usize_at(b, 0))
+}
+
+/// The ranges outside the chunk copied ahead, those that were read, with whether each is
+/// a data-stack chunk rather than one frame.
+fn extra_regions(batch: &Batch, planned: &Planned) -> Vec<(Region, bool)> {
+    planned
+        .extra
+        .iter()
+        .filter_map(|&(e, slot)| {
+            let region = Region {
+                addr: e.addr,
+                bytes: batch.get(slot)?.to_vec(),
+            };
+            Some((region, e.chunk))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,12 +17,12 @@ use crate::fast::memory::remote::{Batch, Remote, Slot};
 use crate::fast::memory::snapshot::{self, Checked, TsWords};
 use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::{GilWords, Ran};
-use crate::fast::proof::holder::{self, Later};
+use crate::fast::proof::holder::Later;
 use crate::fast::proof::quiet;
 use crate::fast::proof::still;
-use crate::fast::read::recent;
-use crate::fast::read::stack::{self, Need, RawFrame, Walk};
-use crate::fast::read::thread_model::{Known, Outcome, Proof, StillThreads};
+use crate::fast::read::judge::{record, Judged};
+use crate::fast::read::stack::{Need, Walk};
+use crate::fast::read::thread_model::{Known, Outcome, StillThreads};
 
 pub(crate) struct Attempt {
     /// `interp->threads.head`, when the list was read.
@@ -124,16 +124,16 @@ pub(crate) fn attempt(
 }
 
 /// One thread's part of an attempt, from its plan to its outcome.
-struct Part {
+pub(super) struct Part {
     /// Its place in the thread list.
-    i: usize,
+    pub(super) i: usize,
     plan: Plan,
     /// Its thread state as read (for the list check; None: unreadable).
     state: Option<TsWords>,
     /// How its try ended; None while its walk is still to be judged.
-    outcome: Option<Outcome>,
+    pub(super) outcome: Option<Outcome>,
     /// Its walk needed frames read after the snapshot.
-    read_late: bool,
+    pub(super) read_late: bool,
 }
 
 /// Where the process-wide words went in the first batch.
@@ -531,124 +531,6 @@ fn load_codes(
     codes.load(remote, layout, &missing)
 }
 
-/// What a walk is judged by: the first batch (the later copies of checked threads), the
-/// code objects' identities, and who can have run during the copies and until the late
-/// reads.
-struct Judged<'a> {
-    batch: &'a Batch,
-    ids: &'a AddrMap<Option<CodeId>>,
-    ran: &'a Ran,
-    ran_late: &'a Ran,
-}
-
-/// Judges each walk not already answered, and records in its thread what the next read
-/// needs: the ranges outside its chunk, its signature, its code objects, and its proof.
-fn record(
-    codes: &mut CodeCache,
-    threads: &mut [Known],
-    walks: &[Walking],
-    parts: &mut [Part],
-    req: &Request<'_>,
-    judged: &Judged<'_>,
-) {
-    let layout = req.layout;
-    for w in walks {
-        let part = &mut parts[w.pos];
-        if part.outcome.is_some() {
-            continue;
-        }
-        let known = &mut threads[part.i];
-        known.proof = None;
-        let checked_ok = passes_check(layout, w, judged.batch)
-            && instructions_in_code(layout, judged.ids, &w.walk.frames);
-        let may_have_run = (judged.ran.may_have_run(known.tstate) && !checked_ok)
-            || (part.read_late && judged.ran_late.may_have_run(known.tstate));
-        let outcome =
-            match recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent) {
-                Ok(frames) if may_have_run => Outcome::Ran(frames),
-                Ok(frames) if req.stopped && !w.walk.ends_at_first_frame(layout) => {
-                    Outcome::Midway(frames)
-                }
-                Ok(frames) => Outcome::Done(frames),
-                // A thread that ran can read as anything: read it again, stopped.
-                Err(_) if may_have_run => Outcome::Ran(Frames::default()),
-                Err(why) => Outcome::Broken(why),
-            };
-        if matches!(
-            outcome,
-            Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
-        ) {
-            remember_walk(known, &w.walk, layout);
-        }
-        if let Outcome::Done(frames) = &outcome {
-            if req.still_reads {
-                known.proof = proof_of(known.tstate, w, frames, layout);
-            }
-        }
-        part.outcome = Some(outcome);
-    }
-}
-
-/// Records in `known` what its walk tells the next read: the ranges outside its chunk, its
-/// signature, and the code objects to check ahead.
-fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
-    let mut extra = walk.outside_ranges(layout);
-    if layout.frames == FrameDesign::Objects {
-        // 3.10: a frame that came and went (a leaf call's, made again at the same address
-        // from its code object's spare frame) is likely there next time: keep a few of the
-        // last ranges this walk did not use.
-        let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
-        for e in &known.extra {
-            if extra.len() >= keep {
-                break;
-            }
-            if !extra.contains(e) {
-                extra.push(*e);
-            }
-        }
-        extra = stack::coalesce(extra);
-    }
-    known.extra = extra;
-    known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
-    // This walk's code objects, then a few of the earlier walks' that it did not use: a leaf
-    // call that comes and goes between samples keeps its identity read with the snapshot
-    // instead of costing a call of its own after it.
-    let earlier = std::mem::take(&mut known.codes);
-    for f in &walk.frames {
-        if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
-            known.codes.push(f.code);
-        }
-    }
-    let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
-    for code in earlier {
-        if known.codes.len() >= keep {
-            break;
-        }
-        if !known.codes.contains(&code) {
-            known.codes.push(code);
-        }
-    }
-}
-
-/// A stack read whole from one copy (no check's later copies) is what later still reads
-/// of thread `tstate` are checked against.
-fn proof_of(tstate: usize, w: &Walking, frames: &Frames, layout: &Layout) -> Option<Proof> {
-    let header = match w.start {
-        0 => Some(Vec::new()),
-        start => w.walk.header(start, layout).map(<[u8]>::to_vec),
-    };
-    match (&w.later, header) {
-        (None, Some(header)) => Some(Proof {
-            ts: w.ts,
-            current_frame: w.start,
-            header,
-            frames: frames.clone(),
-            expires: std::time::Instant::now() + still::lifetime(tstate),
-        }),
-        _ => None,
-    }
-}
-
 /// The attempt's answer: a broken walk of a thread that may have run followed torn links
 /// (read it again); what this read found good is good as of the GIL read after it.
 fn finish(
@@ -682,29 +564,6 @@ fn finish(
     }
 }
 
-/// A thread's Python state in one word: every frame's address, code object and instruction
-/// (3.10: `f_lasti`), innermost first (the reader adds the used chunk's bytes, 3.11+). Equal words: the thread ran no Python in between, or
-/// came back to exactly where it was. Never 0.
-pub(crate) fn signature(frames: &[RawFrame]) -> u64 {
-    // Not a keyed hash: equal words are only ever compared for one thread, never a table key.
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mix = |h: u64, v: usize| (h.rotate_left(5) ^ v as u64).wrapping_mul(K);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for f in frames {
-        h = mix(mix(mix(h, f.addr), f.code), f.prev_instr);
-    }
-    mix(h, frames.len()) | 1
-}
-
-/// 3.10: frames a thread's last walks used but its latest did not, still copied ahead.
-const RECENT_FRAMES: usize = 8;
-
-/// At most this many code objects per thread are checked ahead, with the snapshot.
-const MAX_CODES_AHEAD: usize = 128;
-
-/// Of those, at most this many that its last walk did not use.
-const EARLIER_CODES_AHEAD: usize = 8;
-
 /// Walks may need at most this many reads after the snapshot (one per generator frame or
 /// older chunk on the way down, for every thread at once).
 const MAX_ROUNDS: usize = 256;
@@ -719,16 +578,16 @@ fn max_rounds(layout: &Layout) -> usize {
 }
 
 /// A thread's walk in progress.
-struct Walking {
+pub(super) struct Walking {
     /// Its position in the threads asked for.
-    pos: usize,
-    walk: Walk,
+    pub(super) pos: usize,
+    pub(super) walk: Walk,
     /// The later readings, for a thread read with a check.
-    later: Option<Later>,
+    pub(super) later: Option<Later>,
     /// Its thread state's words, as read.
-    ts: TsWords,
+    pub(super) ts: TsWords,
     /// Where the walk started: the current-frame pointer as read.
-    start: usize,
+    pub(super) start: usize,
 }
 
 /// One thread's part of an attempt.
@@ -739,40 +598,6 @@ enum Plan {
     Still(still::Planned),
     /// A still thread taken as still if the GIL shows no switch: nothing read.
     Quiet,
-}
-
-/// Whether a thread read with a check passes it ([`holder`]).
-fn passes_check(layout: &Layout, w: &Walking, batch: &Batch) -> bool {
-    let Some(later) = &w.later else {
-        return false;
-    };
-    later.agrees
-        && w.walk.ends_at_first_frame(layout)
-        && holder::same_frames(layout, &w.walk, later, batch)
-}
-
-/// Whether every frame's instruction lies in its own code object's bytecode (or one unit
-/// before it: not started yet). A frame caught while being set up, its code already the new
-/// one and its instruction still the old occupant's, fails this.
-fn instructions_in_code(
-    layout: &Layout,
-    ids: &AddrMap<Option<CodeId>>,
-    frames: &[RawFrame],
-) -> bool {
-    frames.iter().all(|f| {
-        let Some(Some(id)) = ids.get(&f.code) else {
-            return false;
-        };
-        if layout.frames == FrameDesign::Objects {
-            // 3.10: `f_lasti` is an index, -1 before the first instruction; the bytecode
-            // is a separate object whose size we do not read.
-            let lasti = f.prev_instr as isize;
-            return (-1..1 << 26).contains(&lasti);
-        }
-        let start = f.code + layout.co_code_adaptive;
-        let end = start.saturating_add(2 * id.units() as usize);
-        f.prev_instr + 2 >= start && f.prev_instr < end
-    })
 }
 
 fn broken(why: &str) -> Outcome {

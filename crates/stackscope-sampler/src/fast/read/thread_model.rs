@@ -25,7 +25,7 @@ pub(crate) struct Known {
     pub extra: Vec<Extra>,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
-    /// Its Python state as last read ([`crate::fast::read::attempt::signature`]; 0: none yet): where the
+    /// Its Python state as last read ([`crate::fast::read::judge::signature`]; 0: none yet): where the
     /// sample says whether the thread moved, which decides how fresh its OS state must be.
     pub sig: u64,
     /// What its last full read showed, when that read is one to prove the next ones against
