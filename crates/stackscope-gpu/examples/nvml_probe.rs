@@ -91,6 +91,9 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// Asks one device every call the poller makes, in the poller's order, printing each answer as
+/// it comes. Kept one function on purpose: it is the probe's script, read top to bottom next to
+/// the driver's output on a GPU machine, and each step is a call and a print.
 fn probe_device(nvml: &Nvml, index: u32, device: &Device, seconds: f64) {
     println!(
         "\n== device {index}: {} | arch {} | MIG {}",

@@ -94,26 +94,7 @@ impl GpuPoller {
         let since_us = clock.to_wall_us(Timestamp::now());
         let mut notices = Vec::new();
 
-        // Every device gets a state, not only the chosen ones: `Auto` may switch to others.
-        let mut states = Vec::with_capacity(count as usize);
-        for index in 0..count {
-            match nvml.device_by_index(index) {
-                Ok(device) => {
-                    states.push(Some(DeviceState::new(read_info(index, &device), since_us)))
-                }
-                Err(source) => {
-                    if let GpuSelection::Devices(list) = &config.selection {
-                        if list.contains(&index) {
-                            return Err(GpuError::Device { index, source });
-                        }
-                    }
-                    notices.push(format!(
-                        "device {index} cannot be opened ({source}); skipping it"
-                    ));
-                    states.push(None);
-                }
-            }
-        }
+        let mut states = device_states(&nvml, count, &config.selection, since_us, &mut notices)?;
         let handles = open_handles(&nvml, count);
         let with_target = if config.selection == GpuSelection::Auto {
             devices_with_target(&handles, &mut states, &target_pids(), &mut notices)
@@ -239,6 +220,35 @@ fn open(lib: &Path) -> Result<Nvml, GpuError> {
 fn without_prefix(reason: &str, lib: &Path) -> String {
     let prefix = format!("{}: ", lib.display());
     reason.strip_prefix(&prefix).unwrap_or(reason).to_string()
+}
+
+/// A state for every device, not only the chosen ones (`Auto` may switch to others); `None`
+/// for one that cannot be opened, which is an error only when the selection names it.
+fn device_states(
+    nvml: &Nvml,
+    count: u32,
+    selection: &GpuSelection,
+    since_us: u64,
+    notices: &mut Vec<String>,
+) -> Result<Vec<Option<DeviceState>>, GpuError> {
+    let mut states = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        match nvml.device_by_index(index) {
+            Ok(device) => states.push(Some(DeviceState::new(read_info(index, &device), since_us))),
+            Err(source) => {
+                if let GpuSelection::Devices(list) = selection {
+                    if list.contains(&index) {
+                        return Err(GpuError::Device { index, source });
+                    }
+                }
+                notices.push(format!(
+                    "device {index} cannot be opened ({source}); skipping it"
+                ));
+                states.push(None);
+            }
+        }
+    }
+    Ok(states)
 }
 
 fn open_handles(nvml: &Nvml, count: u32) -> Vec<Option<Device<'_>>> {

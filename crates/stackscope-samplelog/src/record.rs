@@ -319,7 +319,7 @@ fn delta(bytes: &mut Bytes<'_>) -> Result<i64, DecodeError> {
     Ok(crate::varint::unzigzag(bytes.varint()?))
 }
 
-/// Decodes the record at the front of `bytes`.
+/// Decodes the record at the front of `bytes`: its tag, then the record that tag names.
 pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
     let tag = bytes.u8()?;
     Ok(match tag {
@@ -327,26 +327,8 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
         TAG_BLOCK_START => Record::BlockStart(BlockStart::decode(bytes)?),
         TAG_RESET => Record::Reset,
         TAG_STRING => Record::String(bytes.str()?),
-        TAG_FRAME => {
-            let (function, file, line) = (bytes.varint()?, bytes.varint()?, bytes.varint_u32()?);
-            let (native, origin) = frame_origin(bytes.u8()?)?;
-            Record::Frame {
-                function,
-                file,
-                line,
-                native,
-                origin,
-            }
-        }
-        TAG_STACK => {
-            let len = bytes.varint_usize()?;
-            // Each id takes at least a byte: a count beyond what is left is corruption.
-            let mut frames = Vec::with_capacity(len.min(bytes.remaining()));
-            for _ in 0..len {
-                frames.push(bytes.varint()?);
-            }
-            Record::Stack(frames)
-        }
+        TAG_FRAME => decode_frame(bytes)?,
+        TAG_STACK => decode_stack(bytes)?,
         TAG_THREAD => Record::Thread(ThreadRecord {
             id: bytes.varint()?,
             pid: bytes.varint_u32()?,
@@ -354,53 +336,8 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             os_thread_id: option(bytes)?,
             name: option(bytes)?,
         }),
-        TAG_ERROR => Record::Error {
-            delta: delta(bytes)?,
-            pid: bytes.varint_u32()?,
-            kind: match bytes.u8()? {
-                0 => SampleErrorKind::TornRead,
-                1 => SampleErrorKind::ThreadGone,
-                2 => SampleErrorKind::Other,
-                value => {
-                    return Err(DecodeError::UnknownValue {
-                        what: "error kind",
-                        value,
-                    })
-                }
-            },
-            message: bytes.varint()?,
-        },
-        TAG_PROCESS => {
-            let delta = delta(bytes)?;
-            let pid = bytes.varint_u32()?;
-            let (kind, how) = match bytes.u8()? {
-                0 => (ProcessEventKind::Attached, None),
-                1 => (ProcessEventKind::Exited, None),
-                2 => {
-                    let how_kind = bytes.u8()?;
-                    let value = bytes.varint()?;
-                    let how =
-                        HowEnded::from_wire(how_kind, value).ok_or(DecodeError::UnknownValue {
-                            what: "process end",
-                            value: how_kind,
-                        })?;
-                    (ProcessEventKind::Exited, Some(how))
-                }
-                value => {
-                    return Err(DecodeError::UnknownValue {
-                        what: "process event kind",
-                        value,
-                    })
-                }
-            };
-            Record::Process {
-                delta,
-                pid,
-                kind,
-                how,
-                command_line: bytes.str()?,
-            }
-        }
+        TAG_ERROR => decode_error(bytes)?,
+        TAG_PROCESS => decode_process(bytes)?,
         TAG_GPU => decode_gpu(bytes, false, false)?,
         TAG_GPU_GPM => decode_gpu(bytes, true, false)?,
         TAG_GPU_PIDS => decode_gpu(bytes, true, true)?,
@@ -412,6 +349,81 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             owns_gil: tag & SAMPLE_OWNS_GIL != 0,
         },
         tag => return Err(DecodeError::UnknownTag(tag)),
+    })
+}
+
+fn decode_frame<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let (function, file, line) = (bytes.varint()?, bytes.varint()?, bytes.varint_u32()?);
+    let (native, origin) = frame_origin(bytes.u8()?)?;
+    Ok(Record::Frame {
+        function,
+        file,
+        line,
+        native,
+        origin,
+    })
+}
+
+fn decode_stack<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let len = bytes.varint_usize()?;
+    // Each id takes at least a byte: a count beyond what is left is corruption.
+    let mut frames = Vec::with_capacity(len.min(bytes.remaining()));
+    for _ in 0..len {
+        frames.push(bytes.varint()?);
+    }
+    Ok(Record::Stack(frames))
+}
+
+fn decode_error<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let delta = delta(bytes)?;
+    let pid = bytes.varint_u32()?;
+    let kind = match bytes.u8()? {
+        0 => SampleErrorKind::TornRead,
+        1 => SampleErrorKind::ThreadGone,
+        2 => SampleErrorKind::Other,
+        value => {
+            return Err(DecodeError::UnknownValue {
+                what: "error kind",
+                value,
+            })
+        }
+    };
+    Ok(Record::Error {
+        delta,
+        pid,
+        kind,
+        message: bytes.varint()?,
+    })
+}
+
+fn decode_process<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
+    let delta = delta(bytes)?;
+    let pid = bytes.varint_u32()?;
+    let (kind, how) = match bytes.u8()? {
+        0 => (ProcessEventKind::Attached, None),
+        1 => (ProcessEventKind::Exited, None),
+        2 => {
+            let how_kind = bytes.u8()?;
+            let value = bytes.varint()?;
+            let how = HowEnded::from_wire(how_kind, value).ok_or(DecodeError::UnknownValue {
+                what: "process end",
+                value: how_kind,
+            })?;
+            (ProcessEventKind::Exited, Some(how))
+        }
+        value => {
+            return Err(DecodeError::UnknownValue {
+                what: "process event kind",
+                value,
+            })
+        }
+    };
+    Ok(Record::Process {
+        delta,
+        pid,
+        kind,
+        how,
+        command_line: bytes.str()?,
     })
 }
 

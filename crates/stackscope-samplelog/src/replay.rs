@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use stackscope_event::{
-    Event, FileOrigin, Frame, GpuSample, ProcessEvent, SampleError, StackSample, ThreadInfo,
-    Timestamp,
+    Event, FileOrigin, Frame, GpuSample, ProcessEvent, SampleError, SampleErrorKind, StackSample,
+    ThreadInfo, Timestamp,
 };
 
 use crate::error::DecodeError;
@@ -58,7 +58,6 @@ impl Replay {
 
     /// Applies one record; returns the event it stands for, if it is one.
     pub fn apply(&mut self, record: Record<'_>) -> Result<Option<Event>, DecodeError> {
-        let limits = InternLimits::HARD;
         match record {
             Record::Header(_) => return Err(DecodeError::Misplaced("header")),
             Record::BlockStart(start) => self.block_start(&start)?,
@@ -66,31 +65,14 @@ impl Replay {
                 self.clear();
                 self.epoch += 1;
             }
-            Record::String(s) => {
-                check(self.strings.len() < limits.strings, "string")?;
-                self.string_bytes += s.len();
-                check(self.string_bytes <= limits.string_bytes, "string")?;
-                self.strings.push(Some(Arc::from(s)));
-            }
+            Record::String(s) => self.define_string(s)?,
             Record::Frame {
                 function,
                 file,
                 line,
                 native,
                 origin,
-            } => {
-                check(self.frames.len() < limits.frames, "frame")?;
-                let (function, file) = (self.string(function)?, self.string(file)?);
-                let frame = function.zip(file).map(|(function, file)| Frame {
-                    function: function.clone(),
-                    file: file.clone(),
-                    line,
-                    native,
-                    // A log from before origins were kept: today's inference from the name.
-                    origin: origin.unwrap_or_else(|| FileOrigin::infer(file, native)),
-                });
-                self.frames.push(frame);
-            }
+            } => self.define_frame(function, file, line, native, origin)?,
             Record::Stack(ids) => self.define_stack(ids)?,
             Record::Thread(thread) => self.define_thread(thread)?,
             Record::Sample {
@@ -110,16 +92,7 @@ impl Replay {
                 message,
             } => {
                 let time = advance(&mut self.tick_base, delta);
-                let Some(message) = self.string(message)? else {
-                    self.lost += 1;
-                    return Ok(None);
-                };
-                return Ok(Some(Event::SampleError(SampleError {
-                    time,
-                    pid,
-                    kind,
-                    message: message.to_string(),
-                })));
+                return self.error(time, pid, kind, message);
             }
             Record::Process {
                 delta,
@@ -145,6 +118,58 @@ impl Replay {
             }
         }
         Ok(None)
+    }
+
+    fn define_string(&mut self, s: &str) -> Result<(), DecodeError> {
+        let limits = InternLimits::HARD;
+        check(self.strings.len() < limits.strings, "string")?;
+        self.string_bytes += s.len();
+        check(self.string_bytes <= limits.string_bytes, "string")?;
+        self.strings.push(Some(Arc::from(s)));
+        Ok(())
+    }
+
+    /// A frame: lost when its function's or file's string is.
+    fn define_frame(
+        &mut self,
+        function: u64,
+        file: u64,
+        line: u32,
+        native: bool,
+        origin: Option<FileOrigin>,
+    ) -> Result<(), DecodeError> {
+        check(self.frames.len() < InternLimits::HARD.frames, "frame")?;
+        let (function, file) = (self.string(function)?, self.string(file)?);
+        let frame = function.zip(file).map(|(function, file)| Frame {
+            function: function.clone(),
+            file: file.clone(),
+            line,
+            native,
+            // A log from before origins were kept: today's inference from the name.
+            origin: origin.unwrap_or_else(|| FileOrigin::infer(file, native)),
+        });
+        self.frames.push(frame);
+        Ok(())
+    }
+
+    /// A sampling error: lost when its message's string is.
+    fn error(
+        &mut self,
+        time: Timestamp,
+        pid: u32,
+        kind: SampleErrorKind,
+        message: u64,
+    ) -> Result<Option<Event>, DecodeError> {
+        let Some(message) = self.string(message)? else {
+            self.lost += 1;
+            return Ok(None);
+        };
+        Ok(Some(Event::SampleError(SampleError {
+            time,
+            pid,
+            kind,
+            message: message.to_string(),
+        })))
     }
 
     /// A stack: lost when any of its frames is.
