@@ -69,6 +69,47 @@ impl DeviceState {
         let ring_trusted = self.metrics.is_on(Metric::Samples)
             && self.empty_ring_polls < EMPTY_RING_POLLS_BEFORE_RATES;
 
+        let (point, rate) = self.point_readings(device, notices);
+        // An empty per-process answer means "the target did not use the GPU" only if the driver
+        // sampled at all meanwhile; the ring shows whether it did.
+        let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
+        let process_utilization =
+            self.process_utilization(device, target_pids, driver_sampled, notices);
+        let compute_pids = self.compute_pids(device, notices);
+
+        if samples.is_empty() {
+            samples.push(GpuSample {
+                time: Timestamp::now(),
+                device: index,
+                utilization: if ring_trusted { None } else { rate },
+                ..GpuSample::default()
+            });
+        }
+        if let Some(newest) = samples.last_mut() {
+            newest.memory_utilization = point.memory_utilization;
+            newest.memory_used_bytes = point.memory_used_bytes;
+            newest.memory_total_bytes = point.memory_total_bytes;
+            newest.power_watts = point.power_watts;
+            newest.sm_clock_mhz = point.sm_clock_mhz;
+            newest.throttle_reasons = point.throttle_reasons;
+            newest.process_utilization = process_utilization;
+            newest.compute_pids = compute_pids;
+            newest.sm_active = gpm_values.sm_active;
+            newest.sm_occupancy = gpm_values.sm_occupancy;
+            newest.tensor_active = gpm_values.tensor_active;
+            newest.dram_bw = gpm_values.dram_bw;
+        }
+        samples
+    }
+
+    /// The point-in-time readings a poll puts on its newest sample (memory, power, SM clock,
+    /// throttle reasons), and the utilization rate, a trailing average, for a poll whose ring
+    /// gave nothing.
+    fn point_readings(
+        &mut self,
+        device: &Device<'_>,
+        notices: &mut Vec<String>,
+    ) -> (GpuSample, Option<f32>) {
         let rates = self
             .metrics
             .read(Metric::UtilizationRates, notices, || {
@@ -93,40 +134,16 @@ impl DeviceState {
                 device.current_throttle_reasons()
             })
             .value();
-        // An empty per-process answer means "the target did not use the GPU" only if the driver
-        // sampled at all meanwhile; the ring shows whether it did.
-        let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
-        let process_utilization =
-            self.process_utilization(device, target_pids, driver_sampled, notices);
-        let compute_pids = self.compute_pids(device, notices);
-
-        if samples.is_empty() {
-            samples.push(GpuSample {
-                time: Timestamp::now(),
-                device: index,
-                utilization: if ring_trusted {
-                    None
-                } else {
-                    rates.as_ref().map(|r| r.gpu as f32)
-                },
-                ..GpuSample::default()
-            });
-        }
-        if let Some(newest) = samples.last_mut() {
-            newest.memory_utilization = rates.as_ref().map(|r| r.memory as f32);
-            newest.memory_used_bytes = memory.as_ref().map(|m| m.used);
-            newest.memory_total_bytes = memory.as_ref().map(|m| m.total);
-            newest.power_watts = power_mw.map(|mw| mw as f32 / 1000.0);
-            newest.sm_clock_mhz = sm_clock;
-            newest.throttle_reasons = throttle.map(|t| t.bits());
-            newest.process_utilization = process_utilization;
-            newest.compute_pids = compute_pids;
-            newest.sm_active = gpm_values.sm_active;
-            newest.sm_occupancy = gpm_values.sm_occupancy;
-            newest.tensor_active = gpm_values.tensor_active;
-            newest.dram_bw = gpm_values.dram_bw;
-        }
-        samples
+        let point = GpuSample {
+            memory_utilization: rates.as_ref().map(|r| r.memory as f32),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            power_watts: power_mw.map(|mw| mw as f32 / 1000.0),
+            sm_clock_mhz: sm_clock,
+            throttle_reasons: throttle.map(|t| t.bits()),
+            ..GpuSample::default()
+        };
+        (point, rates.map(|r| r.gpu as f32))
     }
 
     /// The ring's samples newer than the last seen, converted to the monotonic clock.
