@@ -353,14 +353,17 @@ fn kind_of(
     loop_at: Option<Loop>,
     loaders: &[FunctionId],
 ) -> StackKind {
-    let keys: Vec<(&str, &str, FileOrigin)> = frames
+    // Each named frame once, with its place in the stack, for the whole stack and its inside.
+    let keyed: Vec<(usize, (&str, &str, FileOrigin))> = frames
         .iter()
-        .filter_map(|&f| {
+        .enumerate()
+        .filter_map(|(i, &f)| {
             let e = table.frame(f)?;
             let key = table.function(e.function?)?;
-            Some((key.function.as_ref(), key.file.as_ref(), e.origin))
+            Some((i, (key.function.as_ref(), key.file.as_ref(), e.origin)))
         })
         .collect();
+    let keys: Vec<(&str, &str, FileOrigin)> = keyed.iter().map(|&(_, k)| k).collect();
     if keys
         .iter()
         .any(|&(function, file, _)| is_handoff(function, file))
@@ -378,13 +381,10 @@ fn kind_of(
     }
     // Inside the loop: frames after the loop's own (all of them when no frame is the loop's).
     let inside = loop_at.and_then(|l| l.inside(table, frames)).unwrap_or(0);
-    let inner: Vec<(&str, &str, FileOrigin)> = frames[inside..]
+    let inner: Vec<(&str, &str, FileOrigin)> = keyed
         .iter()
-        .filter_map(|&f| {
-            let e = table.frame(f)?;
-            let key = table.function(e.function?)?;
-            Some((key.function.as_ref(), key.file.as_ref(), e.origin))
-        })
+        .filter(|&&(i, _)| i >= inside)
+        .map(|&(_, k)| k)
         .collect();
     if inner
         .iter()
