@@ -131,6 +131,19 @@ pub enum Command {
                             come first, with their host. Recordings: one profile with a root per \
                             rank, and a table of ranks naming the one that differs most.")]
     Merge(MergeArgs),
+    /// Two recordings (or two windows of one) side by side: did the change help?
+    #[command(after_help = "Examples:\n  \
+                            stackscope compare run-2-workers run-6-workers\n  \
+                            stackscope compare profile@0-600 profile@3000-3600 -o slower\n\n\
+                            Compares shares, never raw counts, so recordings of other rates and \
+                            lengths compare: the GPU's mean utilization and busy seconds per wall \
+                            second, the verdict, the loop's step, what fixing the bottleneck buys, \
+                            and functions (processes matched by role, threads by name, frames by \
+                            function and file). Each change carries its noise; one within it is \
+                            not called a change. Ends with a verdict on the change (helped, \
+                            no_change, worse, mixed) and writes compare.json, diff.svg (red grew, \
+                            blue shrank) and compare.html into -o.")]
+    Compare(CompareArgs),
     /// Internal: starts a command for `record` and writes its exit status to a file.
     #[command(name = "__launch", hide = true)]
     Launch(LaunchArgs),
@@ -141,6 +154,28 @@ pub struct LaunchArgs {
     pub status_file: PathBuf,
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The recording before the change: a directory (attach, record, demo), or a window of
+    /// one, DIR@FROM-TO in seconds from its start (DIR@0-600; DIR@600- to its end).
+    #[arg(value_name = "BEFORE")]
+    pub before: String,
+    /// The recording after the change, named the same way.
+    #[arg(value_name = "AFTER")]
+    pub after: String,
+    /// Where to write compare.json, diff.svg and compare.html
+    /// [default: ./compare-BEFORE-AFTER].
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Match frames by line too (by default by function and file: edited code moves lines).
+    #[arg(long)]
+    pub lines: bool,
+    /// Exit with status 3 when the change made things worse beyond noise: the GPU's busy share
+    /// fell, or BEFORE's bottleneck grew (for CI and sweeps).
+    #[arg(long)]
+    pub fail_if_worse: bool,
 }
 
 #[derive(Debug, Args)]

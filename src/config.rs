@@ -9,11 +9,12 @@ use stackscope_gpu::GpuSelection;
 use stackscope_sampler::ReaderTuning;
 
 use crate::cli::{
-    default_watch_rate, AttachArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs, RecordArgs,
-    RecordingArgs, ReportArgs, TopArgs, WatchArgs,
+    default_watch_rate, AttachArgs, CompareArgs, DumpArgs, ExportArgs, GpuArgs, MergeArgs,
+    RecordArgs, RecordingArgs, ReportArgs, TopArgs, WatchArgs,
 };
 use crate::exit::UsageError;
 use stackscope_report::ExportFormat;
+use stackscope_samplelog::Window;
 
 mod tuning;
 pub use tuning::reader_tuning_from_env;
@@ -230,25 +231,18 @@ impl WatchConfig {
 pub struct ReportConfig {
     pub dir: PathBuf,
     pub output: Option<PathBuf>,
-    pub from_secs: Option<f64>,
-    pub to_secs: Option<f64>,
+    /// `--from`/`--to`, checked.
+    pub window: Window,
     pub idle_below: Option<f32>,
 }
 
 impl ReportConfig {
     pub fn from_args(args: ReportArgs) -> anyhow::Result<ReportConfig> {
-        if let (Some(from), Some(to)) = (args.from, args.to) {
-            if to <= from {
-                return Err(
-                    UsageError(format!("--to {to} must be later than --from {from}")).into(),
-                );
-            }
-        }
+        let window = checked_window(args.from, args.to)?;
         Ok(ReportConfig {
             dir: recording_dir(args.dir)?,
             output: args.output,
-            from_secs: args.from,
-            to_secs: args.to,
+            window,
             idle_below: args.idle_below,
         })
     }
@@ -259,20 +253,14 @@ impl ReportConfig {
 pub struct ExportConfig {
     pub dir: PathBuf,
     pub format: ExportFormat,
-    pub from_secs: Option<f64>,
-    pub to_secs: Option<f64>,
+    /// `--from`/`--to`, checked.
+    pub window: Window,
     pub output: Option<PathBuf>,
 }
 
 impl ExportConfig {
     pub fn from_args(args: ExportArgs) -> anyhow::Result<ExportConfig> {
-        if let (Some(from), Some(to)) = (args.from, args.to) {
-            if to <= from {
-                return Err(
-                    UsageError(format!("--to {to} must be later than --from {from}")).into(),
-                );
-            }
-        }
+        let window = checked_window(args.from, args.to)?;
         let format = args
             .format
             .parse()
@@ -280,8 +268,7 @@ impl ExportConfig {
         Ok(ExportConfig {
             dir: recording_dir(args.dir)?,
             format,
-            from_secs: args.from,
-            to_secs: args.to,
+            window,
             output: args.output,
         })
     }
@@ -344,6 +331,13 @@ fn parse_gpu(value: &str) -> anyhow::Result<GpuSelection> {
 /// Creates `dir` and proves that files can be written and renamed in it, so that a recording
 /// never runs for an hour and then fails to save.
 /// A recording's directory as `report` and `export` name it: one that exists.
+/// `--from`/`--to` as a window, checked once for every command that takes one.
+fn checked_window(from: Option<f64>, to: Option<f64>) -> anyhow::Result<Window> {
+    let window = Window::new(from, to);
+    window.validate().map_err(UsageError)?;
+    Ok(window)
+}
+
 fn recording_dir(dir: PathBuf) -> anyhow::Result<PathBuf> {
     if !dir.exists() {
         bail!("no such directory: {}", dir.display());
@@ -424,5 +418,95 @@ impl DemoConfig {
             crate::cli::Command::Record(args) => RecordingConfig::from_record(args),
             _ => anyhow::bail!("the demo's recording is not a `record` command"),
         }
+    }
+}
+
+/// One side of `compare`: a recording directory and the window of it (`DIR@FROM-TO`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComparedSide {
+    pub dir: PathBuf,
+    pub window: Window,
+    /// How it is named in the outputs: the directory's name, with `@FROM-TO` for a window.
+    pub label: String,
+}
+
+impl ComparedSide {
+    /// Reads `DIR` or `DIR@FROM-TO`; a directory whose own name holds an `@` is taken whole.
+    fn parse(arg: &str) -> anyhow::Result<ComparedSide> {
+        let (dir, window) = match arg.rsplit_once('@') {
+            Some((dir, span)) if !Path::new(arg).exists() => {
+                let window =
+                    Window::parse(span).map_err(|why| UsageError(format!("{arg}: {why}")))?;
+                (PathBuf::from(dir), window)
+            }
+            _ => (PathBuf::from(arg), Window::WHOLE),
+        };
+        if !dir.exists() {
+            bail!("no such directory: {}", dir.display());
+        }
+        if !dir.is_dir() {
+            return Err(UsageError(format!(
+                "{} is a file: compare takes recording directories (written by attach, record \
+                 or demo); a dump (dump --json) holds no profile over time",
+                dir.display()
+            ))
+            .into());
+        }
+        let name = dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string());
+        let label = if window.is_whole() {
+            name
+        } else {
+            format!("{name}@{}", window.span())
+        };
+        Ok(ComparedSide { dir, window, label })
+    }
+
+    /// Whether two sides are the same recording's same window.
+    fn same_as(&self, other: &ComparedSide) -> bool {
+        let canonical = |d: &Path| d.canonicalize().unwrap_or_else(|_| d.to_owned());
+        self.window == other.window && canonical(&self.dir) == canonical(&other.dir)
+    }
+}
+
+/// Settings of `compare`.
+#[derive(Debug, Clone)]
+pub struct CompareConfig {
+    pub before: ComparedSide,
+    pub after: ComparedSide,
+    pub output: PathBuf,
+    pub frames: stackscope_aggregate::FrameMatch,
+    pub fail_if_worse: bool,
+}
+
+impl CompareConfig {
+    pub fn from_args(args: CompareArgs) -> anyhow::Result<CompareConfig> {
+        let before = ComparedSide::parse(&args.before)?;
+        let after = ComparedSide::parse(&args.after)?;
+        if before.same_as(&after) {
+            return Err(UsageError(format!(
+                "BEFORE and AFTER are the same recording ({}): compare two recordings, or two \
+                 windows of one (DIR@0-30 DIR@30-60)",
+                before.label
+            ))
+            .into());
+        }
+        let output = args
+            .output
+            .unwrap_or_else(|| PathBuf::from(format!("compare-{}-{}", before.label, after.label)));
+        Ok(CompareConfig {
+            before,
+            after,
+            output,
+            frames: if args.lines {
+                stackscope_aggregate::FrameMatch::Line
+            } else {
+                stackscope_aggregate::FrameMatch::Function
+            },
+            fail_if_worse: args.fail_if_worse,
+        })
     }
 }

@@ -19,6 +19,8 @@ use nix::sys::signal::Signal;
 pub const FAILED: u8 = 1;
 /// The command line is wrong: an unknown option, a bad value.
 pub const USAGE: u8 = 2;
+/// `compare --fail-if-worse`: the change made things worse beyond noise.
+pub const WORSE: u8 = 3;
 /// `record`: stackscope itself failed (it could not read the command's interpreter, or write
 /// the recording).
 pub const RECORD_FAILED: u8 = 125;

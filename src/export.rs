@@ -11,7 +11,7 @@ use stackscope_samplelog::{report_dir, Window};
 use crate::config::ExportConfig;
 
 pub fn run(config: ExportConfig) -> anyhow::Result<()> {
-    let window = Window::new(config.from_secs, config.to_secs);
+    let window = config.window;
     let outcome = read(&config.dir, window)?;
     let path = match &config.output {
         Some(path) => path.clone(),

@@ -4,6 +4,7 @@
 
 mod child;
 mod cli;
+mod compare;
 mod config;
 mod demo;
 mod dump;
@@ -26,8 +27,8 @@ use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
 use crate::config::{
-    DemoConfig, DumpConfig, ExportConfig, MergeConfig, RecordingConfig, ReportConfig, TopConfig,
-    WatchConfig,
+    CompareConfig, DemoConfig, DumpConfig, ExportConfig, MergeConfig, RecordingConfig,
+    ReportConfig, TopConfig, WatchConfig,
 };
 
 fn main() -> ExitCode {
@@ -71,6 +72,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Top(args) => top::run(TopConfig::from_args(args)?),
         Command::Demo(args) => demo::run(DemoConfig::from_args(args)),
         Command::Merge(args) => merge::run(MergeConfig::from_args(args)?),
+        Command::Compare(args) => return compare::run(CompareConfig::from_args(args)?),
     };
     done.map(|()| ExitCode::SUCCESS)
 }

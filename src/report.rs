@@ -3,12 +3,12 @@
 
 use anyhow::Context;
 use stackscope_report::{rebuild, RebuildOptions};
-use stackscope_samplelog::{report_dir, Window};
+use stackscope_samplelog::report_dir;
 
 use crate::config::ReportConfig;
 
 pub fn run(config: ReportConfig) -> anyhow::Result<()> {
-    let window = Window::new(config.from_secs, config.to_secs);
+    let window = config.window;
     let options = RebuildOptions {
         window,
         idle_below: config.idle_below,

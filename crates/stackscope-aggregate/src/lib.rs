@@ -19,12 +19,14 @@
 //! - `roles/`: the job read by roles (the trainer, its feeders, helpers) and what each did
 //!   while the GPU idled;
 //! - `verdict/`: what a recording's (or merged recordings') figures say;
-//! - `summary.rs`: `summary.json`, built from all of the above; `trace.rs` and [`top`]: the
+//! - `summary.rs`: `summary.json`, built from all of the above; [`compare`]: two summaries
+//!   and their stacks side by side (`stackscope compare`); `trace.rs` and [`top`]: the
 //!   exports' sample trace and `stackscope top`'s table, on `gpu/` and the fold.
 //!
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
+pub mod compare;
 mod compiled;
 mod fold;
 mod gpu;
@@ -48,13 +50,15 @@ pub use gpu::{
     DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
 pub use jobs::{
-    find_stragglers, group_threads, hang_cause, headline, helper_by_command_line, helper_kind,
-    in_reading_order, is_hung, is_main_thread, is_spin_wait, merge_dumps, merge_recordings,
-    process_role, rank_list, rank_on, rank_ranges, rerooted, stuck_at, works_at_read,
-    FrozenActivity, FrozenThread, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess,
+    command_key, find_stragglers, frame_key, function_of, group_threads, hang_cause, headline,
+    helper_by_command_line, helper_kind, in_reading_order, is_hung, is_main_thread, is_spin_wait,
+    merge_dumps, merge_recordings, process_role, process_root_pid, rank_list, rank_on, rank_ranges,
+    rerooted, split_process_root, stuck_at, thread_key, works_at_read, FrameMatch, FrozenActivity,
+    FrozenThread, HangCause, HangDetector, HangEvent, HangGpu, HostedProcess, JobProcesses,
     LockWait, MergedDump, MergedGroup, MergedRecordings, MissingRanks, OddRank, PeersWaiting,
-    ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck, ThreadGroup, ThreadRef,
-    Vanished, DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
+    ProcessIdentity, ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck,
+    ThreadGroup, ThreadRef, Vanished, DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS,
+    STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

@@ -10,6 +10,7 @@
 //! an aggregate or a trace for `report` and `export`: the one place where the log's codec and
 //! the aggregate meet, so that neither depends on the other.
 
+pub mod compare;
 mod dump;
 mod error;
 mod export;
@@ -38,6 +39,7 @@ pub use folded::write_folded;
 pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
 pub use html::write_report_html;
+pub use html::{write_compare_html, ComparePage, DiffStack};
 pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
     write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,

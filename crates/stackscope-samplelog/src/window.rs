@@ -53,6 +53,34 @@ impl Window {
         Ok(())
     }
 
+    /// Parses `FROM-TO` (seconds since the recording's start; `FROM-` reaches to its end),
+    /// as `stackscope compare DIR@FROM-TO` names a window, and checks it.
+    pub fn parse(span: &str) -> Result<Window, String> {
+        let (from, to) = span.split_once('-').ok_or_else(|| {
+            format!("'{span}' is not a window: write FROM-TO in seconds, e.g. 0-30")
+        })?;
+        let secs = |text: &str| -> Result<Option<f64>, String> {
+            if text.trim().is_empty() {
+                return Ok(None);
+            }
+            text.trim().parse::<f64>().map(Some).map_err(|_| {
+                format!("'{span}' is not a window: '{text}' is not a number of seconds")
+            })
+        };
+        let window = Window::new(secs(from)?.or(Some(0.0)), secs(to)?);
+        window.validate()?;
+        Ok(window)
+    }
+
+    /// `FROM-TO` as [`Window::parse`] reads it, `FROM-` for an open end.
+    pub fn span(&self) -> String {
+        let from = self.from.unwrap_or(0.0);
+        match self.to {
+            Some(to) => format!("{from}-{to}"),
+            None => format!("{from}-"),
+        }
+    }
+
     /// The name of the directory a report of this window goes to by default:
     /// `report-FROM-TO`, seconds, `0` and `end` for open ends (`report-600-1200`,
     /// `report-0-end`).
@@ -94,6 +122,22 @@ mod tests {
         assert!(Window::new(None, Some(f64::NAN)).validate().is_err());
         assert!(Window::new(Some(0.0), Some(0.5)).validate().is_ok());
         assert!(Window::WHOLE.validate().is_ok());
+    }
+
+    #[test]
+    fn spans_parse_as_compare_names_them() {
+        assert_eq!(
+            Window::parse("0-30"),
+            Ok(Window::new(Some(0.0), Some(30.0)))
+        );
+        assert_eq!(Window::parse("30.5-"), Ok(Window::new(Some(30.5), None)));
+        assert_eq!(
+            Window::parse("30-60").map(|w| w.span()),
+            Ok("30-60".to_owned())
+        );
+        assert!(Window::parse("30").is_err());
+        assert!(Window::parse("a-b").is_err());
+        assert!(Window::parse("30-10").is_err());
     }
 
     #[test]

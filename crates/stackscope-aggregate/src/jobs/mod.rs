@@ -8,6 +8,7 @@ mod cause;
 mod grouping;
 mod hang;
 mod helpers;
+mod identity;
 mod merge;
 mod ranks;
 mod view;
@@ -21,6 +22,10 @@ pub use hang::{
     HangGpu, Stuck, DEFAULT_HANG_AFTER_SECS, SPIN_WAITS, STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use helpers::{helper_by_command_line, helper_kind, process_role};
+pub use identity::{
+    command_key, frame_key, function_of, process_root_pid, split_process_root, thread_key,
+    FrameMatch, JobProcesses, ProcessIdentity,
+};
 pub use merge::{
     merge_dumps, rank_on, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace,
     RankStraggler,

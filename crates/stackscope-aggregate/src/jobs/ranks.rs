@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::identity::{function_of, process_root_pid, process_root_rank};
 use super::merge::ProcessPlace;
 
 /// One recording directory, as read by the binary.
@@ -267,13 +268,12 @@ fn leader_pids(inputs: &[RecordingInput], ranked: &[RankRow]) -> HashMap<(String
 pub fn rerooted<'s>(input: &RecordingInput, stack: &'s str) -> (ProcessPlace, &'s str) {
     let (first, rest) = stack.split_once(';').unwrap_or((stack, ""));
     if let Some(pid) = process_root_pid(first) {
-        let rank = input.process_ranks.get(&pid).copied().or_else(|| {
-            // `rank N (pid P) ...` roots carry the rank themselves.
-            first
-                .strip_prefix("rank ")
-                .and_then(|r| r.split(' ').next())
-                .and_then(|r| r.parse().ok())
-        });
+        // `rank N (pid P) ...` roots carry the rank themselves.
+        let rank = input
+            .process_ranks
+            .get(&pid)
+            .copied()
+            .or_else(|| process_root_rank(first));
         let place = ProcessPlace {
             host: input.host.clone(),
             pid,
@@ -289,36 +289,11 @@ pub fn rerooted<'s>(input: &RecordingInput, stack: &'s str) -> (ProcessPlace, &'
     (place, stack)
 }
 
-/// The pid of a process root: `process 5124 python ...` or `rank 6 (pid 5124) python ...`.
-fn process_root_pid(frame: &str) -> Option<u32> {
-    if let Some(rest) = frame.strip_prefix("process ") {
-        return rest.split(' ').next()?.parse().ok();
-    }
-    let rest = frame.strip_prefix("rank ")?;
-    let after = rest.split_once("(pid ")?.1;
-    after.split(')').next()?.parse().ok()
-}
-
 fn join(place: &ProcessPlace, rest: &str) -> String {
     if rest.is_empty() {
         place.describe()
     } else {
         format!("{};{rest}", place.describe())
-    }
-}
-
-/// `function (file:line)` as `function (file)`: a function's lines count together.
-fn function_of(frame: &str) -> String {
-    match frame.rfind(':') {
-        Some(colon)
-            if frame.ends_with(')')
-                && frame[colon + 1..frame.len() - 1]
-                    .chars()
-                    .all(|c| c.is_ascii_digit()) =>
-        {
-            format!("{})", &frame[..colon])
-        }
-        _ => frame.to_owned(),
     }
 }
 
@@ -505,8 +480,6 @@ mod tests {
             lines(&[("rank 4 on n1 (pid 7);MainThread;step (t.py:9)", 3)])
         );
         assert!(merged.most_different.is_none());
-        assert_eq!(function_of("f (a.py:12)"), "f (a.py)");
-        assert_eq!(function_of("f (libc.so)"), "f (libc.so)");
     }
 
     #[test]
