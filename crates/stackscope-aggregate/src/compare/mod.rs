@@ -248,3 +248,6 @@ fn bottleneck_change(before: &Side, step: Option<&StepChange>) -> Option<Bottlen
 fn verdict_of(summary: &Summary) -> Option<Verdict> {
     summary.gpu.as_ref().map(|g| g.verdict.clone())
 }
+
+#[cfg(test)]
+mod tests;
