@@ -9,7 +9,7 @@ use stackscope_report::compare::ComparedRecording;
 use stackscope_report::compare::{read_compared, write_compare_files, write_compare_text};
 
 use crate::config::{ensure_writable_dir, CompareConfig, ComparedSide};
-use crate::exit;
+use crate::exit::{self, UsageError};
 
 pub fn run(config: CompareConfig) -> anyhow::Result<ExitCode> {
     // Both sides are read before anything is written: a bad one leaves no output behind.
@@ -33,6 +33,24 @@ pub fn run(config: CompareConfig) -> anyhow::Result<ExitCode> {
 }
 
 fn read_side(side: &ComparedSide) -> anyhow::Result<ComparedRecording> {
+    if let Some(sources) = merged_from(&side.dir) {
+        return Err(UsageError(format!(
+            "{} is a merged recording (of {sources} recordings), which keeps no sample log: \
+             compare the recordings it was merged from, a rank's before and after",
+            side.dir.display()
+        ))
+        .into());
+    }
     read_compared(&side.dir, side.window, &side.label)
         .with_context(|| format!("cannot read the recording {}", side.label))
+}
+
+/// How many recordings `dir` was merged from, when it is `merge`'s output without a sample log.
+fn merged_from(dir: &std::path::Path) -> Option<usize> {
+    if dir.join(stackscope_samplelog::LOG_FILE_NAME).exists() {
+        return None;
+    }
+    let text = std::fs::read(dir.join("summary.json")).ok()?;
+    let summary: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    summary["merged_from"].as_array().map(Vec::len)
 }

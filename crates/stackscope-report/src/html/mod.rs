@@ -11,6 +11,7 @@
 //! as an icicle) and `assets/series.js` (the timeline's colours and legend). See
 //! `docs/report-page.md`.
 
+mod compare;
 mod data;
 mod merged;
 
@@ -18,6 +19,7 @@ use std::io::Write;
 
 use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 
+pub use compare::{write_compare_html, ComparePage, DiffStack};
 pub use data::MergedPage;
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
 pub use merged::{merged_page_data, RankPage};
@@ -33,16 +35,17 @@ style-src 'unsafe-inline'; img-src data:; font-src data:";
 /// The page's file name in an output directory.
 pub const REPORT_FILE: &str = "report.html";
 
-const UPLOT_JS: &str = include_str!("../../assets/vendor/uPlot.iife.min.js");
-const UPLOT_CSS: &str = include_str!("../../assets/vendor/uPlot.min.css");
-const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection.min.js");
-const FLAMEGRAPH_JS: &str = include_str!("../../assets/vendor/d3-flamegraph.min.js");
-const FLAMEGRAPH_CSS: &str = include_str!("../../assets/vendor/d3-flamegraph.css");
-const FLAME_JS: &str = include_str!("../../assets/flame.js");
+pub(crate) const UPLOT_JS: &str = include_str!("../../assets/vendor/uPlot.iife.min.js");
+pub(crate) const UPLOT_CSS: &str = include_str!("../../assets/vendor/uPlot.min.css");
+pub(crate) const D3_SELECTION_JS: &str = include_str!("../../assets/vendor/d3-selection.min.js");
+pub(crate) const FLAMEGRAPH_JS: &str = include_str!("../../assets/vendor/d3-flamegraph.min.js");
+pub(crate) const FLAMEGRAPH_CSS: &str = include_str!("../../assets/vendor/d3-flamegraph.css");
+pub(crate) const FLAME_JS: &str = include_str!("../../assets/flame.js");
 const SERIES_JS: &str = include_str!("../../assets/series.js");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
-const REPORT_CSS: &str = include_str!("../../assets/report.css");
-const LICENCES: &str = "uPlot 1.6.32 (MIT, Leon Sorokin), d3-flame-graph 4.1.3 (Apache-2.0, \
+pub(crate) const REPORT_CSS: &str = include_str!("../../assets/report.css");
+pub(crate) const LICENCES: &str =
+    "uPlot 1.6.32 (MIT, Leon Sorokin), d3-flame-graph 4.1.3 (Apache-2.0, \
 Martin Spier), d3-selection 3.0.0 and the d3 modules bundled in d3-flame-graph (ISC, Mike Bostock)";
 
 /// Writes the page for the recording the aggregator holds; `summary` is the one written to
@@ -79,10 +82,7 @@ fn gpu_views(data: &PageData) -> String {
 
 /// Writes the page for already built data.
 pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
-    let json = serde_json::to_string(data).map_err(std::io::Error::other)?;
-    // Inside a <script> element only `</script` (or `<!--`) could end it early; JSON allows
-    // `<` escaped as \u003c in its strings, and `<` appears nowhere else in JSON.
-    let json = json.replace('<', "\\u003c");
+    let json = script_json(data)?;
     let title = format!("stackscope: {}", subject(data));
     write!(
         w,
@@ -119,6 +119,14 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         data.samples
     )?;
     Ok(())
+}
+
+/// `data` as JSON to embed in a `<script>` element.
+pub(crate) fn script_json<T: serde::Serialize>(data: &T) -> Result<String, ReportError> {
+    let json = serde_json::to_string(data).map_err(std::io::Error::other)?;
+    // Inside a <script> element only `</script` (or `<!--`) could end it early; JSON allows
+    // `<` escaped as \u003c in its strings, and `<` appears nowhere else in JSON.
+    Ok(json.replace('<', "\\u003c"))
 }
 
 fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
