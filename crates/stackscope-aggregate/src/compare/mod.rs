@@ -48,6 +48,8 @@ pub struct CompareInput {
     pub summary: Summary,
     /// Whether samples of idle threads were kept (`--idle`).
     pub include_idle: bool,
+    /// Whether it holds native frames (`--native`).
+    pub native: bool,
     /// Every folded line of the window (`root;thread;frames COUNT`).
     pub folded: Vec<(String, u64)>,
     /// GPU readings in the window (all devices).

@@ -123,6 +123,13 @@ pub(crate) fn mismatches(before: &CompareInput, after: &CompareInput) -> Vec<Str
              waiting code differ for that alone"
         ));
     }
+    if before.native != after.native {
+        let with = if before.native { "BEFORE" } else { "AFTER" };
+        out.push(format!(
+            "only {with} holds native frames (--native): its stacks are deeper, shares of \
+             Python functions are not affected"
+        ));
+    }
     if minor_version(&b.python_version) != minor_version(&a.python_version) {
         out.push(format!(
             "other Python versions: {} and {}",

@@ -78,6 +78,7 @@ fn input(f: Figures, pid: u32, folded: &[(&str, f64)]) -> CompareInput {
         from_secs: 0.0,
         to_secs: f.secs,
         include_idle: true,
+        native: false,
         folded: folded
             .iter()
             .map(|(s, share)| {

@@ -9,7 +9,8 @@ mod text;
 use std::path::Path;
 
 use stackscope_aggregate::compare::{CompareInput, Comparison, MatchedStack};
-use stackscope_aggregate::StackView;
+use stackscope_aggregate::{Aggregator, FrameId, StackView};
+use stackscope_event::FileOrigin;
 use stackscope_samplelog::{RebuildError, Window};
 
 use crate::html::{ComparePage, DiffStack};
@@ -63,12 +64,25 @@ pub fn read_compared(
             from_secs: read.from_secs,
             to_secs: read.to_secs,
             include_idle: agg.config().include_idle,
+            native: holds_native_frames(agg),
             folded: agg.folded(StackView::All),
             gpu_readings: agg.gpu_timeline().len() as u64,
             summary,
         },
         timeline,
         idle_below: f64::from(agg.config().idle_below),
+    })
+}
+
+/// Whether the recording holds native frames (`--native`): frames of native code with a
+/// function, as opposed to the roots, which have none.
+fn holds_native_frames(agg: &Aggregator) -> bool {
+    let table = agg.stack_table();
+    (0..agg.distinct_frames()).any(|id| {
+        FrameId::try_from(id)
+            .ok()
+            .and_then(|id| table.frame(id))
+            .is_some_and(|f| f.function.is_some() && f.origin == FileOrigin::Native)
     })
 }
 

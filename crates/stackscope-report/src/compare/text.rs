@@ -84,10 +84,15 @@ fn write_run<W: Write>(c: &Comparison, w: &mut W) -> std::io::Result<()> {
     let fix = |s: &Side| {
         s.if_fixed
             .as_ref()
-            .map(|f| format!("{:.1}x", f.speedup_up_to))
+            .map(|f| match (f.workers_now, f.workers_needed) {
+                (Some(now), Some(needed)) if needed > now => {
+                    format!("{:.1}x, {now}→{needed} workers", f.speedup_up_to)
+                }
+                _ => format!("{:.1}x", f.speedup_up_to),
+            })
             .unwrap_or_else(|| "-".to_owned())
     };
-    row(w, "if fixed, up to", &fix(b), &fix(a), "")
+    row(w, "if fixed, steps up to", &fix(b), &fix(a), "")
 }
 
 fn write_gpu<W: Write>(c: &Comparison, w: &mut W) -> std::io::Result<()> {
