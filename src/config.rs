@@ -468,7 +468,9 @@ impl ComparedSide {
     /// Whether two sides are the same recording's same window.
     fn same_as(&self, other: &ComparedSide) -> bool {
         let canonical = |d: &Path| d.canonicalize().unwrap_or_else(|_| d.to_owned());
-        self.window == other.window && canonical(&self.dir) == canonical(&other.dir)
+        // `DIR@0-` is the whole of DIR.
+        let span = |w: &Window| (w.from.unwrap_or(0.0), w.to);
+        span(&self.window) == span(&other.window) && canonical(&self.dir) == canonical(&other.dir)
     }
 }
 

@@ -184,7 +184,7 @@ mod tests {
             (
                 &[],
                 "stackscope: name a command: attach, record, dump, watch, report, export, top, \
-                 demo, merge (try 'stackscope --help')",
+                 demo, merge, compare (try 'stackscope --help')",
             ),
         ];
         for (args, line) in cases {

@@ -11,6 +11,8 @@
 mod common;
 
 mod attach;
+mod compare;
+mod compare_page;
 mod compiled_code;
 mod containers;
 mod damaged_logs;
