@@ -673,6 +673,8 @@ fn dump_file(dir: &Path) -> PathBuf {
 
 #[test]
 fn bad_input_is_one_line_and_writes_nothing() {
+    // Light, but kept off the timing-sensitive fixtures' machine time all the same.
+    let _serial = serial();
     let tmp = tempfile::tempdir().expect("temp dir");
     let real = copy_recording("dataloader-2-workers-idle", tmp.path());
     let real = real.display().to_string();
@@ -703,6 +705,8 @@ fn bad_input_is_one_line_and_writes_nothing() {
 
 #[test]
 fn twelve_workers_helped_the_real_job() {
+    // Light, but kept off the timing-sensitive fixtures' machine time all the same.
+    let _serial = serial();
     let tmp = tempfile::tempdir().expect("temp dir");
     let two = copy_recording("dataloader-2-workers-idle", tmp.path());
     let twelve = copy_recording("dataloader-12-workers-idle", tmp.path());
@@ -732,6 +736,8 @@ fn twelve_workers_helped_the_real_job() {
 
 #[test]
 fn two_windows_of_one_real_recording_are_not_a_change() {
+    // Light, but kept off the timing-sensitive fixtures' machine time all the same.
+    let _serial = serial();
     let tmp = tempfile::tempdir().expect("temp dir");
     let two = copy_recording("dataloader-2-workers-idle", tmp.path());
     let dir = two.display().to_string();

@@ -56,31 +56,21 @@ pub(crate) fn is_worse(gpu: Option<&GpuChange>, bottleneck: Option<&BottleneckCh
 }
 
 pub(crate) fn verdict(m: &Moves<'_>) -> ChangeVerdict {
-    let bottleneck = m.bottleneck.map(|b| &b.share);
-    if let Some(gpu) = m.gpu {
-        let busy = &gpu.busy_share;
-        if busy.rose() {
-            let class = if bottleneck.is_some_and(|b| b.rose()) {
-                ChangeClass::Mixed
-            } else {
-                ChangeClass::Helped
-            };
-            return ChangeVerdict {
-                class,
-                text: gpu_text(m, gpu, class),
-            };
-        }
-        if busy.fell() {
-            let class = if bottleneck.is_some_and(|b| b.fell()) {
-                ChangeClass::Mixed
-            } else {
-                ChangeClass::Worse
-            };
-            return ChangeVerdict {
-                class,
-                text: gpu_text(m, gpu, class),
-            };
-        }
+    if let Some(gpu) = m.gpu.filter(|g| g.busy_share.moved) {
+        let up = gpu.busy_share.rose();
+        // BEFORE's bottleneck moving the other way (growing while the GPU works more).
+        let against = m
+            .bottleneck
+            .is_some_and(|b| if up { b.share.rose() } else { b.share.fell() });
+        let class = match (against, up) {
+            (true, _) => ChangeClass::Mixed,
+            (false, true) => ChangeClass::Helped,
+            (false, false) => ChangeClass::Worse,
+        };
+        return ChangeVerdict {
+            class,
+            text: gpu_text(m, gpu, class),
+        };
     }
     if let Some(b) = m.bottleneck.filter(|b| b.share.moved) {
         return bottleneck_verdict(m, b);
