@@ -328,9 +328,6 @@ fn parse_gpu(value: &str) -> anyhow::Result<GpuSelection> {
         .map_err(|e| UsageError(format!("--gpu {value}: {e}")))?)
 }
 
-/// Creates `dir` and proves that files can be written and renamed in it, so that a recording
-/// never runs for an hour and then fails to save.
-/// A recording's directory as `report` and `export` name it: one that exists.
 /// `--from`/`--to` as a window, checked once for every command that takes one.
 fn checked_window(from: Option<f64>, to: Option<f64>) -> anyhow::Result<Window> {
     let window = Window::new(from, to);
@@ -338,6 +335,7 @@ fn checked_window(from: Option<f64>, to: Option<f64>) -> anyhow::Result<Window> 
     Ok(window)
 }
 
+/// A recording's directory as `report` and `export` name it: one that exists.
 fn recording_dir(dir: PathBuf) -> anyhow::Result<PathBuf> {
     if !dir.exists() {
         bail!("no such directory: {}", dir.display());
@@ -345,6 +343,8 @@ fn recording_dir(dir: PathBuf) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Creates `dir` and proves that files can be written and renamed in it, so that a recording
+/// never runs for an hour and then fails to save.
 pub fn ensure_writable_dir(dir: &Path) -> anyhow::Result<()> {
     // What `create_dir_all` would say of a file: "File exists (os error 17)".
     if dir.exists() && !dir.is_dir() {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::jobs::FrameMatch;
 use crate::roles::step::StepBreakdown;
 use crate::summary::Summary;
-use crate::verdict::{IfFixed, Verdict};
+use crate::verdict::Verdict;
 
 pub use change::{ChangeClass, ChangeVerdict};
 pub use functions::{FunctionChange, MatchedStack, COMPARED_FUNCTIONS};
@@ -228,18 +228,9 @@ fn step_change(before: &CompareInput, after: &CompareInput) -> Option<StepChange
     })
 }
 
-/// The step's part that BEFORE's bottleneck is: what fixing it should shrink.
-pub fn bottleneck_part(if_fixed: &IfFixed) -> Option<&'static str> {
-    match if_fixed.bottleneck.as_str() {
-        "input_pipeline" => Some("input_wait"),
-        "inline_loading" => Some("inline_load"),
-        "gil_contention" => Some("gil_wait"),
-        _ => None,
-    }
-}
-
 fn bottleneck_change(before: &Side, step: Option<&StepChange>) -> Option<BottleneckChange> {
-    let part = bottleneck_part(before.if_fixed.as_ref()?)?;
+    // The step's part that BEFORE's bottleneck is: what fixing it should shrink.
+    let part = before.if_fixed.as_ref()?.step_part()?;
     Some(BottleneckChange {
         part: part.to_owned(),
         share: step?.part(part)?.clone(),

@@ -89,6 +89,14 @@ impl StepBreakdown {
         ]
     }
 
+    /// The part named `name` (`input_wait`, ...); 0 for a name that is none.
+    pub fn part(&self, name: &str) -> f64 {
+        self.parts()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0.0, |(_, v)| v)
+    }
+
     /// "input_wait 72%, python 20%, gpu_wait 8%": the parts of at least 1%, largest first.
     pub fn describe(&self) -> String {
         let mut parts: Vec<(&str, f64)> = self

@@ -63,6 +63,15 @@ pub struct IfFixed {
 }
 
 impl IfFixed {
+    /// The part of the loop's step that the bottleneck is (`input_wait` for an input
+    /// pipeline); `None` for one not on the host (the GPU, a periodic stall).
+    pub fn step_part(&self) -> Option<&'static str> {
+        HOST_BOTTLENECKS
+            .iter()
+            .find(|(_, name, _)| *name == self.bottleneck)
+            .map(|(_, _, part)| *part)
+    }
+
     /// "Fed in time, steps would be up to 3.4x faster; about 7 workers would keep up (this job
     /// may use 16 CPUs)."
     pub fn sentence(&self, feeders_function: Option<&str>) -> String {
@@ -138,16 +147,21 @@ fn cpus_words(cpus: f64) -> String {
     }
 }
 
+/// The bottlenecks on the host that the step shows: the class, its name in `if_fixed`, and
+/// the part of the step that is its time.
+const HOST_BOTTLENECKS: [(VerdictClass, &str, &str); 3] = [
+    (VerdictClass::InputPipeline, "input_pipeline", "input_wait"),
+    (VerdictClass::InlineLoading, "inline_loading", "inline_load"),
+    (VerdictClass::GilContention, "gil_contention", "gil_wait"),
+];
+
 /// The bottleneck the breakdown points at, with its share of the step.
 fn bottleneck(step: &StepBreakdown) -> (VerdictClass, f64) {
-    [
-        (VerdictClass::InputPipeline, step.input_wait),
-        (VerdictClass::InlineLoading, step.inline_load),
-        (VerdictClass::GilContention, step.gil_wait),
-    ]
-    .into_iter()
-    .max_by(|a, b| a.1.total_cmp(&b.1))
-    .unwrap_or((VerdictClass::InputPipeline, 0.0))
+    HOST_BOTTLENECKS
+        .iter()
+        .map(|(class, _, part)| (*class, step.part(part)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((VerdictClass::InputPipeline, 0.0))
 }
 
 /// "highly input-bound" or "moderately input-bound".
@@ -193,13 +207,12 @@ pub fn if_fixed(
         VerdictClass::InlineLoading => 1.0,
         _ => feeders.iter().map(|f| f.busy_share).fold(0.0, f64::max),
     };
-    let (bottleneck, share) = match class {
-        VerdictClass::InputPipeline => ("input_pipeline", step.input_wait),
-        VerdictClass::InlineLoading => ("inline_loading", step.inline_load),
-        VerdictClass::GilContention => ("gil_contention", step.gil_wait),
-        VerdictClass::GpuBound => ("gpu", 0.0),
+    let host = HOST_BOTTLENECKS.iter().find(|(c, _, _)| *c == class);
+    let (bottleneck, share) = match (class, host) {
+        (_, Some((_, name, part))) => (*name, step.part(part)),
+        (VerdictClass::GpuBound, None) => ("gpu", 0.0),
         // The stall's share of the GPU's cycle: time the loop does not feed the GPU at all.
-        VerdictClass::PeriodicStall => (
+        (VerdictClass::PeriodicStall, None) => (
             "periodic_stall",
             cycle.map_or(0.0, |c| c.idle_secs / c.period_secs.max(f64::EPSILON)),
         ),

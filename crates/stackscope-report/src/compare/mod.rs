@@ -13,7 +13,7 @@ use stackscope_aggregate::{Aggregator, FrameId, StackView};
 use stackscope_event::FileOrigin;
 use stackscope_samplelog::{RebuildError, Window};
 
-use crate::html::{ComparePage, DiffStack};
+use crate::html::ComparePage;
 use crate::{rebuild, write_atomic, RebuildOptions, ReportError};
 
 pub use diff_svg::write_diff_svg;
@@ -105,14 +105,7 @@ pub fn write_compare_files(
         compare: serde_json::to_value(comparison)?,
         idle_below: sides[0].idle_below,
         timelines: [sides[0].timeline.clone(), sides[1].timeline.clone()],
-        stacks: stacks
-            .iter()
-            .map(|s| DiffStack {
-                frames: s.frames.clone(),
-                before: s.before,
-                after: s.after,
-            })
-            .collect(),
+        stacks: stacks.to_vec(),
     };
     write_atomic(dir, COMPARE_HTML, |w| {
         crate::html::write_compare_html(&page, w)

@@ -12,6 +12,8 @@ use std::io::Write;
 
 use serde::Serialize;
 use serde_json::Value;
+use stackscope_aggregate::compare::MatchedStack;
+use stackscope_aggregate::StepBreakdown;
 
 use super::{
     script_json, CSP, D3_SELECTION_JS, FLAMEGRAPH_CSS, FLAMEGRAPH_JS, FLAME_JS, LICENCES,
@@ -24,16 +26,6 @@ const COMPARE_JS: &str = include_str!("../../assets/compare.js");
 const COMPARE_CSS: &str = include_str!("../../assets/compare.css");
 /// The functions the figures table lists at most (compare.json's biggest moves first).
 const MAX_FUNCTIONS: usize = 10;
-/// The parts of the loop's step, in `gpu.step`'s order.
-const STEP_PARTS: [&str; 6] = [
-    "input_wait",
-    "inline_load",
-    "gpu_wait",
-    "python",
-    "gil_wait",
-    "other_wait",
-];
-
 /// The page's embedded data.
 #[derive(Debug, Clone, Serialize)]
 pub struct ComparePage {
@@ -48,12 +40,13 @@ pub struct ComparePage {
     pub stacks: Vec<DiffStack>,
 }
 
-/// One stack (outermost frame first) and its share of each side's samples (0 where absent).
-#[derive(Debug, Clone, Serialize)]
-pub struct DiffStack {
-    pub frames: Vec<String>,
-    pub before: f64,
-    pub after: f64,
+/// One stack (outermost frame first) and its share of each side's samples (0 where absent):
+/// the comparison's matched stacks, as they are.
+pub type DiffStack = MatchedStack;
+
+/// The parts of the loop's step, in `gpu.step`'s order, named where the step is defined.
+fn step_parts() -> [&'static str; 6] {
+    StepBreakdown::default().parts().map(|(name, _)| name)
 }
 
 /// Writes the page for `page`.
@@ -266,7 +259,7 @@ fn gpu_rows(c: &Value) -> Vec<Row> {
 }
 
 fn step_rows(c: &Value) -> Vec<Row> {
-    STEP_PARTS
+    step_parts()
         .iter()
         .filter_map(|part| {
             let name = format!("step: {part}");
@@ -383,7 +376,7 @@ fn write_step_bars<W: Write>(c: &Value, w: &mut W) -> Result<(), ReportError> {
         "<table id=\"step-bars\" class=\"step-bars\">\n<tr><th>part</th><th>before</th>\
          <th>after</th><th>change</th></tr>"
     )?;
-    for part in STEP_PARTS {
+    for part in step_parts() {
         write_step_row(&step[part], part, part == bottleneck, w)?;
     }
     writeln!(w, "</table>\n</section>")?;
