@@ -181,8 +181,8 @@ pub fn diff_stacks(
 fn gpu_change(before: &CompareInput, after: &CompareInput) -> Option<GpuChange> {
     let (b, a) = (before.summary.gpu.as_ref()?, after.summary.gpu.as_ref()?);
     let (bm, am) = (b.mean_utilization?, a.mean_utilization?);
-    let busy = |input: &CompareInput, idle: Option<f64>| {
-        let share = 1.0 - idle.unwrap_or(0.0);
+    // A share of the GPU's time, with the noise of its readings and of its bursts.
+    let measured = |input: &CompareInput, share: f64| {
         let cycle_busy = input
             .summary
             .gpu
@@ -191,10 +191,11 @@ fn gpu_change(before: &CompareInput, after: &CompareInput) -> Option<GpuChange> 
             .map(|c| c.busy_secs);
         noise::Measured::gpu_share(share, input, cycle_busy)
     };
+    let busy = |input: &CompareInput, idle: Option<f64>| measured(input, 1.0 - idle.unwrap_or(0.0));
     let busy_share = Change::of(&busy(before, b.idle_share), &busy(after, a.idle_share));
+    // The mean utilization is read as the share of the GPU's time it is (a share of 100).
     let util = |input: &CompareInput, mean: f64| {
-        let share = busy(input, None);
-        noise::Measured::percent(mean, &share)
+        noise::Measured::percent(mean, &measured(input, mean / 100.0))
     };
     let mean_utilization = Change::of(&util(before, bm), &util(after, am));
     let busy_ratio =
