@@ -6,6 +6,7 @@ use std::path::Path;
 
 use stackscope_aggregate::compare::{Change, Comparison, Side};
 
+use super::{COMPARE_HTML, COMPARE_JSON, DIFF_SVG};
 use crate::ReportError;
 
 /// Moved functions shown, and unmoved ones after them up to this many rows.
@@ -35,7 +36,7 @@ pub fn write_compare_text<W: Write>(
     writeln!(w, "{}", c.change.verdict.text)?;
     writeln!(
         w,
-        "Written: {}/compare.json, diff.svg, compare.html",
+        "Written: {}/{COMPARE_JSON}, {DIFF_SVG}, {COMPARE_HTML}",
         out.display()
     )?;
     Ok(())
