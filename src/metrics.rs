@@ -102,6 +102,8 @@ impl MetricsState {
                     self.forget(process.pid, process.time);
                 }
             }
+            // TODO(memory gauges): the memory gauges read these.
+            Event::Memory(_) | Event::Cgroup(_) => {}
         }
     }
 

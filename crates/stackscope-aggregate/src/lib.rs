@@ -31,6 +31,7 @@ mod compiled;
 mod fold;
 mod gpu;
 mod jobs;
+mod memory;
 mod roles;
 mod summary;
 pub mod top;
@@ -59,6 +60,10 @@ pub use jobs::{
     ProcessIdentity, ProcessPlace, RankRow, RankStraggler, RecordingInput, Straggler, Stuck,
     ThreadGroup, ThreadRef, Vanished, DEFAULT_HANG_AFTER_SECS, MAIN_THREAD, SPIN_WAITS,
     STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
+};
+pub use memory::{
+    CgroupMemory, CgroupPoint, MemoryFinding, MemoryFindingKind, MemoryPoint, MemorySummary,
+    ProcessMemory,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

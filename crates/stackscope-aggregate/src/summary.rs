@@ -100,6 +100,10 @@ pub struct Summary {
     /// where its threads are frozen. `None` when it moved.
     #[serde(default)]
     pub stuck: Option<Stuck>,
+    /// Every process's memory, the cgroup's, and the verdict on them; `None` when memory was
+    /// not read (`--memory-rate 0`, an old log).
+    #[serde(default)]
+    pub memory: Option<crate::MemorySummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,6 +237,7 @@ impl Aggregator {
             gpu_unavailable: meta.gpu_unavailable.clone(),
             roles: roles::of(self, meta.pid).threads,
             stuck: self.stuck(),
+            memory: self.memory_summary(meta),
         }
     }
 

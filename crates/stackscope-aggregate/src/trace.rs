@@ -96,6 +96,9 @@ pub struct SampleTrace {
     commands: BTreeMap<u32, String>,
     ranks: BTreeMap<u32, u32>,
     gpu: Vec<GpuSample>,
+    /// Every memory reading, for the exports' counter tracks.
+    memory: Vec<stackscope_event::MemorySample>,
+    cgroup: Vec<stackscope_event::CgroupSample>,
     samples: u64,
     first: Option<Timestamp>,
     last: Option<Timestamp>,
@@ -119,6 +122,8 @@ impl SampleTrace {
             commands: BTreeMap::new(),
             ranks: BTreeMap::new(),
             gpu: Vec::new(),
+            memory: Vec::new(),
+            cgroup: Vec::new(),
             samples: 0,
             first: None,
             last: None,
@@ -141,6 +146,14 @@ impl SampleTrace {
             Event::Gpu(sample) => {
                 self.tagger.add_gpu(&sample);
                 self.gpu.push(sample);
+            }
+            Event::Memory(sample) => {
+                self.tagger.observe(sample.time);
+                self.memory.push(sample);
+            }
+            Event::Cgroup(sample) => {
+                self.tagger.observe(sample.time);
+                self.cgroup.push(sample);
             }
             Event::Process(process) => {
                 if let Some(rank) = process.rank.rank {

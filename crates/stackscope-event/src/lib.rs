@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 mod clock;
 mod ending;
 mod last_stacks;
+mod memory;
 mod origin;
 mod rank;
 mod snapshot;
@@ -18,6 +19,7 @@ mod snapshot;
 pub use clock::Timestamp;
 pub use ending::{signal_name, HowEnded, OomEvidence, ProcessEnded};
 pub use last_stacks::LastStacks;
+pub use memory::{CgroupSample, MemorySample, ProcessGpuMemory};
 pub use origin::{is_stdlib_module, FileOrigin, StdlibDirs};
 pub use rank::{host_name, process_name, RankInfo};
 pub use snapshot::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
@@ -33,6 +35,24 @@ pub enum Event {
     Gpu(GpuSample),
     /// A process came under or left the sampler's watch (`--subprocesses` follows a tree).
     Process(ProcessEvent),
+    /// One reading of one process's memory (the memory poller).
+    Memory(MemorySample),
+    /// One reading of the job's memory cgroup (the memory poller).
+    Cgroup(CgroupSample),
+}
+
+impl Event {
+    /// When it happened, on the recording's clock.
+    pub fn time(&self) -> Timestamp {
+        match self {
+            Event::Stack(s) => s.time,
+            Event::SampleError(e) => e.time,
+            Event::Gpu(g) => g.time,
+            Event::Process(p) => p.time,
+            Event::Memory(m) => m.time,
+            Event::Cgroup(c) => c.time,
+        }
+    }
 }
 
 /// What a producer hands over at once: the events of several samples (the sampler sends what

@@ -139,10 +139,5 @@ impl ProcessesBefore {
 }
 
 fn event_time(event: &Event) -> Timestamp {
-    match event {
-        Event::Stack(s) => s.time,
-        Event::SampleError(e) => e.time,
-        Event::Gpu(g) => g.time,
-        Event::Process(p) => p.time,
-    }
+    event.time()
 }

@@ -137,6 +137,8 @@ impl SampleLogWriter {
             Event::SampleError(error) => self.error(error),
             Event::Gpu(sample) => self.gpu(sample),
             Event::Process(process) => self.process(process),
+            // TODO(memory records): written by the samplelog's memory records.
+            Event::Memory(_) | Event::Cgroup(_) => {}
         }
         self.stats.events += 1;
         self.block_events += 1;

@@ -99,12 +99,7 @@ pub fn sample_error(time: Timestamp, pid: u32, kind: SampleErrorKind, message: &
 
 /// When an event happened.
 pub fn event_time(event: &Event) -> Timestamp {
-    match event {
-        Event::Stack(s) => s.time,
-        Event::SampleError(e) => e.time,
-        Event::Gpu(g) => g.time,
-        Event::Process(p) => p.time,
-    }
+    event.time()
 }
 
 /// Events compare by their `Debug` form (`Event` has no `PartialEq`).

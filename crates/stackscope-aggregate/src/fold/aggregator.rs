@@ -17,6 +17,7 @@ use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
 use crate::jobs::{is_spin_wait, works_at_read};
+use crate::memory::MemoryState;
 use foldhash::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +107,8 @@ pub struct Aggregator {
     /// Every pid NVML listed with a compute context on a polled device during the recording;
     /// `None` while no GPU sample carried a list (an old driver or log, a fake without one).
     pub(crate) compute_pids: Option<BTreeSet<u32>>,
+    /// Every process's memory, the cgroup's, and what ran while memory grew (`memory/`).
+    pub(crate) memory: MemoryState,
 }
 
 /// A thread that did not hold the GIL waited for it when another thread of its process held
@@ -147,6 +150,7 @@ impl Aggregator {
             motion: Motion::default(),
             gil_holders: HashMap::default(),
             compute_pids: None,
+            memory: MemoryState::default(),
         }
     }
 
@@ -169,6 +173,8 @@ impl Aggregator {
                 }
                 self.tagger.observe(process.time);
             }
+            Event::Memory(sample) => self.memory.memory(&sample),
+            Event::Cgroup(sample) => self.memory.cgroup(&sample),
         }
         self.release_tagged();
     }
@@ -320,6 +326,7 @@ impl Aggregator {
                 .get_or_insert_with(BTreeSet::new)
                 .extend(pids.iter().copied());
         }
+        self.memory.gpu(&sample);
         self.tagger.add_gpu(&sample);
         self.timeline.push(sample);
     }

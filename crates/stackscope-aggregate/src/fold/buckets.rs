@@ -78,6 +78,8 @@ pub struct Lane {
 #[derive(Debug, Clone, Default)]
 pub struct Bucket {
     pub stacks: HashMap<StackId, BucketCounts>,
+    /// Bytes of resident memory growth charged to each stack in this bucket (`memory/`).
+    pub growth: HashMap<StackId, u64>,
     pub lanes: HashMap<u32, LaneCounts>,
 }
 

@@ -292,6 +292,8 @@ impl TopModel {
             // Errors and process changes are counted by the sampler's own statistics.
             Event::SampleError(error) => self.observe(error.time, tagged),
             Event::Process(process) => self.observe(process.time, tagged),
+            Event::Memory(sample) => self.observe(sample.time, tagged),
+            Event::Cgroup(sample) => self.observe(sample.time, tagged),
         }
     }
 
