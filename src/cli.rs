@@ -12,6 +12,9 @@ const DEFAULT_RATE_HZ: f64 = 100.0;
 /// The rates `--rate` accepts, samples per second.
 const MIN_RATE_HZ: f64 = 0.1;
 const MAX_RATE_HZ: f64 = 10_000.0;
+/// The most memory readings a second: memory moves slower than stacks, and each reading reads
+/// a file per process.
+const MAX_MEMORY_RATE_HZ: f64 = 100.0;
 
 /// `watch`'s rate without `--rate`: once a second.
 const DEFAULT_WATCH_RATE_HZ: f64 = 1.0;
@@ -207,6 +210,8 @@ pub struct TopArgs {
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
+    pub memory: MemoryArgs,
+    #[command(flatten)]
     pub metrics: MetricsArgs,
 }
 
@@ -318,6 +323,8 @@ pub struct WatchArgs {
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
+    pub memory: MemoryArgs,
+    #[command(flatten)]
     pub metrics: MetricsArgs,
 }
 
@@ -373,7 +380,24 @@ pub struct RecordingArgs {
     #[command(flatten)]
     pub gpu: GpuArgs,
     #[command(flatten)]
+    pub memory: MemoryArgs,
+    #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+/// Memory sampling, for `attach`, `record`, `top` and `watch`.
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    /// Memory readings per second of every process of the job (resident memory from
+    /// /proc/PID/statm; private, shared and swapped memory from smaps_rollup, every 5 s at
+    /// most; the job's memory cgroup: usage, limit, OOM kills); 0 turns memory sampling off.
+    #[arg(
+        long,
+        value_name = "HZ",
+        default_value_t = stackscope_memory::DEFAULT_RATE_HZ,
+        value_parser = parse_memory_rate
+    )]
+    pub memory_rate: f64,
 }
 
 /// Prometheus metrics, for `watch`, `attach` (and `record`) and `top`.
@@ -437,6 +461,17 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--memory-rate`: 0 (off), or a rate from [`MIN_RATE_HZ`] to [`MAX_MEMORY_RATE_HZ`].
+fn parse_memory_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(rate) if rate == 0.0 || (MIN_RATE_HZ..=MAX_MEMORY_RATE_HZ).contains(&rate) => Ok(rate),
+        _ => Err(format!(
+            "--memory-rate must be 0 (off) or between {MIN_RATE_HZ} and {MAX_MEMORY_RATE_HZ}, \
+             not {s}"
+        )),
+    }
+}
+
 fn parse_keep(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
@@ -479,95 +514,4 @@ fn parse_percent(s: &str) -> Result<f32, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn watch_reads_once_a_second_unless_a_short_hang_after_needs_more() {
-        assert_eq!(default_watch_rate(300.0), 1.0);
-        assert_eq!(default_watch_rate(6.0), 1.0);
-        assert_eq!(default_watch_rate(2.0), 3.0);
-        assert_eq!(default_watch_rate(0.1), 10.0);
-        let help = watch_rate_help();
-        assert!(
-            help.contains("[default: 1; for a --hang-after under 6 s, 6 reads"),
-            "{help}"
-        );
-    }
-
-    #[test]
-    fn the_command_line_is_well_formed() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn rates_outside_the_sane_range_are_refused() {
-        assert!(parse_rate("100").is_ok());
-        assert!(parse_rate("0.5").is_ok());
-        for bad in ["0", "100000", "abc", "-5", "NaN"] {
-            assert_eq!(
-                parse_rate(bad).unwrap_err(),
-                format!("--rate must be between 0.1 and 10000, not {bad}")
-            );
-        }
-    }
-
-    #[test]
-    fn the_idle_threshold_defaults_to_the_aggregates_and_says_so() {
-        let cli = Cli::try_parse_from(["stackscope", "top", "--pid", "1"]).expect("parses");
-        let Command::Top(top) = cli.command else {
-            panic!("not top")
-        };
-        assert_eq!(top.gpu.idle_below, DEFAULT_IDLE_BELOW);
-        let help = Cli::command()
-            .find_subcommand_mut("top")
-            .expect("top")
-            .render_long_help()
-            .to_string();
-        assert!(help.contains("[default: 30]"), "{help}");
-    }
-
-    #[test]
-    fn the_process_tree_is_followed_unless_told_not_to() {
-        let follows = |args: &[&str]| {
-            let cli = Cli::try_parse_from(args).expect("parses");
-            let Command::Dump(dump) = cli.command else {
-                panic!("not dump")
-            };
-            dump.tree.follow()
-        };
-        assert!(follows(&["stackscope", "dump", "--pid", "1"]));
-        assert!(follows(&[
-            "stackscope",
-            "dump",
-            "--pid",
-            "1",
-            "--subprocesses"
-        ]));
-        assert!(!follows(&[
-            "stackscope",
-            "dump",
-            "--pid",
-            "1",
-            "--no-subprocesses"
-        ]));
-        assert!(Cli::try_parse_from([
-            "stackscope",
-            "dump",
-            "--pid",
-            "1",
-            "--subprocesses",
-            "--no-subprocesses"
-        ])
-        .is_err());
-    }
-
-    #[test]
-    fn durations_must_be_positive() {
-        assert_eq!(parse_duration("2.5"), Ok(2.5));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("inf").is_err());
-    }
-}
+mod tests;

@@ -57,6 +57,8 @@ pub struct RecordingConfig {
     pub include_idle: bool,
     pub blocking: bool,
     pub gpu: GpuSettings,
+    /// `--memory-rate`: memory readings per second; 0 is off.
+    pub memory_rate_hz: f64,
     pub subprocesses: bool,
     pub native: bool,
     pub flush_interval: Duration,
@@ -86,6 +88,7 @@ impl RecordingConfig {
             include_idle: args.idle,
             blocking: !args.nonblocking,
             gpu: GpuSettings::from_args(args.gpu)?,
+            memory_rate_hz: args.memory.memory_rate,
             subprocesses: args.tree.follow(),
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
@@ -196,6 +199,8 @@ pub struct WatchConfig {
     pub rate_hz: f64,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--memory-rate`: memory readings per second; 0 is off.
+    pub memory_rate_hz: f64,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
     /// `--show-secrets`: locals with secret-looking names shown as they are in hang reports.
@@ -219,6 +224,7 @@ impl WatchConfig {
                 .unwrap_or_else(|| default_watch_rate(args.hang_after)),
             subprocesses: args.tree.follow(),
             gpu: GpuSettings::from_args(args.gpu)?,
+            memory_rate_hz: args.memory.memory_rate,
             metrics_addr: args.metrics.metrics_addr,
             show_secrets: args.show_secrets,
             keep_reports: args.keep_reports,
@@ -302,6 +308,8 @@ pub struct TopConfig {
     pub include_idle: bool,
     pub subprocesses: bool,
     pub gpu: GpuSettings,
+    /// `--memory-rate`: memory readings per second; 0 is off.
+    pub memory_rate_hz: f64,
     /// `--metrics-addr`: where to serve Prometheus metrics.
     pub metrics_addr: Option<String>,
     /// The reader's experiment switches, from the environment ([`tuning`]).
@@ -316,6 +324,7 @@ impl TopConfig {
             include_idle: args.idle,
             subprocesses: args.tree.follow(),
             gpu: GpuSettings::from_args(args.gpu)?,
+            memory_rate_hz: args.memory.memory_rate,
             metrics_addr: args.metrics.metrics_addr,
             tuning: reader_tuning_from_env(),
         })

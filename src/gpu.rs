@@ -124,8 +124,9 @@ impl GpuReport {
     }
 }
 
-/// The target and its descendants: a training job's CUDA context often lives in a child.
-fn process_tree(pid: u32) -> Vec<u32> {
+/// The target and its descendants: a training job's CUDA context often lives in a child (and
+/// its DataLoader workers' memory in others: the memory side follows the same tree).
+pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
     let mut all = vec![pid];
     all.extend(stackscope_sampler::descendants(pid));
     all

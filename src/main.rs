@@ -12,6 +12,7 @@ mod ending;
 mod exit;
 mod export;
 mod gpu;
+mod memory;
 mod merge;
 mod metrics;
 mod recorder;

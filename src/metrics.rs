@@ -6,6 +6,8 @@
 //! own thread and only takes the lock to render the page. The sampler never sees either: it
 //! goes on sending to its channel with `try_send`, whatever a scraper does.
 
+mod memory;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +40,8 @@ pub struct MetricsState {
     /// the stacks itself and hands them over tagged (`top`, [`MetricsState::count_tagged`]).
     gpu: Option<GpuTagger<()>>,
     gpu_idle_samples: u64,
+    /// Each process's memory and the job's memory cgroup, at their latest readings.
+    memory: memory::MemoryGauges,
 }
 
 impl MetricsState {
@@ -62,6 +66,7 @@ impl MetricsState {
             gpu_utilization: BTreeMap::new(),
             gpu: None,
             gpu_idle_samples: 0,
+            memory: memory::MemoryGauges::default(),
         }
     }
 
@@ -92,6 +97,7 @@ impl MetricsState {
                 if let Some(u) = sample.utilization {
                     self.gpu_utilization.insert(sample.device, u);
                 }
+                self.memory.observe(event);
                 if let Some(gpu) = self.gpu.as_mut() {
                     gpu.add_gpu(sample);
                 }
@@ -102,8 +108,7 @@ impl MetricsState {
                     self.forget(process.pid, process.time);
                 }
             }
-            // TODO(memory gauges): the memory gauges read these.
-            Event::Memory(_) | Event::Cgroup(_) => {}
+            Event::Memory(_) | Event::Cgroup(_) => self.memory.observe(event),
         }
     }
 
@@ -175,6 +180,7 @@ impl MetricsState {
     pub fn forget(&mut self, pid: u32, time: Timestamp) {
         self.motion.forget(pid, time);
         self.ranks.remove(&pid);
+        self.memory.forget(pid, time);
     }
 
     pub fn add_errors(&mut self, errors: u64) {
@@ -279,6 +285,7 @@ impl MetricsState {
                 "stackscope_gpu_utilization_percent{{gpu=\"{gpu}\"}} {u}"
             );
         }
+        self.memory.render(&mut out, &labels);
         out
     }
 }

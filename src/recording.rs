@@ -17,6 +17,7 @@ use crate::child::LaunchedChild;
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
 use crate::exit::{shell_status, CommandExit, Ended, EndedBy, WithStatus};
 use crate::gpu::GpuReport;
+use crate::memory::MemoryReport;
 use crate::metrics::{MetricsEndpoint, DEFAULT_HANG_AFTER_SECS};
 use crate::recorder::Recorder;
 pub use crate::session::GpuSource;
@@ -152,7 +153,7 @@ fn record(
     let target_exited = report.stop == StopReason::TargetExited;
     let exit_status = end_command(child.as_mut(), target_exited, meta.pid);
     let ended = target_exited || exit_status.is_some();
-    let final_meta = meta.finished(&report, stopped.gpu, ended, exit_status);
+    let final_meta = meta.finished(&report, stopped.gpu, stopped.memory, ended, exit_status);
     write_recording(recorder, &final_meta, exit_status, &config, &out_dir)?;
     Ok(Ended {
         by,
@@ -173,6 +174,7 @@ fn start_session(
             pid: target.pid(),
             gpu: &config.gpu,
             gpu_source,
+            memory_rate_hz: config.memory_rate_hz,
             sampler: Some((
                 target,
                 SamplerConfig {
@@ -298,7 +300,7 @@ fn write_checkpoint(
     let gpu = session
         .gpu_snapshot()
         .unwrap_or_else(|| GpuReport::unavailable(""));
-    let snapshot = meta.live(session.sampler_stats(), &gpu);
+    let snapshot = meta.live(session.sampler_stats(), &gpu, &session.memory_snapshot());
     match recorder.checkpoint(&snapshot) {
         Ok(_) if asked => eprintln!("stackscope: checkpoint written to {}", out_dir.display()),
         Ok(_) => {}
@@ -454,7 +456,7 @@ impl MetaSource {
     }
 
     /// The recording so far, while it runs.
-    fn live(&self, stats: &SamplerStats, gpu: &GpuReport) -> RecordingMeta {
+    fn live(&self, stats: &SamplerStats, gpu: &GpuReport, memory: &MemoryReport) -> RecordingMeta {
         let ticks = stats.ticks.load(Ordering::Relaxed);
         let skipped = stats.skipped_ticks.load(Ordering::Relaxed);
         let stopped = stats.stopped_ticks.load(Ordering::Relaxed);
@@ -466,7 +468,7 @@ impl MetaSource {
                 reader
             },
             ticks,
-            dropped: stats.dropped.load(Ordering::Relaxed) + gpu.dropped,
+            dropped: stats.dropped.load(Ordering::Relaxed) + gpu.dropped + memory.dropped,
             late_ticks: stats.late_ticks.load(Ordering::Relaxed),
             max_lateness_ms: stats.max_lateness_ns.load(Ordering::Relaxed) as f64 / 1e6,
             gpu_devices: gpu.devices.clone(),
@@ -474,6 +476,7 @@ impl MetaSource {
             notices: sampler_notices(ticks, skipped, stopped, None)
                 .into_iter()
                 .chain(gpu.notices.iter().cloned())
+                .chain(memory.notices.iter().cloned())
                 .collect(),
             ..self.base()
         }
@@ -483,6 +486,7 @@ impl MetaSource {
         &mut self,
         report: &SamplerReport,
         gpu: GpuReport,
+        memory: MemoryReport,
         target_exited: bool,
         exit_status: Option<CommandExit>,
     ) -> RecordingMeta {
@@ -502,6 +506,7 @@ impl MetaSource {
             }
         }
         notices.extend(gpu.notices);
+        notices.extend(memory.notices);
         RecordingMeta {
             reader: if report.reader.is_empty() {
                 self.reader.clone()
@@ -509,7 +514,7 @@ impl MetaSource {
                 report.reader.clone()
             },
             ticks: report.ticks,
-            dropped: report.dropped + gpu.dropped,
+            dropped: report.dropped + gpu.dropped + memory.dropped,
             late_ticks: report.late_ticks,
             max_lateness_ms: report.max_lateness.as_secs_f64() * 1e3,
             target_exited,

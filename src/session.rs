@@ -1,6 +1,6 @@
 //! One session: the producers every command that watches a live target starts (the sampler
-//! thread, the GPU poller, the signal handlers), their one channel, their stop flag and their
-//! threads. `attach`, `record`, `top` and `watch` only consume what it hands them.
+//! thread, the GPU poller, the memory poller, the signal handlers), their one channel, their
+//! stop flag and their threads. `attach`, `record`, `top` and `watch` only consume what it hands them.
 //!
 //! Producers hand over batches ([`stackscope_sampler::batch`]), never block, and count what a
 //! full channel refuses. The consumer waits in [`Session::wait`] on the data, the signals and
@@ -22,11 +22,13 @@ use stackscope_sampler::{Root, Sampler, SamplerConfig, SamplerReport, SamplerSta
 
 use crate::config::GpuSettings;
 use crate::gpu::{GpuHandle, GpuReport};
+use crate::memory::{MemoryHandle, MemoryReport};
 use crate::signals::{Request, Signals};
 
 /// Batches the channel holds: the sampler sends four to sixteen a second (every 250 ms or
-/// 64 samples), the GPU poller one per poll, so this is well over a minute of either; the
-/// producers never wait while the consumer writes a checkpoint or draws.
+/// 64 samples), the GPU poller one per poll, the memory poller two a second, so this is well
+/// over a minute of all three; the producers never wait while the consumer writes a checkpoint
+/// or draws.
 pub const CHANNEL_CAPACITY: usize = 1024;
 
 /// Where a session's GPU readings come from.
@@ -39,10 +41,12 @@ pub enum GpuSource {
 
 /// What to start.
 pub struct Producers<'a> {
-    /// The process the GPU side follows (with its descendants).
+    /// The process the GPU and memory sides follow (with its descendants).
     pub pid: u32,
     pub gpu: &'a GpuSettings,
     pub gpu_source: GpuSource,
+    /// `--memory-rate`: memory readings per second; 0 is off.
+    pub memory_rate_hz: f64,
     /// The sampler and what it reads; `None` for a consumer that reads stacks itself
     /// (`watch`, at its own low rate).
     pub sampler: Option<(Root, SamplerConfig)>,
@@ -68,6 +72,7 @@ pub struct Stopped {
     /// `None` without a sampler, or when it was stopped before.
     pub sampler: Option<SamplerReport>,
     pub gpu: GpuReport,
+    pub memory: MemoryReport,
 }
 
 pub struct Session {
@@ -80,11 +85,12 @@ pub struct Session {
     sampler_stats: Arc<SamplerStats>,
     gpu: Option<GpuHandle>,
     gpu_enabled: bool,
+    memory: Option<MemoryHandle>,
 }
 
 impl Session {
-    /// Starts the GPU side, then the sampler. `signals` are installed by the caller before
-    /// anything else, so that Ctrl-C during a slow attach is answered too.
+    /// Starts the GPU and memory sides, then the sampler. `signals` are installed by the
+    /// caller before anything else, so that Ctrl-C during a slow attach is answered too.
     pub fn start(signals: Signals, producers: Producers<'_>) -> anyhow::Result<Session> {
         let (sender, batches) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
         let stop = Arc::new(AtomicBool::new(false));
@@ -97,6 +103,12 @@ impl Session {
             }
         };
         let gpu_enabled = gpu.is_enabled();
+        let memory = MemoryHandle::start(
+            producers.memory_rate_hz,
+            producers.pid,
+            sender.clone(),
+            stop.clone(),
+        );
         let mut session = Session {
             signals,
             batches,
@@ -106,6 +118,7 @@ impl Session {
             sampler_stats: Arc::new(SamplerStats::default()),
             gpu: Some(gpu),
             gpu_enabled,
+            memory: Some(memory),
         };
         if let Some((root, config)) = producers.sampler {
             let sampler = Sampler::spawn(root, config, sender, stop)
@@ -176,6 +189,14 @@ impl Session {
         self.gpu.as_ref().map(GpuHandle::snapshot)
     }
 
+    /// What the memory side knows so far (its drops and notices).
+    pub fn memory_snapshot(&self) -> MemoryReport {
+        self.memory
+            .as_ref()
+            .map(MemoryHandle::snapshot)
+            .unwrap_or_default()
+    }
+
     pub fn signals(&self) -> &Signals {
         &self.signals
     }
@@ -189,13 +210,22 @@ impl Session {
             Some(gpu) => gpu.join(),
             None => GpuReport::unavailable("the GPU side was stopped"),
         };
-        Stopped { sampler, gpu }
+        let memory = self
+            .memory
+            .take()
+            .map(MemoryHandle::join)
+            .unwrap_or_default();
+        Stopped {
+            sampler,
+            gpu,
+            memory,
+        }
     }
 
     /// Whether the producers are still running.
     #[cfg(test)]
     fn running(&self) -> bool {
-        self.sampler.is_some() || self.gpu.is_some()
+        self.sampler.is_some() || self.gpu.is_some() || self.memory.is_some()
     }
 }
 
@@ -207,6 +237,9 @@ impl Drop for Session {
         }
         if let Some(gpu) = self.gpu.take() {
             gpu.join();
+        }
+        if let Some(memory) = self.memory.take() {
+            memory.join();
         }
     }
 }

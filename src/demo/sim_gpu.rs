@@ -12,12 +12,12 @@
 //! report.html looks for), and a notice in the summary.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use stackscope_event::producer::{FirstPoll, Flow, Producer, Schedule, Tick};
 use stackscope_event::{Batch, Event, GpuSample, Timestamp};
 
 pub const DEVICE_NAME: &str = "simulated GPU (stackscope demo)";
@@ -31,9 +31,9 @@ const IDLE_UTILIZATION: f32 = 3.0;
 const BUSY_UTILIZATION: f32 = 97.0;
 const MEMORY_TOTAL: u64 = 16 << 30;
 
+/// The simulator on the shared producer's thread ([`stackscope_event::producer`]).
 pub struct SimulatedGpu {
-    thread: JoinHandle<()>,
-    dropped: Arc<AtomicU64>,
+    producer: Producer,
 }
 
 impl SimulatedGpu {
@@ -42,22 +42,30 @@ impl SimulatedGpu {
         sender: Sender<Batch>,
         stop: Arc<AtomicBool>,
     ) -> std::io::Result<SimulatedGpu> {
-        let dropped = Arc::new(AtomicU64::new(0));
-        let counter = dropped.clone();
-        let thread = std::thread::Builder::new()
-            .name("stackscope-simulated-gpu".into())
-            .spawn(move || run(&phase_file, &sender, &stop, &counter))?;
-        Ok(SimulatedGpu { thread, dropped })
+        let schedule = Schedule::every(READ_EVERY, FirstPoll::AfterInterval);
+        let producer = Producer::spawn(
+            "stackscope-simulated-gpu",
+            schedule,
+            sender,
+            stop,
+            move |ticker| {
+                let mut phases = Phases::new(phase_file);
+                ticker.run(|tick| {
+                    phases.read(tick);
+                    Flow::Continue
+                });
+            },
+        )?;
+        Ok(SimulatedGpu { producer })
     }
 
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.producer.dropped()
     }
 
     pub fn join(self) -> u64 {
         // A panic in the simulator loses its readings, nothing else.
-        let _ = self.thread.join();
-        self.dropped.load(Ordering::Relaxed)
+        self.producer.join().dropped
     }
 }
 
@@ -69,26 +77,40 @@ pub fn device_info() -> stackscope_aggregate::GpuDeviceInfo {
     }
 }
 
-fn run(phase_file: &PathBuf, sender: &Sender<Batch>, stop: &AtomicBool, dropped: &AtomicU64) {
-    let mut reads = 0u32;
-    let mut busy_reads = 0u32;
-    let mut next_report = Instant::now() + REPORT_EVERY;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(READ_EVERY);
+/// The reads of the phase file since the last reading sent.
+struct Phases {
+    phase_file: PathBuf,
+    reads: u32,
+    busy_reads: u32,
+    next_report: Instant,
+}
+
+impl Phases {
+    fn new(phase_file: PathBuf) -> Phases {
+        Phases {
+            phase_file,
+            reads: 0,
+            busy_reads: 0,
+            next_report: Instant::now() + REPORT_EVERY,
+        }
+    }
+
+    /// Reads the phase once; every [`REPORT_EVERY`], puts one reading in the tick's batch.
+    fn read(&mut self, tick: &mut Tick<'_>) {
         // No file yet (the loop has not started): nothing runs on the "GPU".
-        let busy = std::fs::read_to_string(phase_file)
+        let busy = std::fs::read_to_string(&self.phase_file)
             .map(|text| text.trim() == "100")
             .unwrap_or(false);
-        reads += 1;
-        busy_reads += u32::from(busy);
-        if Instant::now() < next_report {
-            continue;
+        self.reads += 1;
+        self.busy_reads += u32::from(busy);
+        if Instant::now() < self.next_report {
+            return;
         }
-        next_report += REPORT_EVERY;
-        let share = busy_reads as f32 / reads.max(1) as f32;
+        self.next_report += REPORT_EVERY;
+        let share = self.busy_reads as f32 / self.reads.max(1) as f32;
         let utilization = IDLE_UTILIZATION + share * (BUSY_UTILIZATION - IDLE_UTILIZATION);
-        reads = 0;
-        busy_reads = 0;
+        self.reads = 0;
+        self.busy_reads = 0;
         let sample = GpuSample {
             time: Timestamp::now(),
             device: 0,
@@ -98,8 +120,6 @@ fn run(phase_file: &PathBuf, sender: &Sender<Batch>, stop: &AtomicBool, dropped:
             power_watts: Some(60.0 + 2.4 * utilization),
             ..GpuSample::default()
         };
-        if sender.try_send(vec![Event::Gpu(sample)]).is_err() {
-            dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        tick.batch.push(Event::Gpu(sample));
     }
 }

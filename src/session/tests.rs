@@ -72,6 +72,7 @@ fn start(target: &Target, rate_hz: f64) -> Session {
             pid,
             gpu: &gpu,
             gpu_source: GpuSource::Nvml,
+            memory_rate_hz: stackscope_memory::DEFAULT_RATE_HZ,
             sampler: Some((
                 root,
                 SamplerConfig {
@@ -162,4 +163,35 @@ fn stopping_hands_over_every_sample_sent_in_batches() {
         batches * 4 <= received,
         "{batches} batches for {received} samples"
     );
+}
+
+#[test]
+fn the_memory_side_reads_the_target_beside_the_sampler() {
+    let target = python_target();
+    let pid = target.child.id();
+    let mut session = start(&target, 100.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut readings = 0;
+    let mut with_rollup = 0;
+    while readings < 3 {
+        match session.wait(Some(deadline)) {
+            Wake::Batch(batch) => {
+                for event in &batch {
+                    if let Event::Memory(m) = event {
+                        assert_eq!(m.pid, pid);
+                        assert!(m.rss_bytes > 0);
+                        readings += 1;
+                        with_rollup += usize::from(m.private_bytes.is_some());
+                    }
+                }
+            }
+            Wake::Deadline => panic!("only {readings} memory readings within 30 s"),
+            _ => {}
+        }
+    }
+    // The first reading of a process has its smaps_rollup.
+    assert!(with_rollup >= 1);
+    let stopped = session.stop();
+    assert_eq!(stopped.memory.dropped, 0);
+    assert!(!session.running());
 }

@@ -7,6 +7,7 @@
 
 mod format;
 mod idle_code;
+mod memory;
 mod plain;
 mod tui;
 mod view;
@@ -90,6 +91,7 @@ impl Live {
                 pid: status.pid,
                 gpu: &config.gpu,
                 gpu_source: GpuSource::Nvml,
+                memory_rate_hz: config.memory_rate_hz,
                 sampler: Some((
                     target,
                     SamplerConfig {
@@ -185,7 +187,8 @@ impl Live {
         self.status.processes = stats.processes.load(Ordering::Relaxed).max(1);
         self.status.target_stopped = stats.stopped_now.load(Ordering::Relaxed);
         self.status.all_secs = self.all_started.elapsed().as_secs_f64();
-        let mut dropped = stats.dropped.load(Ordering::Relaxed);
+        let mut dropped =
+            stats.dropped.load(Ordering::Relaxed) + self.session.memory_snapshot().dropped;
         if let Some(report) = self.session.gpu_snapshot() {
             dropped += report.dropped;
             self.status.gpu_unavailable = report.unavailable;

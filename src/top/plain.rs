@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use super::format::{self, location, Columns, Status, PERCENT_WIDTH};
+use super::memory;
 use super::Live;
 use crate::session::Wake;
 use crate::signals::Request;
@@ -13,7 +14,7 @@ use stackscope_aggregate::top::{SortKey, TopModel, ViewOptions};
 const ROWS: usize = 20;
 /// Rows of the final table.
 const FINAL_ROWS: usize = 40;
-/// Width the GPU lines are laid out for.
+/// Width the GPU lines and the processes' memory lines are laid out for.
 const GPU_WIDTH: usize = 120;
 
 pub fn run(mut session: Live, include_idle: bool) -> anyhow::Result<()> {
@@ -82,6 +83,9 @@ pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: us
     for gpu in model.gpu_lines() {
         line(&format::gpu_text(&gpu, GPU_WIDTH));
     }
+    for text in format::pack(&memory::memory_fields(&model.memory_lines()), GPU_WIDTH) {
+        line(&text);
+    }
     if let Some(why) = &status.gpu_unavailable {
         line(&format!("GPU: {why}"));
     }
@@ -120,4 +124,54 @@ pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: us
     }
     out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::{Event, GpuSample, MemorySample, ProcessGpuMemory, Timestamp};
+
+    #[test]
+    fn the_plain_table_shows_each_processs_memory_under_the_gpus() {
+        let mut model = TopModel::new(30.0, true);
+        for (pid, rss) in [(448, (12u64 << 30) / 10), (623, 300 << 20)] {
+            model.handle(Event::Memory(MemorySample {
+                time: Timestamp(1_000_000_000),
+                pid,
+                rss_bytes: rss,
+                ..MemorySample::default()
+            }));
+        }
+        model.handle(Event::Gpu(GpuSample {
+            time: Timestamp(1_000_000_000),
+            device: 0,
+            utilization: Some(90.0),
+            compute_pids: Some(vec![448]),
+            process_memory: vec![ProcessGpuMemory {
+                pid: 448,
+                bytes: 340 << 20,
+            }],
+            ..GpuSample::default()
+        }));
+        model.end_interval();
+        let status = Status {
+            pid: 448,
+            ..Status::default()
+        };
+        let text = table(&model, &status, &ViewOptions::default(), ROWS);
+        let lines: Vec<&str> = text.lines().collect();
+        let gpu = lines.iter().position(|l| l.starts_with("GPU0 "));
+        assert_eq!(
+            gpu.map(|at| lines[at + 1]),
+            Some("pid 448 RSS  1.2G GPU  340M · pid 623 RSS  300M GPU     -"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_plain_table_has_no_memory_line_without_readings() {
+        let model = TopModel::new(30.0, false);
+        let text = table(&model, &Status::default(), &ViewOptions::default(), ROWS);
+        assert!(!text.contains("RSS"), "{text}");
+    }
 }

@@ -10,6 +10,7 @@ use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TableRow, 
 use ratatui::Frame;
 
 use super::format::{self, location, truncate_end, truncate_start, Columns, Status, PERCENT_WIDTH};
+use super::memory;
 use stackscope_aggregate::top::{TopModel, ViewOptions};
 
 /// What one frame shows.
@@ -24,6 +25,9 @@ pub struct Screen<'a> {
 /// At most this many GPU lines, so a machine of eight GPUs still leaves room for the table at
 /// 24 lines; the rest are counted in one line.
 const MAX_GPU_LINES: usize = 8;
+/// At most this many lines of processes' memory (two or three processes a line), the rest
+/// counted in one line: a pool of 32 workers still leaves room for the table.
+const MAX_MEMORY_LINES: usize = 2;
 
 pub fn draw(frame: &mut Frame, screen: &Screen) {
     let area = frame.area();
@@ -61,6 +65,7 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
             gpus.len() - MAX_GPU_LINES
         )));
     }
+    header.extend(memory_lines(screen, width));
     if let Some(why) = &screen.status.gpu_unavailable {
         header.push(Line::from(truncate_end(&format!("GPU: {why}"), width)).dim());
     }
@@ -85,6 +90,30 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
     if screen.help {
         draw_help(frame, area);
     }
+}
+
+/// Each process's memory, packed into lines of the width; past [`MAX_MEMORY_LINES`] a count
+/// of the processes left out.
+fn memory_lines(screen: &Screen, width: usize) -> Vec<Line<'static>> {
+    let fields = memory::memory_fields(&screen.model.memory_lines());
+    let packed = format::pack(&fields, width);
+    let mut lines: Vec<Line> = packed
+        .iter()
+        .take(MAX_MEMORY_LINES)
+        .map(|text| Line::from(text.clone()))
+        .collect();
+    let shown: usize = packed
+        .iter()
+        .take(MAX_MEMORY_LINES)
+        .map(|text| text.matches(" · ").count() + 1)
+        .sum();
+    if shown < fields.len() {
+        lines.push(Line::from(format!(
+            "… and {} more processes",
+            fields.len() - shown
+        )));
+    }
+    lines
 }
 
 fn draw_table(frame: &mut Frame, area: Rect, screen: &Screen) {
@@ -245,4 +274,73 @@ fn draw_help(frame: &mut Frame, area: Rect) {
         Paragraph::new(lines).block(Block::new().borders(Borders::ALL).title(" keys ")),
         popup,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratatui::backend::TestBackend;
+    use ratatui::Terminal;
+    use stackscope_event::{Event, MemorySample, Timestamp};
+
+    /// The screen of `model` at 80x24, as lines of text.
+    fn screen_text(model: &TopModel) -> Vec<String> {
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("a test terminal");
+        let status = Status::default();
+        let options = ViewOptions::default();
+        let screen = Screen {
+            model,
+            status: &status,
+            options: &options,
+            paused: false,
+            help: false,
+        };
+        terminal.draw(|frame| draw(frame, &screen)).expect("drawn");
+        let buffer = terminal.backend().buffer();
+        (0..buffer.area.height)
+            .map(|y| {
+                (0..buffer.area.width)
+                    .map(|x| buffer[(x, y)].symbol())
+                    .collect::<String>()
+            })
+            .collect()
+    }
+
+    fn with_processes(n: u32) -> TopModel {
+        let mut model = TopModel::new(30.0, false);
+        for pid in 0..n {
+            model.handle(Event::Memory(MemorySample {
+                time: Timestamp(1),
+                pid: 1000 + pid,
+                rss_bytes: (340 << 20) + u64::from(pid),
+                ..MemorySample::default()
+            }));
+        }
+        model
+    }
+
+    #[test]
+    fn the_view_shows_each_processs_memory() {
+        let lines = screen_text(&with_processes(2));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.trim_end() == "pid 1000 RSS  340M · pid 1001 RSS  340M"),
+            "{lines:#?}"
+        );
+    }
+
+    #[test]
+    fn the_view_counts_the_processes_it_has_no_room_for() {
+        let lines = screen_text(&with_processes(9));
+        let memory = lines.iter().filter(|l| l.contains(" RSS ")).count();
+        assert_eq!(memory, MAX_MEMORY_LINES, "{lines:#?}");
+        // Three fields a line at 80 columns.
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.trim_end() == "… and 3 more processes"),
+            "{lines:#?}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! The process tree's history while `watch` follows it: when each process appeared and
 //! vanished, its role, and what ended it where that can be known (the sampler's [`EndWatch`]:
 //! the kernel's exit events, a zombie's status, the memory cgroup's OOM kills, the kernel log).
-//! The hang report's `processes_ended` and its `cause` come from here.
+//! The hang report's `processes_ended` and its `cause` come from here, and with
+//! [`Past`], each vanished process's memory.
 
 use std::collections::HashMap;
 
@@ -10,10 +11,40 @@ use stackscope_aggregate::{process_role, Vanished};
 use stackscope_event::{ProcessEnded, RankInfo, Timestamp};
 use stackscope_sampler::{procfs, EndWatch};
 
+use super::memory::MemoryHistory;
+
 /// A replacement is a process of the same parent that appeared at most this long before the
 /// vanished one was seen gone (a pool replaces its worker within its 100 ms loop; the tree is
 /// rescanned every 500 ms, and may find the new one before we see the old one gone).
 const REPLACED_WITHIN_NANOS: u64 = 2_000_000_000;
+
+/// Everything `watch` keeps of the tree's past for a report: how its processes came and went,
+/// and their memory.
+pub(crate) struct Past {
+    pub(crate) tree: TreeHistory,
+    pub(crate) memory: MemoryHistory,
+}
+
+impl Past {
+    pub(crate) fn new(root: u32) -> Past {
+        Past {
+            tree: TreeHistory::new(root),
+            memory: MemoryHistory::default(),
+        }
+    }
+
+    /// A process of the tree is followed from `now` on.
+    pub(crate) fn appeared(&mut self, pid: u32, now: Timestamp) {
+        self.tree.appeared(pid, now);
+        self.memory.appeared(pid);
+    }
+
+    /// A followed process is gone.
+    pub(crate) fn vanished(&mut self, pid: u32, now: Timestamp) {
+        self.tree.vanished(pid, now);
+        self.memory.vanished(pid);
+    }
+}
 
 pub(crate) struct TreeHistory {
     ends: EndWatch,

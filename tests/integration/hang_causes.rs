@@ -163,10 +163,10 @@ fn watch_through(pid: u32, followed: &[u32], act: impl FnOnce()) -> Report {
 }
 
 /// A `GO` file for a fixture to wait on, removed on Drop.
-struct Go(std::path::PathBuf);
+pub(crate) struct Go(std::path::PathBuf);
 
 impl Go {
-    fn new(what: &str) -> Go {
+    pub(crate) fn new(what: &str) -> Go {
         Go(std::env::temp_dir().join(format!(
             "stackscope-go-{what}-{}-{:?}",
             std::process::id(),
@@ -174,11 +174,11 @@ impl Go {
         )))
     }
 
-    fn arg(&self) -> &str {
+    pub(crate) fn arg(&self) -> &str {
         self.0.to_str().expect("utf-8 temp path")
     }
 
-    fn go(&self) {
+    pub(crate) fn go(&self) {
         fs::write(&self.0, "go").expect("write GO");
     }
 }
@@ -254,14 +254,14 @@ fn a_pool_worker_that_raises_and_exits_1_is_named_in_the_hang_report() {
 }
 
 /// A memory cgroup made for one test (v1 here, else v2), removed on Drop.
-struct MemoryCgroup {
+pub(crate) struct MemoryCgroup {
     dir: std::path::PathBuf,
 }
 
 impl MemoryCgroup {
     /// A group limited to `limit` bytes; `None` (said in one line) where neither hierarchy
     /// lets us make one.
-    fn limited(limit: u64) -> Option<MemoryCgroup> {
+    pub(crate) fn limited(limit: u64) -> Option<MemoryCgroup> {
         let name = format!("stackscope-test-{}", std::process::id());
         let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
         let v2 = std::path::Path::new("/sys/fs/cgroup");
@@ -288,7 +288,7 @@ impl MemoryCgroup {
     }
 
     /// Moves `pid` and its descendants into the group.
-    fn add_tree(&self, pid: u32) {
+    pub(crate) fn add_tree(&self, pid: u32) {
         let mut all = vec![pid];
         let mut i = 0;
         while i < all.len() {

@@ -10,8 +10,6 @@ use crate::ffi::{self, Memory, MemoryV2, NvmlDevice, NvmlReturn, ProcessInfo, Ut
 use crate::script::Call;
 use crate::state::{self, with_device};
 
-const MIB: u64 = 1024 * 1024;
-
 /// Writes `value` through `ptr`, or INVALID_ARGUMENT for a null pointer.
 ///
 /// # Safety
@@ -219,10 +217,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
-fn memory_of(dev: &crate::state::FakeDevice) -> (u64, u64) {
-    let total = dev.script.memory_total_mib * MIB;
-    let used = (dev.script.memory_used_mib * MIB).min(total);
-    (total, used)
+/// Total and used memory now (used climbs where the script says so).
+fn memory_of(shared: &crate::state::Shared, dev: &crate::state::FakeDevice) -> (u64, u64) {
+    dev.script.memory_at(shared.started.elapsed())
 }
 
 #[no_mangle]
@@ -230,8 +227,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: NvmlDevice,
     memory: *mut Memory,
 ) -> NvmlReturn {
-    with_device(device, Some(Call::Memory), |_, dev| {
-        let (total, used) = memory_of(dev);
+    with_device(device, Some(Call::Memory), |shared, dev| {
+        let (total, used) = memory_of(shared, dev);
         let value = Memory {
             total,
             free: total - used,
@@ -247,13 +244,13 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: NvmlDevice,
     memory: *mut MemoryV2,
 ) -> NvmlReturn {
-    with_device(device, Some(Call::Memory), |_, dev| {
+    with_device(device, Some(Call::Memory), |shared, dev| {
         if memory.is_null() {
             return ffi::ERROR_INVALID_ARGUMENT;
         }
         // SAFETY: non-null, and a valid struct per nvml.h; the caller set its version field.
         let version = unsafe { (*memory).version };
-        let (total, used) = memory_of(dev);
+        let (total, used) = memory_of(shared, dev);
         let value = MemoryV2 {
             version,
             total,
@@ -276,14 +273,14 @@ unsafe fn running_processes(
     infos: *mut ProcessInfo,
     graphics: bool,
 ) -> NvmlReturn {
-    with_device(device, Some(Call::Processes), |_, dev| {
+    with_device(device, Some(Call::Processes), |shared, dev| {
         let list = if graphics {
             &dev.script.graphics_processes
         } else {
             &dev.script.processes
         };
         let pids = list.pids();
-        let (_, used) = memory_of(dev);
+        let (_, used) = memory_of(shared, dev);
         let share = used / (pids.len().max(1) as u64);
         let items: Vec<ProcessInfo> = pids
             .into_iter()

@@ -33,6 +33,8 @@
 //!       "uuid": "GPU-fake-0",         // default "GPU-fake-<index>"
 //!       "memory_total_mib": 81920,    // default 81920
 //!       "memory_used_mib": 1000,      // default 1000
+//!       "memory_used_mib_per_s": 0,   // used memory climbs at this rate since init (capped
+//!                                     // at the total); default 0
 //!       "utilization": PATTERN,       // default 0
 //!       "memory_utilization": PATTERN,// default 0
 //!       "power_w": 250.0,             // default 250 (reported in mW)
@@ -71,6 +73,9 @@
 //! - PIDS: a list `[123, 456]`, or `{"file": "/path"}`: pids separated by whitespace or commas,
 //!   re-read on every call (missing file: none), so a test can make its target "open a CUDA
 //!   context" late.
+//! - The running-process calls give each listed pid an even share of the used memory
+//!   (`usedGpuMemory`): with `memory_used_mib_per_s`, the one process listed on a device is a
+//!   process whose GPU memory climbs.
 //! - CALL: `samples`, `utilization_rates`, `memory`, `power`, `clock`, `throttle`, `processes`,
 //!   `process_utilization`, `gpm` (the GPM support query and `nvmlGpmSampleGet`).
 //!

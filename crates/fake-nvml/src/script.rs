@@ -5,6 +5,7 @@
 //! loudly at init instead of silently using a default.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -43,6 +44,10 @@ pub struct DeviceScript {
     pub memory_total_mib: u64,
     #[serde(default = "default_memory_used_mib")]
     pub memory_used_mib: u64,
+    /// Used memory climbs from `memory_used_mib` by this many MiB a second since init, capped
+    /// at the total: with one compute process listed, that process's GPU memory climbs.
+    #[serde(default)]
+    pub memory_used_mib_per_s: f64,
     #[serde(default)]
     pub utilization: Pattern,
     #[serde(default)]
@@ -215,6 +220,17 @@ impl Script {
 }
 
 impl DeviceScript {
+    /// Total and used memory in bytes, `elapsed` after init: used climbs at
+    /// `memory_used_mib_per_s` (a negative rate is read as none), never above the total.
+    pub fn memory_at(&self, elapsed: Duration) -> (u64, u64) {
+        const MIB: f64 = 1024.0 * 1024.0;
+        let total = self.memory_total_mib.saturating_mul(1 << 20);
+        let climbed = self.memory_used_mib_per_s.max(0.0) * elapsed.as_secs_f64() * MIB;
+        let used = self.memory_used_mib.saturating_mul(1 << 20) as f64 + climbed;
+        // `as` saturates a float beyond u64's range.
+        (total, (used as u64).min(total))
+    }
+
     pub fn name(&self, index: usize) -> String {
         self.name
             .clone()
@@ -249,6 +265,7 @@ fn default_devices() -> Vec<DeviceScript> {
         uuid: None,
         memory_total_mib: default_memory_total_mib(),
         memory_used_mib: default_memory_used_mib(),
+        memory_used_mib_per_s: 0.0,
         utilization: Pattern::default(),
         memory_utilization: Pattern::default(),
         power_w: default_power_w(),
@@ -343,6 +360,26 @@ mod tests {
         assert!(script.devices[1].gpm.is_none());
         assert_eq!(script.unsupported, vec![Call::Gpm]);
         assert!(Script::parse(r#"{"devices": [{"gpm": {"sm_activ": 1}}]}"#).is_err());
+    }
+
+    #[test]
+    fn used_memory_climbs_at_its_rate_up_to_the_total() {
+        let script = Script::parse(
+            r#"{ "devices": [ { "memory_total_mib": 100, "memory_used_mib": 10,
+                   "memory_used_mib_per_s": 20 }, { "memory_used_mib": 10 } ] }"#,
+        )
+        .expect("parses");
+        const MIB: u64 = 1 << 20;
+        let climbing = &script.devices[0];
+        assert_eq!(climbing.memory_at(Duration::ZERO), (100 * MIB, 10 * MIB));
+        assert_eq!(
+            climbing.memory_at(Duration::from_secs(2)),
+            (100 * MIB, 50 * MIB)
+        );
+        assert_eq!(climbing.memory_at(Duration::from_millis(500)).1, 20 * MIB);
+        assert_eq!(climbing.memory_at(Duration::from_secs(60)).1, 100 * MIB);
+        let flat = &script.devices[1];
+        assert_eq!(flat.memory_at(Duration::from_secs(60)).1, 10 * MIB);
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub use gpu::{
     is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,
     DEFAULT_IDLE_BELOW, HOLD_LIMIT_NANOS, MAX_PENDING, REACH_NANOS, SM_LOW_SHARE,
 };
+pub use jobs::place_in;
 pub use jobs::{
     command_key, find_stragglers, frame_key, function_of, group_threads, hang_cause, headline,
     helper_by_command_line, helper_kind, in_reading_order, is_hung, is_main_thread, is_spin_wait,
@@ -62,8 +63,8 @@ pub use jobs::{
     STUCK_TAIL_SECS, STUCK_TAIL_SHARE,
 };
 pub use memory::{
-    CgroupMemory, CgroupPoint, MemoryFinding, MemoryFindingKind, MemoryPoint, MemorySummary,
-    ProcessMemory,
+    growth_rate, rate_text as memory_rate_text, size_text as memory_size_text, CgroupMemory,
+    CgroupPoint, MemoryFinding, MemoryFindingKind, MemoryPoint, MemorySummary, ProcessMemory,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

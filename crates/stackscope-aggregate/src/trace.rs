@@ -14,7 +14,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use stackscope_event::{Event, Frame, GpuSample, ProcessEventKind, StackSample, Timestamp};
+use stackscope_event::{
+    CgroupSample, Event, Frame, GpuSample, MemorySample, ProcessEventKind, StackSample, Timestamp,
+};
 
 use crate::fold::AggregateConfig;
 use crate::gpu::{GpuTag, GpuTagger};
@@ -79,7 +81,8 @@ struct Pending {
     name: u32,
 }
 
-/// Kept stack samples in time order per thread, with their GPU state, and every GPU reading.
+/// Kept stack samples in time order per thread, with their GPU state, and every GPU, memory
+/// and cgroup reading.
 #[derive(Debug)]
 pub struct SampleTrace {
     config: AggregateConfig,
@@ -97,8 +100,8 @@ pub struct SampleTrace {
     ranks: BTreeMap<u32, u32>,
     gpu: Vec<GpuSample>,
     /// Every memory reading, for the exports' counter tracks.
-    memory: Vec<stackscope_event::MemorySample>,
-    cgroup: Vec<stackscope_event::CgroupSample>,
+    memory: Vec<MemorySample>,
+    cgroup: Vec<CgroupSample>,
     samples: u64,
     first: Option<Timestamp>,
     last: Option<Timestamp>,
@@ -359,6 +362,16 @@ impl SampleTrace {
     /// Every GPU reading taken, in the order received.
     pub fn gpu_readings(&self) -> &[GpuSample] {
         &self.gpu
+    }
+
+    /// Every reading of a process's memory, in the order received.
+    pub fn memory_readings(&self) -> &[MemorySample] {
+        &self.memory
+    }
+
+    /// Every reading of the job's memory cgroup, in the order received.
+    pub fn cgroup_readings(&self) -> &[CgroupSample] {
+        &self.cgroup
     }
 }
 

@@ -1,7 +1,8 @@
 //! The types that travel on stackscope's sample channel.
 //!
-//! Producers (the stack sampler, the GPU poller) turn what they read into these plain values and
-//! `try_send` them to the aggregator. Everything carries a [`Timestamp`] on one clock,
+//! Producers (the stack sampler, the GPU poller, the memory poller) turn what they read into
+//! these plain values and `try_send` them to the aggregator; the periodic ones share one shape,
+//! [`producer::Producer`]. Everything carries a [`Timestamp`] on one clock,
 //! CLOCK_MONOTONIC, so a stack sample and a GPU sample can be compared directly.
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ mod ending;
 mod last_stacks;
 mod memory;
 mod origin;
+pub mod producer;
 mod rank;
 mod snapshot;
 
@@ -56,7 +58,7 @@ impl Event {
 }
 
 /// What a producer hands over at once: the events of several samples (the sampler sends what
-/// it read every 100 ms or 64 samples, the GPU poller one poll's readings), so that the
+/// it read every 250 ms or 64 samples, the GPU poller one poll's readings), so that the
 /// consumer wakes once per batch, not once per sample.
 pub type Batch = Vec<Event>;
 
@@ -235,4 +237,9 @@ pub struct GpuSample {
     /// target's are; `None` where the driver cannot list them (and in older logs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_pids: Option<Vec<u32>>,
+    /// The GPU memory of each process NVML lists with a compute context on the device
+    /// (`usedGpuMemory`, read with [`GpuSample::compute_pids`]), one entry per pid; empty where
+    /// the driver does not say (and in older logs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub process_memory: Vec<ProcessGpuMemory>,
 }

@@ -2,10 +2,10 @@
 //! into [`GpuSample`]s on the recording's clock.
 
 use nvml_wrapper::enum_wrappers::device::{Clock, Sampling};
-use nvml_wrapper::enums::device::SampleValue;
-use nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample;
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::Device;
-use stackscope_event::{GpuSample, Timestamp};
+use stackscope_event::{GpuSample, ProcessGpuMemory, Timestamp};
 
 use crate::clock::ClockOffset;
 use crate::devices::GpuDeviceInfo;
@@ -75,7 +75,7 @@ impl DeviceState {
         let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
         let process_utilization =
             self.process_utilization(device, target_pids, driver_sampled, notices);
-        let compute_pids = self.compute_pids(device, notices);
+        let (compute_pids, process_memory) = self.compute_processes(device, notices);
 
         if samples.is_empty() {
             samples.push(GpuSample {
@@ -94,6 +94,7 @@ impl DeviceState {
             newest.throttle_reasons = point.throttle_reasons;
             newest.process_utilization = process_utilization;
             newest.compute_pids = compute_pids;
+            newest.process_memory = process_memory;
             newest.sm_active = gpm_values.sm_active;
             newest.sm_occupancy = gpm_values.sm_occupancy;
             newest.tensor_active = gpm_values.tensor_active;
@@ -213,8 +214,13 @@ impl DeviceState {
 
 impl DeviceState {
     /// The pids NVML lists with a compute context on the device now (the processes that drive
-    /// it: the roles look for the trainer among them); `None` when the driver cannot list them.
-    fn compute_pids(&mut self, device: &Device<'_>, notices: &mut Vec<String>) -> Option<Vec<u32>> {
+    /// it: the roles look for the trainer among them), `None` when the driver cannot list them;
+    /// and, from the same list, each one's GPU memory.
+    fn compute_processes(
+        &mut self,
+        device: &Device<'_>,
+        notices: &mut Vec<String>,
+    ) -> (Option<Vec<u32>>, Vec<ProcessGpuMemory>) {
         match self.metrics.read(Metric::ComputeProcesses, notices, || {
             device.running_compute_processes()
         }) {
@@ -222,13 +228,35 @@ impl DeviceState {
                 let mut pids: Vec<u32> = list.iter().map(|p| p.pid).collect();
                 pids.sort_unstable();
                 pids.dedup();
-                Some(pids)
+                (Some(pids), process_memory(&list))
             }
             // Nothing listed is an answer: no process holds a context now.
-            Reading::NoData => Some(Vec::new()),
-            Reading::Unavailable => None,
+            Reading::NoData => (Some(Vec::new()), Vec::new()),
+            Reading::Unavailable => (None, Vec::new()),
         }
     }
+}
+
+/// Each listed process's GPU memory, by pid: a process with several contexts on the device (one
+/// per MIG compute instance) is listed once per context, and its memory is their sum. An entry
+/// the driver gives no figure for (under WDDM, or without the rights to see other users'
+/// processes) is left out rather than read as zero.
+fn process_memory(list: &[ProcessInfo]) -> Vec<ProcessGpuMemory> {
+    let mut out: Vec<ProcessGpuMemory> = Vec::new();
+    for process in list {
+        let UsedGpuMemory::Used(bytes) = process.used_gpu_memory else {
+            continue;
+        };
+        match out.iter_mut().find(|p| p.pid == process.pid) {
+            Some(entry) => entry.bytes = entry.bytes.saturating_add(bytes),
+            None => out.push(ProcessGpuMemory {
+                pid: process.pid,
+                bytes,
+            }),
+        }
+    }
+    out.sort_unstable_by_key(|p| p.pid);
+    out
 }
 
 /// A ring sample's value as a percentage, whatever type the driver chose for it.
@@ -281,6 +309,31 @@ mod tests {
         assert_eq!(target_share(&list, &[10, 11]), 60.0);
         assert_eq!(target_share(&list, &[12]), 0.0);
         assert_eq!(target_share(&list, &[10, 11, 99]), 100.0);
+    }
+
+    fn process(pid: u32, used: UsedGpuMemory) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            used_gpu_memory: used,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        }
+    }
+
+    #[test]
+    fn process_memory_sums_a_pid_and_skips_unknown_figures() {
+        let list = [
+            process(20, UsedGpuMemory::Used(300)),
+            process(10, UsedGpuMemory::Used(100)),
+            process(20, UsedGpuMemory::Used(50)),
+            process(30, UsedGpuMemory::Unavailable),
+        ];
+        let memory: Vec<(u32, u64)> = process_memory(&list)
+            .iter()
+            .map(|p| (p.pid, p.bytes))
+            .collect();
+        assert_eq!(memory, vec![(10, 100), (20, 350)]);
+        assert!(process_memory(&[]).is_empty());
     }
 
     #[test]

@@ -1,16 +1,18 @@
 //! The poller thread: opens NVML, picks the devices, and polls them at a fixed interval until
-//! told to stop, sending every reading to the aggregator without ever blocking.
+//! told to stop, sending every reading to the aggregator without ever blocking. The thread,
+//! its schedule, the hand-over and the drop count are the shared producer's
+//! ([`stackscope_event::producer`]); what is here is what a poll reads.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::Sender;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use serde::Serialize;
+use stackscope_event::producer::{FirstPoll, Flow, Producer, Schedule, Ticker};
 use stackscope_event::{Batch, Event, Timestamp};
 
 use crate::clock::ClockOffset;
@@ -24,9 +26,6 @@ use crate::poll::DeviceState;
 /// The target's pids (the process and its descendants), asked again whenever needed.
 pub type TargetPids = Arc<dyn Fn() -> Vec<u32> + Send + Sync>;
 
-/// The longest the thread sleeps without looking at the stop flag once its handle is gone.
-const STOP_CHECK: Duration = Duration::from_millis(20);
-
 /// The handle of a running poller.
 ///
 /// Stopping is the caller's: set the `stop` flag given to [`GpuPoller::start`], then
@@ -35,10 +34,11 @@ const STOP_CHECK: Duration = Duration::from_millis(20);
 /// leaves the thread running until the flag is set.
 pub struct GpuPoller {
     devices: Vec<GpuDeviceInfo>,
-    shared: Arc<Shared>,
-    thread: JoinHandle<()>,
-    /// Dropped by [`GpuPoller::join`]: wakes the thread from its wait between polls at once.
-    wake: Sender<()>,
+    /// The devices polled now, which the thread changes in `Auto`.
+    current: Arc<Mutex<Vec<GpuDeviceInfo>>>,
+    /// What choosing the devices had to say, before the thread's own notices.
+    start_notices: Vec<String>,
+    producer: Producer,
 }
 
 /// What the poller reports when it ends.
@@ -52,15 +52,6 @@ pub struct PollerReport {
     pub notices: Vec<String>,
     /// Polls made (each reads every polled device once).
     pub polls: u64,
-}
-
-/// State the thread updates and the handle reads.
-#[derive(Default)]
-struct Shared {
-    dropped: AtomicU64,
-    polls: AtomicU64,
-    notices: Mutex<Vec<String>>,
-    current: Mutex<Vec<GpuDeviceInfo>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -117,33 +108,28 @@ impl GpuPoller {
         }
         let devices = infos(&states, &polled);
 
-        let shared = Arc::new(Shared::default());
-        lock(&shared.notices).extend(notices);
-        *lock(&shared.current) = devices.clone();
-        let (wake, wake_receiver) = crossbeam_channel::bounded(0);
+        let current = Arc::new(Mutex::new(devices.clone()));
         let worker = Worker {
             auto: config.selection == GpuSelection::Auto,
             pids_match: config.unmatched_pids.is_none() || !with_target.is_empty(),
-            poll_interval: config.poll_interval.max(Duration::from_millis(1)),
             remap_interval: config.remap_interval,
             clock,
             states,
             polled,
             target_pids,
-            sender,
-            stop,
-            wake: wake_receiver,
-            shared: Arc::clone(&shared),
+            current: Arc::clone(&current),
         };
-        let thread = std::thread::Builder::new()
-            .name("stackscope-gpu".into())
-            .spawn(move || worker.run(nvml))
-            .map_err(GpuError::Spawn)?;
+        // The driver's ring covers the time since the previous poll: nothing to read at once.
+        let schedule = Schedule::every(config.poll_interval, FirstPoll::AfterInterval);
+        let producer = Producer::spawn("stackscope-gpu", schedule, sender, stop, move |ticker| {
+            worker.run(nvml, &ticker)
+        })
+        .map_err(GpuError::Spawn)?;
         Ok(GpuPoller {
             devices,
-            shared,
-            thread,
-            wake,
+            current,
+            start_notices: notices,
+            producer,
         })
     }
 
@@ -154,43 +140,45 @@ impl GpuPoller {
 
     /// The devices polled now (differs from [`GpuPoller::devices`] once `Auto` narrowed).
     pub fn current_devices(&self) -> Vec<GpuDeviceInfo> {
-        lock(&self.shared.current).clone()
+        lock(&self.current).clone()
     }
 
     /// Readings the channel refused so far.
     pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
+        self.producer.dropped()
     }
 
     /// The notices so far, oldest first.
     pub fn notices(&self) -> Vec<String> {
-        lock(&self.shared.notices).clone()
+        let mut notices = self.start_notices.clone();
+        notices.extend(self.producer.notices());
+        notices
     }
 
     /// Polls made so far.
     pub fn polls(&self) -> u64 {
-        self.shared.polls.load(Ordering::Relaxed)
+        self.producer.polls()
     }
 
     /// Waits for the thread (after the caller set `stop`) and reports.
     pub fn join(self) -> PollerReport {
         let GpuPoller {
-            shared,
-            thread,
-            wake,
+            current,
+            mut start_notices,
+            producer,
             ..
         } = self;
-        drop(wake);
-        if thread.join().is_err() {
-            lock(&shared.notices).push("the GPU poller thread failed; GPU data ends early".into());
+        let report = producer.join();
+        start_notices.extend(report.notices);
+        if report.panicked {
+            start_notices.push("the GPU poller thread failed; GPU data ends early".into());
         }
-        let devices = lock(&shared.current).clone();
-        let notices = lock(&shared.notices).clone();
+        let devices = lock(&current).clone();
         PollerReport {
             devices,
-            dropped: shared.dropped.load(Ordering::Relaxed),
-            notices,
-            polls: shared.polls.load(Ordering::Relaxed),
+            dropped: report.dropped,
+            notices: start_notices,
+            polls: report.polls,
         }
     }
 }
@@ -289,50 +277,34 @@ struct Worker {
     /// Whether NVML lists the target under the pids we know it by: false while stackscope,
     /// in a PID namespace of its own, has found the target on no device yet.
     pids_match: bool,
-    poll_interval: Duration,
     remap_interval: Duration,
     clock: ClockOffset,
     states: Vec<Option<DeviceState>>,
     polled: Vec<u32>,
     target_pids: TargetPids,
-    sender: Sender<Batch>,
-    stop: Arc<AtomicBool>,
-    /// Disconnected when the handle is joined or dropped.
-    wake: Receiver<()>,
-    shared: Arc<Shared>,
+    current: Arc<Mutex<Vec<GpuDeviceInfo>>>,
 }
 
 impl Worker {
-    fn run(mut self, nvml: Nvml) {
+    /// The thread's body: the device handles and GPM readers borrow `nvml`, so they live here,
+    /// around the producer's loop, and go before the library shuts down.
+    fn run(mut self, nvml: Nvml, ticker: &Ticker) {
         let handles = open_handles(&nvml, self.states.len() as u32);
         let mut gpm: Vec<GpmReader<'_>> = handles.iter().map(|_| GpmReader::new()).collect();
-        let mut next_poll = Instant::now() + self.poll_interval;
         let mut next_remap = Instant::now() + self.remap_interval;
-        self.wait_until(next_poll);
-        loop {
-            let stopping = self.stop.load(Ordering::SeqCst);
-            let mut notices = Vec::new();
-            if self.auto && !stopping && Instant::now() >= next_remap {
-                self.remap(&handles, &mut notices);
+        ticker.run(|tick| {
+            if self.auto && !tick.last && Instant::now() >= next_remap {
+                self.remap(&handles, tick.notices);
                 next_remap = Instant::now() + self.remap_interval;
             }
-            let listening = self.poll_once(&handles, &mut gpm, &mut notices);
-            if !notices.is_empty() {
-                lock(&self.shared.notices).extend(notices);
+            // One hand-over per poll, whatever the number of devices and readings.
+            *tick.batch = self.poll_once(&handles, &mut gpm, tick.notices);
+            if self.all_lost() {
+                Flow::Stop
+            } else {
+                Flow::Continue
             }
-            self.shared.polls.fetch_add(1, Ordering::Relaxed);
-            if stopping || !listening || self.all_lost() {
-                break;
-            }
-            next_poll += self.poll_interval;
-            let now = Instant::now();
-            if next_poll < now {
-                // Fell behind (a slow driver call, a suspended process): resume the schedule
-                // from now rather than poll in a burst; the ring keeps what happened meanwhile.
-                next_poll = now + self.poll_interval;
-            }
-            self.wait_until(next_poll);
-        }
+        });
         // GPM samples are freed through the library: before it shuts down.
         drop(gpm);
         drop(handles);
@@ -340,13 +312,13 @@ impl Worker {
         let _ = nvml.shutdown();
     }
 
-    /// Polls every chosen device once and sends the readings. False when nobody listens.
+    /// Reads every chosen device once.
     fn poll_once<'nvml>(
         &mut self,
         handles: &[Option<Device<'nvml>>],
         gpm: &mut [GpmReader<'nvml>],
         notices: &mut Vec<String>,
-    ) -> bool {
+    ) -> Batch {
         let wants_pids = self.polled.iter().any(|&i| {
             self.state(i)
                 .is_some_and(|s| s.metrics.is_on(Metric::ProcessUtilization))
@@ -380,19 +352,7 @@ impl Worker {
                     .map(Event::Gpu),
             );
         }
-        // One hand-over per poll, whatever the number of devices and readings.
-        if batch.is_empty() {
-            return true;
-        }
-        let count = batch.len() as u64;
-        match self.sender.try_send(batch) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                self.shared.dropped.fetch_add(count, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Disconnected(_)) => false,
-        }
+        batch
     }
 
     /// `Auto`: narrows (or moves) polling to the devices the target now shows up on. While it
@@ -412,7 +372,7 @@ impl Worker {
             if found.len() == 1 { "it" } else { "those" }
         ));
         self.polled = found;
-        *lock(&self.shared.current) = infos(&self.states, &self.polled);
+        *lock(&self.current) = infos(&self.states, &self.polled);
     }
 
     fn state(&self, index: u32) -> Option<&DeviceState> {
@@ -423,24 +383,5 @@ impl Worker {
         self.polled
             .iter()
             .all(|&i| self.state(i).is_none_or(|s| s.metrics.is_lost()))
-    }
-
-    /// Sleeps until `deadline`, waking early when told to stop: at once when the handle is
-    /// joined (the usual way: the flag, then [`GpuPoller::join`]), else at the next look at
-    /// the flag.
-    fn wait_until(&self, deadline: Instant) {
-        while !self.stop.load(Ordering::SeqCst) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            match self.wake.recv_deadline(deadline) {
-                Err(RecvTimeoutError::Timeout) | Ok(()) => {}
-                // Joined, or the handle dropped: the flag says whether to stop.
-                Err(RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep((deadline - now).min(STOP_CHECK));
-                }
-            }
-        }
     }
 }

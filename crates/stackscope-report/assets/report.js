@@ -1,7 +1,8 @@
 // stackscope report.html: draws the GPU timeline (uPlot; its colours and legend from series.js),
 // the thread lanes (canvas) and the flamegraph of the selected window (flame.js, over
 // d3-flame-graph) from the JSON embedded in the page, and keeps the window and view in the URL.
-// Everything it needs is in the page: it loads nothing.
+// Where memory was read, the memory chart under the timeline and the memory growth flamegraph
+// of the same window (memory.js). Everything it needs is in the page: it loads nothing.
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("stackscope-data").textContent);
@@ -19,7 +20,7 @@
   var fullTo = Math.max(last * W, D.duration_secs || 0, fullFrom + W);
   var gpuEnd = 0;
   D.gpus.forEach(function (g) { if (g.t.length) gpuEnd = Math.max(gpuEnd, g.t[g.t.length - 1]); });
-  fullTo = Math.max(fullTo, gpuEnd);
+  fullTo = Math.max(fullTo, gpuEnd, D.memory ? stackscopeMemory.end(D.memory) : 0);
   var state = { from: null, to: null, view: D.gpus.length ? "all" : "all", mark: -1, lanesOpen: false };
 
   function parseHash() {
@@ -83,17 +84,41 @@
     return { idle: idle, busy: busy, unknown: unknown, total: total, idleTotal: ti, busyTotal: tb };
   }
 
-  function buildTree(c) {
-    var root = { name: "all", value: 0, children: [], idle: 0, busy: 0, fn: -1, _kids: {} };
-    var ids = {};
-    Object.keys(c.idle).forEach(function (k) { ids[k] = 1; });
-    Object.keys(ids).forEach(function (key) {
+  // Each stack's weight in the window for the view: [value, idle, busy] by stack id.
+  function sampleWeights(c) {
+    var weights = {};
+    Object.keys(c.idle).forEach(function (key) {
       var i = c.idle[key] || 0, b = c.busy[key] || 0, u = c.unknown[key] || 0;
       var v;
       if (state.view === "idle") v = i;
       else if (state.view === "busy") v = b;
       else if (state.view === "diff") v = i + b;
       else v = i + b + u;
+      weights[key] = [v, i, b];
+    });
+    return weights;
+  }
+
+  // Each stack's bytes of memory grown in the window, summed over the buckets as samples are:
+  // [bytes, 0, 0] by stack id.
+  function growthWeights() {
+    var weights = {};
+    D.buckets.forEach(function (b) {
+      if (!b.g || !inWindow(b)) return;
+      for (var k = 0; k < b.g.length; k += 2) {
+        var w = weights[b.g[k]] || (weights[b.g[k]] = [0, 0, 0]);
+        w[0] += b.g[k + 1];
+      }
+    });
+    return weights;
+  }
+
+  // The flamegraph's tree of the stacks' weights ({stack id: [value, idle, busy]}): samples of
+  // the view, or bytes grown.
+  function buildTree(weights) {
+    var root = { name: "all", value: 0, children: [], idle: 0, busy: 0, fn: -1, _kids: {} };
+    Object.keys(weights).forEach(function (key) {
+      var v = weights[key][0], i = weights[key][1], b = weights[key][2];
       if (!v) return;
       var node = root;
       node.value += v; node.idle += i; node.busy += b;
@@ -160,7 +185,7 @@
 
   function render() {
     lastCounts = windowCounts();
-    flame.draw(buildTree(lastCounts));
+    flame.draw(buildTree(sampleWeights(lastCounts)));
     var term = document.getElementById("search").value;
     if (term) flame.search(term);
     document.getElementById("selection-samples").textContent = String(lastCounts.total);
@@ -168,8 +193,9 @@
     vs.textContent = state.view === "all" ? "" : "(" + viewTotal() + " in this view)";
     var from = state.from === null ? fullFrom : state.from;
     var to = state.to === null ? fullTo : state.to;
-    document.getElementById("window-label").textContent =
-      "of " + from.toFixed(2) + " s to " + to.toFixed(2) + " s, " + viewName();
+    var span = "of " + from.toFixed(2) + " s to " + to.toFixed(2) + " s";
+    document.getElementById("window-label").textContent = span + ", " + viewName();
+    if (growth) renderGrowth(term, span);
     var buttons = document.querySelectorAll("#views button");
     for (var i = 0; i < buttons.length; i++) {
       buttons[i].className = buttons[i].getAttribute("data-view") === state.view ? "on" : "";
@@ -179,6 +205,7 @@
       : "";
     writeHash();
     if (plot) plot.redraw(false);
+    if (memoryPlot) memoryPlot.redraw(false);
     drawLanes();
   }
   function viewName() {
@@ -273,16 +300,7 @@
       // The legend below the plot is stackscope's own (series.js): it draws each line as drawn.
       legend: { show: false },
       hooks: {
-        setSelect: [function (u) {
-          if (u.select.width < 2) return;
-          var a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
-          // Snap to bucket edges: the counts are exact there.
-          state.from = Math.floor(a / W) * W;
-          state.to = Math.max(Math.ceil(b / W) * W, state.from + W);
-          clampWindow();
-          u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
-          render();
-        }],
+        setSelect: [selectWindow],
         setCursor: [function (u) { if (updateLegend) updateLegend(u); }],
         draw: [drawOverlay, function (u) {
           // The samples-per-second axis's range, for whoever reads the page (its tests).
@@ -293,6 +311,47 @@
     if (!D.gpus.length || !series.some(function (s) { return s.scale === "W"; })) opts.axes.pop();
     plot = new uPlot(opts, built.data, timelineEl);
     updateLegend = stackscopeSeries.legend(document.getElementById("timeline-legend"), built.entries, plot);
+  }
+
+  // A window dragged on the timeline or the memory chart: both follow it.
+  function selectWindow(u) {
+    if (u.select.width < 2) return;
+    var a = u.posToVal(u.select.left, "x"), b = u.posToVal(u.select.left + u.select.width, "x");
+    // Snap to bucket edges: the counts are exact there.
+    state.from = Math.floor(a / W) * W;
+    state.to = Math.max(Math.ceil(b / W) * W, state.from + W);
+    clampWindow();
+    u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
+    render();
+  }
+
+  // ---- memory ----
+  var memoryPlot = null, growth = null;
+  function buildMemory() {
+    if (!D.memory) return;
+    // The GPU chart's y axes' room, so that both charts put a second at the same pixel.
+    var size = function (i) {
+      var a = plot.axes[i], v = a && (a._size || (typeof a.size === "number" ? a.size : 0));
+      return v || 50;
+    };
+    memoryPlot = stackscopeMemory.chart(document.getElementById("memory-chart"),
+      document.getElementById("memory-legend"), D.memory, {
+        width: plotWidth, range: function () { return [fullFrom, fullTo]; },
+        leftAxis: size(1), rightAxis: plot.axes.length > 2 ? size(2) : 0,
+        onSelect: selectWindow, overlay: drawOverlay
+      });
+    growth = stackscopeMemory.growth(document.getElementById("memory-growth"),
+      document.getElementById("memory-growth-details"));
+    document.getElementById("memory-growth-reset").onclick = function () { growth.resetZoom(); };
+  }
+  // The memory growth flamegraph of the window (`span` names it), through the tree the
+  // samples' flamegraph is built with.
+  function renderGrowth(term, span) {
+    var tree = buildTree(growthWeights());
+    growth.draw(tree);
+    if (term) growth.search(term);
+    document.getElementById("memory-growth-bytes").textContent = stackscopeMemory.bytes(tree.total);
+    document.getElementById("memory-growth-label").textContent = span;
   }
 
   // Shading of the selected window and the marks of the clicked function, over the chart.
@@ -352,6 +411,7 @@
       el.textContent = "";
     }
     if (plot) plot.redraw(false);
+    if (memoryPlot) memoryPlot.redraw(false);
     drawLanes();
   }
 
@@ -468,6 +528,7 @@
   });
   document.getElementById("search").addEventListener("input", function (e) {
     flame.search(e.target.value);
+    if (growth) growth.search(e.target.value);
   });
   document.getElementById("reset-zoom").onclick = function () { flame.resetZoom(); };
   document.getElementById("whole").onclick = function () { state.from = null; state.to = null; render(); };
@@ -480,13 +541,16 @@
     resizeTimer = setTimeout(function () {
       var width = Math.max(600, timelineEl.clientWidth || 1100);
       if (plot && width !== plot.width) plot.setSize({ width: width, height: plot.height });
+      if (memoryPlot && width !== memoryPlot.width) memoryPlot.setSize({ width: width, height: memoryPlot.height });
       flame.resize();
+      if (growth) growth.resize();
       render();
     }, 100);
   });
 
   parseHash();
   buildPlot();
+  buildMemory();
   render();
   document.body.setAttribute("data-ready", "1");
   // Milliseconds from navigation to drawn: what "interactive" took.

@@ -79,6 +79,7 @@ mod tests {
                 tensor_active: Some(0.0),
                 dram_bw: Some(38.0),
                 compute_pids: None,
+                process_memory: Vec::new(),
             },
             GpuSample {
                 time: Timestamp(1_750_000_000),

@@ -1,5 +1,6 @@
 //! Writers of stackscope's output files: SVG flamegraphs (inferno), folded stacks, the summary
-//! as JSON and as text, the GPU timeline as CSV and as an SVG chart (plotters), and the exports
+//! as JSON and as text, the GPU timeline as CSV and as an SVG chart (plotters), every process's
+//! memory as CSV and the stacks weighted by the memory that grew while they ran, and the exports
 //! other tools read (pprof, speedscope, a Perfetto trace; see `export`).
 //!
 //! Each writer is a pure function of what the aggregator holds, over any `W: Write`;
@@ -21,6 +22,7 @@ mod gpu_csv;
 pub mod html;
 pub mod import_frames;
 mod markup;
+mod memory;
 mod merge;
 mod outputs;
 mod rank_cells;
@@ -40,6 +42,9 @@ pub use gpu_chart::write_gpu_timeline_svg;
 pub use gpu_csv::{write_gpu_timeline_csv, GPU_CSV_HEADER};
 pub use html::write_report_html;
 pub use html::{write_compare_html, ComparePage, DiffStack};
+pub use memory::{
+    memory_growth_lines, write_memory_growth_folded, write_memory_timeline_csv, MEMORY_CSV_HEADER,
+};
 pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
     write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,

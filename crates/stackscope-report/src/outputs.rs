@@ -8,7 +8,8 @@ use stackscope_aggregate::{Aggregator, RecordingMeta, StackView, Summary};
 
 use crate::{
     write_flamegraph, write_folded, write_gpu_timeline_csv, write_gpu_timeline_svg,
-    write_report_html, write_summary_json, ReportError,
+    write_memory_growth_folded, write_memory_timeline_csv, write_report_html, write_summary_json,
+    ReportError,
 };
 
 pub const FLAMEGRAPH: &str = "flamegraph.svg";
@@ -20,6 +21,8 @@ pub const FLAMEGRAPH_IDLE: &str = "flamegraph-gpu-idle.svg";
 pub const FOLDED_IDLE: &str = "stacks-gpu-idle.folded";
 pub const FLAMEGRAPH_BUSY: &str = "flamegraph-gpu-busy.svg";
 pub const FOLDED_BUSY: &str = "stacks-gpu-busy.folded";
+pub const MEMORY_CSV: &str = "memory-timeline.csv";
+pub const FOLDED_MEMORY_GROWTH: &str = "stacks-memory-growth.folded";
 pub const REPORT_HTML: &str = crate::html::REPORT_FILE;
 
 /// Longest command line shown in a flamegraph title before it is cut.
@@ -34,8 +37,9 @@ pub struct OutputFiles {
     pub summary: Summary,
 }
 
-/// The names of the files an output directory holds, with or without GPU data.
-pub fn file_names(gpu: bool) -> Vec<&'static str> {
+/// The names of the files an output directory holds, with or without GPU data and memory
+/// readings.
+pub fn file_names(gpu: bool, memory: bool) -> Vec<&'static str> {
     let mut names = vec![FLAMEGRAPH, FOLDED, SUMMARY, REPORT_HTML];
     if gpu {
         names.extend([
@@ -47,11 +51,14 @@ pub fn file_names(gpu: bool) -> Vec<&'static str> {
             FOLDED_BUSY,
         ]);
     }
+    if memory {
+        names.extend([MEMORY_CSV, FOLDED_MEMORY_GROWTH]);
+    }
     names
 }
 
 /// Writes every output file of the recording into `dir`, which must exist. The GPU files are
-/// written when there is GPU data. `summary.json` is written last, so a reader that sees a new
+/// written when there is GPU data, the memory files when there are memory readings. `summary.json` is written last, so a reader that sees a new
 /// summary sees the profiles it describes.
 pub fn write_outputs(
     dir: &Path,
@@ -102,6 +109,10 @@ pub fn write_outputs(
         }
     }
 
+    if summary.memory.is_some() {
+        paths.extend(write_memory_files(dir, agg)?);
+    }
+
     paths.push(write_atomic(dir, REPORT_HTML, |w| {
         write_report_html(agg, &summary, meta, w)
     })?);
@@ -109,6 +120,20 @@ pub fn write_outputs(
         write_summary_json(&summary, w)
     })?);
     Ok(OutputFiles { paths, summary })
+}
+
+/// `memory-timeline.csv` and `stacks-memory-growth.folded`. The growth file is written even
+/// when nothing grew (then empty), as the GPU-idle stacks are when the GPU never idled: which
+/// files a recording has depends on what it read, not on what the job did.
+fn write_memory_files(dir: &Path, agg: &Aggregator) -> Result<Vec<PathBuf>, ReportError> {
+    let points = agg.memory_points();
+    let csv = write_atomic(dir, MEMORY_CSV, |w| write_memory_timeline_csv(&points, w))?;
+    drop(points);
+    let growth = agg.memory_growth();
+    let folded = write_atomic(dir, FOLDED_MEMORY_GROWTH, |w| {
+        write_memory_growth_folded(agg.stack_table(), &growth, w)
+    })?;
+    Ok(vec![csv, folded])
 }
 
 fn title_subject(meta: &RecordingMeta) -> String {

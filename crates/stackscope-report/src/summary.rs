@@ -28,7 +28,8 @@ pub fn write_summary_json<W: Write>(summary: &Summary, mut w: W) -> Result<(), R
 }
 
 /// Writes the human summary: what was sampled, what went wrong, where the time went, which
-/// threads, where the files are, and (with GPU data) the verdict last, where the eye lands.
+/// threads, where the files are, and (with GPU data) the verdict last, where the eye lands,
+/// followed by the memory verdict's findings, one line each.
 pub fn write_text_summary<W: Write>(
     summary: &Summary,
     out_dir: &Path,
@@ -47,7 +48,7 @@ pub fn write_text_summary<W: Write>(
     for cap in &summary.caps_reached {
         writeln!(w, "cap reached: {cap}")?;
     }
-    let names = file_names(summary.gpu.is_some());
+    let names = file_names(summary.gpu.is_some(), summary.memory.is_some());
     writeln!(w, "Flamegraph: {}", out_dir.join(FLAMEGRAPH).display())?;
     writeln!(w, "Report: {}", out_dir.join(REPORT_HTML).display())?;
     writeln!(w, "Files in {}: {}", out_dir.display(), names.join(", "))?;
@@ -63,6 +64,7 @@ pub fn write_text_summary<W: Write>(
     if let (Some(stuck), None) = (&summary.stuck, &summary.gpu) {
         writeln!(w, "Stuck: {}.", stuck.sentence())?;
     }
+    crate::memory::write_memory_text(summary.memory.as_ref(), &mut w)?;
     w.flush()?;
     Ok(())
 }

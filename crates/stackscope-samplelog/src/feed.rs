@@ -16,9 +16,9 @@ use crate::window::Window;
 /// reading of each device at or after the window's end still covers the window's last moments;
 /// it is fed too when it is at most this late.
 pub const GPU_COVER_SECS: f64 = 2.0;
-/// Events are logged in the order the aggregator received them, GPU readings up to a few
-/// seconds late; once a stack sample this far past the window's end is read, nothing that
-/// belongs to the window can follow, and reading stops.
+/// Events are logged in the order the aggregator received them, GPU and memory readings up to
+/// a few seconds late; once a stack sample (or error, or process event) this far past the
+/// window's end is read, nothing that belongs to the window can follow, and reading stops.
 pub const READ_PAST_END_SECS: f64 = 30.0;
 
 /// What [`feed_window`] did.
@@ -34,8 +34,9 @@ pub struct Fed {
 
 /// Hands `sink` the events of `window` from `reader` (whose header is `header`), as
 /// `stackscope_report::rebuild` feeds its aggregator: the
-/// window's events in the recorded order, the attach events of processes alive at its start,
-/// and each device's first GPU reading just after its end. `export` feeds a trace the same way,
+/// window's events in the recorded order (the order the recording's aggregator took them in,
+/// memory and GPU readings among the stacks as they arrived), the attach events of processes
+/// alive at its start, and each device's first GPU reading just after its end. `export` feeds a trace the same way,
 /// so that an export of a window holds exactly the samples of that window's report.
 pub fn feed_window(
     reader: &mut SampleLogReader,
@@ -79,7 +80,9 @@ pub fn feed_window(
             Event::Process(process) if window.from.is_some_and(|from| secs < from) => {
                 before.note(process, sink);
             }
-            Event::Gpu(_) => {}
+            // Readings of the other producers' clocks come late in their own order: they do
+            // not say that the tick clock has passed the window.
+            Event::Gpu(_) | Event::Memory(_) | Event::Cgroup(_) => {}
             _ if past => {
                 stopped_early = true;
                 break;

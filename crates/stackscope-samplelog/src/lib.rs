@@ -4,7 +4,7 @@
 //! The aggregate a recording keeps in memory is folded: it can say where the time went over
 //! the whole recording but not over "the hour before the loss spiked". The sample log keeps
 //! every event (stack samples, sampling errors, GPU readings at full resolution, process
-//! events) compactly on disk, so that any time window can be aggregated afterwards.
+//! events, memory and cgroup readings) compactly on disk, so that any time window can be aggregated afterwards.
 //!
 //! # Writing
 //!
@@ -47,7 +47,8 @@
 //! events of a [`Window`] in the recorded order (an event at `t` seconds after the start is in
 //! the window when `from <= t < to`; besides those, the attach events of processes alive at the
 //! window's start are fed first, so process roots keep their command, and each device's first
-//! GPU reading at or just after `to`, which covers the window's last moments). With no `from`
+//! GPU reading at or just after `to`, which covers the window's last moments; memory and
+//! cgroup readings are instants, fed when inside the window only). With no `from`
 //! and no `to` every event is fed in the recorded order. `stackscope_report::rebuild` and
 //! `stackscope_report::read_trace`, where the log and the aggregate meet, feed them to an
 //! aggregator or a trace configured as the recording was (the header keeps `include_idle`,
@@ -60,6 +61,7 @@ mod error;
 mod feed;
 mod header;
 mod intern;
+mod memory_record;
 mod reader;
 mod record;
 mod replay;

@@ -3,7 +3,7 @@
 //! | tag | record | fields |
 //! | --- | --- | --- |
 //! | 0x01 | header | see [`crate::LogHeader`]; only first in the first block |
-//! | 0x02 | reset | none: forget every table and both time bases |
+//! | 0x02 | reset | none: forget every table and every time base (tick, GPU, memory) |
 //! | 0x03 | string | length, UTF-8 bytes; its id is the next string id |
 //! | 0x04 | frame | function string id, file string id, line, kind (byte: 1 native; a Python frame's origin, 2 the job's code, 3 the standard library, 4 an installed package; 0, before format 3, a Python frame whose origin is inferred from its file name) |
 //! | 0x05 | stack | frame count, frame ids innermost first |
@@ -13,6 +13,9 @@
 //! | 0x09 | GPU sample | GPU time delta, device, presence mask (byte), present fields |
 //! | 0x0a | GPU sample with GPM | as 0x09, then a second mask (byte: SM activity, SM occupancy, tensor activity, DRAM bandwidth) and its present fields |
 //! | 0x0c | GPU sample with its compute processes | as 0x0a (the second mask may be 0), then the count of pids NVML lists with a compute context on the device and the pids |
+//! | 0x0d | GPU sample with its processes' memory | as 0x0a (the second mask may be 0), then the compute pids' count plus one (0: not listed) and the pids, then the count of processes and each one's pid and GPU memory in bytes |
+//! | 0x0e | memory | memory time delta, pid, presence mask (byte: private, shared, swap), RSS in bytes, the present fields (see `memory_record.rs`) |
+//! | 0x0f | cgroup | memory time delta, presence mask (byte: limit, OOM kills), usage in bytes, the present fields |
 //! | 0x0b | block start | format 2, first in every block but the header's: epoch, tick base, GPU base, the four table sizes, the four ids the copy begins at, the copy's length and bytes (see `sync.rs`) |
 //! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
 //!
@@ -21,13 +24,26 @@
 //! Times are zigzag deltas: stack samples, errors and process events from the previous one of
 //! them (they share the sampler's tick clock), GPU samples from the previous GPU sample (they
 //! arrive late, in their own order). Both bases start at 0, so the first delta is absolute.
+//! Memory and cgroup readings (their own producer, their own order) are deltas from the
+//! previous one of them within the block: their base starts at 0 at every block start and
+//! reset, so that block starts stay as format 2 made them (`memory_record.rs` says why).
+//!
+//! A record added later gets a tag of its own (0x0a, 0x0c to 0x0f), so that a log without it
+//! is written byte for byte as before, and the format number stays: an older reader refuses a
+//! tag it does not know (`DecodeError::UnknownTag`) and skips the block as damaged, never
+//! misreads it.
 
 use stackscope_event::{
-    FileOrigin, Frame, GpuSample, HowEnded, ProcessEventKind, SampleErrorKind, Timestamp,
+    CgroupSample, FileOrigin, Frame, GpuSample, HowEnded, MemorySample, ProcessEventKind,
+    SampleErrorKind, Timestamp,
 };
 
 use crate::error::DecodeError;
 use crate::header::LogHeader;
+use crate::memory_record::{
+    decode_cgroup, decode_memory, decode_optional_pids, decode_process_memory, put_optional_pids,
+    put_process_memory, TAG_CGROUP, TAG_MEMORY,
+};
 use crate::sync::BlockStart;
 use crate::varint::{put_f32, put_str, put_varint, zigzag, Bytes};
 
@@ -47,6 +63,9 @@ pub const TAG_BLOCK_START: u8 = 0x0b;
 /// A GPU sample carrying the device's compute processes: a tag of its own, so that a log
 /// without them stays as it was and an old one reads as "not listed".
 pub const TAG_GPU_PIDS: u8 = 0x0c;
+/// A GPU sample carrying its processes' GPU memory: a tag of its own, so that a log without
+/// it stays as it was and an old one reads as "no process memory".
+pub const TAG_GPU_MEMORY: u8 = 0x0d;
 pub const TAG_SAMPLE: u8 = 0x10;
 /// A frame's kind byte. Before format 3 a Python frame was 0, whatever its origin.
 const FRAME_PYTHON_UNSAID: u8 = 0;
@@ -98,6 +117,16 @@ pub enum Record<'a> {
     Gpu {
         delta: i64,
         sample: GpuSample,
+    },
+    /// The sample's `time` is left 0; `delta`, from the memory base, says it.
+    Memory {
+        delta: i64,
+        sample: MemorySample,
+    },
+    /// The sample's `time` is left 0; `delta`, from the memory base, says it.
+    Cgroup {
+        delta: i64,
+        sample: CgroupSample,
     },
 }
 
@@ -245,15 +274,9 @@ pub fn put_process(
 /// Every field at full resolution: floats as their bits, integers as varints.
 pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
     let gpm = [s.sm_active, s.sm_occupancy, s.tensor_active, s.dram_bw];
-    let has_pids = s.compute_pids.is_some();
-    let has_gpm = has_pids || gpm.iter().any(Option::is_some);
-    out.push(if has_pids {
-        TAG_GPU_PIDS
-    } else if has_gpm {
-        TAG_GPU_GPM
-    } else {
-        TAG_GPU
-    });
+    let coding = GpuCoding::of(s);
+    let has_gpm = coding != GpuCoding::Plain;
+    out.push(coding.tag());
     put_varint(out, zigzag(delta));
     put_varint(out, u64::from(s.device));
     let present = [
@@ -299,10 +322,56 @@ pub fn put_gpu(out: &mut Vec<u8>, delta: i64, s: &GpuSample) {
             floats(out, v);
         }
     }
-    if let Some(pids) = &s.compute_pids {
-        put_varint(out, pids.len() as u64);
-        for &pid in pids {
-            put_varint(out, u64::from(pid));
+    match coding {
+        GpuCoding::Plain | GpuCoding::Gpm => {}
+        GpuCoding::Pids => {
+            let pids = s.compute_pids.as_deref().unwrap_or_default();
+            put_varint(out, pids.len() as u64);
+            for &pid in pids {
+                put_varint(out, u64::from(pid));
+            }
+        }
+        GpuCoding::ProcessMemory => {
+            put_optional_pids(out, s.compute_pids.as_deref());
+            put_process_memory(out, &s.process_memory);
+        }
+    }
+}
+
+/// How a GPU sample is coded: the oldest tag that holds all it carries, so that a log of
+/// readings without the later fields is written as before they existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GpuCoding {
+    /// 0x09.
+    Plain,
+    /// 0x0a: the GPM mask and fields.
+    Gpm,
+    /// 0x0c: as 0x0a, then the compute pids.
+    Pids,
+    /// 0x0d: as 0x0a, then the compute pids if listed and the processes' memory.
+    ProcessMemory,
+}
+
+impl GpuCoding {
+    fn of(s: &GpuSample) -> GpuCoding {
+        let gpm = [s.sm_active, s.sm_occupancy, s.tensor_active, s.dram_bw];
+        if !s.process_memory.is_empty() {
+            GpuCoding::ProcessMemory
+        } else if s.compute_pids.is_some() {
+            GpuCoding::Pids
+        } else if gpm.iter().any(Option::is_some) {
+            GpuCoding::Gpm
+        } else {
+            GpuCoding::Plain
+        }
+    }
+
+    fn tag(self) -> u8 {
+        match self {
+            GpuCoding::Plain => TAG_GPU,
+            GpuCoding::Gpm => TAG_GPU_GPM,
+            GpuCoding::Pids => TAG_GPU_PIDS,
+            GpuCoding::ProcessMemory => TAG_GPU_MEMORY,
         }
     }
 }
@@ -338,9 +407,18 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
         }),
         TAG_ERROR => decode_error(bytes)?,
         TAG_PROCESS => decode_process(bytes)?,
-        TAG_GPU => decode_gpu(bytes, false, false)?,
-        TAG_GPU_GPM => decode_gpu(bytes, true, false)?,
-        TAG_GPU_PIDS => decode_gpu(bytes, true, true)?,
+        TAG_GPU => decode_gpu(bytes, GpuCoding::Plain)?,
+        TAG_GPU_GPM => decode_gpu(bytes, GpuCoding::Gpm)?,
+        TAG_GPU_PIDS => decode_gpu(bytes, GpuCoding::Pids)?,
+        TAG_GPU_MEMORY => decode_gpu(bytes, GpuCoding::ProcessMemory)?,
+        TAG_MEMORY => {
+            let (delta, sample) = decode_memory(bytes)?;
+            Record::Memory { delta, sample }
+        }
+        TAG_CGROUP => {
+            let (delta, sample) = decode_cgroup(bytes)?;
+            Record::Cgroup { delta, sample }
+        }
         tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {
             delta: delta(bytes)?,
             thread: bytes.varint()?,
@@ -427,11 +505,7 @@ fn decode_process<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> 
     })
 }
 
-fn decode_gpu<'a>(
-    bytes: &mut Bytes<'a>,
-    with_gpm: bool,
-    with_pids: bool,
-) -> Result<Record<'a>, DecodeError> {
+fn decode_gpu<'a>(bytes: &mut Bytes<'a>, coding: GpuCoding) -> Result<Record<'a>, DecodeError> {
     let delta = delta(bytes)?;
     let device = bytes.varint_u32()?;
     let mask = bytes.u8()?;
@@ -448,7 +522,7 @@ fn decode_gpu<'a>(
     let throttle_reasons = has(6).then(|| bytes.varint()).transpose()?;
     let process_utilization = float(bytes, 7)?;
     let mut gpm = [None; 4];
-    if with_gpm {
+    if coding != GpuCoding::Plain {
         let mask = bytes.u8()?;
         for (bit, value) in gpm.iter_mut().enumerate() {
             if mask & (1 << bit) != 0 {
@@ -457,7 +531,11 @@ fn decode_gpu<'a>(
         }
     }
     let [sm_active, sm_occupancy, tensor_active, dram_bw] = gpm;
-    let compute_pids = with_pids.then(|| compute_pids(bytes)).transpose()?;
+    let (compute_pids, process_memory) = match coding {
+        GpuCoding::Plain | GpuCoding::Gpm => (None, Vec::new()),
+        GpuCoding::Pids => (Some(compute_pids(bytes)?), Vec::new()),
+        GpuCoding::ProcessMemory => (decode_optional_pids(bytes)?, decode_process_memory(bytes)?),
+    };
     Ok(Record::Gpu {
         delta,
         sample: GpuSample {
@@ -476,6 +554,7 @@ fn decode_gpu<'a>(
             tensor_active,
             dram_bw,
             compute_pids,
+            process_memory,
         },
     })
 }
@@ -491,95 +570,5 @@ fn compute_pids(bytes: &mut Bytes<'_>) -> Result<Vec<u32>, DecodeError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::replay::Replay;
-    use stackscope_event::Event;
-
-    /// The frame `kind` says, with strings 0 and 1 for its function and file.
-    fn frame_of_kind(file: &str, kind: u8) -> Result<Frame, DecodeError> {
-        let mut replay = Replay::default();
-        let mut bytes = Vec::new();
-        put_string(&mut bytes, "step");
-        put_string(&mut bytes, file);
-        bytes.extend([TAG_FRAME, 0, 1, 7, kind]);
-        put_stack(&mut bytes, &[0]);
-        put_thread(
-            &mut bytes,
-            &ThreadRecord {
-                id: 0,
-                pid: 1,
-                python_thread_id: 1,
-                os_thread_id: None,
-                name: None,
-            },
-        );
-        put_sample(&mut bytes, 5, 0, 0, true, false);
-        let mut input = Bytes::new(&bytes);
-        let mut last = None;
-        while input.remaining() > 0 {
-            last = replay.apply(decode(&mut input)?)?;
-        }
-        match last {
-            Some(Event::Stack(sample)) => Ok(sample.frames[0].clone()),
-            other => panic!("not a stack sample: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_frames_kind_byte_carries_its_origin_and_an_old_logs_is_inferred() {
-        let origin = |file, kind| frame_of_kind(file, kind).map(|f| (f.native, f.origin));
-        // Format 3: the byte says, whatever the name.
-        assert_eq!(origin("pkg/loop.py", 2), Ok((false, FileOrigin::Job)));
-        assert_eq!(origin("train.py", 3), Ok((false, FileOrigin::Stdlib)));
-        assert_eq!(origin("train.py", 4), Ok((false, FileOrigin::Package)));
-        assert_eq!(origin("libc.so.6", 1), Ok((true, FileOrigin::Native)));
-        // Formats 1 and 2 wrote 0 for every Python frame: inferred from the shortened name.
-        assert_eq!(origin("pkg/loop.py", 0), Ok((false, FileOrigin::Package)));
-        assert_eq!(origin("threading.py", 0), Ok((false, FileOrigin::Stdlib)));
-        assert_eq!(origin("train.py", 0), Ok((false, FileOrigin::Job)));
-        assert!(matches!(
-            origin("train.py", 9),
-            Err(DecodeError::UnknownValue { value: 9, .. })
-        ));
-        for (native, origin) in [
-            (false, FileOrigin::Job),
-            (false, FileOrigin::Stdlib),
-            (false, FileOrigin::Package),
-            (true, FileOrigin::Native),
-        ] {
-            let kind = frame_kind(native, origin);
-            assert_eq!(frame_origin(kind), Ok((native, Some(origin))));
-        }
-    }
-
-    fn gpu_roundtrip(sample: &GpuSample) -> (u8, GpuSample) {
-        let mut bytes = Vec::new();
-        put_gpu(&mut bytes, 0, sample);
-        let tag = bytes[0];
-        match decode(&mut Bytes::new(&bytes)) {
-            Ok(Record::Gpu { sample, .. }) => (tag, sample),
-            other => panic!("not a GPU sample: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_gpu_samples_compute_pids_round_trip_and_none_keeps_the_old_coding() {
-        let listed = GpuSample {
-            utilization: Some(97.0),
-            compute_pids: Some(vec![12, 70_000]),
-            ..GpuSample::default()
-        };
-        assert_eq!(gpu_roundtrip(&listed), (TAG_GPU_PIDS, listed.clone()));
-        let empty = GpuSample {
-            compute_pids: Some(Vec::new()),
-            ..listed.clone()
-        };
-        assert_eq!(gpu_roundtrip(&empty), (TAG_GPU_PIDS, empty.clone()));
-        let unlisted = GpuSample {
-            compute_pids: None,
-            ..listed
-        };
-        assert_eq!(gpu_roundtrip(&unlisted), (TAG_GPU, unlisted.clone()));
-    }
-}
+#[path = "record_tests.rs"]
+mod tests;

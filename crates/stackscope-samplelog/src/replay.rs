@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use stackscope_event::{
-    Event, FileOrigin, Frame, GpuSample, ProcessEvent, SampleError, SampleErrorKind, StackSample,
-    ThreadInfo, Timestamp,
+    CgroupSample, Event, FileOrigin, Frame, GpuSample, MemorySample, ProcessEvent, SampleError,
+    SampleErrorKind, StackSample, ThreadInfo, Timestamp,
 };
 
 use crate::error::DecodeError;
@@ -36,6 +36,9 @@ pub struct Replay {
     threads: Vec<Option<ThreadDef>>,
     tick_base: u64,
     gpu_base: u64,
+    /// Time of the block's last memory or cgroup reading: 0 at each block start and reset
+    /// (`memory_record.rs`).
+    memory_base: u64,
     /// Resets so far (format 2's block starts say which epoch their block is in).
     epoch: u64,
     /// Whether records were lost since the last block start: the next one rebuilds from its
@@ -115,6 +118,14 @@ impl Replay {
             Record::Gpu { delta, sample } => {
                 let time = advance(&mut self.gpu_base, delta);
                 return Ok(Some(Event::Gpu(GpuSample { time, ..sample })));
+            }
+            Record::Memory { delta, sample } => {
+                let time = advance(&mut self.memory_base, delta);
+                return Ok(Some(Event::Memory(MemorySample { time, ..sample })));
+            }
+            Record::Cgroup { delta, sample } => {
+                let time = advance(&mut self.memory_base, delta);
+                return Ok(Some(Event::Cgroup(CgroupSample { time, ..sample })));
             }
         }
         Ok(None)
@@ -258,6 +269,7 @@ impl Replay {
         }
         self.tick_base = start.tick_base;
         self.gpu_base = start.gpu_base;
+        self.memory_base = 0;
         Ok(())
     }
 

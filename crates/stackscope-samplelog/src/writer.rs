@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use stackscope_event::{
-    Event, Frame, GpuSample, LastStacks, ProcessEvent, SampleError, StackSample,
+    CgroupSample, Event, Frame, GpuSample, LastStacks, MemorySample, ProcessEvent, SampleError,
+    StackSample,
 };
 
 use crate::block::{prefix, seal, BLOCK_HEAD_LEN, BLOCK_TARGET};
 use crate::error::LogError;
 use crate::header::LogHeader;
 use crate::intern::{Growth, InternLimits, TableSizes, ThreadEntry, WriterTables};
+use crate::memory_record::{put_cgroup, put_memory};
 use crate::record::{
     put_block_start, put_error, put_frame, put_gpu, put_header, put_process, put_reset, put_sample,
     put_stack, put_string, put_thread, ThreadRecord,
@@ -59,6 +61,9 @@ pub struct SampleLogWriter {
     tick_base: u64,
     /// Time of the last GPU sample.
     gpu_base: u64,
+    /// Time of the open block's last memory or cgroup reading: 0 at each block start and
+    /// reset, which is where the reader starts it too (`memory_record.rs`).
+    memory_base: u64,
     /// Bytes in the file: the prefix and every block written.
     written: u64,
     poisoned: bool,
@@ -108,6 +113,7 @@ impl SampleLogWriter {
             limits: limits.clamped(),
             tick_base: 0,
             gpu_base: 0,
+            memory_base: 0,
             written,
             poisoned: false,
             stats: WriterStats::default(),
@@ -137,8 +143,8 @@ impl SampleLogWriter {
             Event::SampleError(error) => self.error(error),
             Event::Gpu(sample) => self.gpu(sample),
             Event::Process(process) => self.process(process),
-            // TODO(memory records): written by the samplelog's memory records.
-            Event::Memory(_) | Event::Cgroup(_) => {}
+            Event::Memory(sample) => self.memory(sample),
+            Event::Cgroup(sample) => self.cgroup(sample),
         }
         self.stats.events += 1;
         self.block_events += 1;
@@ -273,6 +279,7 @@ impl SampleLogWriter {
         self.last_stacks.clear();
         self.tick_base = 0;
         self.gpu_base = 0;
+        self.memory_base = 0;
         self.defs.reset();
         self.blocks_since_reset = 0;
     }
@@ -283,6 +290,7 @@ impl SampleLogWriter {
         let sizes = Counts::of(self.tables.sizes());
         let start = self.defs.block_start(sizes, self.tick_base, self.gpu_base);
         put_block_start(&mut self.block, &start);
+        self.memory_base = 0;
         if self.blocks_since_reset >= RESET_EVERY_BLOCKS && !self.tables.is_empty() {
             self.reset();
         }
@@ -408,6 +416,16 @@ impl SampleLogWriter {
     fn gpu(&mut self, sample: &GpuSample) {
         let delta = delta(sample.time.0, &mut self.gpu_base);
         put_gpu(&mut self.block, delta, sample);
+    }
+
+    fn memory(&mut self, sample: &MemorySample) {
+        let delta = delta(sample.time.0, &mut self.memory_base);
+        put_memory(&mut self.block, delta, sample);
+    }
+
+    fn cgroup(&mut self, sample: &CgroupSample) {
+        let delta = delta(sample.time.0, &mut self.memory_base);
+        put_cgroup(&mut self.block, delta, sample);
     }
 
     /// Hands the open block to the OS in one write.

@@ -150,7 +150,7 @@ impl Aggregator {
             motion: Motion::default(),
             gil_holders: HashMap::default(),
             compute_pids: None,
-            memory: MemoryState::default(),
+            memory: MemoryState::new(limits.max_processes),
         }
     }
 
@@ -173,7 +173,7 @@ impl Aggregator {
                 }
                 self.tagger.observe(process.time);
             }
-            Event::Memory(sample) => self.memory.memory(&sample),
+            Event::Memory(sample) => self.memory.memory(&sample, &mut self.buckets),
             Event::Cgroup(sample) => self.memory.cgroup(&sample),
         }
         self.release_tagged();
@@ -256,6 +256,14 @@ impl Aggregator {
         if let (true, Some(stack)) = (kept, stack) {
             self.table.count(stack);
         }
+        // What ran while memory grew: the kept stack, matched to the process's readings by
+        // time (they come on another path, sooner).
+        self.memory.stack_sample(
+            sample.pid,
+            sample.time,
+            stack.filter(|_| kept),
+            &mut self.buckets,
+        );
         let key = thread_key(sample.pid, &sample.thread);
         Held {
             stack,
@@ -376,6 +384,7 @@ impl Aggregator {
             tagged::give_up(&mut self.startup, &mut sink);
             self.timeline.abandon_startup();
         }
+        self.memory.finish(&mut self.buckets);
     }
 
     /// Folded lines of one view, `thread;outer;...;inner` with their counts, sorted by stack;
@@ -575,6 +584,7 @@ impl Aggregator {
                 self.tagger.dropped_readings()
             ));
         }
+        caps.extend(self.memory.caps_reached(limits.max_processes));
         caps
     }
 }

@@ -142,6 +142,19 @@ impl TimeBuckets {
         self.bound();
     }
 
+    /// Charges `bytes` of a process's memory growth to `stack` in the bucket of `time` (the
+    /// reading that saw the growth), for the page's memory-growth view of any window.
+    pub fn count_growth(&mut self, time: Timestamp, stack: StackId, bytes: u64) {
+        let index = self.index(time);
+        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
+        let charged = bucket.growth.entry(stack).or_insert_with(|| {
+            self.entries += 1;
+            0
+        });
+        *charged = charged.saturating_add(bytes);
+        self.bound();
+    }
+
     /// Counts one sample of a thread (kept or skipped as idle) at `time`.
     pub fn count_thread(
         &mut self,
@@ -261,9 +274,13 @@ impl TimeBuckets {
                 m.active = m.active.saturating_add(counts.active);
                 m.idle = m.idle.saturating_add(counts.idle);
             }
+            for (stack, bytes) in bucket.growth {
+                let m = merged.growth.entry(stack).or_default();
+                *m = m.saturating_add(bytes);
+            }
         }
         for bucket in self.buckets.values() {
-            entries += bucket.stacks.len() + bucket.lanes.len();
+            entries += bucket.stacks.len() + bucket.lanes.len() + bucket.growth.len();
         }
         self.entries = entries;
         self.width_nanos = width;
@@ -281,7 +298,7 @@ impl TimeBuckets {
         &self.lanes
     }
 
-    /// (bucket, stack) plus (bucket, thread) entries held.
+    /// (bucket, stack), (bucket, thread) and (bucket, stack) growth entries held.
     pub fn entries(&self) -> usize {
         self.entries
     }
@@ -374,6 +391,30 @@ mod tests {
         }
         assert!(b.len() <= 2, "{} buckets", b.len());
         assert!(b.entries() as u64 == n, "{} entries", b.entries());
+    }
+
+    #[test]
+    fn growth_merges_with_its_bucket_and_keeps_every_byte() {
+        let mut b = TimeBuckets::new(Timestamp(0));
+        let n = (MAX_BUCKETS as u64) * 3;
+        for i in 0..n {
+            let time = Timestamp(i * BASE_BUCKET_NANOS);
+            b.count_stack(time, 1, GpuTag::Busy);
+            b.count_growth(time, (i % 2) as u32, 1_000 + i);
+        }
+        assert!(b.len() <= MAX_BUCKETS);
+        let growth: u64 = b
+            .sorted()
+            .iter()
+            .flat_map(|(_, bucket)| bucket.growth.values())
+            .sum();
+        assert_eq!(growth, (0..n).map(|i| 1_000 + i).sum::<u64>());
+        let entries: usize = b
+            .sorted()
+            .iter()
+            .map(|(_, bucket)| bucket.stacks.len() + bucket.growth.len())
+            .sum();
+        assert_eq!(b.entries(), entries);
     }
 
     #[test]

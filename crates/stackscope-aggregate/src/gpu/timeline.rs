@@ -214,7 +214,7 @@ fn union(a: Option<&[u32]>, b: Option<&[u32]>) -> Option<Vec<u32>> {
 
 /// One point for two adjacent readings of a device: at the later time, each metric the mean of
 /// the two weighted by the intervals they covered (equal weights when neither is known), total
-/// memory the later one, throttle reasons any of either.
+/// memory and each process's GPU memory the later one, throttle reasons any of either.
 fn merge(a: &GpuSample, span_a: u64, b: &GpuSample, span_b: u64) -> GpuSample {
     let (wa, wb) = if span_a == 0 && span_b == 0 {
         (1.0, 1.0)
@@ -251,6 +251,13 @@ fn merge(a: &GpuSample, span_a: u64, b: &GpuSample, span_b: u64) -> GpuSample {
         tensor_active: mean_f32(a.tensor_active, b.tensor_active),
         dram_bw: mean_f32(a.dram_bw, b.dram_bw),
         compute_pids: union(a.compute_pids.as_deref(), b.compute_pids.as_deref()),
+        // The later reading, as for total memory: a process's GPU memory is a level, not a
+        // rate to average.
+        process_memory: if b.process_memory.is_empty() {
+            a.process_memory.clone()
+        } else {
+            b.process_memory.clone()
+        },
     }
 }
 

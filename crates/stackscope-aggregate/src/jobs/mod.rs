@@ -10,6 +10,7 @@ mod hang;
 mod helpers;
 mod identity;
 mod merge;
+mod place;
 mod ranks;
 mod view;
 
@@ -30,5 +31,6 @@ pub use merge::{
     merge_dumps, rank_on, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace,
     RankStraggler,
 };
+pub use place::place_in;
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
 pub use view::{in_reading_order, is_main_thread, MissingRanks, MAIN_THREAD};

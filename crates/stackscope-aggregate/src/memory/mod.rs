@@ -7,9 +7,34 @@
 //! stacks; growth of a process's resident memory between two readings is charged to the
 //! stacks sampled in that process in that interval. That is what ran while memory grew, not
 //! an allocation trace, and the outputs say so.
+//!
+//! - `timeline`: what is kept of each process's readings, its GPU memory and the cgroup's,
+//!   bounded (`series`: the thinned series, the running fit, the trend);
+//! - `attribution`: growth matched by time to the stacks kept for its process;
+//! - `roles`: what each process is to the job, one name for the timeline and the summary;
+//! - `summary` and `verdict` (`text`: sizes and rates in words): `summary.json`'s `memory`.
+
+mod attribution;
+mod roles;
+mod series;
+mod summary;
+mod text;
+mod timeline;
+mod verdict;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_verdict;
 
 use serde::{Deserialize, Serialize};
-use stackscope_event::{CgroupSample, GpuSample, MemorySample};
+use stackscope_event::{CgroupSample, GpuSample, MemorySample, ProcessGpuMemory, Timestamp};
+
+use crate::fold::{StackId, TimeBuckets};
+use attribution::Attribution;
+pub use series::growth_rate;
+pub use text::{rate as rate_text, size as size_text};
+use timeline::{Cgroup, GpuMemory, Processes};
 
 /// One process's memory at one reading, as `memory-timeline.csv` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +71,11 @@ pub struct MemorySummary {
     pub cgroup: Option<CgroupMemory>,
     /// What there is to say; empty when memory was flat.
     pub verdict: Vec<MemoryFinding>,
+    /// Growth of resident memory between two readings of a process in which none of its
+    /// samples was kept (all its threads idle and left out, or not sampled): charged to no
+    /// stack.
+    #[serde(default)]
+    pub growth_unattributed_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +117,8 @@ pub enum MemoryFindingKind {
     CopyOnWrite,
     /// A process's GPU memory that climbs.
     GpuGrowth,
+    /// A process of the job the kernel's OOM killer ended, with its climb.
+    OomKilled,
 }
 
 /// One thing the verdict says about memory.
@@ -117,35 +149,150 @@ pub struct MemoryFinding {
     pub text: String,
 }
 
-/// What the aggregator keeps of memory (bounded however long the recording).
-#[derive(Debug, Clone, Default)]
-pub struct MemoryState {}
+/// What the aggregator keeps of memory (bounded however long the recording): every process's
+/// readings, each process's GPU memory, the cgroup's readings, and what ran while memory grew.
+#[derive(Debug, Clone)]
+pub struct MemoryState {
+    pub(crate) processes: Processes,
+    pub(crate) gpu: GpuMemory,
+    pub(crate) cgroup: Option<Cgroup>,
+    pub(crate) attribution: Attribution,
+    /// The first process read: the memory poller reads the target first, so this is the
+    /// process `memory_points` calls `main` (the summary has the recording's own pid).
+    first_pid: Option<u32>,
+}
+
+impl Default for MemoryState {
+    fn default() -> Self {
+        MemoryState::new(crate::Limits::default().max_processes)
+    }
+}
 
 impl MemoryState {
-    pub fn memory(&mut self, _sample: &MemorySample) {}
-    pub fn cgroup(&mut self, _sample: &CgroupSample) {}
-    pub fn gpu(&mut self, _sample: &GpuSample) {}
+    /// Keeping at most `max_processes` processes (the aggregate's [`crate::Limits`]).
+    pub fn new(max_processes: usize) -> MemoryState {
+        MemoryState {
+            processes: Processes::new(max_processes),
+            gpu: GpuMemory::new(max_processes),
+            cgroup: None,
+            attribution: Attribution::default(),
+            first_pid: None,
+        }
+    }
+
+    /// One reading of one process; its growth since its reading before is charged to the
+    /// stacks sampled in it meanwhile.
+    pub(crate) fn memory(&mut self, sample: &MemorySample, buckets: &mut TimeBuckets) {
+        let Some(read) = self.processes.add(sample) else {
+            return;
+        };
+        self.first_pid.get_or_insert(sample.pid);
+        if let Some(dropped) = read.dropped {
+            self.attribution.drop_process(dropped, buckets);
+        }
+        let previous = read.previous;
+        let growth = previous.map_or(0, |p| sample.rss_bytes.saturating_sub(p.rss));
+        self.attribution.reading(
+            sample.pid,
+            previous.map(|p| p.time),
+            sample.time,
+            growth,
+            buckets,
+        );
+    }
+
+    pub(crate) fn cgroup(&mut self, sample: &CgroupSample) {
+        match &mut self.cgroup {
+            Some(cgroup) => cgroup.add(sample),
+            None => self.cgroup = Some(Cgroup::new(sample)),
+        }
+    }
+
+    /// One GPU reading: its per-process list, when the driver could list the processes (the
+    /// poller lists them with the newest reading of each poll).
+    pub(crate) fn gpu(&mut self, sample: &GpuSample) {
+        if let Some(listed) = &sample.compute_pids {
+            self.gpu_memory(sample.time, sample.device, listed, &sample.process_memory);
+        }
+    }
+
+    /// One device's per-process GPU memory at `time`: `listed` holds a context on it, `memory`
+    /// says how much of those the driver gave a figure for.
+    pub(crate) fn gpu_memory(
+        &mut self,
+        time: Timestamp,
+        device: u32,
+        listed: &[u32],
+        memory: &[ProcessGpuMemory],
+    ) {
+        self.gpu.add(time, device, listed, memory);
+    }
+
+    /// A stack sample of `pid` at `time`, with its stack when it was kept.
+    pub(crate) fn stack_sample(
+        &mut self,
+        pid: u32,
+        time: Timestamp,
+        stack: Option<StackId>,
+        buckets: &mut TimeBuckets,
+    ) {
+        if self.first_pid.is_none() {
+            // No memory read (memory off, an old log): nothing to match.
+            return;
+        }
+        self.attribution.sample(pid, time, stack, buckets);
+    }
+
+    /// The end of the recording: growth still waiting is charged with the samples there are.
+    pub(crate) fn finish(&mut self, buckets: &mut TimeBuckets) {
+        self.attribution.finish(buckets);
+    }
+
+    /// The caps reached, for the summary's `caps_reached`.
+    pub(crate) fn caps_reached(&self, max_processes: usize) -> Vec<String> {
+        let mut caps = Vec::new();
+        if self.processes.dropped > 0 {
+            caps.push(format!(
+                "processes whose memory is kept capped at {max_processes}: the {} least \
+                 recently read left out of the memory timeline and summary (their growth stays \
+                 in the memory-growth flamegraph)",
+                self.processes.dropped
+            ));
+        }
+        if self.gpu.dropped > 0 {
+            caps.push(format!(
+                "processes whose GPU memory is kept capped at {max_processes}: the {} least \
+                 recently listed left out",
+                self.gpu.dropped
+            ));
+        }
+        caps
+    }
 }
 
 impl crate::Aggregator {
     /// Every process's memory readings, oldest first (coarsened with age on long recordings).
     pub fn memory_points(&self) -> Vec<MemoryPoint> {
-        Vec::new()
+        match self.memory.first_pid {
+            Some(target) => summary::points(self, target),
+            None => Vec::new(),
+        }
     }
 
     /// The memory cgroup's readings, oldest first.
     pub fn cgroup_points(&self) -> Vec<CgroupPoint> {
-        Vec::new()
+        summary::cgroup_points(self)
     }
 
     /// Bytes of resident memory growth charged to each stack over the whole recording, most
-    /// first: `stacks-memory-growth.folded`.
+    /// first: `stacks-memory-growth.folded`. Growth still waiting for its samples counts with
+    /// those already there.
     pub fn memory_growth(&self) -> Vec<(crate::StackId, u64)> {
-        Vec::new()
+        self.memory.attribution.growth()
     }
 
     /// `summary.json`'s `memory`: `None` when no memory reading was recorded.
-    pub(crate) fn memory_summary(&self, _meta: &crate::RecordingMeta) -> Option<MemorySummary> {
-        None
+    pub(crate) fn memory_summary(&self, meta: &crate::RecordingMeta) -> Option<MemorySummary> {
+        summary::summary(self, meta.pid)
     }
 }

@@ -375,18 +375,9 @@ pub fn stack_change(table: &StackTable, activity: &Activity) -> Option<f64> {
 /// The function a stack is at: its innermost frame of the job's own code, else its innermost
 /// code frame.
 fn place_of(table: &StackTable, frames: &[crate::fold::FrameId]) -> Option<u32> {
-    let function = |origin_is_job: bool| {
-        frames.iter().rev().find_map(|&f| {
-            let e = table.frame(f)?;
-            let fits = if origin_is_job {
-                e.origin == stackscope_event::FileOrigin::Job
-            } else {
-                e.origin != stackscope_event::FileOrigin::Native
-            };
-            fits.then_some(e.function).flatten()
-        })
-    };
-    function(true).or_else(|| function(false))
+    let entry = |f: crate::fold::FrameId| table.frame(f).filter(|e| e.function.is_some());
+    let at = crate::jobs::place_in(frames.iter().rev().copied(), |f| entry(f).map(|e| e.origin))?;
+    entry(at)?.function
 }
 
 /// The candidates of the processes NVML lists with a compute context, when any of them is

@@ -15,6 +15,7 @@
 //! an interval ends.
 
 mod gpus;
+mod memory;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::gpu::{GpuTag, GpuTagger};
 
 use gpus::Gpus;
 pub use gpus::{GpuLine, GPU_HISTORY_SECS};
+pub use memory::{LatestMemory, ProcessMemoryLine};
 
 /// Past this many (thread, function) entries in a window, new ones are counted under one
 /// [`OTHER_FUNCTIONS`] entry per thread: a session of days over churning threads keeps bounded
@@ -255,6 +257,8 @@ pub struct TopModel {
     names: HashMap<ThreadId, Arc<str>>,
     /// What the GPU lines show.
     gpus: Gpus,
+    /// What the process lines show: each process's memory now.
+    memory: LatestMemory,
     /// Stack samples waiting for the GPU readings that cover them, and those readings.
     tagger: GpuTagger<StackSample>,
 }
@@ -268,6 +272,7 @@ impl TopModel {
             all: Window::default(),
             names: HashMap::new(),
             gpus: Gpus::default(),
+            memory: LatestMemory::default(),
             tagger: GpuTagger::new(idle_below),
         }
     }
@@ -286,6 +291,7 @@ impl TopModel {
     /// the run's other views (the verdict's aggregate, the metrics) take the tag from here
     /// rather than tag the samples again.
     pub fn handle_with(&mut self, event: Event, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
+        self.memory.observe(&event);
         match event {
             Event::Stack(sample) => self.add_stack(sample, tagged),
             Event::Gpu(sample) => self.add_gpu(&sample, tagged),
@@ -415,6 +421,12 @@ impl TopModel {
 
     pub fn gpu_lines(&self) -> Vec<GpuLine> {
         self.gpus.lines()
+    }
+
+    /// Each process's memory now, by pid: the processes with a memory or GPU memory reading
+    /// that have not exited.
+    pub fn memory_lines(&self) -> Vec<ProcessMemoryLine> {
+        self.memory.lines()
     }
 
     /// The rows, sorted, with at least one sample counted under the options.

@@ -371,3 +371,40 @@ fn entries_past_the_cap_are_counted_under_one_row() {
         names.len() as u64
     );
 }
+
+#[test]
+fn process_lines_hold_each_processs_latest_memory_and_leave_the_table_alone() {
+    let mut model = TopModel::new(30.0, false);
+    add(&mut model, 3, &["work", "main"]);
+    model.handle(Event::Memory(stackscope_event::MemorySample {
+        time: Timestamp(SEC),
+        pid: 100,
+        rss_bytes: 1 << 30,
+        private_bytes: Some(900 << 20),
+        ..Default::default()
+    }));
+    model.handle(Event::Gpu(GpuSample {
+        compute_pids: Some(vec![100]),
+        process_memory: vec![stackscope_event::ProcessGpuMemory {
+            pid: 100,
+            bytes: 340 << 20,
+        }],
+        ..gpu(0, SEC, 90.0)
+    }));
+    model.handle(Event::Cgroup(stackscope_event::CgroupSample {
+        time: Timestamp(SEC),
+        usage_bytes: 2 << 30,
+        ..Default::default()
+    }));
+    model.end_interval();
+    assert_eq!(
+        model.memory_lines(),
+        [ProcessMemoryLine {
+            pid: 100,
+            rss: Some(1 << 30),
+            gpu_memory: Some(340 << 20),
+        }]
+    );
+    let totals = model.totals(&ViewOptions::default());
+    assert_eq!((totals.interval_samples, totals.all_samples), (3, 3));
+}

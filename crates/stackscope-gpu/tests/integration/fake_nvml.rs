@@ -348,6 +348,37 @@ fn per_process_utilization_of_the_target() {
 }
 
 #[test]
+fn each_listed_process_gets_its_gpu_memory_and_a_climb_shows() {
+    // 100 MiB, climbing 1000 MiB/s, shared by the two listed processes.
+    const SCRIPT: &str = r#"{ "sample_period_ms": 20, "devices": [
+        { "memory_used_mib": 100, "memory_used_mib_per_s": 1000, "processes": [4242, 5000] } ] }"#;
+    isolated(
+        "fake_nvml::each_listed_process_gets_its_gpu_memory_and_a_climb_shows",
+        script(SCRIPT),
+        |_| {
+            let out = run_polls(&config(fake_lib()), vec![4242], 4);
+            let readings: Vec<Vec<(u32, u64)>> = out
+                .samples
+                .iter()
+                .filter(|s| !s.process_memory.is_empty())
+                .map(|s| s.process_memory.iter().map(|p| (p.pid, p.bytes)).collect())
+                .collect();
+            assert!(readings.len() >= 3, "{readings:?}");
+            for reading in &readings {
+                let pids: Vec<u32> = reading.iter().map(|&(pid, _)| pid).collect();
+                assert_eq!(pids, vec![4242, 5000]);
+                assert_eq!(reading[0].1, reading[1].1, "an even share: {reading:?}");
+            }
+            let of_4242: Vec<u64> = readings.iter().map(|r| r[0].1).collect();
+            assert!(of_4242.windows(2).all(|w| w[0] < w[1]), "{of_4242:?}");
+            // 100 ms between polls: about 50 MiB more for each process every poll.
+            let step = (of_4242[1] - of_4242[0]) as f64 / (1 << 20) as f64;
+            assert!((25.0..150.0).contains(&step), "{step} MiB a poll");
+        },
+    );
+}
+
+#[test]
 fn auto_narrows_when_the_target_appears() {
     let make = |dir: &Path| {
         format!(

@@ -1,5 +1,6 @@
 //! Exports that other tools read: pprof (`go tool pprof`, Grafana Pyroscope), speedscope's JSON,
-//! and a Chrome trace (JSON) that Perfetto opens, with the GPUs as counter tracks.
+//! and a Chrome trace (JSON) that Perfetto opens, with the GPUs and the memory of each process
+//! and of the job's cgroup as counter tracks.
 //!
 //! Each writer is a pure function of a [`SampleTrace`] (a window of a recording, every kept
 //! sample in time order with its GPU state) and an [`ExportInfo`], over any `W: Write`.

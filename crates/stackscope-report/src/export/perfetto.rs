@@ -1,7 +1,11 @@
 //! A Chrome trace (JSON trace event format), which Perfetto (ui.perfetto.dev) and
 //! chrome://tracing open: per thread, nested complete slices (`"ph":"X"`) built from
 //! consecutive samples that share frames; per GPU a counter track (`"ph":"C"`) with its
-//! utilization, memory and power, in the target's process so that it sits under its threads.
+//! utilization, memory and power, in the target's process so that it sits under its threads;
+//! per process its memory (`memory rss`, and `memory private`, `memory shared`, `memory swap`
+//! where read, `memory GPU N` for its memory on each GPU), and in the target's process the
+//! job's memory cgroup (`memory cgroup usage`, `limit`, `oom_kills`). Memory is in MiB, as the
+//! GPU's is.
 //!
 //! Times are microseconds since the recording's start (the zero of `--from`/`--to`), on the
 //! one clock the samples and GPU readings share. A sample stands for one sampling period. A
@@ -14,14 +18,15 @@
 //!
 //! A GPU reading at time T describes the interval since the device's previous reading, so its
 //! counter value is placed at that previous reading's time: a dip then lies under the slices
-//! of the code that ran while the GPU idled, not one reading late.
+//! of the code that ran while the GPU idled, not one reading late. Memory readings are instants:
+//! each is placed at its own time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 
 use serde_json::{json, Map, Value};
 use stackscope_aggregate::{SampleTrace, TraceThread};
-use stackscope_event::{GpuSample, Timestamp};
+use stackscope_event::{CgroupSample, GpuSample, MemorySample, Timestamp};
 
 use super::ExportInfo;
 use crate::ReportError;
@@ -29,6 +34,11 @@ use crate::ReportError;
 /// Longest command line shown as a process's name.
 const PROCESS_NAME_CHARS: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
+/// The counter event of a process's memory: Perfetto names each of its tracks by the event's
+/// name and the argument's (`memory rss`).
+const MEMORY_COUNTER: &str = "memory";
+/// The counter event of the job's memory cgroup (`memory cgroup usage`).
+const CGROUP_COUNTER: &str = "memory cgroup";
 /// Without a sample for this long (and at least ten periods), a thread's slices end even though
 /// it was never seen idle: the target was stopped, or the sampler stalled on a loaded machine.
 const GAP_NANOS: u64 = 1_000_000_000;
@@ -45,6 +55,9 @@ pub fn write_perfetto<W: Write>(
     write_names(trace, info, &mut events)?;
     write_slices(trace, info, &mut events)?;
     write_gpu_counters(trace, info, &mut events)?;
+    write_memory_counters(trace, &mut events)?;
+    write_gpu_memory_counters(trace, &mut events)?;
+    write_cgroup_counters(trace, info, &mut events)?;
     events.finish()
 }
 
@@ -82,6 +95,8 @@ fn write_names<W: Write>(
 ) -> Result<(), ReportError> {
     let mut pids: BTreeSet<u32> = trace.threads().iter().map(|t| t.pid).collect();
     pids.insert(info.meta.pid);
+    // A process whose memory was read but none of whose threads was kept still gets a name.
+    pids.extend(trace.memory_readings().iter().map(|m| m.pid));
     for &pid in &pids {
         let command = if pid == info.meta.pid {
             Some(info.meta.command_line.as_str())
@@ -165,6 +180,120 @@ fn write_gpu_counters<W: Write>(
     Ok(())
 }
 
+/// Each process's memory readings as counters in that process, in time order.
+fn write_memory_counters<W: Write>(
+    trace: &SampleTrace,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
+    let mut readings: Vec<&MemorySample> = trace.memory_readings().iter().collect();
+    readings.sort_by_key(|r| (r.time, r.pid));
+    for r in readings {
+        let mut args = Map::new();
+        args.insert("rss".into(), json!(mib(r.rss_bytes)));
+        for (name, value) in [
+            ("private", r.private_bytes),
+            ("shared", r.shared_bytes),
+            ("swap", r.swap_bytes),
+        ] {
+            if let Some(bytes) = value {
+                args.insert(name.into(), json!(mib(bytes)));
+            }
+        }
+        events.emit(
+            json!({"name": MEMORY_COUNTER, "ph": "C", "ts": micros(r.time, start),
+                   "pid": r.pid, "tid": 0, "args": args}),
+        )?;
+    }
+    Ok(())
+}
+
+/// Each process's memory on each GPU, from the GPU readings that say it, as a counter in that
+/// process: `memory GPU 0`. A process a device listed before and no longer lists holds
+/// nothing there: its counter drops to 0.
+fn write_gpu_memory_counters<W: Write>(
+    trace: &SampleTrace,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
+    let mut readings: Vec<&GpuSample> = trace
+        .gpu_readings()
+        .iter()
+        .filter(|r| says_gpu_memory(r))
+        .collect();
+    readings.sort_by_key(|r| (r.time, r.device));
+    // The pids each device had memory for at its previous reading.
+    let mut listed: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    for reading in readings {
+        let key = format!("GPU {}", reading.device);
+        let now: BTreeMap<u32, u64> = reading
+            .process_memory
+            .iter()
+            .map(|p| (p.pid, p.bytes))
+            .collect();
+        // Listed without its memory: not gone, its memory not said this time.
+        let still_listed = |pid: &u32| {
+            now.contains_key(pid)
+                || reading
+                    .compute_pids
+                    .as_ref()
+                    .is_some_and(|pids| pids.contains(pid))
+        };
+        let before = listed.entry(reading.device).or_default();
+        let gone: Vec<(u32, u64)> = before
+            .iter()
+            .filter(|pid| !still_listed(pid))
+            .map(|&pid| (pid, 0))
+            .collect();
+        before.retain(|pid| still_listed(pid));
+        before.extend(now.keys().copied());
+        for (pid, bytes) in now.into_iter().chain(gone) {
+            events.emit(json!({"name": MEMORY_COUNTER, "ph": "C",
+                       "ts": micros(reading.time, start), "pid": pid, "tid": 0,
+                       "args": {key.as_str(): mib(bytes)}}))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a GPU reading says its processes' memory: it lists some, or the device has no
+/// compute process at all. An empty list beside listed pids is a driver that does not say.
+fn says_gpu_memory(reading: &GpuSample) -> bool {
+    !reading.process_memory.is_empty() || reading.compute_pids.as_ref().is_some_and(Vec::is_empty)
+}
+
+/// The job's memory cgroup as a counter in the target's process: usage, limit (where there
+/// is one) and the OOM kills it counted.
+fn write_cgroup_counters<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
+    let mut readings: Vec<&CgroupSample> = trace.cgroup_readings().iter().collect();
+    readings.sort_by_key(|r| r.time);
+    for r in readings {
+        let mut args = Map::new();
+        args.insert("usage".into(), json!(mib(r.usage_bytes)));
+        if let Some(limit) = r.limit_bytes {
+            args.insert("limit".into(), json!(mib(limit)));
+        }
+        if let Some(kills) = r.oom_kills {
+            args.insert("oom_kills".into(), json!(kills));
+        }
+        events.emit(
+            json!({"name": CGROUP_COUNTER, "ph": "C", "ts": micros(r.time, start),
+                   "pid": info.meta.pid, "tid": 0, "args": args}),
+        )?;
+    }
+    Ok(())
+}
+
+/// Bytes in MiB, to a tenth.
+fn mib(bytes: u64) -> f64 {
+    (bytes as f64 / MIB * 10.0).round() / 10.0
+}
+
 /// A reading's counters, those it has.
 fn counter_args(reading: &GpuSample) -> Map<String, Value> {
     let mut args = Map::new();
@@ -172,8 +301,7 @@ fn counter_args(reading: &GpuSample) -> Map<String, Value> {
         args.insert("utilization".into(), json!(u));
     }
     if let Some(bytes) = reading.memory_used_bytes {
-        let mib = (bytes as f64 / MIB * 10.0).round() / 10.0;
-        args.insert("memory".into(), json!(mib));
+        args.insert("memory".into(), json!(mib(bytes)));
     }
     if let Some(watts) = reading.power_watts {
         args.insert("power".into(), json!(watts));

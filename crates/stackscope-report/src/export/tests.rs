@@ -1,7 +1,10 @@
 //! The writers on hand-made traces: exact slices, labels and names.
 
 use stackscope_aggregate::{AggregateConfig, RecordingMeta, SampleTrace};
-use stackscope_event::{Event, Frame, GpuSample, StackSample, ThreadInfo, Timestamp};
+use stackscope_event::{
+    CgroupSample, Event, Frame, GpuSample, MemorySample, ProcessGpuMemory, StackSample, ThreadInfo,
+    Timestamp,
+};
 use stackscope_testkit::events::{self, MS};
 
 use super::perfetto::{function_of_frames, slices};
@@ -245,6 +248,222 @@ fn gpu_counters_sit_where_their_interval_begins() {
         counters,
         [(100_000.0, 80.0), (100_000.0, 50.0), (200_000.0, 10.0)]
     );
+}
+
+/// The trace's counter events, as (name, pid, ts in ms, args).
+fn counters(trace: &SampleTrace) -> Vec<(String, u64, f64, serde_json::Value)> {
+    let meta = meta();
+    let mut out = Vec::new();
+    write_perfetto(trace, &info(&meta), &mut out).expect("written");
+    let file: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    file["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_owned(),
+                e["pid"].as_u64().unwrap_or_default(),
+                e["ts"].as_f64().unwrap_or_default() / 1e3,
+                e["args"].clone(),
+            )
+        })
+        .collect()
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn memory_counters_are_each_processs_and_the_cgroups() {
+    let config = AggregateConfig::default();
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    let memory = |t: u64, pid: u32, rss: u64, private: Option<u64>| {
+        Event::Memory(MemorySample {
+            time: Timestamp(t * MS),
+            pid,
+            rss_bytes: rss * MIB,
+            private_bytes: private.map(|p| p * MIB),
+            shared_bytes: private.map(|_| 10 * MIB),
+            swap_bytes: None,
+        })
+    };
+    // Out of order, as their producer's batches interleave.
+    trace.handle(memory(200, 8, 300, None));
+    trace.handle(memory(100, 7, 1024, Some(900)));
+    trace.handle(memory(100, 8, 250, None));
+    trace.handle(Event::Cgroup(CgroupSample {
+        time: Timestamp(150 * MS),
+        usage_bytes: 1536 * MIB,
+        limit_bytes: Some(4096 * MIB),
+        oom_kills: Some(0),
+    }));
+    trace.handle(Event::Cgroup(CgroupSample {
+        time: Timestamp(250 * MS),
+        usage_bytes: 1600 * MIB + MIB / 2,
+        limit_bytes: None,
+        oom_kills: None,
+    }));
+    trace.finish();
+    let got = counters(&trace);
+    assert_eq!(
+        got,
+        [
+            (
+                "memory".to_owned(),
+                7,
+                100.0,
+                serde_json::json!({"rss": 1024.0, "private": 900.0, "shared": 10.0})
+            ),
+            (
+                "memory".to_owned(),
+                8,
+                100.0,
+                serde_json::json!({"rss": 250.0})
+            ),
+            (
+                "memory".to_owned(),
+                8,
+                200.0,
+                serde_json::json!({"rss": 300.0})
+            ),
+            // The cgroup sits in the target's process, its limit where there is one.
+            (
+                "memory cgroup".to_owned(),
+                7,
+                150.0,
+                serde_json::json!({"usage": 1536.0, "limit": 4096.0, "oom_kills": 0})
+            ),
+            (
+                "memory cgroup".to_owned(),
+                7,
+                250.0,
+                serde_json::json!({"usage": 1600.5})
+            ),
+        ]
+    );
+    // A process with memory and no sampled thread is named all the same.
+    let meta = meta();
+    let mut out = Vec::new();
+    write_perfetto(&trace, &info(&meta), &mut out).expect("written");
+    let file: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    let named: Vec<u64> = file["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(named, [7, 8]);
+}
+
+#[test]
+fn gpu_memory_counters_are_per_process_and_device() {
+    let config = AggregateConfig::default();
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    let reading = |t: u64, device: u32, pids: Option<Vec<u32>>, memory: &[(u32, u64)]| {
+        Event::Gpu(GpuSample {
+            time: Timestamp(t * MS),
+            device,
+            utilization: Some(50.0),
+            compute_pids: pids,
+            process_memory: memory
+                .iter()
+                .map(|&(pid, mib)| ProcessGpuMemory {
+                    pid,
+                    bytes: mib * MIB,
+                })
+                .collect(),
+            ..GpuSample::default()
+        })
+    };
+    trace.handle(reading(100, 0, Some(vec![7, 8]), &[(7, 2048), (8, 512)]));
+    trace.handle(reading(100, 1, Some(vec![7]), &[(7, 100)]));
+    // A reading of the driver's ring that says nothing of processes.
+    trace.handle(reading(150, 0, None, &[]));
+    // Pid 8 left device 0.
+    trace.handle(reading(200, 0, Some(vec![7]), &[(7, 3072)]));
+    // Listed, its memory not said: not gone.
+    trace.handle(reading(250, 1, Some(vec![7]), &[]));
+    // Nothing on device 1 any more.
+    trace.handle(reading(300, 1, Some(vec![]), &[]));
+    trace.finish();
+    let got: Vec<(u64, f64, serde_json::Value)> = counters(&trace)
+        .into_iter()
+        .filter(|c| c.0 == "memory")
+        .map(|(_, pid, ts, args)| (pid, ts, args))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (7, 100.0, serde_json::json!({"GPU 0": 2048.0})),
+            (8, 100.0, serde_json::json!({"GPU 0": 512.0})),
+            (7, 100.0, serde_json::json!({"GPU 1": 100.0})),
+            (7, 200.0, serde_json::json!({"GPU 0": 3072.0})),
+            (8, 200.0, serde_json::json!({"GPU 0": 0.0})),
+            (7, 300.0, serde_json::json!({"GPU 1": 0.0})),
+        ]
+    );
+}
+
+/// A recording's memory readings go through its sample log into a window's export: those in
+/// the window, at their times.
+#[test]
+fn a_windows_memory_counters_come_from_the_sample_log() {
+    use stackscope_samplelog::{SampleLogWriter, Window};
+    let dir = tempfile::tempdir().expect("a directory");
+    let header = stackscope_testkit::synthetic::header(false, true);
+    let start = header.start.0;
+    let mut writer = SampleLogWriter::create(dir.path(), &header).expect("a log");
+    for tenth in 0..50u64 {
+        let time = Timestamp(start + tenth * 100 * MS);
+        writer
+            .append(&sample_of(
+                time.0 / MS,
+                4242,
+                1,
+                "MainThread",
+                &[("main", 1)],
+            ))
+            .expect("appended");
+        writer
+            .append(&Event::Memory(MemorySample {
+                time,
+                pid: 4242,
+                rss_bytes: (100 + tenth) * MIB,
+                ..MemorySample::default()
+            }))
+            .expect("appended");
+        writer
+            .append(&Event::Cgroup(CgroupSample {
+                time,
+                usage_bytes: (200 + tenth) * MIB,
+                limit_bytes: Some(1024 * MIB),
+                oom_kills: None,
+            }))
+            .expect("appended");
+    }
+    writer.flush().expect("flushed");
+    let options = crate::RebuildOptions {
+        window: Window::new(Some(1.0), Some(2.0)),
+        idle_below: None,
+        include_idle: None,
+    };
+    let read = crate::read_trace(dir.path(), &options).expect("read");
+    let rss: Vec<(f64, f64)> = counters(&read.sink)
+        .into_iter()
+        .filter(|c| c.0 == "memory")
+        .map(|(_, _, ms, args)| (ms, args["rss"].as_f64().unwrap_or_default()))
+        .collect();
+    let expected: Vec<(f64, f64)> = (10..20)
+        .map(|t| (t as f64 * 100.0, 100.0 + t as f64))
+        .collect();
+    assert_eq!(rss, expected);
+    let cgroup = counters(&read.sink)
+        .into_iter()
+        .filter(|c| c.0 == "memory cgroup")
+        .count();
+    assert_eq!(cgroup, 10);
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! The data report.html embeds: the recording's headline figures and verdict, the GPU series,
-//! and the time buckets of stacks and thread lanes, as compact JSON the page's script reads.
+//! the time buckets of stacks, thread lanes and memory growth, and each process's memory (see
+//! [`super::memory`]), as compact JSON the page's script reads.
 //!
 //! Stacks, frames and functions are renumbered densely for the page, so it carries only what
-//! its buckets refer to. Bucket counts are exact: a window's flamegraph is the sum of the
-//! buckets it covers. The aggregate bounds the buckets (see
+//! its buckets refer to. Bucket counts are exact: a window's flamegraph, of samples or of
+//! bytes grown, is the sum of the buckets it covers. The aggregate bounds the buckets (see
 //! [`stackscope_aggregate::TimeBuckets`]); the GPU series are averaged into at most
-//! [`MAX_GPU_POINTS`] points per device; so the page is bounded whatever the recording's length.
+//! [`MAX_GPU_POINTS`] points per device and the memory lines thinned as bounded; so the page
+//! is bounded whatever the recording's length.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -78,18 +80,25 @@ pub struct PageData {
     pub buckets: Vec<PageBucket>,
     pub lanes: Vec<PageLane>,
     pub gpus: Vec<PageGpu>,
+    /// Every process's memory and the memory verdict; `None` without memory readings (then the
+    /// page draws nothing of memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::PageMemory>,
     /// What a page of merged recordings (`stackscope merge DIR...`) adds: its rank table.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merged: Option<MergedPage>,
 }
 
 /// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is
-/// `[lane, active, idle]` repeated.
+/// `[lane, active, idle]` repeated; `g` is `[stack, bytes]` repeated, the resident memory
+/// that grew while the stack ran (absent without memory readings).
 #[derive(Debug, Serialize)]
 pub struct PageBucket {
     pub i: u64,
     pub s: Vec<u64>,
     pub l: Vec<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub g: Vec<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -180,12 +189,13 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         buckets: page_buckets,
         lanes,
         gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
+        memory: super::memory::page_memory(agg, summary),
         merged: None,
     }
 }
 
-/// One bucket as the page holds it: `[stack, idle, busy, unknown]` and `[lane, active, idle]`
-/// runs, in the page's stack numbering, sorted.
+/// One bucket as the page holds it: `[stack, idle, busy, unknown]`, `[lane, active, idle]`
+/// and `[stack, bytes grown]` runs, in the page's stack numbering, sorted.
 fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dense) -> PageBucket {
     let mut stacks: Vec<(u32, u64, u64, u64)> = bucket
         .stacks
@@ -206,6 +216,13 @@ fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dens
         .map(|(&lane, c)| (lane, c.active, c.idle))
         .collect();
     lanes.sort_unstable();
+    let mut growth: Vec<(u32, u64)> = bucket
+        .growth
+        .iter()
+        .filter(|&(_, &bytes)| bytes > 0)
+        .map(|(&stack, &bytes)| (dense.stack(table, stack), bytes))
+        .collect();
+    growth.sort_unstable();
     PageBucket {
         i: index,
         s: stacks
@@ -215,6 +232,10 @@ fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dens
         l: lanes
             .into_iter()
             .flat_map(|(l, a, i)| [u64::from(l), u64::from(a), u64::from(i)])
+            .collect(),
+        g: growth
+            .into_iter()
+            .flat_map(|(s, b)| [u64::from(s), b])
             .collect(),
     }
 }

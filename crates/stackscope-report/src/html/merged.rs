@@ -114,6 +114,8 @@ pub fn merged_page_data(
             .collect(),
         lanes,
         gpus,
+        // Memory is each recording's own: a merged page draws none.
+        memory: None,
         merged: Some(MergedPage {
             title,
             sources: sources.iter().map(|s| s.display().to_string()).collect(),
@@ -434,6 +436,7 @@ impl Cells {
                 .into_iter()
                 .flat_map(|(l, [a, b])| [l, a, b])
                 .collect(),
+            g: Vec::new(),
         }
     }
 }

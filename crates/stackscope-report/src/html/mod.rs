@@ -8,11 +8,13 @@
 //! The headline (target, duration, samples, errors, verdict) is written into the HTML itself,
 //! so it reads even where scripts do not run; the timeline, thread lanes and flamegraph are
 //! drawn by `assets/report.js` from the embedded data, with `assets/flame.js` (the flamegraph
-//! as an icicle) and `assets/series.js` (the timeline's colours and legend). See
-//! `docs/report-page.md`.
+//! as an icicle), `assets/series.js` (the timeline's colours and legend) and `assets/memory.js`
+//! (the memory chart and the memory growth flamegraph, where there are memory readings; see
+//! [`memory`]). See `docs/report-page.md`.
 
 mod compare;
 mod data;
+mod memory;
 mod merged;
 
 use std::io::Write;
@@ -22,6 +24,7 @@ use stackscope_aggregate::{Aggregator, RecordingMeta, Summary};
 pub use compare::{write_compare_html, ComparePage, DiffStack};
 pub use data::MergedPage;
 pub use data::{page_data, PageData, MAX_GPU_POINTS, SIMULATED_UUID_PREFIX};
+pub use memory::{page_memory, PageCgroup, PageMemory, PageMemoryProcess, MAX_MEMORY_POINTS};
 pub use merged::{merged_page_data, RankPage};
 
 use crate::markup::escape;
@@ -42,6 +45,7 @@ pub(crate) const FLAMEGRAPH_JS: &str = include_str!("../../assets/vendor/d3-flam
 pub(crate) const FLAMEGRAPH_CSS: &str = include_str!("../../assets/vendor/d3-flamegraph.css");
 pub(crate) const FLAME_JS: &str = include_str!("../../assets/flame.js");
 const SERIES_JS: &str = include_str!("../../assets/series.js");
+const MEMORY_JS: &str = include_str!("../../assets/memory.js");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 pub(crate) const REPORT_CSS: &str = include_str!("../../assets/report.css");
 pub(crate) const LICENCES: &str =
@@ -98,7 +102,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         w,
         "<section id=\"timeline-section\">\n<h2>Timeline <span class=\"hint\">drag to select a \
          window</span></h2>\n<div id=\"timeline\"></div>\n\
-         <div id=\"timeline-legend\"></div>\n<div id=\"lanes\"></div>\n</section>\n\
+         <div id=\"timeline-legend\"></div>\n{}<div id=\"lanes\"></div>\n</section>\n\
          <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
          <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
          <button data-view=\"all\">all samples</button>{}</span>\n\
@@ -108,15 +112,18 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <span>samples in selection: <b id=\"selection-samples\">{}</b></span>\n\
          <span id=\"view-samples\"></span>\n</div>\n\
          <div id=\"legend\"></div>\n<div id=\"flamegraph\"></div>\n\
-         <div id=\"details\"></div>\n</section>\n\
+         <div id=\"details\"></div>\n</section>\n{}\
          <footer>Written by stackscope. Libraries embedded: {LICENCES}.</footer>\n\
          <script type=\"application/json\" id=\"stackscope-data\">{json}</script>\n\
          <script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{UPLOT_JS}\n</script>\n\
          <script>\n{FLAMEGRAPH_JS}\n</script>\n<script>\n{FLAME_JS}\n</script>\n\
-         <script>\n{SERIES_JS}\n</script>\n<script>\n{REPORT_JS}\n</script>\n\
+         <script>\n{SERIES_JS}\n</script>\n<script>\n{MEMORY_JS}\n</script>\n\
+         <script>\n{REPORT_JS}\n</script>\n\
          </body>\n</html>\n",
+        memory::memory_chart_markup(data.memory.as_ref()),
         gpu_views(data),
-        data.samples
+        data.samples,
+        memory::memory_growth_markup(data.memory.as_ref()),
     )?;
     Ok(())
 }
@@ -141,6 +148,7 @@ fn write_headline<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
     }
     write_facts(data, w)?;
     write_verdict(data, w)?;
+    memory::write_memory_verdict(data.memory.as_ref(), w)?;
     if let Some(merged) = &data.merged {
         merged::write_rank_table(merged, w)?;
     }

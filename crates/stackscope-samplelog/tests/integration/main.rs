@@ -6,5 +6,6 @@ mod common;
 
 mod bounded;
 mod damage;
+mod memory;
 mod roundtrip;
 mod size;

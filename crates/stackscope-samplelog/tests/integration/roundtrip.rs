@@ -142,6 +142,37 @@ fn every_kind() -> Vec<Event> {
             tensor_active: Some(0.0),
             dram_bw: Some(100.0),
             compute_pids: Some(vec![4242, 4243]),
+            process_memory: vec![stackscope_event::ProcessGpuMemory {
+                pid: 4242,
+                bytes: 7 << 30,
+            }],
+        }),
+        // Memory readings, late and out of order as their producer sends them.
+        Event::Memory(stackscope_event::MemorySample {
+            time: Timestamp(START + 2 * MS),
+            pid: 4242,
+            rss_bytes: 1 << 30,
+            private_bytes: Some(900 << 20),
+            shared_bytes: Some(100 << 20),
+            swap_bytes: Some(0),
+        }),
+        Event::Memory(stackscope_event::MemorySample {
+            time: Timestamp(START + MS),
+            pid: 777,
+            rss_bytes: 0,
+            ..Default::default()
+        }),
+        Event::Cgroup(stackscope_event::CgroupSample {
+            time: Timestamp(START),
+            usage_bytes: 3 << 30,
+            limit_bytes: Some(4 << 30),
+            oom_kills: Some(1),
+        }),
+        Event::Cgroup(stackscope_event::CgroupSample {
+            time: Timestamp(u64::MAX),
+            usage_bytes: u64::MAX,
+            limit_bytes: None,
+            oom_kills: None,
         }),
         // GPM readings alone (a device whose other metrics are unsupported).
         Event::Gpu(GpuSample {
