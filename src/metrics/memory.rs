@@ -112,35 +112,18 @@ impl MemoryGauges {
 #[cfg(test)]
 mod tests {
     use super::super::MetricsState;
-    use stackscope_event::{
-        CgroupSample, Event, GpuSample, MemorySample, ProcessEvent, ProcessEventKind,
-        ProcessGpuMemory, Timestamp,
-    };
+    use stackscope_event::{CgroupSample, Event, ProcessEvent, ProcessEventKind, Timestamp};
 
     fn secs(s: u64) -> Timestamp {
         Timestamp(s * 1_000_000_000)
     }
 
     fn rss(time: Timestamp, pid: u32, bytes: u64) -> Event {
-        Event::Memory(MemorySample {
-            time,
-            pid,
-            rss_bytes: bytes,
-            ..MemorySample::default()
-        })
+        stackscope_testkit::events::rss_event(time, pid, bytes)
     }
 
     fn gpu(time: Timestamp, device: u32, pids: Option<Vec<u32>>, memory: &[(u32, u64)]) -> Event {
-        Event::Gpu(GpuSample {
-            time,
-            device,
-            compute_pids: pids,
-            process_memory: memory
-                .iter()
-                .map(|&(pid, bytes)| ProcessGpuMemory { pid, bytes })
-                .collect(),
-            ..GpuSample::default()
-        })
+        stackscope_testkit::events::gpu_memory_event(time, device, pids, memory)
     }
 
     fn state() -> MetricsState {

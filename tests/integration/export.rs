@@ -451,11 +451,7 @@ fn check_gpu_counter_matches_csv(trace: &Value, dir: &Path) {
             )
         })
         .collect();
-    let counters: Vec<(f64, f64)> = trace["traceEvents"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|e| e["ph"] == "C")
+    let counters: Vec<(f64, f64)> = gpu_counters(trace)
         .map(|e| {
             assert_eq!(e["name"], "GPU 0 (Fake H100)");
             (
@@ -476,14 +472,19 @@ fn check_gpu_counter_matches_csv(trace: &Value, dir: &Path) {
     }
 }
 
-/// The utilization in effect over each load_batch / train_step slice, sampled at the
-/// counter's steps: low under the data phase, high under compute.
-fn check_counter_under_phases(trace: &Value, slices: &[Slice]) {
-    let mut steps: Vec<(f64, f64)> = trace["traceEvents"]
+/// The GPU's counter events; the memory counters (`memory rss`...) are tracks of their own.
+fn gpu_counters(trace: &Value) -> impl Iterator<Item = &Value> {
+    trace["traceEvents"]
         .as_array()
         .expect("events")
         .iter()
-        .filter(|e| e["ph"] == "C")
+        .filter(|e| e["ph"] == "C" && e["name"].as_str().is_some_and(|n| n.starts_with("GPU ")))
+}
+
+/// The utilization in effect over each load_batch / train_step slice, sampled at the
+/// counter's steps: low under the data phase, high under compute.
+fn check_counter_under_phases(trace: &Value, slices: &[Slice]) {
+    let mut steps: Vec<(f64, f64)> = gpu_counters(trace)
         .map(|e| {
             (
                 e["ts"].as_f64().expect("ts"),

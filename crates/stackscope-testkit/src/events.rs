@@ -76,6 +76,36 @@ pub fn gpu_event(time: Timestamp, device: u32, utilization: f32) -> Event {
 }
 
 /// A process coming under (or leaving) the sampler's watch.
+/// A memory reading of `pid` with its resident memory alone (as between `smaps_rollup` reads).
+pub fn rss_event(time: Timestamp, pid: u32, bytes: u64) -> Event {
+    Event::Memory(stackscope_event::MemorySample {
+        time,
+        pid,
+        rss_bytes: bytes,
+        ..Default::default()
+    })
+}
+
+/// A GPU reading listing `pids` with a compute context (`None`: the driver cannot list them) and
+/// each `(pid, bytes)` of `memory` as a process's GPU memory.
+pub fn gpu_memory_event(
+    time: Timestamp,
+    device: u32,
+    pids: Option<Vec<u32>>,
+    memory: &[(u32, u64)],
+) -> Event {
+    Event::Gpu(GpuSample {
+        time,
+        device,
+        compute_pids: pids,
+        process_memory: memory
+            .iter()
+            .map(|&(pid, bytes)| stackscope_event::ProcessGpuMemory { pid, bytes })
+            .collect(),
+        ..GpuSample::default()
+    })
+}
+
 pub fn process(time: Timestamp, pid: u32, command_line: &str, kind: ProcessEventKind) -> Event {
     Event::Process(ProcessEvent {
         time,

@@ -391,27 +391,9 @@ impl Aggregator {
     /// with `process_root`, `process PID COMMAND;thread;outer;...;inner`.
     /// Samples still held for GPU tagging are in `All` but not yet in the GPU views.
     pub fn folded(&self, view: StackView) -> Vec<(String, u64)> {
-        let mut lines: Vec<(String, u64)> = self
-            .table
-            .stacks()
-            .iter()
-            .filter_map(|stack| {
-                let count = view.count(&stack.counts);
-                (count > 0).then(|| (self.table.folded_stack(stack), count))
-            })
-            .collect();
-        lines.sort_unstable();
-        // Distinct frames can print alike (a native and a Python frame of one name), so equal
-        // lines are merged to keep the folded format's one-line-per-stack rule.
-        lines.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                earlier.1 += later.1;
-                true
-            } else {
-                false
-            }
-        });
-        lines
+        let stacks = self.table.stacks().iter();
+        self.table
+            .folded_lines(stacks.map(|stack| (stack, view.count(&stack.counts))))
     }
 
     /// The GPU timeline kept in memory, in time order: every reading while a device has fewer

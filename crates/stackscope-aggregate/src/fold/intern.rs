@@ -417,6 +417,29 @@ impl StackTable {
         &self.overflow
     }
 
+    /// Folded lines of `weighted` stacks (a count, or bytes), sorted by stack; stacks of no
+    /// weight left out. Distinct frames can print alike (a native and a Python frame of one
+    /// name), so equal lines are merged to keep the folded format's one-line-per-stack rule.
+    pub fn folded_lines<'a>(
+        &self,
+        weighted: impl Iterator<Item = (&'a StackEntry, u64)>,
+    ) -> Vec<(String, u64)> {
+        let mut lines: Vec<(String, u64)> = weighted
+            .filter(|&(_, weight)| weight > 0)
+            .map(|(stack, weight)| (self.folded_stack(stack), weight))
+            .collect();
+        lines.sort_unstable();
+        lines.dedup_by(|later, earlier| {
+            if later.0 == earlier.0 {
+                earlier.1 += later.1;
+                true
+            } else {
+                false
+            }
+        });
+        lines
+    }
+
     /// The folded line of a stack, without its count: `thread;outer;...;inner`.
     pub fn folded_stack(&self, stack: &StackEntry) -> String {
         let mut line = String::new();

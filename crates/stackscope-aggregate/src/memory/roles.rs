@@ -6,7 +6,7 @@ use foldhash::HashMap;
 
 use crate::fold::Aggregator;
 use crate::jobs::process_role;
-use crate::roles::{self, named, Role};
+use crate::roles::{self, Role};
 
 /// The frame a DataLoader worker's main thread runs, as `roles/` knows it.
 const DATALOADER_LOOP: (&str, &str) = ("_worker_loop", "utils/data/_utils/worker.py");
@@ -93,20 +93,6 @@ fn loader_workers(agg: &Aggregator, roles: &roles::Roles) -> HashMap<u32, String
 }
 
 /// Whether any of `stacks` runs a DataLoader worker's loop.
-fn runs_loader(agg: &Aggregator, mut stacks: impl Iterator<Item = u32>) -> bool {
-    let table = &agg.table;
-    stacks.any(|id| {
-        table.stacks().get(id as usize).is_some_and(|stack| {
-            stack.frames.iter().any(|&f| {
-                table
-                    .frame(f)
-                    .and_then(|frame| frame.function)
-                    .and_then(|id| table.function(id))
-                    .is_some_and(|key| {
-                        named(&key.function, DATALOADER_LOOP.0)
-                            && key.file.ends_with(DATALOADER_LOOP.1)
-                    })
-            })
-        })
-    })
+fn runs_loader(agg: &Aggregator, stacks: impl Iterator<Item = u32>) -> bool {
+    roles::stacks_run(&agg.table, stacks, &[DATALOADER_LOOP])
 }

@@ -306,11 +306,17 @@ pub(crate) fn named(function: &str, name: &str) -> bool {
 
 /// Whether any followed stack of a thread holds one of `functions` (name, file suffix).
 fn runs_function(table: &StackTable, thread: &ThreadFacts<'_>, functions: &[(&str, &str)]) -> bool {
-    thread
-        .activity
-        .stacks
-        .keys()
-        .filter_map(|&id| table.stacks().get(id as usize))
+    stacks_run(table, thread.activity.stacks.keys().copied(), functions)
+}
+
+/// Whether any of `stacks` holds one of `functions` (name, file suffix).
+pub(crate) fn stacks_run(
+    table: &StackTable,
+    stacks: impl Iterator<Item = u32>,
+    functions: &[(&str, &str)],
+) -> bool {
+    stacks
+        .filter_map(|id| table.stacks().get(id as usize))
         .any(|stack| {
             stack.frames.iter().any(|&f| {
                 table

@@ -21,24 +21,10 @@ use crate::ReportError;
 /// it, sorted by stack as that file is. Stacks that print alike are merged, keeping the folded
 /// format's one line per stack; stacks that grew nothing are left out.
 pub fn memory_growth_lines(table: &StackTable, growth: &[(StackId, u64)]) -> Vec<(String, u64)> {
-    let mut lines: Vec<(String, u64)> = growth
+    let stacks = growth
         .iter()
-        .filter(|&&(_, bytes)| bytes > 0)
-        .filter_map(|&(stack, bytes)| {
-            let entry = table.stacks().get(stack as usize)?;
-            Some((table.folded_stack(entry), bytes))
-        })
-        .collect();
-    lines.sort_unstable();
-    lines.dedup_by(|later, earlier| {
-        if later.0 == earlier.0 {
-            earlier.1 += later.1;
-            true
-        } else {
-            false
-        }
-    });
-    lines
+        .filter_map(|&(stack, bytes)| Some((table.stacks().get(stack as usize)?, bytes)));
+    table.folded_lines(stacks)
 }
 
 /// Writes `stacks-memory-growth.folded`: `frame;frame;frame BYTES` per line.
