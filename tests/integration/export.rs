@@ -440,23 +440,28 @@ fn training_loop_exports_match_the_recording_and_put_the_gpu_under_the_code() {
 
 fn check_gpu_counter_matches_csv(trace: &Value, dir: &Path) {
     let csv = std::fs::read_to_string(dir.join("gpu-timeline.csv")).expect("gpu-timeline.csv");
-    let rows: Vec<(f64, f64)> = csv
+    // A poll that found no new sample in the driver's ring has no utilization: an empty cell in
+    // the CSV, a counter without the value in the trace.
+    let rows: Vec<(f64, Option<f64>)> = csv
         .lines()
         .skip(1)
         .map(|l| {
             let cells: Vec<&str> = l.split(',').collect();
-            (
-                cells[0].parse().expect("time"),
-                cells[2].parse().expect("utilization"),
-            )
+            let utilization =
+                (!cells[2].is_empty()).then(|| cells[2].parse().expect("utilization"));
+            (cells[0].parse().expect("time"), utilization)
         })
         .collect();
-    let counters: Vec<(f64, f64)> = gpu_counters(trace)
+    assert!(
+        rows.iter().filter(|r| r.1.is_some()).count() * 2 > rows.len(),
+        "most readings have a utilization"
+    );
+    let counters: Vec<(f64, Option<f64>)> = gpu_counters(trace)
         .map(|e| {
             assert_eq!(e["name"], "GPU 0 (Fake H100)");
             (
                 e["ts"].as_f64().expect("ts"),
-                e["args"]["utilization"].as_f64().expect("util"),
+                e["args"]["utilization"].as_f64(),
             )
         })
         .collect();
@@ -485,11 +490,11 @@ fn gpu_counters(trace: &Value) -> impl Iterator<Item = &Value> {
 /// counter's steps: low under the data phase, high under compute.
 fn check_counter_under_phases(trace: &Value, slices: &[Slice]) {
     let mut steps: Vec<(f64, f64)> = gpu_counters(trace)
-        .map(|e| {
-            (
+        .filter_map(|e| {
+            Some((
                 e["ts"].as_f64().expect("ts"),
-                e["args"]["utilization"].as_f64().expect("u"),
-            )
+                e["args"]["utilization"].as_f64()?,
+            ))
         })
         .collect();
     steps.sort_by(|a, b| a.0.total_cmp(&b.0));
