@@ -142,7 +142,8 @@ pub struct MemoryFinding {
     pub top_function: Option<String>,
     #[serde(default)]
     pub top_function_share: Option<f64>,
-    /// At this rate, seconds until the cgroup's limit.
+    /// At this rate, seconds until the cgroup's limit (`leak`) or until the GPU's memory is
+    /// full (`gpu_growth`, where one GPU was polled).
     #[serde(default)]
     pub secs_to_limit: Option<f64>,
     /// The finding in one sentence, as the terminal and the page say it.

@@ -99,6 +99,7 @@ pub(crate) fn summary(agg: &Aggregator, target: u32) -> Option<MemorySummary> {
         since: agg.startup.end(),
         processes: judged,
         cgroup: memory.cgroup.as_ref(),
+        gpu_memory: one_gpu_memory(agg.gpu_timeline()),
     };
     Some(MemorySummary {
         processes,
@@ -176,6 +177,19 @@ pub(crate) fn top_function(
         .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
     let label = table.frame(frame)?.label.clone();
     Some((label, bytes as f64 / total as f64))
+}
+
+/// The latest `(total, used)` memory of the one GPU the recording polled; `None` with several
+/// (a process's GPU memory is summed over them) or none.
+fn one_gpu_memory(readings: &[stackscope_event::GpuSample]) -> Option<(u64, u64)> {
+    let device = readings.first()?.device;
+    if readings.iter().any(|r| r.device != device) {
+        return None;
+    }
+    readings
+        .iter()
+        .rev()
+        .find_map(|r| Some((r.memory_total_bytes?, r.memory_used_bytes?)))
 }
 
 /// The frame a stack is at, with its function: its innermost frame of the job's own code,

@@ -64,6 +64,8 @@ pub(super) struct Sim {
     pub stack_hz: f64,
     /// The cgroup's limit; the cgroup is read when set (usage: the processes' sum).
     pub limit: Option<u64>,
+    /// The GPU's total memory; its readings then say it, and the processes' sum as used.
+    pub gpu_total: Option<u64>,
     /// How much later than their time the memory readings arrive.
     pub reading_delay_ms: u64,
     /// `--subprocesses`: process roots and the process table.
@@ -79,6 +81,7 @@ impl Sim {
             memory_hz: 10.0,
             stack_hz: 100.0,
             limit: None,
+            gpu_total: None,
             reading_delay_ms: 0,
             process_root: true,
             limits: Limits::default(),
@@ -151,6 +154,10 @@ impl Sim {
                     time.0,
                     Event::Gpu(GpuSample {
                         compute_pids: Some(listed.iter().map(|p| p.pid).collect()),
+                        memory_total_bytes: self.gpu_total,
+                        memory_used_bytes: self
+                            .gpu_total
+                            .map(|_| listed.iter().map(|p| p.bytes).sum()),
                         process_memory: listed,
                         ..events::gpu(time, 0, 50.0)
                     }),

@@ -272,7 +272,31 @@ fn gpu_memory_that_climbs_is_named() {
                 "{case}"
             );
             assert!(found[0].text.contains("GPU memory"), "{case}");
+            assert_eq!(found[0].secs_to_limit, None, "no total read: {case}");
         }
+    }
+}
+
+#[test]
+fn gpu_memory_that_climbs_says_when_the_gpu_is_full() {
+    for &(rate, secs, total_gb) in &[(40e6, 20.0, 80u64), (250e6, 12.0, 24), (8e6, 40.0, 141)] {
+        let start = 6e9;
+        let mut trainer = Proc::flat(50, 2_000 * MB, "train_step");
+        trainer.gpu = Some(Box::new(move |t| (start + rate * t) as u64));
+        let mut sim = Sim::new(secs, vec![trainer]);
+        let total = total_gb * 1_000 * MB;
+        sim.gpu_total = Some(total);
+        let found = findings(&sim.run(), 50);
+        let case = format!("{rate} B/s for {secs} s on {total_gb} GB: {found:?}");
+        assert_eq!(kinds(&found), [MemoryFindingKind::GpuGrowth], "{case}");
+        let left = total as f64 - (start + rate * secs);
+        let expected = left / rate;
+        let said = found[0].secs_to_limit.expect("a time to full");
+        assert!(
+            (said / expected - 1.0).abs() < 0.05,
+            "{said} vs {expected}: {case}"
+        );
+        assert!(found[0].text.contains("fills the GPU's"), "{case}");
     }
 }
 

@@ -94,6 +94,9 @@ pub(crate) struct VerdictInput<'a> {
     pub since: Option<Timestamp>,
     pub processes: Vec<Judged<'a>>,
     pub cgroup: Option<&'a Cgroup>,
+    /// The GPU's memory at its latest reading, `(total, used)`, where one GPU was polled: what a
+    /// process whose GPU memory climbs has left before the allocator fails.
+    pub gpu_memory: Option<(u64, u64)>,
 }
 
 /// A level's climb over the readings judged.
@@ -318,7 +321,22 @@ fn gpu_growth(input: &VerdictInput<'_>, p: &Judged<'_>) -> Option<MemoryFinding>
         duration(climb.secs),
         range(climb.from, climb.to),
     );
-    let mut found = finding(MemoryFindingKind::GpuGrowth, p, climb, None, text);
+    let secs_to_full = input
+        .gpu_memory
+        .map(|(total, used)| total.saturating_sub(used) as f64 / climb.rate);
+    let mut text = text;
+    if let (Some((total, _)), Some(secs)) = (input.gpu_memory, secs_to_full) {
+        if secs > 0.0 {
+            text.push_str(&format!(
+                "; at this rate it fills the GPU's {} in about {}",
+                size(total),
+                duration(secs)
+            ));
+        } else {
+            text.push_str(&format!("; the GPU's {} are full", size(total)));
+        }
+    }
+    let mut found = finding(MemoryFindingKind::GpuGrowth, p, climb, secs_to_full, text);
     found.top_function = None;
     found.top_function_share = None;
     Some(found)
