@@ -14,6 +14,8 @@
 //! - `gpu/`: the GPU state of an instant (the one [`GpuTag`], the idle rule [`is_idle`] with
 //!   [`DEFAULT_IDLE_BELOW`], the SM-activity rule), the [`GpuTagger`], the timeline and the
 //!   GPU statistics;
+//! - `gil/`: the GIL at each sample (held, waited for, run without), decided from the whole
+//!   read the sample came in;
 //! - `jobs/`: dumps and recordings of whole jobs (grouping, stragglers, merging ranks, hangs);
 //! - `fold/`: the [`Aggregator`] and the tables it folds samples into;
 //! - `roles/`: the job read by roles (the trainer, its feeders, helpers) and what each did
@@ -29,6 +31,7 @@
 pub mod compare;
 mod compiled;
 mod fold;
+mod gil;
 mod gpu;
 mod jobs;
 mod memory;
@@ -45,6 +48,9 @@ pub use fold::{
     RecordingMeta, StackCounts, StackEntry, StackId, StackTable, StackView, TimeBuckets,
     TopFunctions, BASE_BUCKET_NANOS, FRAME_TABLE_FULL, MAX_BUCKETS, MAX_ENTRIES, MAX_LANES,
     OTHER_PROCESSES, OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
+};
+pub use gil::{
+    GilCounts, GilProcess, GilRead, GilSample, GilState, GilSummary, GilThread, ReadGroups,
 };
 pub use gpu::{
     is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,
@@ -68,7 +74,7 @@ pub use memory::{
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
-pub use roles::{of as roles_of, step_of, while_idle_of, Role, Roles, ThreadRole};
+pub use roles::{of as roles_of, step_of, while_idle_of, LoopFoundBy, Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
 pub use trace::{Run, SampleTrace, TraceThread};
 pub use verdict::{

@@ -7,14 +7,15 @@ use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
     OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
 };
+use crate::gil::GilSummary;
 use crate::gpu::{
     bursts_of_grid, cycle, resample_mean, short_bursts_of_grid, short_cycle, Cycle,
     GpuDeviceSummary, UtilizationResult,
 };
 use crate::jobs::{process_role, FrozenThread, HangGpu, Stuck};
 use crate::roles::step::{GilHolder, StepBreakdown};
-use crate::roles::while_idle::WhileIdle;
-use crate::roles::{self, ThreadRole};
+use crate::roles::while_idle::{FeedersWhileIdle, WhileIdle};
+use crate::roles::{self, LoopFoundBy, ThreadRole};
 use crate::verdict::{
     idle_path, idle_path_by, verdict_and_fix, IdlePath, IfFixed, Verdict, VerdictInput,
 };
@@ -104,6 +105,32 @@ pub struct Summary {
     /// not read (`--memory-rate 0`, an old log).
     #[serde(default)]
     pub memory: Option<crate::MemorySummary>,
+    /// How the loop (the `trainer` role) was found: by the GPU's correlation, or, without GPU
+    /// data, by its hand-offs; `None` without a loop.
+    #[serde(default)]
+    pub loop_found_by: Option<LoopFoundBy>,
+    /// The loop's step broken down, with or without GPU data (`gpu.step` is the same where
+    /// there is GPU data); `None` without a loop.
+    #[serde(default)]
+    pub step: Option<StepBreakdown>,
+    /// Who held the GIL while the loop waited for it (as `gpu.step_gil_holder`).
+    #[serde(default)]
+    pub step_gil_holder: Option<GilHolder>,
+    /// What fixing the verdict's bottleneck buys (as `gpu.if_fixed`).
+    #[serde(default)]
+    pub if_fixed: Option<IfFixed>,
+    /// The verdict: `gpu.verdict` where there is GPU data; without, the loop's own reading
+    /// (`None` without a loop or GPU data).
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    /// The loop's feeders: over the whole recording without GPU data, while the GPU idled with
+    /// it (as `gpu.while_idle.feeders`).
+    #[serde(default)]
+    pub feeders: Vec<FeedersWhileIdle>,
+    /// Each thread's and process's GIL, as shares of wall time; `None` when no sample said who
+    /// held it.
+    #[serde(default)]
+    pub gil: Option<GilSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,6 +265,13 @@ impl Aggregator {
             roles: roles::of(self, meta.pid).threads,
             stuck: self.stuck(),
             memory: self.memory_summary(meta),
+            loop_found_by: None,
+            step: None,
+            step_gil_holder: None,
+            if_fixed: None,
+            verdict: None,
+            feeders: Vec::new(),
+            gil: None,
         }
     }
 

@@ -174,6 +174,7 @@ fn class_words(class: VerdictClass) -> &'static str {
         VerdictClass::CpuPreprocessing => "bound by CPU work between steps",
         VerdictClass::SmallKernels => "launch-bound (small kernels, Python between them)",
         VerdictClass::GpuBound => "GPU-bound",
+        VerdictClass::ComputeBound => "compute-bound",
         VerdictClass::LowSmActivity => "busy on few of the GPU's SMs",
         VerdictClass::Stuck => "stuck",
         VerdictClass::Unknown => "unread (no utilization data)",

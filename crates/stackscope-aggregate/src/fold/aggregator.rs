@@ -13,6 +13,7 @@ use super::motion::{same_python_stack, Motion};
 use super::processes::ProcessTable;
 use super::tagged::{self, Held, Sink, Startup, Tagged};
 use super::threads::{thread_key, ThreadKey, ThreadTable};
+use crate::gil::{GilCounts, GilRead, GilSample, ReadGroups};
 use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
@@ -102,19 +103,24 @@ pub struct Aggregator {
     pub(crate) buckets: TimeBuckets,
     /// When any thread's Python stack last changed: whether the target is stuck.
     pub(crate) motion: Motion,
-    /// By process, the latest sample of a thread that held the GIL: its time and thread.
-    gil_holders: HashMap<u32, (Timestamp, ThreadKey)>,
+    /// The samples of the latest read, held until it is complete so that each knows who held
+    /// the GIL at its instant (`gil/`), with the tag `top` gave it, if any.
+    reads: ReadGroups<ThreadKey, (Held, Option<GpuTag>)>,
+    /// A completed read's samples, on their way on (kept to reuse its memory).
+    read_done: Vec<(
+        GilSample<ThreadKey>,
+        (Held, Option<GpuTag>),
+        GilRead<ThreadKey>,
+    )>,
+    /// By process, its reads: how many, at how many a thread held the GIL, at how many one
+    /// waited for it.
+    pub(crate) gil_by_process: HashMap<u32, GilCounts>,
     /// Every pid NVML listed with a compute context on a polled device during the recording;
     /// `None` while no GPU sample carried a list (an old driver or log, a fake without one).
     pub(crate) compute_pids: Option<BTreeSet<u32>>,
     /// Every process's memory, the cgroup's, and what ran while memory grew (`memory/`).
     pub(crate) memory: MemoryState,
 }
-
-/// A thread that did not hold the GIL waited for it when another thread of its process held
-/// it within this time of its sample: the sampler reads a process's threads one after the
-/// other in a tick, and a holder read in the tick before still counts (10 ms at 100 Hz).
-const GIL_SAME_TICK_NANOS: u64 = 12_000_000;
 
 impl Aggregator {
     /// An aggregator with the default [`Limits`].
@@ -148,13 +154,19 @@ impl Aggregator {
             errors: ErrorCounts::default(),
             buckets: TimeBuckets::new(start),
             motion: Motion::default(),
-            gil_holders: HashMap::default(),
+            reads: ReadGroups::default(),
+            read_done: Vec::new(),
+            gil_by_process: HashMap::default(),
             compute_pids: None,
             memory: MemoryState::new(limits.max_processes),
         }
     }
 
     pub fn handle(&mut self, event: Event) {
+        if !matches!(event, Event::Stack(_)) {
+            // Any other event ends the read its samples came in.
+            self.complete_read();
+        }
         match event {
             Event::Stack(sample) => self.handle_stack(sample),
             Event::SampleError(error) => {
@@ -180,14 +192,72 @@ impl Aggregator {
     }
 
     fn handle_stack(&mut self, sample: StackSample) {
-        let time = sample.time;
+        let gil = gil_sample(&sample);
         let held = self.fold_stack(sample);
-        if self.config.gpu_enabled {
-            self.tagger.hold(time, held);
-        } else {
-            self.tagger.observe(time);
-            self.released.push((time, held, GpuTag::Unknown));
+        self.hold_for_read(gil, held, None);
+    }
+
+    /// Holds a folded sample until its read is complete; the samples of the read before go on
+    /// to be tagged, each knowing who held the GIL at its instant.
+    fn hold_for_read(&mut self, gil: GilSample<ThreadKey>, held: Held, tag: Option<GpuTag>) {
+        let done = &mut self.read_done;
+        self.reads.push(gil, (held, tag), &mut |item, s, read| {
+            done.push((s, item, read))
+        });
+        self.pass_read();
+    }
+
+    /// Ends the read held (another kind of event came, or the recording ended).
+    fn complete_read(&mut self) {
+        let done = &mut self.read_done;
+        self.reads
+            .flush(&mut |item, s, read| done.push((s, item, read)));
+        self.pass_read();
+    }
+
+    /// Counts a completed read's GIL (each thread's, its lane's and its process's) and passes
+    /// its samples on to the tagger.
+    fn pass_read(&mut self) {
+        let mut done = std::mem::take(&mut self.read_done);
+        let Some((first, _, _)) = done.first() else {
+            self.read_done = done;
+            return;
+        };
+        let pid = first.pid;
+        let mut process = GilCounts::default();
+        for (sample, (mut held, tag), read) in done.drain(..) {
+            held.gil_holder = read.holder;
+            process.add(read.state);
+            if let Some(thread) = self.threads.get_mut(&held.thread) {
+                thread.gil.add(read.state);
+                if let Some(lane) = thread.lane {
+                    self.buckets.count_lane_gil(sample.time, lane, read.state);
+                }
+            }
+            match tag {
+                Some(tag) => self.released.push((sample.time, held, tag)),
+                None if self.config.gpu_enabled => self.tagger.hold(sample.time, held),
+                None => {
+                    self.tagger.observe(sample.time);
+                    self.released.push((sample.time, held, GpuTag::Unknown));
+                }
+            }
         }
+        self.read_done = done;
+        self.count_process_read(pid, process);
+        self.release_tagged();
+    }
+
+    /// One read of a process: whether a thread held the GIL at it, and whether one waited.
+    fn count_process_read(&mut self, pid: u32, read: GilCounts) {
+        let full = self.gil_by_process.len() >= self.limits.max_processes;
+        if full && !self.gil_by_process.contains_key(&pid) {
+            return;
+        }
+        let counts = self.gil_by_process.entry(pid).or_default();
+        counts.samples += 1;
+        counts.held += u64::from(read.held > 0);
+        counts.waited += u64::from(read.waited > 0);
     }
 
     /// A stack sample whose GPU state another view of the same live run has decided (`top`'s
@@ -195,10 +265,10 @@ impl Aggregator {
     /// once its own tagger released it.
     pub fn handle_tagged(&mut self, sample: StackSample, tag: GpuTag) {
         let time = sample.time;
+        let gil = gil_sample(&sample);
         let held = self.fold_stack(sample);
         self.tagger.observe(time);
-        self.released.push((time, held, tag));
-        self.release_tagged();
+        self.hold_for_read(gil, held, Some(tag));
     }
 
     /// Folds a stack sample into the tables that do not wait for its GPU state; what is left
@@ -270,20 +340,9 @@ impl Aggregator {
             kept,
             running,
             thread: key,
-            gil_holder: self.gil_holder(&sample, key),
+            // Known once the sample's read is complete (`pass_read`).
+            gil_holder: None,
         }
-    }
-
-    /// The other thread of the sample's process that held the GIL at its instant, when it did
-    /// not hold it itself; remembers the sample's thread as the holder when it did.
-    fn gil_holder(&mut self, sample: &StackSample, key: ThreadKey) -> Option<ThreadKey> {
-        if sample.thread.owns_gil {
-            self.gil_holders.insert(sample.pid, (sample.time, key));
-            return None;
-        }
-        let &(time, holder) = self.gil_holders.get(&sample.pid)?;
-        let apart = time.as_nanos().abs_diff(sample.time.as_nanos());
-        (holder != key && apart <= GIL_SAME_TICK_NANOS).then_some(holder)
     }
 
     /// The roots a sample's stack hangs under: its thread's, and its process's above it with
@@ -371,6 +430,7 @@ impl Aggregator {
     /// The end of the recording: tags every held sample with what is known.
     /// Samples still waiting for the end of start-up count as usual when none came.
     pub fn finish(&mut self) {
+        self.complete_read();
         let released = &mut self.released;
         self.tagger
             .flush(|time, held, tag| released.push((time, held, tag)));
@@ -568,5 +628,16 @@ impl Aggregator {
         }
         caps.extend(self.memory.caps_reached(limits.max_processes));
         caps
+    }
+}
+
+/// A stack sample as the GIL rule reads it.
+fn gil_sample(sample: &StackSample) -> GilSample<ThreadKey> {
+    GilSample {
+        pid: sample.pid,
+        time: sample.time,
+        thread: thread_key(sample.pid, &sample.thread),
+        running: sample.thread.active,
+        owns_gil: sample.thread.owns_gil,
     }
 }

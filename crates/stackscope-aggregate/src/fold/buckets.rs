@@ -14,6 +14,7 @@ use foldhash::HashMap;
 use stackscope_event::Timestamp;
 
 use super::intern::StackId;
+use crate::gil::GilState;
 use crate::gpu::GpuTag;
 
 /// The narrowest bucket: 1/8 s.
@@ -48,11 +49,24 @@ impl BucketCounts {
 }
 
 /// One thread's samples in one bucket: `active` (running, kept) and `idle` (sleeping or
-/// blocked, whether kept or skipped).
+/// blocked, whether kept or skipped); and of them, those at which it held the GIL and those at
+/// which it waited for the GIL another thread held (`gil/`). Active samples without the GIL
+/// ran native code that released it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LaneCounts {
     pub active: u32,
     pub idle: u32,
+    pub gil_held: u32,
+    pub gil_waited: u32,
+}
+
+impl LaneCounts {
+    fn add(&mut self, other: &LaneCounts) {
+        self.active = self.active.saturating_add(other.active);
+        self.idle = self.idle.saturating_add(other.idle);
+        self.gil_held = self.gil_held.saturating_add(other.gil_held);
+        self.gil_waited = self.gil_waited.saturating_add(other.gil_waited);
+    }
 }
 
 /// A sample's thread name, and whether it is the very name (the same shared string) of the
@@ -210,6 +224,27 @@ impl TimeBuckets {
         self.bound();
     }
 
+    /// Counts what a sample already counted in `lane` at `time` did with the GIL, once its read
+    /// is complete (`gil/`).
+    pub fn count_lane_gil(&mut self, time: Timestamp, lane: u32, state: GilState) {
+        let held = state == GilState::Held;
+        if !held && state != GilState::Waited {
+            return;
+        }
+        let index = self.index(time);
+        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
+        let counts = bucket.lanes.entry(lane).or_insert_with(|| {
+            self.entries += 1;
+            LaneCounts::default()
+        });
+        if held {
+            counts.gil_held = counts.gil_held.saturating_add(1);
+        } else {
+            counts.gil_waited = counts.gil_waited.saturating_add(1);
+        }
+        self.bound();
+    }
+
     fn lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {
         if let Some(&id) = self.lane_ids.get(&(pid, python_thread_id)) {
             if let Some(lane) = self.lanes.get_mut(id as usize) {
@@ -270,9 +305,7 @@ impl TimeBuckets {
                 merged.stacks.entry(stack).or_default().add(&counts);
             }
             for (lane, counts) in bucket.lanes {
-                let m = merged.lanes.entry(lane).or_default();
-                m.active = m.active.saturating_add(counts.active);
-                m.idle = m.idle.saturating_add(counts.idle);
+                merged.lanes.entry(lane).or_default().add(&counts);
             }
             for (stack, bytes) in bucket.growth {
                 let m = merged.growth.entry(stack).or_default();

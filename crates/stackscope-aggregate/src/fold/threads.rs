@@ -14,6 +14,7 @@ use stackscope_event::{Frames, ThreadInfo};
 
 use super::activity::Activity;
 use super::intern::FrameId;
+use crate::gil::GilCounts;
 
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadStat {
@@ -41,6 +42,8 @@ pub(crate) struct ThreadStat {
     pub activity: Activity,
     /// Its latest stack, to tell whether it moved.
     pub last_frames: Option<Frames>,
+    /// What it did with the GIL at each of its samples (`gil/`).
+    pub gil: GilCounts,
 }
 
 /// Threads folded out of the table.
@@ -104,6 +107,7 @@ impl ThreadTable {
             lane: None,
             activity: Activity::default(),
             last_frames: None,
+            gil: GilCounts::default(),
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;

@@ -50,6 +50,16 @@ pub enum Role {
     Helper,
 }
 
+/// How the loop was found: the thread whose stacks change most with the GPU's state, or,
+/// without GPU data, the thread that again and again takes work from others through a
+/// hand-off and computes (`summary.json`'s `loop_found_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopFoundBy {
+    Gpu,
+    HandOffs,
+}
+
 /// One thread's role, as `summary.json`'s `roles` lists them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadRole {
@@ -89,6 +99,8 @@ pub struct ProcessFacts<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Roles {
     pub threads: Vec<ThreadRole>,
+    /// How the loop was found; `None` without one.
+    pub found_by: Option<LoopFoundBy>,
 }
 
 impl Roles {
@@ -164,7 +176,10 @@ pub fn assign(
     roles.sort_by(|a, b| {
         (a.role, a.pid, a.python_thread_id).cmp(&(b.role, b.pid, b.python_thread_id))
     });
-    Roles { threads: roles }
+    Roles {
+        threads: roles,
+        found_by: trainer.map(|_| LoopFoundBy::Gpu),
+    }
 }
 
 /// What the threads and processes are before the trainer is chosen.

@@ -40,6 +40,8 @@ pub enum VerdictClass {
     SmallKernels,
     /// The GPU is the bottleneck.
     GpuBound,
+    /// Without GPU data: the loop mostly runs its own computation; its input keeps up.
+    ComputeBound,
     /// Kernels run most of the time but on a small part of the GPU (utilization high, GPM SM
     /// activity low): launch-bound, small ops, or synchronisation. See `low_sm.rs`.
     LowSmActivity,
