@@ -50,7 +50,8 @@ pub use fold::{
     OTHER_PROCESSES, OTHER_THREADS, ROOT_COMMAND_CHARS, STACK_TABLE_FULL, TOP_FUNCTIONS,
 };
 pub use gil::{
-    GilCounts, GilProcess, GilRead, GilSample, GilState, GilSummary, GilThread, ReadGroups,
+    GilCounts, GilProcess, GilRead, GilSample, GilState, GilSummary, GilThread, ReadGroups, RunsAt,
+    RUNS_HERE,
 };
 pub use gpu::{
     is_idle, is_low, oscillation_period, Cycle, GpuDeviceSummary, GpuTag, GpuTagger,

@@ -63,6 +63,11 @@ pub struct PhaseCounts {
     /// Of the waiting samples (any GPU state), those taken while another thread of the process
     /// held the GIL.
     pub gil_waiting: u64,
+    /// Of those, the ones taken while the GPU was busy.
+    pub gil_waiting_gpu_busy: u64,
+    /// Samples at which the thread arrived here from another stack (or from none): how often
+    /// it came, where `all()` says how long it stayed. A loop enters its hand-off once a step.
+    pub entries: u64,
 }
 
 impl PhaseCounts {
@@ -74,6 +79,7 @@ impl PhaseCounts {
         }
         if gil_wait && !running {
             self.gil_waiting += 1;
+            self.gil_waiting_gpu_busy += u64::from(tag.idle() == Some(false));
         }
     }
 
@@ -90,6 +96,8 @@ pub struct Activity {
     pub stacks: HashMap<StackId, PhaseCounts>,
     /// Its GIL waits by the thread that held the GIL meanwhile.
     pub gil_holders: HashMap<ThreadKey, u64>,
+    /// The stack of its latest sample, to count arrivals (`PhaseCounts::entries`).
+    last_stack: Option<StackId>,
 }
 
 impl Activity {
@@ -103,7 +111,10 @@ impl Activity {
         gil_holder: Option<ThreadKey>,
     ) {
         let gil_wait = gil_holder.is_some() && !running;
+        let entered = stack.is_none() || stack != self.last_stack;
+        self.last_stack = stack;
         self.totals.add(tag, running, gil_wait);
+        self.totals.entries += u64::from(entered);
         if let (Some(holder), true) = (gil_holder, gil_wait) {
             *self.gil_holders.entry(holder).or_default() += 1;
         }
@@ -111,15 +122,13 @@ impl Activity {
             return;
         };
         let full = self.stacks.len() >= MAX_STACKS_PER_THREAD;
-        match self.stacks.get_mut(&stack) {
-            Some(counts) => counts.add(tag, running, gil_wait),
-            None if !full => self
-                .stacks
-                .entry(stack)
-                .or_default()
-                .add(tag, running, gil_wait),
-            None => {}
-        }
+        let counts = match self.stacks.get_mut(&stack) {
+            Some(counts) => counts,
+            None if !full => self.stacks.entry(stack).or_default(),
+            None => return,
+        };
+        counts.add(tag, running, gil_wait);
+        counts.entries += u64::from(entered);
     }
 }
 
@@ -150,5 +159,10 @@ mod tests {
         assert_eq!(a.totals.gil_waiting, 1);
         assert_eq!(a.stacks[&1].gil_waiting, 1);
         assert_eq!(a.gil_holders[&(7, 2, 0)], 1);
+        // Stack 1 was entered once (two samples in a row), stack 2 once.
+        assert_eq!(a.stacks[&1].entries, 1);
+        assert_eq!(a.stacks[&2].entries, 1);
+        a.count(Some(1), GpuTag::Idle, true, None);
+        assert_eq!(a.stacks[&1].entries, 2);
     }
 }

@@ -194,7 +194,18 @@ impl Aggregator {
     fn handle_stack(&mut self, sample: StackSample) {
         let gil = gil_sample(&sample);
         let held = self.fold_stack(sample);
+        let gil = self.where_it_runs(gil, &held);
         self.hold_for_read(gil, held, None);
+    }
+
+    /// Whether the sample's thread runs at its stack (`gil/`: only there is a wait one for
+    /// the GIL).
+    fn where_it_runs(&mut self, mut gil: GilSample<ThreadKey>, held: &Held) -> GilSample<ThreadKey> {
+        gil.runs_here = match (self.threads.get_mut(&held.thread), held.stack) {
+            (Some(thread), Some(stack)) => thread.runs_at.observe(stack, held.running),
+            _ => false,
+        };
+        gil
     }
 
     /// Holds a folded sample until its read is complete; the samples of the read before go on
@@ -267,6 +278,7 @@ impl Aggregator {
         let time = sample.time;
         let gil = gil_sample(&sample);
         let held = self.fold_stack(sample);
+        let gil = self.where_it_runs(gil, &held);
         self.tagger.observe(time);
         self.hold_for_read(gil, held, Some(tag));
     }
@@ -484,9 +496,15 @@ impl Aggregator {
         &self.errors
     }
 
-    /// Stack samples waiting for the GPU readings that cover them.
+    /// Stack samples waiting for the GPU readings that cover them (and, while GPU readings
+    /// are expected, those of the latest read, held until it is complete).
     pub fn pending_gpu_tagging(&self) -> usize {
-        self.tagger.pending_len()
+        let read = if self.config.gpu_enabled {
+            self.reads.len()
+        } else {
+            0
+        };
+        self.tagger.pending_len() + read
     }
 
     /// Distinct stacks interned so far: what memory grows with, up to [`Limits::max_stacks`].
@@ -639,5 +657,6 @@ fn gil_sample(sample: &StackSample) -> GilSample<ThreadKey> {
         thread: thread_key(sample.pid, &sample.thread),
         running: sample.thread.active,
         owns_gil: sample.thread.owns_gil,
+        runs_here: false,
     }
 }

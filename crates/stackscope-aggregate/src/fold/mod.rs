@@ -16,7 +16,7 @@ mod processes;
 mod tagged;
 mod threads;
 
-pub use activity::{Activity, RunWait};
+pub use activity::{Activity, PhaseCounts, RunWait};
 pub use aggregator::{AggregateConfig, Aggregator, ErrorCounts, StackView};
 pub use buckets::{
     Bucket, BucketCounts, Lane, LaneCounts, TimeBuckets, BASE_BUCKET_NANOS, MAX_BUCKETS,

@@ -14,7 +14,8 @@ use stackscope_event::{Frames, ThreadInfo};
 
 use super::activity::Activity;
 use super::intern::FrameId;
-use crate::gil::GilCounts;
+use super::intern::StackId;
+use crate::gil::{GilCounts, RunsAt};
 
 #[derive(Debug, Clone)]
 pub(crate) struct ThreadStat {
@@ -44,6 +45,8 @@ pub(crate) struct ThreadStat {
     pub last_frames: Option<Frames>,
     /// What it did with the GIL at each of its samples (`gil/`).
     pub gil: GilCounts,
+    /// Where it runs, for whether a wait is one for the GIL.
+    pub runs_at: RunsAt<StackId>,
 }
 
 /// Threads folded out of the table.
@@ -108,6 +111,7 @@ impl ThreadTable {
             activity: Activity::default(),
             last_frames: None,
             gil: GilCounts::default(),
+            runs_at: RunsAt::default(),
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;

@@ -9,8 +9,10 @@
 //!
 //! - [`GilState::Held`]: it held the GIL;
 //! - [`GilState::Waited`]: it did not run (asleep in the kernel) while another thread of its
-//!   process held the GIL at the same read: a thread that wants to run Python waits in
-//!   `take_gil`, asleep;
+//!   process held the GIL at the same read, at a stack where it runs itself ([`RunsAt`]): a
+//!   thread that wants to run Python waits in `take_gil`, asleep, at the line it was running.
+//!   A thread asleep where it never runs (in `Condition.wait`, `time.sleep`, a socket's read)
+//!   waits for something else, whoever holds the GIL meanwhile;
 //! - [`GilState::RanWithout`]: it ran without holding the GIL: native code that released it
 //!   (`zlib.compress`, a tensor op, a read);
 //! - [`GilState::Idle`]: it neither ran nor waited for a GIL that another thread held.
@@ -33,12 +35,13 @@ pub enum GilState {
 
 impl GilState {
     /// The state of a sample that `running` (the scheduler had it running or runnable) and
-    /// `owns_gil`, while `other_holds`: another thread of its process held the GIL at its read.
-    pub fn of(running: bool, owns_gil: bool, other_holds: bool) -> GilState {
+    /// `owns_gil`, at a stack where its thread `runs_here` ([`RunsAt`]), while `other_holds`:
+    /// another thread of its process held the GIL at its read.
+    pub fn of(running: bool, owns_gil: bool, runs_here: bool, other_holds: bool) -> GilState {
         match (owns_gil, running) {
             (true, _) => GilState::Held,
             (false, true) => GilState::RanWithout,
-            (false, false) if other_holds => GilState::Waited,
+            (false, false) if other_holds && runs_here => GilState::Waited,
             (false, false) => GilState::Idle,
         }
     }
@@ -53,6 +56,49 @@ pub struct GilSample<K> {
     pub thread: K,
     pub running: bool,
     pub owns_gil: bool,
+    /// Whether its thread runs at its stack ([`RunsAt::observe`]).
+    pub runs_here: bool,
+}
+
+/// A thread runs at a stack when at least this share of its samples there ran: Python it runs
+/// itself, where a wait is a wait for the GIL.
+pub const RUNS_HERE: f64 = 0.1;
+/// Stacks remembered per thread; past it a new stack is taken as one it does not run at.
+pub const MAX_STACKS_RUN_AT: usize = 4096;
+
+/// Where one thread runs: by stack (any key: an interned stack, a frame list's id), its samples
+/// and those that ran, so far.
+#[derive(Debug, Clone)]
+pub struct RunsAt<S> {
+    by_stack: foldhash::HashMap<S, (u32, u32)>,
+}
+
+impl<S> Default for RunsAt<S> {
+    fn default() -> Self {
+        RunsAt {
+            by_stack: Default::default(),
+        }
+    }
+}
+
+impl<S: std::hash::Hash + Eq> RunsAt<S> {
+    /// Counts a sample at `stack`; answers whether the thread ran there at least [`RUNS_HERE`]
+    /// of its samples before this one.
+    pub fn observe(&mut self, stack: S, running: bool) -> bool {
+        let full = self.by_stack.len() >= MAX_STACKS_RUN_AT;
+        let slot = match self.by_stack.get_mut(&stack) {
+            Some(slot) => slot,
+            None if !full => self.by_stack.entry(stack).or_default(),
+            None => return false,
+        };
+        let (ran, seen) = *slot;
+        let runs_here = seen > 0 && f64::from(ran) >= RUNS_HERE * f64::from(seen);
+        *slot = (
+            ran.saturating_add(u32::from(running)),
+            seen.saturating_add(1),
+        );
+        runs_here
+    }
 }
 
 /// A sample once its read is complete: its state, and the thread that held the GIL at its
@@ -106,7 +152,12 @@ impl<K: Copy + PartialEq, T> ReadGroups<K, T> {
             .map(|(s, _)| s.thread);
         for (sample, item) in self.pending.drain(..) {
             let other = holder.filter(|&h| h != sample.thread);
-            let state = GilState::of(sample.running, sample.owns_gil, other.is_some());
+            let state = GilState::of(
+                sample.running,
+                sample.owns_gil,
+                sample.runs_here,
+                other.is_some(),
+            );
             let holder = (state == GilState::Waited).then_some(other).flatten();
             out(item, sample, GilRead { state, holder });
         }
@@ -203,6 +254,7 @@ mod tests {
             thread,
             running,
             owns_gil,
+            runs_here: true,
         }
     }
 
@@ -250,6 +302,26 @@ mod tests {
         ]);
         assert_eq!(got[1], (1, GilState::Idle, None));
         assert_eq!(got[2], (1, GilState::Idle, None));
+    }
+
+    #[test]
+    fn a_thread_asleep_where_it_never_runs_waits_for_something_else() {
+        let mut sleeper = sample(7, 100, 1, false, false);
+        sleeper.runs_here = false;
+        let got = resolve(&[sleeper, sample(7, 100, 2, true, true)]);
+        assert_eq!(got[0], (1, GilState::Idle, None));
+    }
+
+    #[test]
+    fn runs_at_learns_where_a_thread_runs() {
+        let mut at = RunsAt::default();
+        assert!(!at.observe("spin", true), "nothing known before the first sample");
+        assert!(at.observe("spin", false));
+        assert!(!at.observe("sleep", false));
+        for _ in 0..20 {
+            at.observe("sleep", false);
+        }
+        assert!(!at.observe("sleep", false));
     }
 
     #[test]

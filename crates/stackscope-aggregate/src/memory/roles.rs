@@ -1,5 +1,6 @@
 //! What each process read is to the job, named as its owner names it: `DataLoader worker 1`,
-//! `rank 3`, `trainer`, `main` (the process stackscope was given), `worker`, `helper (...)`.
+//! `rank 3`, `trainer` (`loop` where it was found without GPU data), `main` (the process
+//! stackscope was given), `worker`, `helper (...)`.
 //! One definition, for the memory timeline and the memory summary alike.
 
 use foldhash::HashMap;
@@ -40,8 +41,13 @@ pub(crate) fn process_roles(
         if let Some(rank) = process.and_then(|p| p.rank.rank) {
             return (format!("rank {rank}"), true);
         }
-        if trainer == Some(pid) {
-            return ("trainer".to_owned(), true);
+        // The loop found by its hand-offs (no GPU data) in the target itself is its main
+        // process, as it always was; elsewhere it is the loop.
+        let found_by = roles.found_by;
+        match (trainer == Some(pid), found_by) {
+            (true, Some(roles::LoopFoundBy::Gpu)) => return ("trainer".to_owned(), true),
+            (true, _) if pid != target => return ("loop".to_owned(), true),
+            _ => {}
         }
         if pid == target {
             return ("main".to_owned(), true);

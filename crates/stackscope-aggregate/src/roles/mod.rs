@@ -6,8 +6,11 @@
 //!   listed, only those of listed processes), the one whose stacks change most with the GPU's state (what it does while the GPU
 //!   idles differs from what it does while it is busy, [`stack_change`]); a thread doing the
 //!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
-//!   (the GPU never idles), the target's main thread. Without GPU data there are no roles:
-//!   threads are threads.
+//!   (the GPU never idles), the target's main thread. Without GPU data the same role, the
+//!   **loop**, is found by its hand-offs (`handoff.rs`): the thread that again and again takes
+//!   work from others through a queue, a pipe or a future and computes. A program with no such
+//!   thread (and no GPU data) has no roles: threads are threads. The loop is one role, however
+//!   found (`Roles::found_by`): the step, `if_fixed` and every view read the role.
 //! - its **feeders**: the other processes of the tree that hand it data: DataLoader workers,
 //!   recognised by their frames (`_worker_loop` of `torch/utils/data/_utils/worker.py`) and
 //!   numbered in the order they were started, and any other process started by
@@ -21,6 +24,7 @@
 //! Roles are worked out when they are asked for, from the threads' activity the fold keeps
 //! (`fold/activity.rs`), so a report over a window and the live `top` read them the same way.
 
+pub mod handoff;
 pub mod step;
 pub mod while_idle;
 
@@ -29,6 +33,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::fold::{Activity, Aggregator, StackTable};
+use handoff::HandOffs;
 use crate::gpu::MIN_SIDE_SAMPLES;
 
 /// A trainer stands out when what it does while the GPU idles differs from what it does while
@@ -140,14 +145,12 @@ pub fn assign(
     root_pid: u32,
     compute_pids: Option<&BTreeSet<u32>>,
 ) -> Roles {
-    // Roles are the job read against its GPU: without GPU data threads are threads.
+    // The loop is one role found two ways: by the GPU's correlation where there is GPU data,
+    // by its hand-offs where there is none. Without either, threads are threads.
     let has_gpu_data = threads.iter().any(|t| {
         let a = &t.activity.totals;
         a.gpu_idle.total() + a.gpu_busy.total() > 0
     });
-    if !has_gpu_data {
-        return Roles::default();
-    }
     let kinds = Kinds::of(table, threads, processes, root_pid);
     let candidates: Vec<&ThreadFacts<'_>> = threads
         .iter()
@@ -157,12 +160,22 @@ pub fn assign(
                 && !kinds.in_pool(t)
         })
         .collect();
-    let candidates = in_listed_processes(candidates, compute_pids);
-    let trainer = choose_trainer(table, &candidates, root_pid);
+    let (trainer, found_by) = if has_gpu_data {
+        let candidates = in_listed_processes(candidates, compute_pids);
+        (
+            choose_trainer(table, &candidates, root_pid),
+            LoopFoundBy::Gpu,
+        )
+    } else {
+        match loop_by_handoffs(table, &candidates, &kinds) {
+            Some(consumer) => (Some(consumer), LoopFoundBy::HandOffs),
+            None => return Roles::default(),
+        }
+    };
     let mut roles: Vec<ThreadRole> = threads
         .iter()
         .map(|thread| {
-            let (role, label) = kinds.role_of(thread, trainer);
+            let (role, label) = kinds.role_of(thread, trainer, found_by);
             ThreadRole {
                 pid: thread.pid,
                 python_thread_id: thread.python_thread_id,
@@ -178,7 +191,7 @@ pub fn assign(
     });
     Roles {
         threads: roles,
-        found_by: trainer.map(|_| LoopFoundBy::Gpu),
+        found_by: trainer.map(|_| found_by),
     }
 }
 
@@ -258,13 +271,18 @@ impl Kinds {
         &self,
         thread: &ThreadFacts<'_>,
         trainer: Option<&ThreadFacts<'_>>,
+        found_by: LoopFoundBy,
     ) -> (Role, String) {
         let is_trainer = trainer
             .is_some_and(|t| t.pid == thread.pid && t.python_thread_id == thread.python_thread_id);
         let in_trainers_process = trainer.is_some_and(|t| t.pid == thread.pid);
         let main = thread.name == "MainThread";
         if is_trainer {
-            (Role::Trainer, format!("trainer ({})", thread.name))
+            let word = match found_by {
+                LoopFoundBy::Gpu => "trainer",
+                LoopFoundBy::HandOffs => "loop",
+            };
+            (Role::Trainer, format!("{word} ({})", thread.name))
         } else if main && (in_trainers_process || self.launched(thread.pid, trainer)) {
             (Role::Helper, thread.name.to_owned())
         } else if main && self.loader_workers.contains(&thread.pid) {
@@ -459,6 +477,61 @@ fn choose_trainer<'a>(
         })
 }
 
+/// Without GPU data, the loop: among the candidates' Python threads, those that take work
+/// through hand-offs again and again and compute ([`HandOffs::is_loop`]), the one nearest the
+/// top of the job (the target's process, then any process `multiprocessing` did not start:
+/// its workers take tasks through a queue too) that computes most. Where none is seen in its
+/// hand-off but the job has workers (a loop whose batches are always ready spends next to no
+/// time taking them, and sampling misses it), the main thread nearest the top that computes.
+/// `None` when no thread is a loop.
+fn loop_by_handoffs<'a>(
+    table: &StackTable,
+    candidates: &[&'a ThreadFacts<'a>],
+    kinds: &Kinds,
+) -> Option<&'a ThreadFacts<'a>> {
+    let tier = |t: &ThreadFacts<'_>| {
+        if t.pid == kinds.root_pid {
+            2
+        } else if kinds.mp_workers.contains(&t.pid) {
+            0
+        } else {
+            1
+        }
+    };
+    let rank = |h: &HandOffs, t: &ThreadFacts<'_>| {
+        (
+            tier(t),
+            h.computing,
+            t.name == "MainThread",
+            std::cmp::Reverse((t.pid, t.python_thread_id)),
+        )
+    };
+    let named = || {
+        candidates
+            .iter()
+            .filter(|t| t.named)
+            .map(|t| (HandOffs::of(table, t.activity), *t))
+    };
+    let consumer = named()
+        .filter(|(h, _)| h.is_loop())
+        .max_by_key(|(h, t)| rank(h, t));
+    if let Some((_, t)) = consumer {
+        return Some(t);
+    }
+    let has_workers = !kinds.loader_workers.is_empty() || !kinds.mp_workers.is_empty();
+    if !has_workers {
+        return None;
+    }
+    named()
+        .filter(|(h, t)| {
+            t.name == "MainThread"
+                && !kinds.mp_workers.contains(&t.pid)
+                && h.computing as f64 >= handoff::MIN_ELSEWHERE * h.total as f64
+        })
+        .max_by_key(|(h, t)| rank(h, t))
+        .map(|(_, t)| t)
+}
+
 /// The facts of a recording's threads, handed to `f`.
 pub fn with_facts<R>(aggregator: &Aggregator, f: impl FnOnce(&[ThreadFacts<'_>]) -> R) -> R {
     let facts: Vec<ThreadFacts<'_>> = aggregator
@@ -497,15 +570,21 @@ pub fn of(aggregator: &Aggregator, root_pid: u32) -> Roles {
     })
 }
 
-/// What the trainer and its feeders did while the GPU idled, by `roles` (from [`of`]).
+/// What the trainer and its feeders did while the GPU idled, by `roles` (from [`of`]); over
+/// the whole recording where the loop was found by its hand-offs (there is no GPU data).
 pub fn while_idle_of(aggregator: &Aggregator, roles: &Roles) -> while_idle::WhileIdle {
+    let window = match roles.found_by {
+        Some(LoopFoundBy::HandOffs) => while_idle::Window::All,
+        _ => while_idle::Window::GpuIdle,
+    };
     with_facts(aggregator, |facts| {
-        while_idle::while_idle(&aggregator.table, facts, roles)
+        while_idle::while_idle(&aggregator.table, facts, roles, window)
     })
 }
 
 /// The trainer's step broken down (`roles/step.rs`), and who held the GIL while it waited for
-/// it when those waits are [`step::GIL_HOLDER_MIN_SHARE`] of the step or more.
+/// it when those waits are [`step::GIL_HOLDER_MIN_SHARE`] of the step or more. Without GPU
+/// data (the loop found by its hand-offs) `gpu_wait` is 0: its waits are `other_wait`.
 pub fn step_of(
     aggregator: &Aggregator,
     roles: &Roles,
@@ -515,7 +594,12 @@ pub fn step_of(
         .threads
         .iter()
         .find(|t| t.pid == role.pid && t.python_thread_id == role.python_thread_id)?;
-    let step = step::step(&aggregator.table, &trainer.activity)?;
+    let mut step = step::step(&aggregator.table, &trainer.activity)?;
+    if roles.found_by == Some(LoopFoundBy::HandOffs) {
+        // Without GPU data no wait is known to be the GPU's: a synchronisation is a wait.
+        step.breakdown.other_wait += step.breakdown.gpu_wait;
+        step.breakdown.gpu_wait = 0.0;
+    }
     let holder = (step.breakdown.gil_wait >= step::GIL_HOLDER_MIN_SHARE)
         .then(|| gil_holder(aggregator, &trainer.activity))
         .flatten();

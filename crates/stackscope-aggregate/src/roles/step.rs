@@ -5,7 +5,7 @@
 //! Every trainer sample counts, waits included. A sample is classified by its stack, in order:
 //!
 //! - `input_wait`: it is inside a hand-off from other threads or processes: a queue's `get`,
-//!   a pipe or connection's receive, a future's result, a pool's results ([`HANDOFFS`]), or
+//!   a pipe or connection's receive, a future's result, a pool's results (`handoff.rs`), or
 //!   anywhere in the loader call that makes those hand-offs (under the loader's `__next__`);
 //! - `gpu_wait`: it is inside a GPU synchronisation (a `synchronize` frame, CUDA's blocking
 //!   copies and NCCL waits in native frames), or it waits, neither in a hand-off nor a lock,
@@ -15,8 +15,9 @@
 //!   `utils/data`, or a function named for loading (read, load, fetch, decode, collate,
 //!   augment, transform, preprocess, tokenize), running or blocked in a read;
 //! - `gil_wait`: it waits, outside a hand-off or a lock, while another thread of its process
-//!   holds the GIL and the GPU is not busy (a GPU-busy wait with the GIL elsewhere is the GPU
-//!   wait that released it);
+//!   holds the GIL, at a stack where it runs itself (its own Python, its launch work: the one
+//!   rule of `gil/`), whatever the GPU does; a wait in a blocking call (`.item()`, a copy) with
+//!   the GIL elsewhere is the wait that released it, a GPU wait while the GPU is busy;
 //! - `other_wait`: any other wait (sleeps, locks, events);
 //! - `python`: any other running sample (the step's own Python, launching kernels).
 
@@ -25,6 +26,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use stackscope_event::FileOrigin;
 
+use super::handoff::is_handoff;
 use crate::fold::{Activity, FrameId, FunctionId, StackTable};
 
 /// The loop is where the call path at least this share of the trainer's samples share from
@@ -33,21 +35,6 @@ const LOOP_PRESENCE: f64 = 0.8;
 /// `gpu.step_gil_holder` is given when the GIL waits are at least this share of the step.
 pub const GIL_HOLDER_MIN_SHARE: f64 = 0.1;
 
-/// Calls in which a thread waits for another thread's or process's result: (file suffix,
-/// function; `*` for any function of the file).
-const HANDOFFS: &[(&str, &str)] = &[
-    ("queue.py", "get"),
-    ("multiprocessing/queues.py", "get"),
-    ("multiprocessing/connection.py", "*"),
-    ("concurrent/futures/_base.py", "result"),
-    ("concurrent/futures/_base.py", "as_completed"),
-    ("concurrent/futures/_base.py", "wait"),
-    ("concurrent/futures/_base.py", "_result_or_cancel"),
-    ("multiprocessing/pool.py", "get"),
-    ("multiprocessing/pool.py", "next"),
-    ("utils/data/dataloader.py", "_try_get_data"),
-    ("utils/data/dataloader.py", "_get_data"),
-];
 /// Standard-library files whose waits are locks, events and joins.
 const LOCKS: &[&str] = &["threading.py"];
 /// Words a data-path function's name starts a word with.
@@ -216,10 +203,8 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
         };
         let running = c.gpu_idle.running + c.gpu_busy.running + c.gpu_unknown.running;
         let waiting = c.gpu_idle.waiting + c.gpu_busy.waiting + c.gpu_unknown.waiting;
-        // GIL waits while the GPU is busy are taken for the GPU wait that let the GIL go.
-        let gil_waits = c
-            .gil_waiting
-            .min(c.gpu_idle.waiting + c.gpu_unknown.waiting);
+        // GIL waits are waits at a stack where the loop runs (`gil/`), the GPU busy or not.
+        let (gil_waits, gil_waits_gpu_busy) = (c.gil_waiting, c.gil_waiting_gpu_busy);
         let place = || place_of(table, &entry.frames);
         match kind_of(table, &entry.frames, loop_at, &loaders) {
             StackKind::Handoff => {
@@ -237,10 +222,12 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
                 *other += waiting;
             }
             StackKind::Plain => {
+                // GPU-busy waits that are not GIL waits are the GPU's.
+                let gpu_waits = c.gpu_busy.waiting.saturating_sub(gil_waits_gpu_busy);
                 *python += running;
                 *gil += gil_waits;
-                *gpu += c.gpu_busy.waiting;
-                *other += waiting - gil_waits - c.gpu_busy.waiting;
+                *gpu += gpu_waits;
+                *other += waiting.saturating_sub(gil_waits + gpu_waits);
             }
         }
     }
@@ -410,12 +397,6 @@ fn kind_of(
     }
 }
 
-fn is_handoff(function: &str, file: &str) -> bool {
-    HANDOFFS
-        .iter()
-        .any(|&(f, name)| file.ends_with(f) && (name == "*" || super::named(function, name)))
-}
-
 /// A GPU synchronisation: Python's `synchronize` (torch's device, stream and event), CUDA's
 /// and NCCL's blocking calls in native frames.
 fn is_gpu_sync(function: &str, origin: FileOrigin) -> bool {
@@ -458,14 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn hand_offs_and_gpu_syncs() {
-        assert!(is_handoff("get", "queue.py"));
-        assert!(is_handoff("Queue.get", "queue.py"));
-        assert!(is_handoff("Future.result", "concurrent/futures/_base.py"));
-        assert!(!is_handoff("Queue.get_nowait", "queue.py"));
-        assert!(is_handoff("_recv_bytes", "multiprocessing/connection.py"));
-        assert!(is_handoff("result", "concurrent/futures/_base.py"));
-        assert!(!is_handoff("put", "queue.py"));
+    fn gpu_syncs() {
         assert!(is_gpu_sync("synchronize", FileOrigin::Package));
         assert!(is_gpu_sync("cudaStreamSynchronize", FileOrigin::Native));
         assert!(is_gpu_sync("ncclGroupEnd", FileOrigin::Native));

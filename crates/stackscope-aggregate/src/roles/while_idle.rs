@@ -1,5 +1,7 @@
 //! What the trainer and its feeders did while the GPU idled: `summary.json`'s
-//! `gpu.while_idle`, and the words of the verdict.
+//! `gpu.while_idle`, and the words of the verdict. Without GPU data the same reading over the
+//! whole recording ([`Window::All`]) says where the loop is and what its feeders run
+//! (`summary.json`'s `feeders`).
 //!
 //! The trainer's line is the innermost frame of its GPU-idle samples that lies in the job's own
 //! code (not the standard library, not an installed package: [`FileOrigin`]) and that is more
@@ -15,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use stackscope_event::FileOrigin;
 
 use super::{Role, Roles, ThreadFacts};
-use crate::fold::{FrameId, RunWait, StackTable};
+use crate::fold::{FrameId, PhaseCounts, RunWait, StackTable};
 
 /// The trainer while the GPU idled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,13 +82,35 @@ impl WhileIdle {
     }
 }
 
-/// Reads `while_idle` from the threads' observations and their roles.
-pub fn while_idle(table: &StackTable, threads: &[ThreadFacts<'_>], roles: &Roles) -> WhileIdle {
+/// Which of a thread's samples are read: those taken while the GPU idled, or, without GPU data,
+/// all of them (the loop and its feeders over the whole recording).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    GpuIdle,
+    All,
+}
+
+impl Window {
+    fn of(self, counts: &PhaseCounts) -> RunWait {
+        match self {
+            Window::GpuIdle => counts.gpu_idle,
+            Window::All => counts.all(),
+        }
+    }
+}
+
+/// Reads `while_idle` from the threads' observations and their roles, over `window`.
+pub fn while_idle(
+    table: &StackTable,
+    threads: &[ThreadFacts<'_>],
+    roles: &Roles,
+    window: Window,
+) -> WhileIdle {
     let trainer = roles.trainer().and_then(|role| {
         let facts = threads
             .iter()
             .find(|t| t.pid == role.pid && t.python_thread_id == role.python_thread_id)?;
-        trainer_while_idle(table, facts)
+        trainer_while_idle(table, facts, window)
     });
     let mut feeders = Vec::new();
     for kind in [Role::DataloaderWorker, Role::Worker, Role::FeederThread] {
@@ -98,7 +122,7 @@ pub fn while_idle(table: &StackTable, threads: &[ThreadFacts<'_>], roles: &Roles
                     .is_some_and(|r| r.role == kind)
             })
             .collect();
-        if let Some(f) = feeders_while_idle(table, &group, kind) {
+        if let Some(f) = feeders_while_idle(table, &group, kind, window) {
             feeders.push(f);
         }
     }
@@ -171,7 +195,11 @@ fn frame_presence(
     (presence, idle_total, busy_total)
 }
 
-fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<TrainerWhileIdle> {
+fn trainer_while_idle(
+    table: &StackTable,
+    facts: &ThreadFacts<'_>,
+    window: Window,
+) -> Option<TrainerWhileIdle> {
     let (presence, idle_total, busy_total) = frame_presence(table, facts);
     let share = |n: u64, total: u64| {
         if total == 0 {
@@ -189,7 +217,7 @@ fn trainer_while_idle(table: &StackTable, facts: &ThreadFacts<'_>) -> Option<Tra
     let mut at: HashMap<u32, AtFunction> = HashMap::new();
     let mut total = 0u64;
     for (&stack, counts) in &facts.activity.stacks {
-        let idle = counts.gpu_idle;
+        let idle = window.of(counts);
         if idle.total() == 0 {
             continue;
         }
@@ -242,6 +270,7 @@ fn feeders_while_idle(
     table: &StackTable,
     group: &[&ThreadFacts<'_>],
     role: Role,
+    window: Window,
 ) -> Option<FeedersWhileIdle> {
     if group.is_empty() {
         return None;
@@ -254,7 +283,7 @@ fn feeders_while_idle(
     let mut idle_total = 0u64;
     for facts in group {
         for (&stack, counts) in &facts.activity.stacks {
-            let n = counts.gpu_idle.total();
+            let n = window.of(counts).total();
             let Some(entry) = (n > 0)
                 .then(|| table.stacks().get(stack as usize))
                 .flatten()

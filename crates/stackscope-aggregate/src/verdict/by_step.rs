@@ -40,8 +40,9 @@ const MAX_SPEEDUP: f64 = 50.0;
 /// `summary.json`'s `gpu.if_fixed`: what removing the bottleneck would buy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IfFixed {
-    /// `input_pipeline`, `inline_loading`, `gil_contention`, or `gpu` (GPU-bound: nothing on
-    /// the host side to fix).
+    /// `input_pipeline`, `inline_loading`, `gil_contention`, `gpu` (GPU-bound: nothing on
+    /// the host side to fix), `compute` (without GPU data: the loop's own computation), or
+    /// `periodic_stall`.
     pub bottleneck: String,
     /// The bottleneck's share of the loop's wall time.
     pub share: f64,
@@ -121,6 +122,10 @@ impl IfFixed {
                  hold it less (its work in a process, or in code that releases the GIL)."
             ),
             ("gpu", _) => "Faster input buys nothing: the GPU is the bottleneck.".to_owned(),
+            ("compute", _) => {
+                "Faster input buys nothing: the loop's own computation is the bottleneck."
+                    .to_owned()
+            }
             ("periodic_stall", _) => {
                 format!("Without the stall, steps would be {speedup} on average.")
             }
@@ -156,7 +161,7 @@ const HOST_BOTTLENECKS: [(VerdictClass, &str, &str); 3] = [
 ];
 
 /// The bottleneck the breakdown points at, with its share of the step.
-fn bottleneck(step: &StepBreakdown) -> (VerdictClass, f64) {
+pub(super) fn bottleneck(step: &StepBreakdown) -> (VerdictClass, f64) {
     HOST_BOTTLENECKS
         .iter()
         .map(|(class, _, part)| (*class, step.part(part)))
@@ -211,6 +216,7 @@ pub fn if_fixed(
     let (bottleneck, share) = match (class, host) {
         (_, Some((_, name, part))) => (*name, step.part(part)),
         (VerdictClass::GpuBound, None) => ("gpu", 0.0),
+        (VerdictClass::ComputeBound, None) => ("compute", 0.0),
         // The stall's share of the GPU's cycle: time the loop does not feed the GPU at all.
         (VerdictClass::PeriodicStall, None) => (
             "periodic_stall",
@@ -224,7 +230,7 @@ pub fn if_fixed(
             Some(pipelines(f64::from(workers_now) * speedup_up_to).max(workers_now))
         }
         VerdictClass::InlineLoading => Some(pipelines(share * speedup_up_to).max(1)),
-        VerdictClass::GpuBound => Some(workers_now),
+        VerdictClass::GpuBound | VerdictClass::ComputeBound => Some(workers_now),
         _ => None,
     };
     Some(IfFixed {
@@ -244,9 +250,11 @@ fn pipelines(need: f64) -> u32 {
     (need - 0.1).ceil().max(0.0) as u32
 }
 
-/// The verdict of a bottleneck the step decides. `trainer_words` say where the loop waits or
+/// The verdict of a bottleneck the step decides, of `subject` ("The training loop"). `trainer_words` say where the loop waits or
 /// runs, `feeders_words` who feeds it and how busy, `gpu_words` the GPU's mean and cycle.
+#[allow(clippy::too_many_arguments)]
 pub fn step_verdict(
+    subject: &str,
     class: VerdictClass,
     share: f64,
     step: &StepBreakdown,
@@ -258,14 +266,14 @@ pub fn step_verdict(
     let pct = share * 100.0;
     let text = match class {
         VerdictClass::InputPipeline => format!(
-            "The training loop is {} ({pct:.0}% of its time waiting for its next batch): it \
+            "{subject} is {} ({pct:.0}% of its time waiting for its next batch): it \
              waits for its next batch {trainer_words}{}; the input pipeline cannot keep up. \
              {gpu_words}",
             boundness(share, "input"),
             feeders_words.map_or(String::new(), |f| format!("; {f}")),
         ),
         VerdictClass::InlineLoading => format!(
-            "The training loop is {} ({pct:.0}% of its time loading data itself): while it \
+            "{subject} is {} ({pct:.0}% of its time loading data itself): while it \
              loads, it {trainer_words}, and the GPU waits. {gpu_words}",
             boundness(share, "input"),
         ),
@@ -275,7 +283,7 @@ pub fn step_verdict(
                 None => h.thread.clone(),
             });
             format!(
-                "The training loop waits for the GIL {pct:.0}% of its time, held by {holder}; \
+                "{subject} waits for the GIL {pct:.0}% of its time, held by {holder}; \
                  it {trainer_words}. {gpu_words}"
             )
         }

@@ -123,7 +123,7 @@ fn class_verdict(input: &VerdictInput<'_>) -> Verdict {
     let verdict = by_utilization(mean, input);
     match input.step {
         Some(step) if verdict.class == VerdictClass::SmallKernels => {
-            not_launching(verdict, &step.breakdown)
+            not_launching(verdict, &step.breakdown, mean)
         }
         _ => verdict,
     }
@@ -161,6 +161,7 @@ fn by_step(mean: f64, input: &VerdictInput<'_>) -> Option<Verdict> {
         }
     };
     Some(step_verdict(
+        "The training loop",
         class,
         share,
         &step.breakdown,
@@ -202,8 +203,10 @@ fn loading_words(at: &StepPlace, idle_path: Option<&IdlePath>) -> String {
 
 /// A "many small kernels" reading stands only where the loop mostly launches work; a loop that
 /// mostly waits on the GPU keeps it as busy as it can be.
-fn not_launching(verdict: Verdict, step: &StepBreakdown) -> Verdict {
-    if step.python >= LAUNCHING_SHARE || step.gpu_wait < step.python {
+fn not_launching(verdict: Verdict, step: &StepBreakdown, mean: f64) -> Verdict {
+    // The GPU is the bottleneck only when it is busy most of the time.
+    if step.python >= LAUNCHING_SHARE || step.gpu_wait < step.python || mean < PREPROCESSING_BELOW
+    {
         return verdict;
     }
     Verdict {
