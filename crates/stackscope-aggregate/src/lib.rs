@@ -86,6 +86,8 @@ pub use verdict::{
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_loop;
+#[cfg(test)]
 mod tests_roles;
 #[cfg(test)]
 mod tests_sm;

@@ -200,7 +200,11 @@ impl Aggregator {
 
     /// Whether the sample's thread runs at its stack (`gil/`: only there is a wait one for
     /// the GIL).
-    fn where_it_runs(&mut self, mut gil: GilSample<ThreadKey>, held: &Held) -> GilSample<ThreadKey> {
+    fn where_it_runs(
+        &mut self,
+        mut gil: GilSample<ThreadKey>,
+        held: &Held,
+    ) -> GilSample<ThreadKey> {
         gil.runs_here = match (self.threads.get_mut(&held.thread), held.stack) {
             (Some(thread), Some(stack)) => thread.runs_at.observe(stack, held.running),
             _ => false,

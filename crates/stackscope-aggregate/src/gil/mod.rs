@@ -315,7 +315,10 @@ mod tests {
     #[test]
     fn runs_at_learns_where_a_thread_runs() {
         let mut at = RunsAt::default();
-        assert!(!at.observe("spin", true), "nothing known before the first sample");
+        assert!(
+            !at.observe("spin", true),
+            "nothing known before the first sample"
+        );
         assert!(at.observe("spin", false));
         assert!(!at.observe("sleep", false));
         for _ in 0..20 {

@@ -33,8 +33,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::fold::{Activity, Aggregator, StackTable};
-use handoff::HandOffs;
 use crate::gpu::MIN_SIDE_SAMPLES;
+use handoff::HandOffs;
 
 /// A trainer stands out when what it does while the GPU idles differs from what it does while
 /// the GPU is busy by at least this share of its samples ([`stack_change`]).

@@ -205,8 +205,7 @@ fn loading_words(at: &StepPlace, idle_path: Option<&IdlePath>) -> String {
 /// mostly waits on the GPU keeps it as busy as it can be.
 fn not_launching(verdict: Verdict, step: &StepBreakdown, mean: f64) -> Verdict {
     // The GPU is the bottleneck only when it is busy most of the time.
-    if step.python >= LAUNCHING_SHARE || step.gpu_wait < step.python || mean < PREPROCESSING_BELOW
-    {
+    if step.python >= LAUNCHING_SHARE || step.gpu_wait < step.python || mean < PREPROCESSING_BELOW {
         return verdict;
     }
     Verdict {

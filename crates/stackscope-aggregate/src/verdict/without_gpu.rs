@@ -159,7 +159,11 @@ mod tests {
         };
         let (verdict, fixed) = loop_verdict_and_fix(&step, None, &WhileIdle::default(), Some(4.0));
         assert_eq!(verdict.class, VerdictClass::InputPipeline);
-        assert!(verdict.text.starts_with("The loop is highly input-bound"), "{}", verdict.text);
+        assert!(
+            verdict.text.starts_with("The loop is highly input-bound"),
+            "{}",
+            verdict.text
+        );
         assert!(verdict.text.contains("no GPU data"), "{}", verdict.text);
         let fixed = fixed.expect("if fixed");
         assert!((fixed.speedup_up_to - 4.0).abs() < 1e-9);
@@ -170,7 +174,11 @@ mod tests {
         let (verdict, fixed) =
             loop_verdict_and_fix(&compute, None, &WhileIdle::default(), Some(4.0));
         assert_eq!(verdict.class, VerdictClass::ComputeBound);
-        assert!(verdict.text.contains("Faster input buys nothing"), "{}", verdict.text);
+        assert!(
+            verdict.text.contains("Faster input buys nothing"),
+            "{}",
+            verdict.text
+        );
         assert_eq!(fixed.map(|f| f.bottleneck), Some("compute".to_owned()));
     }
 }
