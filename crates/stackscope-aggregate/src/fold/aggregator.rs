@@ -11,9 +11,10 @@ use super::intern::{FrameId, StackCounts, StackTable};
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use super::motion::{same_python_stack, Motion};
 use super::processes::ProcessTable;
+use super::reads::{gil_sample, ReadDone, ReadItem};
 use super::tagged::{self, Held, Sink, Startup, Tagged};
 use super::threads::{thread_key, ThreadKey, ThreadTable};
-use crate::gil::{GilCounts, GilRead, GilSample, ReadGroups};
+use crate::gil::{GilCounts, ReadGroups};
 use crate::gpu::{
     GpuTag, GpuTagger, GpuTimeline, DEFAULT_IDLE_BELOW, MAX_PENDING, MAX_READINGS_PER_DEVICE,
 };
@@ -90,7 +91,7 @@ pub struct Aggregator {
     /// The start-up gate tagged samples pass through (`tagged.rs`).
     pub(crate) startup: Startup,
     /// Tagged samples on their way from the tagger to the gate, kept to reuse its memory.
-    released: Vec<Tagged>,
+    pub(super) released: Vec<Tagged>,
     pub(crate) timeline: GpuTimeline,
     pub(crate) threads: ThreadTable,
     /// Filled only with `process_root`: without it the recording follows one process.
@@ -105,13 +106,9 @@ pub struct Aggregator {
     pub(crate) motion: Motion,
     /// The samples of the latest read, held until it is complete so that each knows who held
     /// the GIL at its instant (`gil/`), with the tag `top` gave it, if any.
-    reads: ReadGroups<ThreadKey, (Held, Option<GpuTag>)>,
+    pub(super) reads: ReadGroups<ThreadKey, ReadItem>,
     /// A completed read's samples, on their way on (kept to reuse its memory).
-    read_done: Vec<(
-        GilSample<ThreadKey>,
-        (Held, Option<GpuTag>),
-        GilRead<ThreadKey>,
-    )>,
+    pub(super) read_done: Vec<ReadDone>,
     /// By process, its reads: how many, at how many a thread held the GIL, at how many one
     /// waited for it.
     pub(crate) gil_by_process: HashMap<u32, GilCounts>,
@@ -196,83 +193,6 @@ impl Aggregator {
         let held = self.fold_stack(sample);
         let gil = self.where_it_runs(gil, &held);
         self.hold_for_read(gil, held, None);
-    }
-
-    /// Whether the sample's thread runs at its stack (`gil/`: only there is a wait one for
-    /// the GIL).
-    fn where_it_runs(
-        &mut self,
-        mut gil: GilSample<ThreadKey>,
-        held: &Held,
-    ) -> GilSample<ThreadKey> {
-        gil.runs_here = match (self.threads.get_mut(&held.thread), held.stack) {
-            (Some(thread), Some(stack)) => thread.runs_at.observe(stack, held.running),
-            _ => false,
-        };
-        gil
-    }
-
-    /// Holds a folded sample until its read is complete; the samples of the read before go on
-    /// to be tagged, each knowing who held the GIL at its instant.
-    fn hold_for_read(&mut self, gil: GilSample<ThreadKey>, held: Held, tag: Option<GpuTag>) {
-        let done = &mut self.read_done;
-        self.reads.push(gil, (held, tag), &mut |item, s, read| {
-            done.push((s, item, read))
-        });
-        self.pass_read();
-    }
-
-    /// Ends the read held (another kind of event came, or the recording ended).
-    fn complete_read(&mut self) {
-        let done = &mut self.read_done;
-        self.reads
-            .flush(&mut |item, s, read| done.push((s, item, read)));
-        self.pass_read();
-    }
-
-    /// Counts a completed read's GIL (each thread's, its lane's and its process's) and passes
-    /// its samples on to the tagger.
-    fn pass_read(&mut self) {
-        let mut done = std::mem::take(&mut self.read_done);
-        let Some((first, _, _)) = done.first() else {
-            self.read_done = done;
-            return;
-        };
-        let pid = first.pid;
-        let mut process = GilCounts::default();
-        for (sample, (mut held, tag), read) in done.drain(..) {
-            held.gil_holder = read.holder;
-            process.add(read.state);
-            if let Some(thread) = self.threads.get_mut(&held.thread) {
-                thread.gil.add(read.state);
-                if let Some(lane) = thread.lane {
-                    self.buckets.count_lane_gil(sample.time, lane, read.state);
-                }
-            }
-            match tag {
-                Some(tag) => self.released.push((sample.time, held, tag)),
-                None if self.config.gpu_enabled => self.tagger.hold(sample.time, held),
-                None => {
-                    self.tagger.observe(sample.time);
-                    self.released.push((sample.time, held, GpuTag::Unknown));
-                }
-            }
-        }
-        self.read_done = done;
-        self.count_process_read(pid, process);
-        self.release_tagged();
-    }
-
-    /// One read of a process: whether a thread held the GIL at it, and whether one waited.
-    fn count_process_read(&mut self, pid: u32, read: GilCounts) {
-        let full = self.gil_by_process.len() >= self.limits.max_processes;
-        if full && !self.gil_by_process.contains_key(&pid) {
-            return;
-        }
-        let counts = self.gil_by_process.entry(pid).or_default();
-        counts.samples += 1;
-        counts.held += u64::from(read.held > 0);
-        counts.waited += u64::from(read.waited > 0);
     }
 
     /// A stack sample whose GPU state another view of the same live run has decided (`top`'s
@@ -414,7 +334,7 @@ impl Aggregator {
         self.timeline.push(sample);
     }
 
-    fn release_tagged(&mut self) {
+    pub(super) fn release_tagged(&mut self) {
         let released = &mut self.released;
         self.tagger
             .release(|time, held, tag| released.push((time, held, tag)));
@@ -650,17 +570,5 @@ impl Aggregator {
         }
         caps.extend(self.memory.caps_reached(limits.max_processes));
         caps
-    }
-}
-
-/// A stack sample as the GIL rule reads it.
-fn gil_sample(sample: &StackSample) -> GilSample<ThreadKey> {
-    GilSample {
-        pid: sample.pid,
-        time: sample.time,
-        thread: thread_key(sample.pid, &sample.thread),
-        running: sample.thread.active,
-        owns_gil: sample.thread.owns_gil,
-        runs_here: false,
     }
 }

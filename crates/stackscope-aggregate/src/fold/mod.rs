@@ -13,6 +13,7 @@ mod limits;
 mod meta;
 mod motion;
 mod processes;
+mod reads;
 mod tagged;
 mod threads;
 

@@ -4,7 +4,7 @@
 //!   are neither DataLoader workers nor helpers, and that are not pool threads running others'
 //!   work (and, where NVML lists the processes with a compute context and one of the job's is
 //!   listed, only those of listed processes), the one whose stacks change most with the GPU's state (what it does while the GPU
-//!   idles differs from what it does while it is busy, [`stack_change`]); a thread doing the
+//!   idles differs from what it does while it is busy, [`the_loop::stack_change`]); a thread doing the
 //!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
 //!   (the GPU never idles), the target's main thread. Without GPU data the same role, the
 //!   **loop**, is found by its hand-offs (`handoff.rs`): the thread that again and again takes
@@ -26,6 +26,7 @@
 
 pub mod handoff;
 pub mod step;
+mod the_loop;
 pub mod while_idle;
 
 use std::collections::BTreeSet;
@@ -33,11 +34,11 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::fold::{Activity, Aggregator, StackTable};
-use crate::gpu::MIN_SIDE_SAMPLES;
-use handoff::HandOffs;
+
+use the_loop::{choose_trainer, in_listed_processes, loop_by_handoffs};
 
 /// A trainer stands out when what it does while the GPU idles differs from what it does while
-/// the GPU is busy by at least this share of its samples ([`stack_change`]).
+/// the GPU is busy by at least this share of its samples ([`the_loop::stack_change`]).
 const TRAINER_CHANGE: f64 = 0.25;
 /// A process other than a DataLoader worker feeds the trainer when its main thread runs at
 /// least this share of the time the GPU idles.
@@ -374,162 +375,6 @@ fn feeds(activity: &Activity) -> bool {
     };
     side.running_share()
         .is_some_and(|share| share >= FEEDER_MIN_RUNNING)
-}
-
-/// How much what a thread does changes with the GPU's state: the share of its samples that
-/// would have to move for its GPU-idle samples to look like its GPU-busy ones (the total
-/// variation distance of the two), by where they are (the innermost frame of the job's own
-/// code, else the innermost code frame) and whether they ran. A thread spinning in one
-/// function, or waiting in one place, scores 0 whatever the GPU does; the loop that waits for
-/// a batch while the GPU idles and on the GPU (or launches) while it works scores near 1.
-/// `None` with too few samples on either side.
-pub fn stack_change(table: &StackTable, activity: &Activity) -> Option<f64> {
-    let totals = &activity.totals;
-    let (idle_n, busy_n) = (totals.gpu_idle.total(), totals.gpu_busy.total());
-    if idle_n < MIN_SIDE_SAMPLES || busy_n < MIN_SIDE_SAMPLES {
-        return None;
-    }
-    let mut by_place: foldhash::HashMap<(Option<u32>, bool), (u64, u64)> = Default::default();
-    for (&stack, counts) in &activity.stacks {
-        let place = table
-            .stacks()
-            .get(stack as usize)
-            .and_then(|entry| place_of(table, &entry.frames));
-        for (running, idle, busy) in [
-            (true, counts.gpu_idle.running, counts.gpu_busy.running),
-            (false, counts.gpu_idle.waiting, counts.gpu_busy.waiting),
-        ] {
-            let slot = by_place.entry((place, running)).or_default();
-            slot.0 += idle;
-            slot.1 += busy;
-        }
-    }
-    let distance: f64 = by_place
-        .values()
-        .map(|&(idle, busy)| (idle as f64 / idle_n as f64 - busy as f64 / busy_n as f64).abs())
-        .sum();
-    Some(distance / 2.0)
-}
-
-/// The function a stack is at: its innermost frame of the job's own code, else its innermost
-/// code frame.
-fn place_of(table: &StackTable, frames: &[crate::fold::FrameId]) -> Option<u32> {
-    let entry = |f: crate::fold::FrameId| table.frame(f).filter(|e| e.function.is_some());
-    let at = crate::jobs::place_in(frames.iter().rev().copied(), |f| entry(f).map(|e| e.origin))?;
-    entry(at)?.function
-}
-
-/// The candidates of the processes NVML lists with a compute context, when any of them is
-/// listed: the GPU is driven from a process that holds a context, whatever its parent or a
-/// sibling does in rhythm with it. All of them when nothing is listed or none of the job's is
-/// (an old driver or log, a job whose context lives in a process stackscope does not follow).
-fn in_listed_processes<'a>(
-    candidates: Vec<&'a ThreadFacts<'a>>,
-    compute_pids: Option<&BTreeSet<u32>>,
-) -> Vec<&'a ThreadFacts<'a>> {
-    let Some(listed) = compute_pids else {
-        return candidates;
-    };
-    if !candidates.iter().any(|t| listed.contains(&t.pid)) {
-        return candidates;
-    }
-    candidates
-        .into_iter()
-        .filter(|t| listed.contains(&t.pid))
-        .collect()
-}
-
-fn choose_trainer<'a>(
-    table: &StackTable,
-    candidates: &[&'a ThreadFacts<'a>],
-    root_pid: u32,
-) -> Option<&'a ThreadFacts<'a>> {
-    // A native thread (torch's autograd engine runs the backward pass and its Python hooks on
-    // one) runs only while the GPU works and would stand out; the loop is a Python thread.
-    let standing_out = candidates
-        .iter()
-        .filter(|t| t.named)
-        .filter_map(|t| stack_change(table, t.activity).map(|c| (c, *t)))
-        .filter(|(c, _)| *c >= TRAINER_CHANGE)
-        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.pid.cmp(&a.1.pid)));
-    if let Some((_, t)) = standing_out {
-        return Some(t);
-    }
-    let main_of = |pid: u32| {
-        candidates
-            .iter()
-            .find(|t| t.pid == pid && t.name == "MainThread")
-            .copied()
-    };
-    main_of(root_pid)
-        .or_else(|| {
-            candidates
-                .iter()
-                .filter(|t| t.name == "MainThread")
-                .max_by_key(|t| (t.activity.totals.all().total(), std::cmp::Reverse(t.pid)))
-                .copied()
-        })
-        .or_else(|| {
-            candidates
-                .iter()
-                .max_by_key(|t| (t.activity.totals.all().running, std::cmp::Reverse(t.pid)))
-                .copied()
-        })
-}
-
-/// Without GPU data, the loop: among the candidates' Python threads, those that take work
-/// through hand-offs again and again and compute ([`HandOffs::is_loop`]), the one nearest the
-/// top of the job (the target's process, then any process `multiprocessing` did not start:
-/// its workers take tasks through a queue too) that computes most. Where none is seen in its
-/// hand-off but the job has workers (a loop whose batches are always ready spends next to no
-/// time taking them, and sampling misses it), the main thread nearest the top that computes.
-/// `None` when no thread is a loop.
-fn loop_by_handoffs<'a>(
-    table: &StackTable,
-    candidates: &[&'a ThreadFacts<'a>],
-    kinds: &Kinds,
-) -> Option<&'a ThreadFacts<'a>> {
-    let tier = |t: &ThreadFacts<'_>| {
-        if t.pid == kinds.root_pid {
-            2
-        } else if kinds.mp_workers.contains(&t.pid) {
-            0
-        } else {
-            1
-        }
-    };
-    let rank = |h: &HandOffs, t: &ThreadFacts<'_>| {
-        (
-            tier(t),
-            h.computing,
-            t.name == "MainThread",
-            std::cmp::Reverse((t.pid, t.python_thread_id)),
-        )
-    };
-    let named = || {
-        candidates
-            .iter()
-            .filter(|t| t.named)
-            .map(|t| (HandOffs::of(table, t.activity), *t))
-    };
-    let consumer = named()
-        .filter(|(h, _)| h.is_loop())
-        .max_by_key(|(h, t)| rank(h, t));
-    if let Some((_, t)) = consumer {
-        return Some(t);
-    }
-    let has_workers = !kinds.loader_workers.is_empty() || !kinds.mp_workers.is_empty();
-    if !has_workers {
-        return None;
-    }
-    named()
-        .filter(|(h, t)| {
-            t.name == "MainThread"
-                && !kinds.mp_workers.contains(&t.pid)
-                && h.computing as f64 >= handoff::MIN_ELSEWHERE * h.total as f64
-        })
-        .max_by_key(|(h, t)| rank(h, t))
-        .map(|(_, t)| t)
 }
 
 /// The facts of a recording's threads, handed to `f`.
