@@ -1,5 +1,5 @@
 // stackscope report.html: draws the GPU timeline (uPlot; its colours and legend from series.js),
-// the thread lanes (canvas) and the flamegraph of the selected window (flame.js, over
+// the thread lanes (canvas; the GIL's spans under them as SVG) and the flamegraph of the selected window (flame.js, over
 // d3-flame-graph) from the JSON embedded in the page, and keeps the window and view in the URL.
 // Where memory was read, the memory chart under the timeline and the memory growth flamegraph
 // of the same window (memory.js). Everything it needs is in the page: it loads nothing.
@@ -10,7 +10,18 @@
   var LANES_SHOWN = 8;
   var LANE_H = 14;
   var LABEL_H = 12;
-  var ROW_H = LABEL_H + LANE_H;
+  // Buckets' lane entries: [lane, active, idle, gil_held, gil_waited].
+  var LANE_CELL = 5;
+  // Under each lane, where the reader said who held the GIL: three tracks (held, waited for
+  // it, ran without it) of GIL_TRACK pixels each.
+  var GIL_KINDS = ["held", "waited", "without"];
+  var GIL_TRACK = 3;
+  var HAS_GIL = D.buckets.some(function (b) {
+    for (var k = 0; k < b.l.length; k += LANE_CELL) if (b.l[k + 3] || b.l[k + 4]) return true;
+    return false;
+  });
+  var GIL_H = HAS_GIL ? GIL_KINDS.length * GIL_TRACK + 1 : 0;
+  var ROW_H = LABEL_H + LANE_H + GIL_H;
   var MAX_ROLE_LANES = 32;
 
   // ---- state: window [from, to) in seconds since the start, view, marked function ----
@@ -425,7 +436,13 @@
   laneBox.className = "lane-box";
   var laneLabels = document.createElement("div");
   laneLabels.id = "lane-labels";
+  // The GIL's spans are SVG rects over the canvas (classes gil-held, gil-waited, gil-without,
+  // with the lane's pid and thread id): elements that read as the lanes' spans, not pixels.
+  var SVG_NS = "http://www.w3.org/2000/svg";
+  var gilSvg = document.createElementNS(SVG_NS, "svg");
+  gilSvg.id = "gil-strips";
   laneBox.appendChild(canvas);
+  laneBox.appendChild(gilSvg);
   laneBox.appendChild(laneLabels);
   var marked = document.createElement("div");
   marked.id = "marked";
@@ -437,6 +454,9 @@
     "<span class=\"swatch busy-lane\"></span>running " +
     "<span class=\"swatch idle-lane\"></span>idle (sleeping or blocked) " +
     "<span class=\"swatch unsampled-lane\"></span>not sampled";
+  // The GIL's legend (written into the page where lanes have GIL counts) on the key's line.
+  var gilLegend = document.getElementById("gil-legend");
+  if (gilLegend) laneKey.appendChild(gilLegend);
   lanesEl.appendChild(marked);
   lanesEl.appendChild(laneBox);
   lanesEl.appendChild(laneKey);
@@ -454,6 +474,58 @@
   var lanesShown = Math.max(LANES_SHOWN, Math.min(roleLanes, MAX_ROLE_LANES));
   toggle.onclick = function () { state.lanesOpen = !state.lanesOpen; drawLanes(); };
 
+  // Each lane's GIL as runs of buckets: by lane, by kind, [first bucket, last bucket, level],
+  // where level is the share of the lane's samples in the bucket that held the GIL (waited
+  // for it, ran without it: active less held), in eighths so that like neighbours join.
+  var gilRuns = HAS_GIL ? buildGilRuns() : {};
+  function buildGilRuns() {
+    var runs = {};
+    D.buckets.forEach(function (b) {
+      for (var k = 0; k < b.l.length; k += LANE_CELL) {
+        var active = b.l[k + 1], n = active + b.l[k + 2], held = b.l[k + 3];
+        if (!n) continue;
+        var shares = [held / n, b.l[k + 4] / n, Math.max(0, active - held) / n];
+        var byKind = runs[b.l[k]] || (runs[b.l[k]] = [[], [], []]);
+        shares.forEach(function (share, kind) {
+          var level = Math.round(share * 8) / 8;
+          if (share > 0 && level === 0) level = 1 / 8;
+          if (!level) return;
+          var list = byKind[kind], run = list[list.length - 1];
+          if (run && run[1] === b.i - 1 && run[2] === level) run[1] = b.i;
+          else list.push([b.i, b.i, level]);
+        });
+      }
+    });
+    return runs;
+  }
+  function drawGil(shown, rowOf, gilTop, x, cssW, cssH) {
+    gilSvg.setAttribute("width", cssW);
+    gilSvg.setAttribute("height", cssH);
+    while (gilSvg.firstChild) gilSvg.removeChild(gilSvg.firstChild);
+    shown.forEach(function (lane) {
+      var byKind = gilRuns[lane];
+      if (!byKind) return;
+      var l = D.lanes[lane], top = gilTop(rowOf[lane]);
+      byKind.forEach(function (list, kind) {
+        list.forEach(function (run) {
+          var x0 = x(run[0] * W), x1 = x((run[1] + 1) * W);
+          var rect = document.createElementNS(SVG_NS, "rect");
+          rect.setAttribute("class", "gil-" + GIL_KINDS[kind]);
+          rect.setAttribute("data-pid", String(l.pid));
+          rect.setAttribute("data-thread-id", String(l.thread_id));
+          rect.setAttribute("data-from", String(round3(run[0] * W)));
+          rect.setAttribute("data-to", String(round3((run[1] + 1) * W)));
+          rect.setAttribute("x", x0);
+          rect.setAttribute("y", top + kind * GIL_TRACK);
+          rect.setAttribute("width", Math.max(1, x1 - x0));
+          rect.setAttribute("height", GIL_TRACK);
+          rect.setAttribute("fill-opacity", 0.45 + 0.55 * run[2]);
+          gilSvg.appendChild(rect);
+        });
+      });
+    });
+  }
+
   function drawLanes() {
     if (!plot) return;
     var shown = state.lanesOpen ? laneOrder : laneOrder.slice(0, lanesShown);
@@ -469,6 +541,8 @@
     ctx.clearRect(0, 0, cssW, cssH);
     var left = plot.bbox.left / dpr, width = plot.bbox.width / dpr;
     var x = function (t) { return left + (t - fullFrom) / (fullTo - fullFrom) * width; };
+    // Row r's GIL tracks, under its bar.
+    var gilTop = function (r) { return barTop(r) + LANE_H; };
     ctx.font = "11px sans-serif";
     ctx.textBaseline = "middle";
     // Row 0: the marked function.
@@ -504,7 +578,7 @@
     });
     D.buckets.forEach(function (b) {
       var x0 = x(b.i * W), bw = Math.max(1, x((b.i + 1) * W) - x0);
-      for (var k = 0; k < b.l.length; k += 3) {
+      for (var k = 0; k < b.l.length; k += LANE_CELL) {
         var r = rowOf[b.l[k]];
         if (!r) continue;
         var active = b.l[k + 1], idle = b.l[k + 2];
@@ -514,6 +588,7 @@
         ctx.fillRect(x0, barTop(r) + 1, bw, LANE_H - 2);
       }
     });
+    if (HAS_GIL) drawGil(shown, rowOf, gilTop, x, cssW, cssH);
     if (state.from !== null || state.to !== null) {
       var a = x(state.from === null ? fullFrom : state.from), z = x(state.to === null ? fullTo : state.to);
       ctx.strokeStyle = "#c79a00";

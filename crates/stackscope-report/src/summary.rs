@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use stackscope_aggregate::{GpuSummary, ProcessSummary, Role, Summary, ThreadRole};
+use stackscope_aggregate::{GpuSummary, LoopFoundBy, ProcessSummary, Role, Summary, ThreadRole};
 
 use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
 use crate::ReportError;
@@ -57,8 +57,11 @@ pub fn write_text_summary<W: Write>(
     }
     if let Some(gpu) = &summary.gpu {
         write_gpu(gpu, &mut w)?;
-    } else if let Some(why) = &summary.gpu_unavailable {
-        writeln!(w, "No GPU data: {why}")?;
+    } else {
+        if let Some(why) = &summary.gpu_unavailable {
+            writeln!(w, "No GPU data: {why}")?;
+        }
+        write_loop_without_gpu(summary, &mut w)?;
     }
     // With GPU data the verdict says it; without, this line is the only one that does.
     if let (Some(stuck), None) = (&summary.stuck, &summary.gpu) {
@@ -207,15 +210,16 @@ fn process_text(p: &ProcessSummary) -> String {
     }
 }
 
-/// `trainer pid 448 (MainThread); DataLoader workers pids 623, 624; 6 helper threads`, or
-/// `None` when no thread has a role.
+/// `trainer pid 448 (MainThread); DataLoader workers pids 623, 624; 6 helper threads` (`loop
+/// pid 448 (MainThread); ...` for a loop found without GPU data), or `None` when no thread has
+/// a role.
 pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
     if roles.is_empty() {
         return None;
     }
     let mut parts = Vec::new();
     if let Some(t) = roles.iter().find(|t| t.role == Role::Trainer) {
-        parts.push(format!("trainer pid {} ({})", t.pid, t.thread));
+        parts.push(format!("{} pid {} ({})", loop_word(t), t.pid, t.thread));
     }
     for (role, one, many) in [
         (
@@ -266,6 +270,39 @@ pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
         n => parts.push(format!("{n} helper threads")),
     }
     Some(parts.join("; "))
+}
+
+/// Without GPU data, the loop's own reading (`summary.step`, `summary.verdict`), saying that
+/// it was read without GPU data and how the loop was found; nothing without a loop.
+fn write_loop_without_gpu<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
+    if s.step.is_none() && s.verdict.is_none() {
+        return Ok(());
+    }
+    let found = match s.loop_found_by {
+        Some(LoopFoundBy::HandOffs) | None => {
+            "the loop was found by its hand-offs (it takes work from other processes or \
+             threads, then computes)"
+        }
+        Some(LoopFoundBy::Gpu) => "the loop was read from its own time",
+    };
+    writeln!(w, "Read without GPU data: {found}.")?;
+    if let Some(step) = &s.step {
+        writeln!(w, "The loop's time: {}", step.describe())?;
+    }
+    if let Some(verdict) = &s.verdict {
+        writeln!(w, "Verdict (without GPU data): {}", verdict.text)?;
+    }
+    Ok(())
+}
+
+/// What the loop's label calls it: `loop` (`loop (MainThread)`, found by its hand-offs) or
+/// `trainer` (`trainer (MainThread)`, found by the GPU's correlation, and any other label).
+fn loop_word(t: &ThreadRole) -> &'static str {
+    if t.label.starts_with("loop") {
+        "loop"
+    } else {
+        "trainer"
+    }
 }
 
 fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
@@ -357,5 +394,99 @@ mod tests {
             Some("trainer pid 10 (Thread-2); worker pid 11; 1 helper thread")
         );
         assert_eq!(roles_line(&[]), None);
+    }
+
+    /// A recording without GPU data whose loop the aggregate found by its hand-offs: the
+    /// main process fed by two DataLoader workers.
+    fn loop_without_gpu() -> Summary {
+        use stackscope_aggregate::{
+            AggregateConfig, Aggregator, StepBreakdown, Verdict, VerdictClass,
+        };
+        let mut agg = Aggregator::new(AggregateConfig::default(), stackscope_event::Timestamp(0));
+        agg.finish();
+        let mut summary = agg.summary(&crate::memory::tests::meta());
+        summary.gpu_unavailable = Some("NVML could not be loaded".to_owned());
+        summary.loop_found_by = Some(LoopFoundBy::HandOffs);
+        summary.roles = vec![
+            role(448, 1, "MainThread", Role::Trainer, "loop (MainThread)"),
+            role(
+                623,
+                1,
+                "MainThread",
+                Role::DataloaderWorker,
+                "DataLoader worker 0",
+            ),
+            role(
+                624,
+                1,
+                "MainThread",
+                Role::DataloaderWorker,
+                "DataLoader worker 1",
+            ),
+        ];
+        summary.step = Some(StepBreakdown {
+            input_wait: 0.7,
+            python: 0.3,
+            ..StepBreakdown::default()
+        });
+        summary.verdict = Some(Verdict {
+            class: VerdictClass::InputPipeline,
+            text: "The loop waits for its next batch 70% of its time.".to_owned(),
+        });
+        summary
+    }
+
+    fn text_of(summary: &Summary) -> String {
+        let mut out = Vec::new();
+        write_text_summary(summary, Path::new("/tmp/out"), &mut out).expect("text summary");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn without_gpu_data_the_loop_is_read_after_the_no_gpu_line() {
+        let text = text_of(&loop_without_gpu());
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |prefix: &str| {
+            lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} line in\n{text}"))
+        };
+        let no_gpu = at("No GPU data: NVML could not be loaded");
+        let read = at("Read without GPU data: the loop was found by its hand-offs");
+        let time = at("The loop's time: ");
+        let verdict = at("Verdict (without GPU data): ");
+        assert!(no_gpu < read && read < time && time < verdict, "{text}");
+        assert_eq!(lines[time], "The loop's time: input_wait 70%, python 30%");
+        assert_eq!(
+            lines[verdict],
+            "Verdict (without GPU data): The loop waits for its next batch 70% of its time."
+        );
+        // Which pid is the loop and which are its workers.
+        assert!(
+            text.contains("Roles: loop pid 448 (MainThread); DataLoader workers pids 623, 624\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_gpu_data_or_a_loop_nothing_is_read() {
+        let mut summary = loop_without_gpu();
+        summary.step = None;
+        summary.verdict = None;
+        summary.roles.clear();
+        let text = text_of(&summary);
+        assert!(
+            text.contains("No GPU data: NVML could not be loaded\n"),
+            "{text}"
+        );
+        for absent in [
+            "Read without GPU data",
+            "The loop's time",
+            "Verdict",
+            "Roles:",
+        ] {
+            assert!(!text.contains(absent), "{absent:?} in\n{text}");
+        }
     }
 }

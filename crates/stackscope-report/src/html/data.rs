@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    Aggregator, Bucket, Cycle, IdlePath, OddRank, RankRow, RecordingMeta, RecordingVerdict, Role,
-    StackTable, StepBreakdown, Summary, ThreadRole, Verdict, VerdictClass,
+    Aggregator, Bucket, Cycle, GilSummary, IdlePath, IfFixed, LoopFoundBy, OddRank, RankRow,
+    RecordingMeta, RecordingVerdict, Role, StackTable, StepBreakdown, Summary, ThreadRole, Verdict,
+    VerdictClass,
 };
 use stackscope_event::{GpuSample, Timestamp};
 
@@ -55,10 +56,18 @@ pub struct PageData {
     pub simulated: bool,
     pub idle_below: f64,
     pub mean_utilization: Option<f64>,
+    /// The verdict: `gpu.verdict`, or without GPU data the loop's own reading
+    /// (`summary.verdict`).
     pub verdict: Option<Verdict>,
     pub verdict_class: Option<VerdictClass>,
-    /// The training loop's step broken down (`gpu.step`), drawn as a bar beside the verdict.
+    /// The loop's step broken down (`gpu.step`, or `summary.step` without GPU data), drawn as
+    /// a bar beside the verdict.
     pub step: Option<StepBreakdown>,
+    /// What fixing the bottleneck buys (`gpu.if_fixed`, or `summary.if_fixed`); the verdict's
+    /// text says it in words.
+    pub if_fixed: Option<IfFixed>,
+    /// How the loop was found: by the GPU's correlation, or without GPU data by its hand-offs.
+    pub loop_found_by: Option<LoopFoundBy>,
     pub idle_path: Option<IdlePath>,
     /// The GPU's cycle of busy bursts, when it has one (`gpu.cycle`).
     pub cycle: Option<Cycle>,
@@ -79,6 +88,10 @@ pub struct PageData {
     pub stacks: Vec<Vec<u32>>,
     pub buckets: Vec<PageBucket>,
     pub lanes: Vec<PageLane>,
+    /// Each thread's GIL over the recording (`summary.gil`), drawn as a table beside the
+    /// lanes; `None` when no sample said who held it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gil: Option<GilSummary>,
     pub gpus: Vec<PageGpu>,
     /// Every process's memory and the memory verdict; `None` without memory readings (then the
     /// page draws nothing of memory).
@@ -89,8 +102,12 @@ pub struct PageData {
     pub merged: Option<MergedPage>,
 }
 
+/// A lane's entry in a page bucket's `l`: `[lane, active, idle, gil_held, gil_waited]`.
+pub(super) const LANE_CELL: usize = 5;
+
 /// One bucket: `s` is `[stack, gpu_idle, gpu_busy, gpu_unknown]` repeated; `l` is
-/// `[lane, active, idle]` repeated; `g` is `[stack, bytes]` repeated, the resident memory
+/// `[lane, active, idle, gil_held, gil_waited]` repeated (active less held: ran without the
+/// GIL); `g` is `[stack, bytes]` repeated, the resident memory
 /// that grew while the stack ran (absent without memory readings).
 #[derive(Debug, Serialize)]
 pub struct PageBucket {
@@ -150,6 +167,10 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         .collect();
     let lanes = lanes_by_role(buckets.lanes(), &summary.roles);
     let gpu = summary.gpu.as_ref();
+    let verdict = gpu
+        .map(|g| &g.verdict)
+        .or(summary.verdict.as_ref())
+        .cloned();
     let simulated = meta
         .gpu_devices
         .iter()
@@ -174,9 +195,15 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         simulated,
         idle_below: f64::from(agg.config().idle_below),
         mean_utilization: gpu.and_then(|g| g.mean_utilization),
-        verdict: gpu.map(|g| g.verdict.clone()),
-        verdict_class: gpu.map(|g| g.verdict.class),
-        step: gpu.and_then(|g| g.step),
+        verdict_class: verdict.as_ref().map(|v| v.class),
+        verdict,
+        // The summary's loop fields mirror the GPU's where there is GPU data: the GPU's
+        // first, so a summary written before they were kept still reads.
+        step: gpu.and_then(|g| g.step).or(summary.step),
+        if_fixed: gpu
+            .and_then(|g| g.if_fixed.clone())
+            .or_else(|| summary.if_fixed.clone()),
+        loop_found_by: summary.loop_found_by,
         idle_path: gpu.and_then(|g| g.idle_path.clone()),
         cycle: gpu.and_then(|g| g.cycle),
         startup_secs: gpu.map_or(0.0, |g| g.startup_secs),
@@ -188,14 +215,15 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         stacks: dense.stacks,
         buckets: page_buckets,
         lanes,
+        gil: summary.gil.clone(),
         gpus: gpu_series(agg.gpu_timeline(), agg.start(), &names),
         memory: super::memory::page_memory(agg, summary),
         merged: None,
     }
 }
 
-/// One bucket as the page holds it: `[stack, idle, busy, unknown]`, `[lane, active, idle]`
-/// and `[stack, bytes grown]` runs, in the page's stack numbering, sorted.
+/// One bucket as the page holds it: `[stack, idle, busy, unknown]`, `[lane, active, idle,
+/// gil_held, gil_waited]` and `[stack, bytes grown]` runs, in the page's stack numbering, sorted.
 fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dense) -> PageBucket {
     let mut stacks: Vec<(u32, u64, u64, u64)> = bucket
         .stacks
@@ -210,10 +238,10 @@ fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dens
         })
         .collect();
     stacks.sort_unstable();
-    let mut lanes: Vec<(u32, u32, u32)> = bucket
+    let mut lanes: Vec<(u32, [u32; 4])> = bucket
         .lanes
         .iter()
-        .map(|(&lane, c)| (lane, c.active, c.idle))
+        .map(|(&lane, c)| (lane, [c.active, c.idle, c.gil_held, c.gil_waited]))
         .collect();
     lanes.sort_unstable();
     let mut growth: Vec<(u32, u64)> = bucket
@@ -231,7 +259,7 @@ fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dens
             .collect(),
         l: lanes
             .into_iter()
-            .flat_map(|(l, a, i)| [u64::from(l), u64::from(a), u64::from(i)])
+            .flat_map(|(l, [a, i, h, w])| [l, a, i, h, w].map(u64::from))
             .collect(),
         g: growth
             .into_iter()

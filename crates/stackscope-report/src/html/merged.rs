@@ -19,7 +19,7 @@ use stackscope_aggregate::{
     VERDICTS_IN_HEADLINE,
 };
 
-use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, MAX_GPU_POINTS};
+use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, LANE_CELL, MAX_GPU_POINTS};
 use crate::markup::escape;
 use crate::rank_cells::RankCells;
 use crate::ReportError;
@@ -99,6 +99,8 @@ pub fn merged_page_data(
         verdict_class: verdict.as_ref().map(|v| v.class),
         verdict,
         step: None,
+        if_fixed: None,
+        loop_found_by: None,
         idle_path: None,
         cycle: None,
         startup_secs: 0.0,
@@ -113,6 +115,8 @@ pub fn merged_page_data(
             .map(|(i, cells)| cells.into_bucket(i))
             .collect(),
         lanes,
+        // The GIL's shares are each recording's own (its `summary.json`); the lanes carry it.
+        gil: None,
         gpus,
         // Memory is each recording's own: a merged page draws none.
         memory: None,
@@ -345,10 +349,11 @@ fn rebucket(
                     c[k] += s[k + 1];
                 }
             }
-            for l in bucket.l.chunks_exact(3) {
+            for l in bucket.l.chunks_exact(LANE_CELL) {
                 let c = cells.lanes.entry(lane_base + l[0]).or_default();
-                c[0] += l[1];
-                c[1] += l[2];
+                for (sum, n) in c.iter_mut().zip(&l[1..]) {
+                    *sum += n;
+                }
             }
         }
     }
@@ -413,18 +418,19 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-/// A merged bucket being summed: stacks' `[idle, busy, unknown]`, lanes' `[active, idle]`.
+/// A merged bucket being summed: stacks' `[idle, busy, unknown]`, lanes' `[active, idle,
+/// gil_held, gil_waited]`.
 #[derive(Default)]
 struct Cells {
     stacks: HashMap<u32, [u64; 3]>,
-    lanes: HashMap<u64, [u64; 2]>,
+    lanes: HashMap<u64, [u64; LANE_CELL - 1]>,
 }
 
 impl Cells {
     fn into_bucket(self, i: u64) -> PageBucket {
         let mut stacks: Vec<(u32, [u64; 3])> = self.stacks.into_iter().collect();
         stacks.sort_unstable();
-        let mut lanes: Vec<(u64, [u64; 2])> = self.lanes.into_iter().collect();
+        let mut lanes: Vec<(u64, [u64; LANE_CELL - 1])> = self.lanes.into_iter().collect();
         lanes.sort_unstable();
         PageBucket {
             i,
@@ -434,7 +440,7 @@ impl Cells {
                 .collect(),
             l: lanes
                 .into_iter()
-                .flat_map(|(l, [a, b])| [l, a, b])
+                .flat_map(|(l, [a, i, h, w])| [l, a, i, h, w])
                 .collect(),
             g: Vec::new(),
         }

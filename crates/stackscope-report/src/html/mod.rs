@@ -10,10 +10,13 @@
 //! drawn by `assets/report.js` from the embedded data, with `assets/flame.js` (the flamegraph
 //! as an icicle), `assets/series.js` (the timeline's colours and legend) and `assets/memory.js`
 //! (the memory chart and the memory growth flamegraph, where there are memory readings; see
-//! [`memory`]). See `docs/report-page.md`.
+//! [`memory`]). Each thread's lane carries its GIL (held, waited for, ran without), beside
+//! the legend and the table of `summary.gil` written here (see [`gil`]). See
+//! `docs/report-page.md`.
 
 mod compare;
 mod data;
+mod gil;
 mod memory;
 mod merged;
 
@@ -102,7 +105,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
         w,
         "<section id=\"timeline-section\">\n<h2>Timeline <span class=\"hint\">drag to select a \
          window</span></h2>\n<div id=\"timeline\"></div>\n\
-         <div id=\"timeline-legend\"></div>\n{}<div id=\"lanes\"></div>\n</section>\n\
+         <div id=\"timeline-legend\"></div>\n{}<div id=\"lanes\"></div>\n{}</section>\n\
          <section id=\"flame-section\">\n<h2>Flamegraph <span id=\"window-label\"></span></h2>\n\
          <div class=\"controls\">\n<span class=\"views\" id=\"views\">\
          <button data-view=\"all\">all samples</button>{}</span>\n\
@@ -112,7 +115,7 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <span>samples in selection: <b id=\"selection-samples\">{}</b></span>\n\
          <span id=\"view-samples\"></span>\n</div>\n\
          <div id=\"legend\"></div>\n<div id=\"flamegraph\"></div>\n\
-         <div id=\"details\"></div>\n</section>\n{}\
+         <div id=\"details\"></div>\n</section>\n{}{}\
          <footer>Written by stackscope. Libraries embedded: {LICENCES}.</footer>\n\
          <script type=\"application/json\" id=\"stackscope-data\">{json}</script>\n\
          <script>\n{D3_SELECTION_JS}\n</script>\n<script>\n{UPLOT_JS}\n</script>\n\
@@ -121,8 +124,10 @@ pub fn write_page<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportErro
          <script>\n{REPORT_JS}\n</script>\n\
          </body>\n</html>\n",
         memory::memory_chart_markup(data.memory.as_ref()),
+        gil::gil_legend_markup(data),
         gpu_views(data),
         data.samples,
+        gil::gil_table_markup(data),
         memory::memory_growth_markup(data.memory.as_ref()),
     )?;
     Ok(())
@@ -231,19 +236,38 @@ fn devices_text(data: &PageData) -> String {
     }
 }
 
-/// The verdict, then what explains it: the step bar and the GPU-idle code path.
+/// The verdict, then what explains it: the step bar and the GPU-idle code path. Without GPU
+/// data the verdict is the loop's own reading, and the page says so.
 fn write_verdict<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError> {
+    let read_without_gpu = data.gpus.is_empty() && data.verdict.is_some();
     let verdict = data.verdict.as_ref().map_or(
         "No GPU utilization was recorded, so there is no verdict.",
         |v| v.text.as_str(),
     );
+    let label = if read_without_gpu {
+        "Verdict (without GPU data):"
+    } else {
+        "Verdict:"
+    };
     writeln!(
         w,
-        "<p class=\"verdict\"><b>Verdict:</b> <span id=\"verdict\">{}</span></p>",
+        "<p class=\"verdict\"><b>{label}</b> <span id=\"verdict\">{}</span></p>",
         escape(verdict)
     )?;
+    if read_without_gpu {
+        writeln!(
+            w,
+            "<p class=\"no-gpu-verdict\" id=\"no-gpu-verdict\">{}</p>",
+            escape(&no_gpu_reading(data))
+        )?;
+    }
     if let Some(step) = &data.step {
-        write_step_bar(step, w)?;
+        let heading = if data.gpus.is_empty() {
+            "The loop's time"
+        } else {
+            "The training loop's time"
+        };
+        write_step_bar(heading, step, w)?;
     }
     if let Some(path) = &data.idle_path {
         writeln!(
@@ -256,6 +280,23 @@ fn write_verdict<W: Write>(data: &PageData, w: &mut W) -> Result<(), ReportError
         )?;
     }
     Ok(())
+}
+
+/// The line under a verdict read without GPU data: that there was none, and how the loop
+/// was found.
+fn no_gpu_reading(data: &PageData) -> String {
+    let why = match data.gpu_unavailable.as_deref() {
+        Some(why) if !why.is_empty() => format!(" ({why})"),
+        _ => String::new(),
+    };
+    let found = match data.loop_found_by {
+        Some(stackscope_aggregate::LoopFoundBy::HandOffs) | None => {
+            "the loop was found by its hand-offs (it takes work from other processes or \
+             threads, then computes) and read from its own time"
+        }
+        Some(stackscope_aggregate::LoopFoundBy::Gpu) => "the loop was read from its own time",
+    };
+    format!("Read without GPU data{why}: {found}.")
 }
 
 fn write_notices<W: Write>(notices: &[String], w: &mut W) -> Result<(), ReportError> {
@@ -282,18 +323,20 @@ fn subject(data: &PageData) -> String {
 }
 
 #[cfg(test)]
+mod gil_tests;
+#[cfg(test)]
 mod tests;
 
-/// The training loop's step as one bar (`<div id="step-bar">`): a segment per part of its
-/// time, as wide as its share, named with its share.
+/// The loop's step as one bar (`<div id="step-bar">`) under `heading`: a segment per part of
+/// its time, as wide as its share, named with its share.
 fn write_step_bar<W: Write>(
+    heading: &str,
     step: &stackscope_aggregate::StepBreakdown,
     w: &mut W,
 ) -> Result<(), ReportError> {
     write!(
         w,
-        "<div class=\"step\"><b>The training loop's time:</b> <div class=\"step-bar\" \
-         id=\"step-bar\">"
+        "<div class=\"step\"><b>{heading}:</b> <div class=\"step-bar\" id=\"step-bar\">"
     )?;
     for (part, share) in step.parts() {
         if share < 0.005 {
