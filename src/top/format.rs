@@ -2,8 +2,8 @@
 //! lines, the table's cells, and cutting text to a width. Pure, so the plain output and the
 //! view say the same things in the same words.
 
-use stackscope_aggregate::top::{GpuLine, Row, SortKey, Totals, ViewOptions};
-use stackscope_aggregate::{Role, StepBreakdown, WhileIdle};
+use stackscope_aggregate::top::{GpuLine, Row, SortKey, ThreadGil, Totals, ViewOptions};
+use stackscope_aggregate::{FeedersWhileIdle, Role, StepBreakdown, Summary, WhileIdle};
 
 /// The state of the session the header shows, beside the model's counts.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +37,32 @@ pub struct Status {
     /// What the trainer and its feeders did while the GPU idled, as fields
     /// ([`while_idle_fields`]); empty before the GPU idled.
     pub while_idle: Vec<String>,
+    /// Without GPU data, the loop and its feeders, as fields ([`loop_fields`]); empty with
+    /// GPU data or without a loop.
+    pub the_loop: Vec<String>,
+    /// Without GPU data, the loop's verdict ([`loop_verdict`]).
+    pub verdict: Option<String>,
+}
+
+/// What the summary says goes to the header: the GPU-idle call path and the trainer's wait with
+/// GPU data, the loop and its verdict without.
+pub fn read_summary(status: &mut Status, summary: &Summary, gpu_enabled: bool) {
+    let gpu = summary.gpu.as_ref();
+    status.idle_code = gpu.and_then(|g| g.idle_path.as_ref()).map(|p| p.sentence());
+    status.while_idle = gpu
+        .map(|g| &g.while_idle)
+        .filter(|w| w.trainer.is_some() || !w.feeders.is_empty())
+        .map(|w| while_idle_fields(w, summary.step.as_ref()))
+        .unwrap_or_default();
+    // With the GPU polled but no reading yet, the loop's reading without it would be wrong
+    // the moment one comes.
+    let without_gpu = !gpu_enabled && gpu.is_none();
+    status.the_loop = if without_gpu {
+        loop_fields(summary)
+    } else {
+        Vec::new()
+    };
+    status.verdict = without_gpu.then(|| loop_verdict(summary)).flatten();
 }
 
 /// Header line 1: what is sampled.
@@ -131,31 +157,127 @@ pub fn while_idle_fields(w: &WhileIdle, step: Option<&StepBreakdown>) -> Vec<Str
             ),
         });
     }
-    for f in &w.feeders {
-        let many = f.pids.len() > 1;
-        let who = match (f.role, many) {
-            (Role::DataloaderWorker, true) => "DataLoader workers",
-            (Role::DataloaderWorker, false) => "DataLoader worker",
-            (Role::FeederThread, _) => "feeder threads in",
-            (_, true) => "workers",
-            (_, false) => "worker",
-        };
-        let mut pids: Vec<String> = f
-            .pids
-            .iter()
-            .take(FEEDER_PIDS_SHOWN)
-            .map(u32::to_string)
-            .collect();
-        if f.pids.len() > FEEDER_PIDS_SHOWN {
-            pids.push(format!("+{}", f.pids.len() - FEEDER_PIDS_SHOWN));
-        }
-        let mut text = format!("{who} {}: {} busy", pids.join(","), percent(f.busy_share));
-        if let Some(function) = &f.function {
-            text.push_str(&format!(", {} in {function}", percent(f.share)));
-        }
-        fields.push(text);
-    }
+    fields.extend(w.feeders.iter().map(feeder_field));
     fields
+}
+
+/// `DataLoader workers 623,624: 100% busy, 98% in augment_pixels (train.py:56)`.
+fn feeder_field(f: &FeedersWhileIdle) -> String {
+    let many = f.pids.len() > 1;
+    let who = match (f.role, many) {
+        (Role::DataloaderWorker, true) => "DataLoader workers",
+        (Role::DataloaderWorker, false) => "DataLoader worker",
+        (Role::FeederThread, _) => "feeder threads in",
+        (_, true) => "workers",
+        (_, false) => "worker",
+    };
+    let mut pids: Vec<String> = f
+        .pids
+        .iter()
+        .take(FEEDER_PIDS_SHOWN)
+        .map(u32::to_string)
+        .collect();
+    if f.pids.len() > FEEDER_PIDS_SHOWN {
+        pids.push(format!("+{}", f.pids.len() - FEEDER_PIDS_SHOWN));
+    }
+    let mut text = format!("{who} {}: {} busy", pids.join(","), percent(f.busy_share));
+    if let Some(function) = &f.function {
+        text.push_str(&format!(", {} in {function}", percent(f.share)));
+    }
+    text
+}
+
+/// Without GPU data, the loop (the summary's `trainer` role) and its step, then its feeders
+/// over the recording, one field each: `loop pid 448 (MainThread), read without GPU data;
+/// step: input_wait 70%, python 21%`. Empty without a loop.
+pub fn loop_fields(summary: &Summary) -> Vec<String> {
+    let Some(the_loop) = summary.roles.iter().find(|r| r.role == Role::Trainer) else {
+        return Vec::new();
+    };
+    let step = summary
+        .step
+        .as_ref()
+        .map_or(String::new(), |s| format!("; step: {}", s.describe()));
+    let mut fields = vec![format!(
+        "{} pid {} ({}), read without GPU data{step}",
+        loop_word(&the_loop.label),
+        the_loop.pid,
+        the_loop.thread
+    )];
+    fields.extend(summary.feeders.iter().map(feeder_field));
+    fields
+}
+
+/// What the loop's label calls it: `loop` (`loop (MainThread)`, found by its hand-offs), else
+/// `trainer`.
+fn loop_word(label: &str) -> &'static str {
+    if label.starts_with("loop") {
+        "loop"
+    } else {
+        "trainer"
+    }
+}
+
+/// `verdict (without GPU data): ...`, the summary's verdict, when there is one.
+pub fn loop_verdict(summary: &Summary) -> Option<String> {
+    summary
+        .verdict
+        .as_ref()
+        .map(|v| format!("verdict (without GPU data): {}", v.text))
+}
+
+/// Each thread's GIL share, one field each, over the window the sort reads (the last interval,
+/// or since start), the most held and waited there first: `MainThread GIL held 2%, waited
+/// 55%`. Threads that neither held nor waited for it there are left out.
+pub fn gil_fields(threads: &[ThreadGil], sort: SortKey) -> Vec<String> {
+    let mut shown: Vec<&ThreadGil> = threads
+        .iter()
+        .filter(|t| t.counts(sort).held + t.counts(sort).waited > 0)
+        .collect();
+    // Stable: the model's order (thread id) settles ties, so lines do not flicker.
+    shown.sort_by_key(|t| std::cmp::Reverse(t.counts(sort).held + t.counts(sort).waited));
+    shown
+        .iter()
+        .map(|t| {
+            let c = t.counts(sort);
+            format!(
+                "{} GIL held {}, waited {}",
+                t.label,
+                percent(c.holds()),
+                percent(c.waits())
+            )
+        })
+        .collect()
+}
+
+/// `text` in lines of at most `width` characters, broken between words, at most `max_lines`
+/// of them (the last cut with `…` when more is left).
+pub fn wrap(text: &str, width: usize, max_lines: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for word in text.split_whitespace() {
+        let needed = current.chars().count() + 1 + word.chars().count();
+        if !current.is_empty() && needed > width {
+            lines.push(std::mem::take(&mut current));
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    if !current.is_empty() {
+        lines.push(current);
+    }
+    let cut = lines.len() > max_lines;
+    lines.truncate(max_lines);
+    for line in &mut lines {
+        *line = truncate_end(line, width);
+    }
+    if let (true, Some(last)) = (cut, lines.last_mut()) {
+        let kept: String = last.chars().take(width.saturating_sub(1)).collect();
+        *last = format!("{kept}…");
+    }
+    lines
 }
 
 /// `_BaseDataLoaderIter.__next__` of `_BaseDataLoaderIter.__next__ (torch/utils/data/x.py:741)`.
@@ -509,5 +631,114 @@ mod tests {
                 "workers 10,11,12,13,14,15,+4: 50% busy".to_owned(),
             ]
         );
+    }
+
+    /// A summary without GPU data whose loop was found by its hand-offs.
+    fn loop_summary() -> Summary {
+        use stackscope_aggregate::{
+            AggregateConfig, Aggregator, RecordingMeta, ThreadRole, Verdict, VerdictClass,
+        };
+        let aggregator =
+            Aggregator::new(AggregateConfig::default(), stackscope_event::Timestamp(0));
+        let mut summary = aggregator.summary(&RecordingMeta::default());
+        summary.roles = vec![ThreadRole {
+            pid: 448,
+            python_thread_id: 1,
+            os_thread_id: Some(448),
+            thread: "MainThread".into(),
+            role: Role::Trainer,
+            label: "loop (MainThread)".into(),
+        }];
+        summary.step = Some(StepBreakdown {
+            input_wait: 0.7,
+            python: 0.3,
+            ..StepBreakdown::default()
+        });
+        summary.feeders = vec![FeedersWhileIdle {
+            role: Role::DataloaderWorker,
+            pids: vec![623, 624],
+            threads: 2,
+            busy_share: 1.0,
+            function: Some("augment (train.py:56)".into()),
+            share: 0.9,
+        }];
+        summary.verdict = Some(Verdict {
+            class: VerdictClass::InputPipeline,
+            text: "The loop waits for its input 70% of its step.".into(),
+        });
+        summary
+    }
+
+    #[test]
+    fn without_gpu_data_the_header_reads_the_loop_from_the_summary() {
+        let summary = loop_summary();
+        let mut status = Status::default();
+        read_summary(&mut status, &summary, false);
+        assert_eq!(
+            status.the_loop,
+            vec![
+                "loop pid 448 (MainThread), read without GPU data; step: input_wait 70%, \
+                 python 30%"
+                    .to_owned(),
+                "DataLoader workers 623,624: 100% busy, 90% in augment (train.py:56)".to_owned(),
+            ]
+        );
+        assert_eq!(
+            status.verdict.as_deref(),
+            Some("verdict (without GPU data): The loop waits for its input 70% of its step.")
+        );
+        assert!(status.while_idle.is_empty() && status.idle_code.is_none());
+        // With the GPU polled the loop's reading waits for the GPU's.
+        read_summary(&mut status, &summary, true);
+        assert!(status.the_loop.is_empty() && status.verdict.is_none());
+        // No loop, no line.
+        let mut none = summary.clone();
+        none.roles.clear();
+        assert!(loop_fields(&none).is_empty());
+    }
+
+    #[test]
+    fn gil_fields_follow_the_sorts_window() {
+        use stackscope_aggregate::top::ThreadId;
+        use stackscope_aggregate::GilCounts;
+        let counts = |samples, held, waited| GilCounts {
+            samples,
+            held,
+            waited,
+            ran_without: 0,
+        };
+        let threads = vec![
+            ThreadGil {
+                thread: ThreadId { pid: 1, id: 1 },
+                label: "MainThread".into(),
+                interval: counts(100, 2, 55),
+                all: counts(1000, 10, 400),
+            },
+            ThreadGil {
+                thread: ThreadId { pid: 1, id: 2 },
+                label: "metrics".into(),
+                interval: counts(100, 0, 0),
+                all: counts(1000, 580, 0),
+            },
+        ];
+        assert_eq!(
+            gil_fields(&threads, SortKey::OwnInterval),
+            ["MainThread GIL held 2%, waited 55%"]
+        );
+        assert_eq!(
+            gil_fields(&threads, SortKey::TotalAll),
+            [
+                "metrics GIL held 58%, waited 0%",
+                "MainThread GIL held 1%, waited 40%"
+            ]
+        );
+    }
+
+    #[test]
+    fn wrap_breaks_between_words_and_marks_a_cut() {
+        assert_eq!(wrap("a bb ccc dd", 5, 5), ["a bb", "ccc", "dd"]);
+        assert_eq!(wrap("a bb ccc dd", 5, 2), ["a bb", "ccc…"]);
+        assert_eq!(wrap("abcdefgh", 4, 2), ["abc…"]);
+        assert!(wrap("", 10, 2).is_empty());
     }
 }

@@ -1,19 +1,19 @@
-//! The verdict's call path, live: which code sets the GPU-idle samples apart from the GPU-busy
-//! ones since start, in the same words as the recording's verdict and summary.json
-//! (`stackscope_aggregate::idle_path`, over an aggregate of the same events); and, from the
-//! same aggregate, the job's roles and what the trainer and its feeders did while the GPU
-//! idled (`roles_of`, `while_idle_of`). Its stack samples come tagged from `top`'s table.
+//! The recording's reading of the job, live: an aggregate of the same events as `top`'s
+//! table (its stack samples come tagged from the table), summarized as `summary.json` is, so
+//! that `top` says what the recording would in the same words: the call path that sets GPU-idle
+//! samples apart (`gpu.idle_path`), what the trainer and its feeders did while the GPU idled
+//! (`gpu.while_idle`), and the loop's step, feeders and verdict (`step`, `feeders`,
+//! `verdict`), with GPU data or without. The roles are the summary's: `top` reads them and
+//! never works them out again.
 
-use stackscope_aggregate::{
-    idle_path, roles_of, step_of, while_idle_of, AggregateConfig, Aggregator, GpuTag,
-    StepBreakdown, WhileIdle,
-};
+use stackscope_aggregate::{AggregateConfig, Aggregator, GpuTag, RecordingMeta, Summary};
 use stackscope_event::{Event, StackSample, Timestamp};
 
 pub struct IdleCode {
     config: AggregateConfig,
-    /// The target's own process: its main thread is the trainer when no thread stands out.
-    root_pid: u32,
+    /// What the summary is told of the recording: the target's own process (its main thread
+    /// is the trainer when no thread stands out) and the CPUs it may use (`if_fixed`).
+    meta: RecordingMeta,
     aggregator: Aggregator,
 }
 
@@ -27,25 +27,29 @@ impl IdleCode {
             process_root: subprocesses,
             ..AggregateConfig::default()
         };
+        let meta = RecordingMeta {
+            pid: root_pid,
+            cpus_usable: stackscope_sampler::procfs::cpus::cpus_usable(root_pid),
+            ..RecordingMeta::default()
+        };
         IdleCode {
-            root_pid,
+            meta,
             aggregator: Aggregator::new(config.clone(), Timestamp::now()),
             config,
         }
     }
 
-    /// Takes an event other than a stack sample (the GPU's readings, errors, processes).
+    /// Takes an event other than a stack sample (the GPU's readings, errors, processes):
+    /// without GPU data too, the processes tell the loop's feeders apart.
     pub fn handle(&mut self, event: &Event) {
-        if self.config.gpu_enabled && !matches!(event, Event::Stack(_)) {
+        if !matches!(event, Event::Stack(_)) {
             self.aggregator.handle(event.clone());
         }
     }
 
     /// Takes a stack sample as the table tagged it.
     pub fn handle_tagged(&mut self, sample: StackSample, tag: GpuTag) {
-        if self.config.gpu_enabled {
-            self.aggregator.handle_tagged(sample, tag);
-        }
+        self.aggregator.handle_tagged(sample, tag);
     }
 
     /// Tags what is still held: the target ended.
@@ -58,25 +62,13 @@ impl IdleCode {
         self.aggregator = Aggregator::new(self.config.clone(), Timestamp::now());
     }
 
-    /// "What sets GPU-idle time apart is load_batch → decode_images (train.py): ...", when a
-    /// path stands out.
-    pub fn sentence(&self) -> Option<String> {
-        if !self.config.gpu_enabled {
-            return None;
-        }
-        idle_path(self.aggregator.stack_table()).map(|path| path.sentence())
+    /// Whether the GPU is polled: without, the loop's reading is the one there is.
+    pub fn gpu_enabled(&self) -> bool {
+        self.config.gpu_enabled
     }
 
-    /// What the trainer and its feeders did while the GPU idled since start, once the GPU
-    /// idled while they were sampled, and the trainer's step broken down.
-    pub fn while_idle(&self) -> Option<(WhileIdle, Option<StepBreakdown>)> {
-        if !self.config.gpu_enabled {
-            return None;
-        }
-        let roles = roles_of(&self.aggregator, self.root_pid);
-        let while_idle = while_idle_of(&self.aggregator, &roles);
-        let step = step_of(&self.aggregator, &roles).map(|(step, _)| step.breakdown);
-        (while_idle.trainer.is_some() || !while_idle.feeders.is_empty())
-            .then_some((while_idle, step))
+    /// The aggregate summarized since start, as `summary.json` would say it now.
+    pub fn summary(&self) -> Summary {
+        self.aggregator.summary(&self.meta)
     }
 }

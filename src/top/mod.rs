@@ -3,7 +3,10 @@
 //! model (`stackscope_aggregate::top`, tagged as a recording is) instead of a recorder, and
 //! shows it every second: full-screen on a terminal ([`tui`]), as plain-text tables otherwise
 //! ([`plain`]). The table tags each stack sample once and hands it on, tagged, to the
-//! verdict's aggregate ([`idle_code`]) and the metrics.
+//! verdict's aggregate ([`idle_code`]) and the metrics. What the header says of the job (the
+//! GPU-idle code, the trainer's wait, or without GPU data the loop's step and verdict) is read
+//! from that aggregate's summary, as `summary.json` would say it; each thread's GIL share from
+//! the table.
 
 mod format;
 mod idle_code;
@@ -200,12 +203,8 @@ impl Live {
             self.model.set_devices(&devices);
         }
         self.status.dropped = dropped;
-        self.status.idle_code = self.idle_code.sentence();
-        self.status.while_idle = self
-            .idle_code
-            .while_idle()
-            .map(|(w, step)| format::while_idle_fields(&w, step.as_ref()))
-            .unwrap_or_default();
+        let summary = self.idle_code.summary();
+        format::read_summary(&mut self.status, &summary, self.idle_code.gpu_enabled());
         if let Some(m) = &self.metrics {
             crate::metrics::lock(&m.state).set_dropped(dropped);
         }

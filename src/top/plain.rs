@@ -95,6 +95,16 @@ pub fn table(model: &TopModel, status: &Status, options: &ViewOptions, limit: us
     if !status.while_idle.is_empty() {
         line(&status.while_idle.join(" · "));
     }
+    if !status.the_loop.is_empty() {
+        line(&status.the_loop.join(" · "));
+    }
+    if let Some(verdict) = &status.verdict {
+        line(verdict);
+    }
+    let gil = format::gil_fields(&model.thread_gil(), options.sort);
+    if !gil.is_empty() {
+        line(&gil.join(" · "));
+    }
     let columns = Columns::new(options, model.gpu_enabled());
     let headers = columns.percent_headers(options.sort);
     let thread_width = if columns.thread { 16 } else { 0 };

@@ -28,6 +28,12 @@ const MAX_GPU_LINES: usize = 8;
 /// At most this many lines of processes' memory (two or three processes a line), the rest
 /// counted in one line: a pool of 32 workers still leaves room for the table.
 const MAX_MEMORY_LINES: usize = 2;
+/// At most this many lines of threads' GIL shares, the rest counted in one line; more in the
+/// per-thread view, where the threads are what is looked at.
+const MAX_GIL_LINES: usize = 1;
+const MAX_GIL_LINES_PER_THREAD: usize = 3;
+/// At most this many lines of the loop's verdict without GPU data.
+const MAX_VERDICT_LINES: usize = 3;
 
 pub fn draw(frame: &mut Frame, screen: &Screen) {
     let area = frame.area();
@@ -76,6 +82,16 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
     for text in format::pack(&screen.status.while_idle, width) {
         header.push(Line::from(text).yellow());
     }
+    // Without GPU data: the loop, its feeders and its verdict.
+    for text in format::pack(&screen.status.the_loop, width) {
+        header.push(Line::from(text).yellow());
+    }
+    if let Some(verdict) = &screen.status.verdict {
+        for text in format::wrap(verdict, width, MAX_VERDICT_LINES) {
+            header.push(Line::from(text).yellow());
+        }
+    }
+    header.extend(gil_lines(screen, width));
 
     let header_height = u16::try_from(header.len()).unwrap_or(u16::MAX);
     let [header_area, table_area, footer_area] = Layout::vertical([
@@ -96,20 +112,38 @@ pub fn draw(frame: &mut Frame, screen: &Screen) {
 /// of the processes left out.
 fn memory_lines(screen: &Screen, width: usize) -> Vec<Line<'static>> {
     let fields = memory::memory_fields(&screen.model.memory_lines());
-    let packed = format::pack(&fields, width);
+    capped_lines(&fields, width, MAX_MEMORY_LINES, "processes")
+}
+
+/// Each thread's GIL share over the window the sort reads, packed into lines of the width;
+/// past the most lines a count of the threads left out.
+fn gil_lines(screen: &Screen, width: usize) -> Vec<Line<'static>> {
+    let fields = format::gil_fields(&screen.model.thread_gil(), screen.options.sort);
+    let max = if screen.options.per_thread {
+        MAX_GIL_LINES_PER_THREAD
+    } else {
+        MAX_GIL_LINES
+    };
+    capped_lines(&fields, width, max, "threads")
+}
+
+/// `fields` packed into at most `max` lines of the width, then `… and N more {what}` for
+/// those left out.
+fn capped_lines(fields: &[String], width: usize, max: usize, what: &str) -> Vec<Line<'static>> {
+    let packed = format::pack(fields, width);
     let mut lines: Vec<Line> = packed
         .iter()
-        .take(MAX_MEMORY_LINES)
+        .take(max)
         .map(|text| Line::from(text.clone()))
         .collect();
     let shown: usize = packed
         .iter()
-        .take(MAX_MEMORY_LINES)
+        .take(max)
         .map(|text| text.matches(" · ").count() + 1)
         .sum();
     if shown < fields.len() {
         lines.push(Line::from(format!(
-            "… and {} more processes",
+            "… and {} more {what}",
             fields.len() - shown
         )));
     }
@@ -257,6 +291,8 @@ const HELP: &[&str] = &[
     "last: the last interval; all: since start or reset",
     "idle% GPU: its share of the samples taken",
     "  while the GPU idled (below --idle-below)",
+    "GIL held, waited: a thread's share of its",
+    "  samples holding the GIL, waiting for it",
 ];
 
 fn draw_help(frame: &mut Frame, area: Rect) {
@@ -340,6 +376,41 @@ mod tests {
             lines
                 .iter()
                 .any(|l| l.trim_end() == "… and 3 more processes"),
+            "{lines:#?}"
+        );
+    }
+
+    /// A sample of `name` at `ms` that ran or not and held the GIL or not.
+    fn gil_sample(ms: u64, tid: u64, name: &str, active: bool, owns_gil: bool) -> Event {
+        Event::Stack(stackscope_event::StackSample {
+            time: Timestamp(ms * 1_000_000),
+            pid: 100,
+            thread: stackscope_event::ThreadInfo {
+                os_thread_id: Some(tid),
+                python_thread_id: tid,
+                name: Some(name.into()),
+                active,
+                owns_gil,
+            },
+            frames: vec![stackscope_event::Frame::python("step", "train.py", 3)].into(),
+        })
+    }
+
+    #[test]
+    fn the_view_shows_each_threads_gil_share() {
+        let mut model = TopModel::new(30.0, false);
+        // Both run at the step, then MainThread waits while metrics holds the GIL, 4 reads.
+        model.handle(gil_sample(0, 1, "MainThread", true, false));
+        model.handle(gil_sample(0, 2, "metrics", true, false));
+        for ms in [10, 20, 30, 40] {
+            model.handle(gil_sample(ms, 1, "MainThread", false, false));
+            model.handle(gil_sample(ms, 2, "metrics", true, true));
+        }
+        model.end_interval();
+        let lines = screen_text(&model);
+        assert!(
+            lines.iter().any(|l| l.trim_end()
+                == "MainThread GIL held 0%, waited 80% · metrics GIL held 80%, waited 0%"),
             "{lines:#?}"
         );
     }

@@ -285,7 +285,8 @@ struct Slice {
 fn perfetto_slices(trace: &Value) -> BTreeMap<u64, Vec<Slice>> {
     let mut by_thread: BTreeMap<u64, Vec<Slice>> = BTreeMap::new();
     for e in trace["traceEvents"].as_array().expect("traceEvents") {
-        if e["ph"] != "X" {
+        // The GIL's slices are on tracks of their own (`gil_slices`).
+        if e["ph"] != "X" || e["cat"] == "gil" {
             continue;
         }
         let ts = e["ts"].as_f64().expect("ts");
@@ -325,6 +326,61 @@ fn perfetto_slices(trace: &Value) -> BTreeMap<u64, Vec<Slice>> {
         }
     }
     by_thread
+}
+
+/// One GIL slice: `GIL held` or `GIL wait`, and in a wait the thread that held the GIL.
+#[derive(Debug, Clone)]
+struct GilSlice {
+    name: String,
+    ts: f64,
+    end: f64,
+    samples: u64,
+    holder: Option<String>,
+}
+
+/// The GIL slices by the name of their track (`<thread name> GIL`), checked to lie on tracks
+/// apart from every stack slice's and never to overlap on one track.
+fn gil_slices(trace: &Value) -> BTreeMap<String, Vec<GilSlice>> {
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let track_names: BTreeMap<u64, &str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| (e["tid"].as_u64().expect("tid"), str_of(&e["args"]["name"])))
+        .collect();
+    let stack_tids: std::collections::BTreeSet<u64> = perfetto_slices(trace).into_keys().collect();
+    let mut by_tid: BTreeMap<u64, Vec<GilSlice>> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "gil")
+    {
+        let tid = e["tid"].as_u64().expect("tid");
+        assert!(
+            !stack_tids.contains(&tid),
+            "GIL slices on a stack track: {e}"
+        );
+        let ts = e["ts"].as_f64().expect("ts");
+        by_tid.entry(tid).or_default().push(GilSlice {
+            name: str_of(&e["name"]).to_owned(),
+            ts,
+            end: ts + e["dur"].as_f64().expect("dur"),
+            samples: e["args"]["samples"].as_u64().expect("args.samples"),
+            holder: e["args"]["holder"].as_str().map(str::to_owned),
+        });
+    }
+    by_tid
+        .into_iter()
+        .map(|(tid, mut slices)| {
+            slices.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+            for pair in slices.windows(2) {
+                assert!(
+                    pair[0].end <= pair[1].ts + 1e-3,
+                    "GIL slices overlap on track {tid}: {pair:?}"
+                );
+            }
+            let name = track_names.get(&tid).copied().unwrap_or_default();
+            (name.to_owned(), slices)
+        })
+        .collect()
 }
 
 // ------------------------------------------------------------------ the tests
@@ -720,4 +776,76 @@ fn an_unknown_format_is_a_usage_error() {
     let run = run_stackscope(&["export", out.arg(), "--format", "svg"], RUN_TIMEOUT);
     run.assert_error(2);
     run.assert_stderr_contains("pprof, speedscope or perfetto");
+}
+
+/// A loop whose Python between steps waits for the GIL a helper thread spinning in pure Python
+/// holds (`shape_job.py --helper spin`, a "metrics" thread): the Perfetto trace carries each
+/// thread's GIL as slices on a track of its own, the helper's holds and the loop's waits, each
+/// wait naming the helper.
+#[test]
+fn the_perfetto_trace_carries_who_held_the_gil_and_who_waited_for_it() {
+    let _serial = serial();
+    let out = OutDir::new();
+    let ready = out.tmp.path().join("ready");
+    let mut cmd = stackscope(&[
+        "record",
+        "-o",
+        out.arg(),
+        "--format",
+        "perfetto",
+        "--gpu",
+        "off",
+        "--",
+        "python3",
+    ]);
+    cmd.arg(fixture_path("shape_job.py")).arg(&ready).args([
+        "--seconds",
+        "4",
+        "--feed",
+        "ready",
+        "--python-ms",
+        "200",
+        "--step-ms",
+        "20",
+        "--helper",
+        "spin",
+    ]);
+    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    run.assert_success();
+    let trace = read_json(&out.out.join("trace.json"));
+    // The stack slices still nest, on the threads' own tracks.
+    assert!(!perfetto_slices(&trace).is_empty(), "no stack slices");
+    let gil = gil_slices(&trace);
+    let samples = |track: &str, name: &str| -> u64 {
+        gil.get(track).map_or(0, |slices| {
+            slices
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| s.samples)
+                .sum()
+        })
+    };
+    let tracks: Vec<&String> = gil.keys().collect();
+    // At 100 Hz over about 4 s, the helper holds the GIL most of the time.
+    let held = samples("metrics GIL", "GIL held");
+    assert!(
+        held >= 50,
+        "metrics held the GIL {held} samples; tracks {tracks:?}"
+    );
+    let waited = samples("MainThread GIL", "GIL wait");
+    assert!(
+        waited >= 10,
+        "the loop waited for the GIL {waited} samples; tracks {tracks:?}\n{}",
+        run.describe()
+    );
+    let waits = gil.get("MainThread GIL").map_or(&[][..], Vec::as_slice);
+    let by_metrics: u64 = waits
+        .iter()
+        .filter(|s| s.name == "GIL wait" && s.holder.as_deref() == Some("metrics"))
+        .map(|s| s.samples)
+        .sum();
+    assert!(
+        by_metrics * 10 >= waited * 9,
+        "the loop's waits name the metrics thread as the holder: {by_metrics} of {waited}"
+    );
 }

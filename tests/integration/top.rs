@@ -709,3 +709,107 @@ fn top_of_a_missing_process_is_one_error_line_and_exit_1() {
     );
     run.assert_error(1);
 }
+
+/// The final table of a piped `top` run to its target's end.
+fn final_table(fixture: &Fixture, args: &[&str]) -> String {
+    let mut cmd = stackscope(&["top", "--pid", &fixture.pid.to_string()]);
+    cmd.args(args);
+    let run = run_with_timeout(cmd, Duration::from_secs(60));
+    run.assert_success();
+    let heading = format!("process {} ended: final totals", fixture.pid);
+    run.stdout
+        .split(&heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading:?}\n{}", run.describe()))
+        .to_owned()
+}
+
+/// A share `NAME held N%` or `NAME waited N%` in a GIL field, as a number.
+fn gil_share(field: &str, what: &str) -> f64 {
+    field
+        .split(&format!("{what} "))
+        .nth(1)
+        .and_then(|rest| rest.split('%').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {what} share in {field:?}"))
+}
+
+/// A loop whose Python between steps waits for the GIL a helper thread spinning in pure Python
+/// holds (`shape_job.py --helper spin`): `top` shows each thread's GIL share, the helper's
+/// holds and the loop's waits.
+#[test]
+fn piped_top_shows_each_threads_gil_share() {
+    let _serial = serial();
+    let fixture = Fixture::start(
+        "shape_job.py",
+        &[
+            "--seconds",
+            "4",
+            "--feed",
+            "ready",
+            "--python-ms",
+            "200",
+            "--step-ms",
+            "20",
+            "--helper",
+            "spin",
+        ],
+    );
+    let last = final_table(&fixture, &["--gpu", "off"]);
+    let line = last
+        .lines()
+        .find(|l| l.contains(" GIL held "))
+        .unwrap_or_else(|| panic!("no GIL line in the final table:\n{last}"));
+    println!("{line}");
+    let field = |name: &str| {
+        line.split(" · ")
+            .find(|f| f.starts_with(&format!("{name} GIL held ")))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+            .to_owned()
+    };
+    let metrics = field("metrics");
+    assert!(gil_share(&metrics, "held") >= 20.0, "{metrics}");
+    let main = field("MainThread");
+    assert!(gil_share(&main, "waited") >= 5.0, "{main}");
+}
+
+/// A loop fed by two worker processes (`shape_job.py --feed workers`) with the GPU off: `top
+/// --subprocesses` names the loop and its step, read without GPU data, and its verdict, as
+/// the recording's summary does.
+#[test]
+fn piped_top_without_gpu_data_shows_the_loops_step_and_verdict() {
+    let _serial = serial();
+    let fixture = Fixture::start(
+        "shape_job.py",
+        &[
+            "--seconds",
+            "5",
+            "--feed",
+            "workers",
+            "--workers",
+            "2",
+            "--decode-ms",
+            "80",
+            "--step-ms",
+            "20",
+        ],
+    );
+    let last = final_table(&fixture, &["--subprocesses", "--gpu", "off"]);
+    let loop_line = format!(
+        "loop pid {} (MainThread), read without GPU data; step: ",
+        fixture.pid
+    );
+    let line = last
+        .lines()
+        .find(|l| l.starts_with(&loop_line))
+        .unwrap_or_else(|| panic!("no {loop_line:?} in the final table:\n{last}"));
+    println!("{line}");
+    assert!(line.contains("input_wait "), "{line}");
+    assert!(line.contains(" · workers "), "the feeders: {line}");
+    assert!(
+        last.lines()
+            .any(|l| l.starts_with("verdict (without GPU data): The loop ")),
+        "{last}"
+    );
+    assert!(last.contains("GPU: GPU polling is off"), "{last}");
+}

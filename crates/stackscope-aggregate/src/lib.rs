@@ -77,7 +77,7 @@ pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, step_of, while_idle_of, LoopFoundBy, Role, Roles, ThreadRole};
 pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
-pub use trace::{Run, SampleTrace, TraceThread};
+pub use trace::{GilRun, GilTrack, Run, SampleTrace, TraceThread};
 pub use verdict::{
     headline_verdict, idle_path, idle_path_by, IdlePath, IfFixed, PathFunction, RecordingVerdict,
     Verdict, VerdictClass, HIGHLY_BOUND, MIN_RISE, MODERATELY_BOUND, VERDICTS_IN_HEADLINE,

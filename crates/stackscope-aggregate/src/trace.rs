@@ -11,14 +11,23 @@
 //!
 //! Unlike the aggregator it has no caps: it is built for one export from a sample log and then
 //! dropped, and its size is that of the window exported.
+//!
+//! Beside the stack runs, each thread's GIL ([`GilTrack`]): runs of consecutive samples in which
+//! it held the GIL or waited for it, each sample's state decided from its whole read by the one
+//! GIL rule ([`ReadGroups`], as the aggregator does). These count every sample, the idle
+//! threads' too whatever `include_idle` says: a thread waiting for the GIL is asleep, and its
+//! wait is what they show. Like the stack runs they merge consecutive samples, so a thread that
+//! keeps one state costs one run.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use stackscope_event::{
-    CgroupSample, Event, Frame, GpuSample, MemorySample, ProcessEventKind, StackSample, Timestamp,
+    CgroupSample, Event, Frame, GpuSample, MemorySample, ProcessEventKind, StackSample, ThreadInfo,
+    Timestamp,
 };
 
 use crate::fold::AggregateConfig;
+use crate::gil::{GilRead, GilSample, GilState, ReadGroups, RunsAt};
 use crate::gpu::{GpuTag, GpuTagger};
 
 /// Consecutive samples of one thread with the same stack, name and GPU state.
@@ -71,6 +80,83 @@ impl TraceThread {
 
 /// Idle sample times kept per thread until the next run is placed; past this the oldest go.
 const MAX_IDLE_TIMES: usize = 10_000;
+/// A thread not sampled for longer than this ends its GIL run: the target was stopped, or the
+/// sampler stalled, and what the thread did meanwhile is not known (the Perfetto export ends
+/// its stack slices at such a gap too).
+const GIL_GAP_NANOS: u64 = 1_000_000_000;
+
+/// Consecutive samples of one thread in which it held the GIL, or waited for it while the same
+/// other thread held it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GilRun {
+    /// The first sample's time.
+    pub start: Timestamp,
+    /// The last sample's time.
+    pub end: Timestamp,
+    pub samples: u64,
+    /// [`GilState::Held`] or [`GilState::Waited`].
+    pub state: GilState,
+    /// In a wait, the thread that held the GIL: an index into [`SampleTrace::gil_tracks`].
+    pub holder: Option<u32>,
+}
+
+/// One thread's GIL over the recording: its runs of holding the GIL and of waiting for it.
+#[derive(Debug, Clone)]
+pub struct GilTrack {
+    pub pid: u32,
+    pub python_thread_id: u64,
+    /// The OS thread id, when it was ever read.
+    pub os_thread_id: Option<u64>,
+    /// The name shown for the thread at its latest sample.
+    pub name: String,
+    pub runs: Vec<GilRun>,
+    /// The thread's latest sample, whatever its state: a run goes on only from its own last
+    /// sample.
+    last_sample: Option<Timestamp>,
+}
+
+impl GilTrack {
+    fn new(pid: u32, python_thread_id: u64) -> GilTrack {
+        GilTrack {
+            pid,
+            python_thread_id,
+            os_thread_id: None,
+            name: String::new(),
+            runs: Vec::new(),
+            last_sample: None,
+        }
+    }
+
+    /// Adds a sample in `state`: it extends the last run when it follows that run's last
+    /// sample in the same state (and holder), soon enough; else a hold or a wait starts one.
+    fn add(&mut self, time: Timestamp, state: GilState, holder: Option<u32>) {
+        let previous = self.last_sample.replace(time);
+        if !matches!(state, GilState::Held | GilState::Waited) {
+            return;
+        }
+        if let Some(last) = self.runs.last_mut() {
+            let goes_on = previous == Some(last.end)
+                && last.state == state
+                && last.holder == holder
+                && time.0.saturating_sub(last.end.0) <= GIL_GAP_NANOS;
+            if goes_on {
+                last.end = last.end.max(time);
+                last.samples += 1;
+                return;
+            }
+        }
+        self.runs.push(GilRun {
+            start: time,
+            end: time,
+            samples: 1,
+            state,
+            holder,
+        });
+    }
+}
+
+/// A thread of a process, as the GIL rule tells threads apart.
+type GilKey = (u32, u64);
 
 /// A sample waiting (in the tagger) for the GPU readings that cover it.
 #[derive(Debug)]
@@ -106,6 +192,12 @@ pub struct SampleTrace {
     first: Option<Timestamp>,
     last: Option<Timestamp>,
     scratch: Vec<u32>,
+    /// The samples of the latest read, held until it is complete (`gil/`).
+    reads: ReadGroups<GilKey, ThreadInfo>,
+    /// Where each thread runs, by its stack's hash: only there is a wait one for the GIL.
+    runs_at: HashMap<GilKey, RunsAt<u64>>,
+    gil_tracks: Vec<GilTrack>,
+    gil_ids: HashMap<GilKey, u32>,
 }
 
 impl SampleTrace {
@@ -131,6 +223,10 @@ impl SampleTrace {
             first: None,
             last: None,
             scratch: Vec::new(),
+            reads: ReadGroups::default(),
+            runs_at: HashMap::new(),
+            gil_tracks: Vec::new(),
+            gil_ids: HashMap::new(),
         }
     }
 
@@ -143,8 +239,15 @@ impl SampleTrace {
 
     /// Takes one event, in the order the aggregator would.
     pub fn handle(&mut self, event: Event) {
+        if !matches!(event, Event::Stack(_)) {
+            // Any other event ends the read its samples came in, as in the aggregator.
+            self.complete_read();
+        }
         match event {
-            Event::Stack(sample) => self.handle_stack(sample),
+            Event::Stack(sample) => {
+                self.hold_for_read(&sample);
+                self.handle_stack(sample);
+            }
             Event::SampleError(error) => self.tagger.observe(error.time),
             Event::Gpu(sample) => {
                 self.tagger.add_gpu(&sample);
@@ -172,6 +275,37 @@ impl SampleTrace {
             }
         }
         self.release();
+    }
+
+    /// Holds a sample's thread until its read is complete; the samples of the read before go
+    /// to their threads' GIL runs.
+    fn hold_for_read(&mut self, sample: &StackSample) {
+        let thread = (sample.pid, sample.thread.python_thread_id);
+        let runs_here = self
+            .runs_at
+            .entry(thread)
+            .or_default()
+            .observe(stack_hash(&sample.frames), sample.thread.active);
+        let gil = GilSample {
+            pid: sample.pid,
+            time: sample.time,
+            thread,
+            running: sample.thread.active,
+            owns_gil: sample.thread.owns_gil,
+            runs_here,
+        };
+        let (tracks, ids) = (&mut self.gil_tracks, &mut self.gil_ids);
+        self.reads
+            .push(gil, sample.thread.clone(), &mut |thread, s, read| {
+                add_gil(tracks, ids, &thread, s, read)
+            });
+    }
+
+    /// Ends the read held: another kind of event came, or the input ended.
+    fn complete_read(&mut self) {
+        let (tracks, ids) = (&mut self.gil_tracks, &mut self.gil_ids);
+        self.reads
+            .flush(&mut |thread, s, read| add_gil(tracks, ids, &thread, s, read));
     }
 
     fn handle_stack(&mut self, sample: StackSample) {
@@ -303,8 +437,10 @@ impl SampleTrace {
         });
     }
 
-    /// The end of the input: tags every held sample with what is known.
+    /// The end of the input: tags every held sample with what is known, and completes the
+    /// last read.
     pub fn finish(&mut self) {
+        self.complete_read();
         let mut tagged = Vec::new();
         self.tagger.flush(|_, p, tag| tagged.push((p, tag)));
         self.apply(tagged);
@@ -373,6 +509,57 @@ impl SampleTrace {
     pub fn cgroup_readings(&self) -> &[CgroupSample] {
         &self.cgroup
     }
+
+    /// Each thread's GIL, in the order the threads were first seen holding or waiting for it
+    /// (or held it while another waited); those with no run have none.
+    pub fn gil_tracks(&self) -> &[GilTrack] {
+        &self.gil_tracks
+    }
+}
+
+/// A completed read's sample into its thread's GIL runs. A thread gets a track once it holds
+/// or waits for the GIL: threads that never do stay out of the export.
+fn add_gil(
+    tracks: &mut Vec<GilTrack>,
+    ids: &mut HashMap<GilKey, u32>,
+    thread: &ThreadInfo,
+    sample: GilSample<GilKey>,
+    read: GilRead<GilKey>,
+) {
+    let known = ids.get(&sample.thread).copied();
+    let id = match (known, read.state) {
+        (Some(id), _) => id,
+        (None, GilState::Held | GilState::Waited) => gil_track(tracks, ids, sample.thread),
+        (None, _) => return,
+    };
+    // The holder may come later in the read than its waiter: its track is made now and named
+    // at its own sample.
+    let holder = read.holder.map(|h| gil_track(tracks, ids, h));
+    let track = &mut tracks[id as usize];
+    let display = thread.display_name();
+    if track.name != display {
+        track.name = display.into_owned();
+    }
+    if thread.os_thread_id.is_some() {
+        track.os_thread_id = thread.os_thread_id;
+    }
+    track.add(sample.time, read.state, holder);
+}
+
+/// The index of a thread's GIL track, made when new.
+fn gil_track(tracks: &mut Vec<GilTrack>, ids: &mut HashMap<GilKey, u32>, key: GilKey) -> u32 {
+    *ids.entry(key).or_insert_with(|| {
+        tracks.push(GilTrack::new(key.0, key.1));
+        (tracks.len() - 1) as u32
+    })
+}
+
+/// A stack's frames as one key, for [`RunsAt`]: the trace interns only the kept samples' stacks.
+fn stack_hash(frames: &[Frame]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    frames.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn intern_name(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
@@ -444,5 +631,90 @@ mod tests {
         assert_eq!(trace.samples(), 5, "the idle thread's sample is left out");
         assert_eq!(trace.stacks().len(), 2);
         assert_eq!(trace.gpu_readings().len(), 3);
+    }
+
+    /// A sample of thread `tid` of process 7 that holds the GIL, or not.
+    fn gil_stack(time_ms: u64, tid: u64, active: bool, owns_gil: bool) -> Event {
+        let mut event = stack(time_ms, tid, active, "work");
+        if let Event::Stack(s) = &mut event {
+            s.thread.owns_gil = owns_gil;
+        }
+        event
+    }
+
+    fn gil_runs(trace: &SampleTrace, tid: u64) -> Vec<(u64, u64, u64, GilState, Option<String>)> {
+        let track = trace
+            .gil_tracks()
+            .iter()
+            .find(|t| t.python_thread_id == tid)
+            .unwrap_or_else(|| panic!("no GIL track for {tid}"));
+        track
+            .runs
+            .iter()
+            .map(|r| {
+                let holder = r
+                    .holder
+                    .map(|h| trace.gil_tracks()[h as usize].name.clone());
+                (r.start.0 / MS, r.end.0 / MS, r.samples, r.state, holder)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gil_runs_resolve_each_read_whatever_the_order_of_its_threads() {
+        let mut trace = SampleTrace::new(AggregateConfig::default(), Timestamp(0));
+        // At 0 ms both run at their stack without the GIL: a wait there is one for the GIL.
+        // Reads at 10, 20, 30 ms: thread 1 (read first) waits while thread 2 holds; at 40 ms
+        // nobody holds, at 50 ms thread 1 holds, thread 2 waits for it.
+        trace.handle(gil_stack(0, 1, true, false));
+        trace.handle(gil_stack(0, 2, true, false));
+        for t in [10, 20, 30] {
+            trace.handle(gil_stack(t, 1, false, false));
+            trace.handle(gil_stack(t, 2, true, true));
+        }
+        trace.handle(gil_stack(40, 1, false, false));
+        trace.handle(gil_stack(40, 2, true, false));
+        trace.handle(gil_stack(50, 1, true, true));
+        trace.handle(gil_stack(50, 2, false, false));
+        trace.handle(gpu(55, 90.0));
+        trace.handle(gil_stack(60, 1, true, true));
+        trace.finish();
+        assert_eq!(
+            gil_runs(&trace, 1),
+            vec![
+                (10, 30, 3, GilState::Waited, Some("t2".to_owned())),
+                (50, 60, 2, GilState::Held, None),
+            ]
+        );
+        // Thread 2 held, then ran without the GIL, then waited for thread 1.
+        assert_eq!(
+            gil_runs(&trace, 2),
+            vec![
+                (10, 30, 3, GilState::Held, None),
+                (50, 50, 1, GilState::Waited, Some("t1".to_owned())),
+            ]
+        );
+        // The idle samples stay out of the stack runs, as before.
+        assert_eq!(trace.samples(), 8);
+    }
+
+    #[test]
+    fn a_gil_run_ends_at_a_gap_and_a_sleep_elsewhere_is_no_wait() {
+        let mut trace = SampleTrace::new(AggregateConfig::default(), Timestamp(0));
+        for t in [10, 20, 2000, 2010] {
+            trace.handle(gil_stack(t, 1, true, true));
+        }
+        // A thread asleep where it never ran waits for something else, not the GIL.
+        trace.handle(gil_stack(2020, 2, false, false));
+        trace.handle(gil_stack(2020, 1, true, true));
+        trace.finish();
+        assert_eq!(
+            gil_runs(&trace, 1),
+            vec![
+                (10, 20, 2, GilState::Held, None),
+                (2000, 2020, 3, GilState::Held, None),
+            ]
+        );
+        assert!(trace.gil_tracks().iter().all(|t| t.python_thread_id != 2));
     }
 }

@@ -11,6 +11,13 @@
 //! stream through both; `stackscope-report`'s `tests/integration/rebuild.rs` a recorded sample
 //! log).
 //!
+//! Each thread's GIL is counted per window too ([`TopModel::thread_gil`]): the samples of one
+//! read are held until the read is complete and then resolved together by the one GIL rule
+//! ([`ReadGroups`]: held, waited for while another thread of its process held it, ran
+//! without it, idle), as the recording's aggregator does, whatever order the threads were read
+//! in. The GIL does not wait for the GPU's readings: a read's samples are counted once the read
+//! is complete, and the read in progress is counted when an interval ends.
+//!
 //! Pure: no terminal, no clock, no threads. Time comes in with the events; the caller says when
 //! an interval ends.
 
@@ -20,8 +27,9 @@ mod memory;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::{Event, GpuSample, StackSample, Timestamp};
+use stackscope_event::{Event, Frame, GpuSample, StackSample, Timestamp};
 
+use crate::gil::{GilCounts, GilRead, GilSample, ReadGroups, RunsAt};
 use crate::gpu::{GpuTag, GpuTagger};
 
 use gpus::Gpus;
@@ -73,6 +81,8 @@ struct Window {
     gpu_idle_samples: [u64; 2],
     /// Threads sampled, and their samples `[active, idle]`.
     threads: HashMap<ThreadId, [u64; 2]>,
+    /// Each thread's GIL, by sample (idle samples too: a wait for the GIL is a thread asleep).
+    gil: HashMap<ThreadId, GilCounts>,
 }
 
 impl Window {
@@ -113,6 +123,21 @@ impl Window {
     }
 }
 
+/// A sample whose read is complete: its GIL state into both windows.
+fn count_gil(
+    current: &mut Window,
+    all: &mut Window,
+    sample: GilSample<ThreadId>,
+    read: GilRead<ThreadId>,
+) {
+    current
+        .gil
+        .entry(sample.thread)
+        .or_default()
+        .add(read.state);
+    all.gil.entry(sample.thread).or_default().add(read.state);
+}
+
 /// A tagged sample into the interval in progress and the since-start counts.
 fn fold_tagged(current: &mut Window, all: &mut Window, sample: &StackSample, tag: GpuTag) {
     let gpu_idle = tag == GpuTag::Idle;
@@ -132,6 +157,26 @@ fn thread_id(sample: &StackSample) -> ThreadId {
         pid: sample.pid,
         id: sample.thread.python_thread_id,
     }
+}
+
+/// A stack sample as the GIL rule reads it; `runs_here`: its thread runs at its stack.
+fn gil_sample(sample: &StackSample, runs_here: bool) -> GilSample<ThreadId> {
+    GilSample {
+        pid: sample.pid,
+        time: sample.time,
+        thread: thread_id(sample),
+        running: sample.thread.active,
+        owns_gil: sample.thread.owns_gil,
+        runs_here,
+    }
+}
+
+/// A stack's frames as one key, for [`RunsAt`]: the table keeps functions, not stacks.
+fn stack_hash(frames: &[Frame]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    frames.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// What the table is sorted by, descending.
@@ -244,6 +289,26 @@ pub struct Totals {
     pub active_threads: usize,
 }
 
+/// One thread's GIL over the last interval and since start (or the last reset).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadGil {
+    pub thread: ThreadId,
+    /// As the per-thread rows name it (with its pid when several processes are sampled).
+    pub label: Arc<str>,
+    pub interval: GilCounts,
+    pub all: GilCounts,
+}
+
+impl ThreadGil {
+    /// The counts of the window the sort key reads: since start for the since-start sorts.
+    pub fn counts(&self, sort: SortKey) -> &GilCounts {
+        match sort {
+            SortKey::OwnInterval | SortKey::TotalInterval => &self.interval,
+            SortKey::OwnAll | SortKey::TotalAll | SortKey::GpuIdle => &self.all,
+        }
+    }
+}
+
 /// Everything `top` shows, folded from the events.
 #[derive(Debug, Clone)]
 pub struct TopModel {
@@ -261,6 +326,11 @@ pub struct TopModel {
     memory: LatestMemory,
     /// Stack samples waiting for the GPU readings that cover them, and those readings.
     tagger: GpuTagger<StackSample>,
+    /// The samples of the latest read, held until it is complete (`gil/`).
+    reads: ReadGroups<ThreadId, ()>,
+    /// Where each thread runs, by its stack's hash: only there is a wait one for the GIL.
+    /// Kept over resets: it is what the threads do, not a count of the window.
+    runs_at: HashMap<ThreadId, RunsAt<u64>>,
 }
 
 impl TopModel {
@@ -274,6 +344,8 @@ impl TopModel {
             gpus: Gpus::default(),
             memory: LatestMemory::default(),
             tagger: GpuTagger::new(idle_below),
+            reads: ReadGroups::default(),
+            runs_at: HashMap::new(),
         }
     }
 
@@ -292,6 +364,10 @@ impl TopModel {
     /// rather than tag the samples again.
     pub fn handle_with(&mut self, event: Event, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         self.memory.observe(&event);
+        if !matches!(event, Event::Stack(_)) {
+            // Any other event ends the read its samples came in, as in the aggregator.
+            self.complete_read();
+        }
         match event {
             Event::Stack(sample) => self.add_stack(sample, tagged),
             Event::Gpu(sample) => self.add_gpu(&sample, tagged),
@@ -316,6 +392,16 @@ impl TopModel {
         if self.names.get(&id).is_none_or(|n| **n != *name) {
             self.names.insert(id, Arc::from(name));
         }
+        let runs_here = self
+            .runs_at
+            .entry(id)
+            .or_default()
+            .observe(stack_hash(&sample.frames), sample.thread.active);
+        let (current, all) = (&mut self.current, &mut self.all);
+        self.reads
+            .push(gil_sample(&sample, runs_here), (), &mut |(), s, read| {
+                count_gil(current, all, s, read)
+            });
         if self.gpu_enabled {
             self.tagger.hold(sample.time, sample);
             self.release(tagged);
@@ -341,6 +427,7 @@ impl TopModel {
 
     /// [`TopModel::flush`], handing each sample on with its tag ([`TopModel::handle_with`]).
     pub fn flush_with(&mut self, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
+        self.complete_read();
         let (current, all) = (&mut self.current, &mut self.all);
         self.tagger.flush(|_, sample, tag| {
             fold_tagged(current, all, &sample, tag);
@@ -373,8 +460,19 @@ impl TopModel {
         self.tagger.tag_at(Timestamp(time)).idle()
     }
 
-    /// Ends the interval in progress: its counts become what the interval columns show.
+    /// Counts the GIL of the read held: it is complete (another kind of event came, an
+    /// interval or the input ended).
+    fn complete_read(&mut self) {
+        let (current, all) = (&mut self.current, &mut self.all);
+        self.reads
+            .flush(&mut |(), s, read| count_gil(current, all, s, read));
+    }
+
+    /// Ends the interval in progress: its counts become what the interval columns show. The
+    /// read in progress is counted in it: a read's samples come in one batch, and the caller
+    /// ends an interval between batches.
     pub fn end_interval(&mut self) {
+        self.complete_read();
         self.interval = std::mem::take(&mut self.current);
     }
 
@@ -419,6 +517,36 @@ impl TopModel {
         threads
     }
 
+    /// Each thread's GIL, those that held the GIL or waited for it in either window, most
+    /// held and waited (over the last interval) first.
+    pub fn thread_gil(&self) -> Vec<ThreadGil> {
+        let several_processes = self.several_processes();
+        let mut threads: Vec<ThreadGil> = self
+            .all
+            .gil
+            .keys()
+            .chain(self.interval.gil.keys())
+            .copied()
+            .collect::<std::collections::BTreeSet<ThreadId>>()
+            .into_iter()
+            .map(|thread| ThreadGil {
+                thread,
+                label: self.thread_label(thread, several_processes),
+                interval: self.interval.gil.get(&thread).copied().unwrap_or_default(),
+                all: self.all.gil.get(&thread).copied().unwrap_or_default(),
+            })
+            .filter(|t| t.interval.held + t.interval.waited + t.all.held + t.all.waited > 0)
+            .collect();
+        let busy = |c: &GilCounts| c.held + c.waited;
+        threads.sort_by(|a, b| {
+            busy(&b.interval)
+                .cmp(&busy(&a.interval))
+                .then(busy(&b.all).cmp(&busy(&a.all)))
+                .then(a.thread.cmp(&b.thread))
+        });
+        threads
+    }
+
     pub fn gpu_lines(&self) -> Vec<GpuLine> {
         self.gpus.lines()
     }
@@ -452,11 +580,7 @@ impl TopModel {
         let interval_base = sum(&self.interval.samples);
         let all_base = sum(&self.all.samples);
         let idle_base = sum(&self.all.gpu_idle_samples);
-        let several_processes = {
-            let mut pids = self.names.keys().map(|t| t.pid);
-            let first = pids.next();
-            pids.any(|p| Some(p) != first)
-        };
+        let several_processes = self.several_processes();
         let mut rows: Vec<Row> = acc
             .into_iter()
             .filter(|(_, a)| a.total_interval + a.total_all > 0)
@@ -487,6 +611,13 @@ impl TopModel {
             .collect();
         sort_rows(&mut rows, options.sort);
         rows
+    }
+
+    /// Whether threads of more than one process were sampled: labels then carry the pid.
+    fn several_processes(&self) -> bool {
+        let mut pids = self.names.keys().map(|t| t.pid);
+        let first = pids.next();
+        pids.any(|p| Some(p) != first)
     }
 
     fn thread_label(&self, thread: ThreadId, with_pid: bool) -> Arc<str> {

@@ -408,3 +408,103 @@ fn process_lines_hold_each_processs_latest_memory_and_leave_the_table_alone() {
     let totals = model.totals(&ViewOptions::default());
     assert_eq!((totals.interval_samples, totals.all_samples), (3, 3));
 }
+
+/// A sample of thread `thread` at `time` that ran or not and held the GIL or not.
+fn gil_at(time: u64, thread: u64, active: bool, owns_gil: bool) -> Event {
+    let mut sample = stack_at(time, thread, active, &[("work", 1)]);
+    sample.thread.owns_gil = owns_gil;
+    Event::Stack(sample)
+}
+
+fn gil_of(model: &TopModel, thread: u64) -> ThreadGil {
+    model
+        .thread_gil()
+        .into_iter()
+        .find(|t| t.thread.id == thread)
+        .unwrap_or_else(|| panic!("no GIL line for thread {thread}"))
+}
+
+#[test]
+fn each_threads_gil_share_is_read_from_its_whole_read() {
+    let mut model = TopModel::new(30.0, false);
+    // Both run at their stack without the GIL (a wait there is then one for the GIL); then
+    // thread 1 (read first) waits while thread 2 holds in three reads, and holds in the last
+    // while thread 2 runs without it.
+    model.handle(gil_at(0, 1, true, false));
+    model.handle(gil_at(0, 2, true, false));
+    for i in 1..4 {
+        model.handle(gil_at(i * SEC / 100, 1, false, false));
+        model.handle(gil_at(i * SEC / 100, 2, true, true));
+    }
+    model.handle(gil_at(4 * SEC / 100, 1, true, true));
+    model.handle(gil_at(4 * SEC / 100, 2, true, false));
+    // The last read is still open: ending the interval counts it.
+    model.end_interval();
+    let waiter = gil_of(&model, 1);
+    assert_eq!(&*waiter.label, "worker-1");
+    assert_eq!(
+        (
+            waiter.interval.samples,
+            waiter.interval.held,
+            waiter.interval.waited
+        ),
+        (5, 1, 3)
+    );
+    assert_eq!(waiter.interval.waits(), 0.6);
+    let holder = gil_of(&model, 2);
+    assert_eq!(
+        (
+            holder.interval.held,
+            holder.interval.waited,
+            holder.interval.ran_without
+        ),
+        (3, 0, 2)
+    );
+    // The most held and waited first.
+    assert_eq!(model.thread_gil()[0].thread.id, 1);
+    assert_eq!(waiter.all, waiter.interval);
+}
+
+#[test]
+fn the_gil_windows_roll_over_and_reset_as_the_others_do() {
+    let mut model = TopModel::new(30.0, false);
+    model.handle(gil_at(0, 1, true, false));
+    model.handle(gil_at(0, 2, true, false));
+    model.handle(gil_at(SEC / 100, 1, false, false));
+    model.handle(gil_at(SEC / 100, 2, true, true));
+    model.end_interval();
+    model.handle(gil_at(SEC, 1, true, true));
+    model.handle(gil_at(SEC, 2, false, false));
+    model.end_interval();
+    let first = gil_of(&model, 1);
+    assert_eq!((first.interval.held, first.interval.waited), (1, 0));
+    assert_eq!((first.all.held, first.all.waited), (1, 1));
+    assert_eq!(
+        first.counts(SortKey::OwnAll).samples,
+        3,
+        "since start for the since-start sorts"
+    );
+    assert_eq!(first.counts(SortKey::OwnInterval).samples, 1);
+    model.reset();
+    model.end_interval();
+    // Nothing held or waited since the reset and in the last interval: no line.
+    assert!(model.thread_gil().is_empty(), "{:?}", model.thread_gil());
+}
+
+#[test]
+fn flushing_counts_the_last_read_and_other_events_end_a_read() {
+    let mut model = TopModel::new(30.0, true);
+    model.handle(gil_at(0, 1, true, false));
+    model.handle(gil_at(0, 2, true, false));
+    model.handle(gil_at(SEC / 200, 1, false, false));
+    model.handle(gil_at(SEC / 200, 2, true, true));
+    // A GPU reading ends the read: both samples are counted, though still waiting for their
+    // GPU tag.
+    model.handle(Event::Gpu(gpu(0, 0, 5.0)));
+    model.handle(gil_at(SEC / 100, 1, false, false));
+    model.handle(gil_at(SEC / 100, 2, true, true));
+    model.flush();
+    model.end_interval();
+    assert_eq!(gil_of(&model, 1).all.waited, 2);
+    assert_eq!(gil_of(&model, 2).all.held, 2);
+}

@@ -20,12 +20,24 @@
 //! counter value is placed at that previous reading's time: a dip then lies under the slices
 //! of the code that ran while the GPU idled, not one reading late. Memory readings are instants:
 //! each is placed at its own time.
+//!
+//! The GIL: per thread, slices `GIL held` (consecutive samples in which it held the GIL) and
+//! `GIL wait` (in which it waited for the GIL another thread of its process held; `args.holder`
+//! names that thread), as the one GIL rule decides each sample from its whole read (the
+//! trace's [`SampleTrace::gil_tracks`]). They go on a track of their own beside the thread's,
+//! named `<thread name> GIL`: a GIL run starts and ends anywhere inside the stack's slices, so
+//! on the thread's own track it would break their nesting. Chrome's JSON format has no other
+//! way to give a thread a second track that Perfetto shows by it (async slices are laid out per
+//! process, by name), so the track is a thread of its own, with an id apart from every OS
+//! thread's: `GIL_TID_BASE` plus the thread's id (Linux thread ids are below 2^22; Perfetto
+//! reads ids as 32 bits). A GIL slice lasts from its first sample to one period after its last,
+//! and ends where the next one begins.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 
 use serde_json::{json, Map, Value};
-use stackscope_aggregate::{SampleTrace, TraceThread};
+use stackscope_aggregate::{GilState, SampleTrace, TraceThread};
 use stackscope_event::{CgroupSample, GpuSample, MemorySample, Timestamp};
 
 use super::ExportInfo;
@@ -43,6 +55,13 @@ const CGROUP_COUNTER: &str = "memory cgroup";
 /// it was never seen idle: the target was stopped, or the sampler stalled on a loaded machine.
 const GAP_NANOS: u64 = 1_000_000_000;
 const GAP_PERIODS: u64 = 10;
+/// The GIL track of a thread goes by this plus the thread's id: above every Linux thread id
+/// (`pid_max` is at most 2^22) and within the 32 bits Perfetto reads.
+const GIL_TID_BASE: u64 = 1 << 30;
+/// The GIL slices' names and category.
+const GIL_HELD: &str = "GIL held";
+const GIL_WAIT: &str = "GIL wait";
+const GIL_CATEGORY: &str = "gil";
 
 /// Writes the trace as Chrome trace event JSON: the processes' and threads' names, the
 /// threads' slices, then the GPUs' counters.
@@ -54,6 +73,7 @@ pub fn write_perfetto<W: Write>(
     let mut events = Events::start(w)?;
     write_names(trace, info, &mut events)?;
     write_slices(trace, info, &mut events)?;
+    write_gil_slices(trace, info, &mut events)?;
     write_gpu_counters(trace, info, &mut events)?;
     write_memory_counters(trace, &mut events)?;
     write_gpu_memory_counters(trace, &mut events)?;
@@ -152,6 +172,53 @@ fn write_slices<W: Write>(
         }
     }
     Ok(())
+}
+
+/// Every thread's GIL runs as slices on its GIL track, named first.
+fn write_gil_slices<W: Write>(
+    trace: &SampleTrace,
+    info: &ExportInfo<'_>,
+    events: &mut Events<W>,
+) -> Result<(), ReportError> {
+    let start = trace.start();
+    let period_ns = (info.period_secs() * 1e9) as u64;
+    let tracks = trace.gil_tracks();
+    for track in tracks.iter().filter(|t| !t.runs.is_empty()) {
+        let gil_tid = gil_tid(track.os_thread_id.unwrap_or(track.python_thread_id));
+        events.emit(
+            json!({"name": "thread_name", "ph": "M", "pid": track.pid, "tid": gil_tid,
+                   "args": {"name": format!("{} GIL", track.name)}}),
+        )?;
+        let mut runs = track.runs.iter().peekable();
+        while let Some(run) = runs.next() {
+            // A sample stands for one period; the next run's start cuts it short, so that the
+            // track's slices never overlap.
+            let mut end = run.end.0.saturating_add(period_ns);
+            if let Some(next) = runs.peek() {
+                end = end.min(next.start.0);
+            }
+            let mut args = Map::new();
+            args.insert("samples".into(), json!(run.samples));
+            let name = if run.state == GilState::Held {
+                GIL_HELD
+            } else {
+                GIL_WAIT
+            };
+            if let Some(holder) = run.holder.and_then(|h| tracks.get(h as usize)) {
+                args.insert("holder".into(), json!(holder.name));
+            }
+            events.emit(json!({"name": name, "cat": GIL_CATEGORY, "ph": "X",
+                       "ts": micros(run.start, start),
+                       "dur": end.saturating_sub(run.start.0) as f64 / 1e3,
+                       "pid": track.pid, "tid": gil_tid, "args": args}))?;
+        }
+    }
+    Ok(())
+}
+
+/// The id of the GIL track of the thread whose own track goes by `tid`.
+fn gil_tid(tid: u64) -> u64 {
+    GIL_TID_BASE + tid % GIL_TID_BASE
 }
 
 /// Each GPU reading as a counter event, placed at the start of the interval it describes.
@@ -390,7 +457,9 @@ pub(crate) fn slices(
                 shared
             }
             Some(end) => {
-                close(&mut open, 0, end, &mut out);
+                // A sampler catching up after falling behind reads again sooner than a period:
+                // the last slices end where the next begin, so that they never overlap.
+                close(&mut open, 0, end.min(run.start), &mut out);
                 0
             }
             None => 0,

@@ -472,3 +472,92 @@ fn formats_parse_by_name() {
     assert_eq!(ExportFormat::Perfetto.file_name(), "trace.json");
     assert!("svg".parse::<ExportFormat>().is_err());
 }
+
+/// A GIL slice as (tid, name, start ms, length ms, samples, holder).
+type GilSliceRow<'a> = (u64, &'a str, f64, f64, u64, Option<&'a str>);
+
+/// A sample of `tid` (process 7, "main" or "metrics") that holds the GIL, or not.
+fn gil_sample(time_ms: u64, tid: u64, name: &str, active: bool, owns_gil: bool) -> Event {
+    let mut event = sample(time_ms, 7, tid, name, &[("main", 1), ("step", 2)]);
+    if let Event::Stack(s) = &mut event {
+        s.thread.active = active;
+        s.thread.owns_gil = owns_gil;
+    }
+    event
+}
+
+#[test]
+fn the_gil_is_a_track_of_slices_beside_each_threads_own() {
+    let config = AggregateConfig {
+        gpu_enabled: false,
+        ..AggregateConfig::default()
+    };
+    let mut trace = SampleTrace::new(config, Timestamp(0));
+    // Both run their step at 0 ms without the GIL (a wait there is then one for the GIL); main
+    // waits (read before the holder) at 10-30 ms while metrics holds; at 40 ms main holds and
+    // metrics waits.
+    trace.handle(gil_sample(0, 70, "main", true, false));
+    trace.handle(gil_sample(0, 80, "metrics", true, false));
+    for t in [10, 20, 30] {
+        trace.handle(gil_sample(t, 70, "main", false, false));
+        trace.handle(gil_sample(t, 80, "metrics", true, true));
+    }
+    trace.handle(gil_sample(40, 70, "main", true, true));
+    trace.handle(gil_sample(40, 80, "metrics", false, false));
+    trace.finish();
+    let meta = meta();
+    let mut out = Vec::new();
+    write_perfetto(&trace, &info(&meta), &mut out).expect("written");
+    let file: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    let events = file["traceEvents"].as_array().expect("events");
+    let track_name = |tid: u64| {
+        events
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["tid"] == tid)
+            .map(|e| e["args"]["name"].as_str().unwrap_or_default().to_owned())
+    };
+    // Each thread's GIL track is a thread of its own, apart from its stack slices' track.
+    let (main_gil, metrics_gil) = ((1 << 30) + 70, (1 << 30) + 80);
+    assert_eq!(track_name(main_gil).as_deref(), Some("main GIL"));
+    assert_eq!(track_name(metrics_gil).as_deref(), Some("metrics GIL"));
+    assert_eq!(track_name(70).as_deref(), Some("main"));
+    let gil: Vec<GilSliceRow> = events
+        .iter()
+        .filter(|e| e["cat"] == "gil")
+        .map(|e| {
+            assert_eq!(e["ph"], "X");
+            assert_eq!(e["pid"], 7);
+            (
+                e["tid"].as_u64().unwrap_or_default(),
+                e["name"].as_str().unwrap_or_default(),
+                e["ts"].as_f64().unwrap_or_default() / 1e3,
+                e["dur"].as_f64().unwrap_or_default() / 1e3,
+                e["args"]["samples"].as_u64().unwrap_or_default(),
+                e["args"]["holder"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        gil,
+        vec![
+            // The wait ends where the hold begins: one track's slices never overlap.
+            (main_gil, "GIL wait", 10.0, 30.0, 3, Some("metrics")),
+            (main_gil, "GIL held", 40.0, 10.0, 1, None),
+            (metrics_gil, "GIL held", 10.0, 30.0, 3, None),
+            (metrics_gil, "GIL wait", 40.0, 10.0, 1, Some("main")),
+        ]
+    );
+    // The stack slices stay on the threads' own tracks: main's two active samples, apart.
+    let main_stack: Vec<(&str, f64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 70)
+        .map(|e| {
+            let name = e["name"].as_str().unwrap_or_default();
+            (name, e["ts"].as_f64().unwrap_or_default() / 1e3)
+        })
+        .collect();
+    assert_eq!(
+        main_stack,
+        [("main", 0.0), ("step", 0.0), ("main", 40.0), ("step", 40.0)]
+    );
+}
