@@ -460,8 +460,8 @@ impl TopModel {
         self.tagger.tag_at(Timestamp(time)).idle()
     }
 
-    /// Counts the GIL of the read held: it is complete (another kind of event came, an
-    /// interval or the input ended).
+    /// Counts the GIL of the read held: it is complete (another kind of event came, or the
+    /// input ended).
     fn complete_read(&mut self) {
         let (current, all) = (&mut self.current, &mut self.all);
         self.reads
@@ -469,10 +469,9 @@ impl TopModel {
     }
 
     /// Ends the interval in progress: its counts become what the interval columns show. The
-    /// read in progress is counted in it: a read's samples come in one batch, and the caller
-    /// ends an interval between batches.
+    /// read in progress stays held and counts in the next one: a batch of events may end in
+    /// the middle of a read, and a read split in two would lose who held the GIL.
     pub fn end_interval(&mut self) {
-        self.complete_read();
         self.interval = std::mem::take(&mut self.current);
     }
 

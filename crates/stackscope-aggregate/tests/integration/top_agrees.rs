@@ -125,6 +125,34 @@ fn run_events() -> Vec<Event> {
     events
 }
 
+/// Each thread's GIL shares: the same reads, resolved by the one rule, in both.
+fn assert_gil_agrees(top: &TopModel, summary: &stackscope_aggregate::Summary) {
+    let gil = summary.gil.as_ref().expect("the GIL's summary");
+    let top_gil = top.thread_gil();
+    for thread in &gil.threads {
+        let counts = top_gil
+            .iter()
+            .find(|t| t.thread.pid == thread.pid && t.thread.id == thread.python_thread_id)
+            .map(|t| t.all)
+            .unwrap_or_else(|| panic!("top has no GIL for {}", thread.thread));
+        assert!(
+            (counts.holds() - thread.holds).abs() < 1e-9
+                && (counts.waits() - thread.waits).abs() < 1e-9,
+            "{}: top {counts:?}, summary {thread:?}",
+            thread.thread
+        );
+    }
+    // The loader waits for the GIL where it also reads; the thread asleep in `wait` never does.
+    let waits = |name: &str| {
+        gil.threads
+            .iter()
+            .find(|t| t.thread == name)
+            .map(|t| t.waits)
+    };
+    assert!(waits("worker-2").is_some_and(|w| w > 0.05), "{gil:?}");
+    assert!(waits("worker-3").is_none_or(|w| w == 0.0), "{gil:?}");
+}
+
 fn assert_agree(events: &[Event], include_idle: bool) {
     let config = AggregateConfig {
         include_idle,
@@ -171,6 +199,7 @@ fn assert_agree(events: &[Event], include_idle: bool) {
         .collect();
     assert_eq!(top_threads, summary_threads);
     assert_eq!(summary_threads.len(), if include_idle { 3 } else { 2 });
+    assert_gil_agrees(&top, &summary);
 
     let rows = top.rows(&options);
     let row = |function: &str, file: &str| {
