@@ -65,27 +65,46 @@ pub struct PhaseCounts {
     pub gil_waiting: u64,
     /// Of those, the ones taken while the GPU was busy.
     pub gil_waiting_gpu_busy: u64,
+    /// Waiting samples taken while another thread of the process held the GIL and the GPU was
+    /// not busy, at a stack where the thread runs or not (`gil/`'s `held_elsewhere`).
+    pub held_elsewhere_not_busy: u64,
     /// Samples at which the thread arrived here from another stack (or from none): how often
     /// it came, where `all()` says how long it stayed. A loop enters its hand-off once a step.
     pub entries: u64,
 }
 
 impl PhaseCounts {
-    fn add(&mut self, tag: GpuTag, running: bool, gil_wait: bool) {
+    fn add(&mut self, tag: GpuTag, running: bool, gil: SampleGil) {
+        let busy = tag.idle() == Some(false);
         match tag.idle() {
             Some(true) => self.gpu_idle.add(running),
             Some(false) => self.gpu_busy.add(running),
             None => self.gpu_unknown.add(running),
         }
-        if gil_wait && !running {
+        if running {
+            return;
+        }
+        if gil.waited {
             self.gil_waiting += 1;
-            self.gil_waiting_gpu_busy += u64::from(tag.idle() == Some(false));
+            self.gil_waiting_gpu_busy += u64::from(busy);
+        }
+        if gil.held_elsewhere && !busy {
+            self.held_elsewhere_not_busy += 1;
         }
     }
 
     pub fn all(&self) -> RunWait {
         self.gpu_idle.plus(self.gpu_busy).plus(self.gpu_unknown)
     }
+}
+
+/// What a sample did with the GIL, as its activity counts it.
+#[derive(Debug, Clone, Copy, Default)]
+struct SampleGil {
+    /// It waited for the GIL (`gil/`).
+    waited: bool,
+    /// It did not run while another thread held the GIL.
+    held_elsewhere: bool,
 }
 
 /// One thread's samples since start (start-up left out where a recording leaves it out).
@@ -101,21 +120,26 @@ pub struct Activity {
 }
 
 impl Activity {
-    /// Counts one tagged sample; `stack` when the thread's stacks are followed; `gil_holder`
-    /// when another thread of its process held the GIL at the sample.
+    /// Counts one tagged sample; `stack` when the thread's stacks are followed; `gil_waited`
+    /// when it waited for the GIL, `gil_holder` when another thread of its process held the GIL
+    /// at the sample.
     pub fn count(
         &mut self,
         stack: Option<StackId>,
         tag: GpuTag,
         running: bool,
+        gil_waited: bool,
         gil_holder: Option<ThreadKey>,
     ) {
-        let gil_wait = gil_holder.is_some() && !running;
+        let gil = SampleGil {
+            waited: gil_waited && !running,
+            held_elsewhere: gil_holder.is_some() && !running,
+        };
         let entered = stack.is_none() || stack != self.last_stack;
         self.last_stack = stack;
-        self.totals.add(tag, running, gil_wait);
+        self.totals.add(tag, running, gil);
         self.totals.entries += u64::from(entered);
-        if let (Some(holder), true) = (gil_holder, gil_wait) {
+        if let (Some(holder), true) = (gil_holder, gil.held_elsewhere) {
             *self.gil_holders.entry(holder).or_default() += 1;
         }
         let Some(stack) = stack else {
@@ -127,7 +151,7 @@ impl Activity {
             None if !full => self.stacks.entry(stack).or_default(),
             None => return,
         };
-        counts.add(tag, running, gil_wait);
+        counts.add(tag, running, gil);
         counts.entries += u64::from(entered);
     }
 }
@@ -139,10 +163,10 @@ mod tests {
     #[test]
     fn totals_by_phase_and_stacks_when_followed() {
         let mut a = Activity::default();
-        a.count(Some(1), GpuTag::Idle, false, None);
-        a.count(Some(1), GpuTag::Idle, false, Some((7, 2, 0)));
-        a.count(Some(2), GpuTag::BusyLowSm, true, Some((7, 2, 0)));
-        a.count(None, GpuTag::Unknown, true, None);
+        a.count(Some(1), GpuTag::Idle, false, false, None);
+        a.count(Some(1), GpuTag::Idle, false, true, Some((7, 2, 0)));
+        a.count(Some(2), GpuTag::BusyLowSm, true, false, Some((7, 2, 0)));
+        a.count(None, GpuTag::Unknown, true, false, None);
         assert_eq!(
             a.totals.gpu_idle,
             RunWait {
@@ -162,7 +186,7 @@ mod tests {
         // Stack 1 was entered once (two samples in a row), stack 2 once.
         assert_eq!(a.stacks[&1].entries, 1);
         assert_eq!(a.stacks[&2].entries, 1);
-        a.count(Some(1), GpuTag::Idle, true, None);
+        a.count(Some(1), GpuTag::Idle, true, false, None);
         assert_eq!(a.stacks[&1].entries, 2);
     }
 }

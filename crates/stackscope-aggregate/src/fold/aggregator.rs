@@ -277,6 +277,7 @@ impl Aggregator {
             running,
             thread: key,
             // Known once the sample's read is complete (`pass_read`).
+            gil_waited: false,
             gil_holder: None,
         }
     }

@@ -7,7 +7,7 @@ use stackscope_event::StackSample;
 use super::aggregator::Aggregator;
 use super::tagged::Held;
 use super::threads::{thread_key, ThreadKey};
-use crate::gil::{GilCounts, GilRead, GilSample};
+use crate::gil::{GilCounts, GilRead, GilSample, GilState};
 use crate::gpu::GpuTag;
 
 /// A sample held for its read: folded, with the tag `top` gave it, if any.
@@ -64,7 +64,8 @@ impl Aggregator {
         let pid = first.pid;
         let mut process = GilCounts::default();
         for (sample, (mut held, tag), read) in done.drain(..) {
-            held.gil_holder = read.holder;
+            held.gil_waited = read.state == GilState::Waited;
+            held.gil_holder = read.held_elsewhere;
             process.add(read.state);
             if let Some(thread) = self.threads.get_mut(&held.thread) {
                 thread.gil.add(read.state);

@@ -32,8 +32,10 @@ pub(crate) struct Held {
     pub kept: bool,
     pub running: bool,
     pub thread: ThreadKey,
+    /// Whether it waited for the GIL (`gil/`).
+    pub gil_waited: bool,
     /// Another thread of its process that held the GIL at the sample, for a sample that did
-    /// not hold it.
+    /// not run ([`crate::gil::GilRead::held_elsewhere`]).
     pub gil_holder: Option<ThreadKey>,
 }
 
@@ -79,9 +81,13 @@ impl Sink<'_> {
         }
         if !in_startup {
             if let Some(thread) = self.threads.get_mut(&held.thread) {
-                thread
-                    .activity
-                    .count(held.stack, tag, held.running, held.gil_holder);
+                thread.activity.count(
+                    held.stack,
+                    tag,
+                    held.running,
+                    held.gil_waited,
+                    held.gil_holder,
+                );
             }
         }
     }

@@ -106,7 +106,12 @@ impl<S: std::hash::Hash + Eq> RunsAt<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GilRead<K> {
     pub state: GilState,
+    /// The holder, for a sample that [`GilState::Waited`].
     pub holder: Option<K>,
+    /// The holder, for any sample that did not run while another thread held the GIL, at a
+    /// stack where it runs or not: the training loop's step reads such a wait in its own code
+    /// as one for the GIL where it is not waiting on the GPU (`roles/step.rs`).
+    pub held_elsewhere: Option<K>,
 }
 
 /// The samples of the latest read (one process, one instant), held until it is complete.
@@ -158,8 +163,19 @@ impl<K: Copy + PartialEq, T> ReadGroups<K, T> {
                 sample.runs_here,
                 other.is_some(),
             );
+            let held_elsewhere = (!sample.running && !sample.owns_gil)
+                .then_some(other)
+                .flatten();
             let holder = (state == GilState::Waited).then_some(other).flatten();
-            out(item, sample, GilRead { state, holder });
+            out(
+                item,
+                sample,
+                GilRead {
+                    state,
+                    holder,
+                    held_elsewhere,
+                },
+            );
         }
     }
 

@@ -6,7 +6,10 @@
 //!   listed, only those of listed processes), the one whose stacks change most with the GPU's state (what it does while the GPU
 //!   idles differs from what it does while it is busy, [`the_loop::stack_change`]); a thread doing the
 //!   same whatever the GPU does is a helper, however busy. Where no thread changes that way
-//!   (the GPU never idles), the target's main thread. Without GPU data the same role, the
+//!   (the GPU never idles, or its rhythm is faster than NVML's averaging shows): the thread
+//!   found by its hand-offs, else the thread seen in GPU work (a synchronisation, torch's
+//!   modules, autograd or optimizers), else the target's main thread unless it only waits in
+//!   a `join` for a loop in a thread of its own. Without GPU data the same role, the
 //!   **loop**, is found by its hand-offs (`handoff.rs`): the thread that again and again takes
 //!   work from others through a queue, a pipe or a future and computes. A program with no such
 //!   thread (and no GPU data) has no roles: threads are threads. The loop is one role, however
@@ -163,10 +166,7 @@ pub fn assign(
         .collect();
     let (trainer, found_by) = if has_gpu_data {
         let candidates = in_listed_processes(candidates, compute_pids);
-        (
-            choose_trainer(table, &candidates, root_pid),
-            LoopFoundBy::Gpu,
-        )
+        (choose_trainer(table, &candidates, &kinds), LoopFoundBy::Gpu)
     } else {
         match loop_by_handoffs(table, &candidates, &kinds) {
             Some(consumer) => (Some(consumer), LoopFoundBy::HandOffs),

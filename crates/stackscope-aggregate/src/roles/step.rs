@@ -14,10 +14,11 @@
 //!   the loop's own data path: an iterator's `__next__`, a dataset's `__getitem__`, torch's
 //!   `utils/data`, or a function named for loading (read, load, fetch, decode, collate,
 //!   augment, transform, preprocess, tokenize), running or blocked in a read;
-//! - `gil_wait`: it waits, outside a hand-off or a lock, while another thread of its process
-//!   holds the GIL, at a stack where it runs itself (its own Python, its launch work: the one
-//!   rule of `gil/`), whatever the GPU does; a wait in a blocking call (`.item()`, a copy) with
-//!   the GIL elsewhere is the wait that released it, a GPU wait while the GPU is busy;
+//! - `gil_wait`: it waits, outside a hand-off or a lock, for the GIL another thread of its
+//!   process holds: at a stack where it runs itself (its own Python, its launch work: the one
+//!   rule of `gil/`) whatever the GPU does; elsewhere in its code while the GPU is not busy
+//!   (a write or a sleep returns into a wait for the GIL). A wait in a blocking call
+//!   (`.item()`, a copy) with the GIL elsewhere while the GPU is busy is the GPU's;
 //! - `other_wait`: any other wait (sleeps, locks, events);
 //! - `python`: any other running sample (the step's own Python, launching kernels).
 
@@ -203,8 +204,11 @@ pub fn step(table: &StackTable, activity: &Activity) -> Option<Step> {
         };
         let running = c.gpu_idle.running + c.gpu_busy.running + c.gpu_unknown.running;
         let waiting = c.gpu_idle.waiting + c.gpu_busy.waiting + c.gpu_unknown.waiting;
-        // GIL waits are waits at a stack where the loop runs (`gil/`), the GPU busy or not.
-        let (gil_waits, gil_waits_gpu_busy) = (c.gil_waiting, c.gil_waiting_gpu_busy);
+        // The loop's GIL waits: where it runs (`gil/`), the GPU busy or not; and while the GPU
+        // is not busy, any wait in its own code with the GIL elsewhere (a write's, a sleep's
+        // return waits for the GIL; a blocking call while the GPU is busy is the GPU's).
+        let gil_waits_gpu_busy = c.gil_waiting_gpu_busy;
+        let gil_waits = (gil_waits_gpu_busy + c.held_elsewhere_not_busy).min(waiting);
         let place = || place_of(table, &entry.frames);
         match kind_of(table, &entry.frames, loop_at, &loaders) {
             StackKind::Handoff => {
@@ -387,7 +391,8 @@ fn kind_of(
     {
         return StackKind::Load;
     }
-    let in_lock = keys.iter().any(|&(_, file, origin)| {
+    // Inside the loop only: a loop in a thread of its own runs under `threading`'s frames.
+    let in_lock = inner.iter().any(|&(_, file, origin)| {
         origin == FileOrigin::Stdlib && LOCKS.iter().any(|l| file.ends_with(l))
     });
     if in_lock {
@@ -399,7 +404,7 @@ fn kind_of(
 
 /// A GPU synchronisation: Python's `synchronize` (torch's device, stream and event), CUDA's
 /// and NCCL's blocking calls in native frames.
-fn is_gpu_sync(function: &str, origin: FileOrigin) -> bool {
+pub(super) fn is_gpu_sync(function: &str, origin: FileOrigin) -> bool {
     let lower = function.to_ascii_lowercase();
     if lower.contains("synchronize") {
         return true;

@@ -76,7 +76,7 @@ pub(super) fn in_listed_processes<'a>(
 pub(super) fn choose_trainer<'a>(
     table: &StackTable,
     candidates: &[&'a ThreadFacts<'a>],
-    root_pid: u32,
+    kinds: &Kinds,
 ) -> Option<&'a ThreadFacts<'a>> {
     // A native thread (torch's autograd engine runs the backward pass and its Python hooks on
     // one) runs only while the GPU works and would stand out; the loop is a Python thread.
@@ -89,26 +89,105 @@ pub(super) fn choose_trainer<'a>(
     if let Some((_, t)) = standing_out {
         return Some(t);
     }
+    // No thread changes with the GPU (it never idles, or its rhythm is faster than NVML's
+    // averaging shows): the loop as found without GPU data, by its hand-offs; else the main
+    // thread, unless it only waits for other threads to end (a loop in a thread of its own).
+    if let Some(consumer) = loop_by_handoffs(table, candidates, kinds) {
+        return Some(consumer);
+    }
+    let working: Vec<&'a ThreadFacts<'a>> = candidates
+        .iter()
+        .filter(|t| !joins_others(table, t.activity))
+        .copied()
+        .collect();
+    // The thread seen in GPU work: a synchronisation, torch's modules, autograd or optimizers.
+    let in_gpu_work = working
+        .iter()
+        .filter(|t| t.named)
+        .map(|t| (gpu_work_samples(table, t.activity), *t))
+        .filter(|(n, _)| *n > 0)
+        .max_by_key(|(n, t)| (*n, std::cmp::Reverse((t.pid, t.python_thread_id))));
+    if let Some((_, t)) = in_gpu_work {
+        return Some(t);
+    }
     let main_of = |pid: u32| {
-        candidates
+        working
             .iter()
             .find(|t| t.pid == pid && t.name == "MainThread")
             .copied()
     };
-    main_of(root_pid)
+    main_of(kinds.root_pid)
         .or_else(|| {
-            candidates
+            working
                 .iter()
                 .filter(|t| t.name == "MainThread")
                 .max_by_key(|t| (t.activity.totals.all().total(), std::cmp::Reverse(t.pid)))
                 .copied()
         })
         .or_else(|| {
-            candidates
+            working
                 .iter()
                 .max_by_key(|t| (t.activity.totals.all().running, std::cmp::Reverse(t.pid)))
                 .copied()
         })
+        .or_else(|| candidates.first().copied())
+}
+
+/// Files of torch's that only the loop runs: the forward pass, the backward, the optimizer
+/// step, the device's calls.
+const GPU_WORK_FILES: &[&str] = &[
+    "torch/nn/modules/",
+    "torch/autograd/",
+    "torch/optim/",
+    "torch/cuda/",
+];
+
+/// A thread's samples in GPU work: in a GPU synchronisation (`roles/step.rs`) or a file of
+/// [`GPU_WORK_FILES`].
+fn gpu_work_samples(table: &StackTable, activity: &Activity) -> u64 {
+    activity
+        .stacks
+        .iter()
+        .filter_map(|(&stack, c)| Some((table.stacks().get(stack as usize)?, c)))
+        .filter(|(entry, _)| {
+            entry.frames.iter().any(|&f| {
+                let Some(e) = table.frame(f) else {
+                    return false;
+                };
+                let Some(key) = e.function.and_then(|id| table.function(id)) else {
+                    return false;
+                };
+                super::step::is_gpu_sync(&key.function, e.origin)
+                    || GPU_WORK_FILES.iter().any(|w| key.file.contains(w))
+            })
+        })
+        .map(|(_, c)| c.all().total())
+        .sum()
+}
+
+/// A thread waits for others to end when at least this share of its samples are in a join.
+const JOINING: f64 = 0.8;
+
+/// Whether a thread mostly waits in `Thread.join`: a main thread that started the loop in a
+/// thread of its own and waits for it.
+fn joins_others(table: &StackTable, activity: &Activity) -> bool {
+    let total = activity.totals.all().total();
+    let joining: u64 = activity
+        .stacks
+        .iter()
+        .filter(|(&stack, _)| {
+            super::stacks_run(
+                table,
+                std::iter::once(stack),
+                &[
+                    ("join", "threading.py"),
+                    ("_wait_for_tstate_lock", "threading.py"),
+                ],
+            )
+        })
+        .map(|(_, c)| c.all().total())
+        .sum();
+    total > 0 && joining as f64 >= JOINING * total as f64
 }
 
 /// Without GPU data, the loop: among the candidates' Python threads, those that take work
