@@ -8,7 +8,9 @@
 //!
 //! Each shape states its truth against the job's own measure of its step (`--stats`):
 //!
-//! - spinning helpers: `gpu.step.gil_wait` within 12 points of the job's own GIL wait, the
+//! - spinning helpers: `gpu.step.gil_wait` within 12 points of the job's own GIL wait (its
+//!   own Python's; up to the GIL waits of its write that tells the GPU idle, which it counts
+//!   as GPU wait, on top), the
 //!   holder (`gpu.step_gil_holder`) a helper and its function (`spin`), the class
 //!   `gil_contention` (or the loop's own Python named as the bottleneck), and never `gpu_bound`
 //!   while the GPU idles 40% of the time or more;
@@ -244,10 +246,15 @@ fn check(name: &str, shape: &GilShape, summary: &Value, stats: &Value) {
         "{context}"
     );
 
+    // The job counts the GIL waits of the write that tells its GPU idle in its GPU wait; they
+    // are GIL waits all the same (long behind three helpers), so the truth lies between the
+    // job's own `gil_wait` and that plus them.
     let got = num(&step["gil_wait"], "gpu.step.gil_wait");
+    let in_writes = own_share(stats, "gil_wait_in_writes");
     assert!(
-        (got - own_gil).abs() <= GIL_POINTS,
-        "gil_wait {got:.2} against the job's own {own_gil:.2}\n{context}"
+        got >= own_gil - GIL_POINTS && got <= own_gil + in_writes + GIL_POINTS,
+        "gil_wait {got:.2} against the job's own {own_gil:.2} (and {in_writes:.2} in its \
+         writes)\n{context}"
     );
     // A verdict that the GPU is the bottleneck needs a GPU busy most of the time.
     if own_gpu_busy <= 1.0 - GPU_IDLES {
