@@ -195,8 +195,8 @@ fn joins_others(table: &StackTable, activity: &Activity) -> bool {
 /// top of the job (the target's process, then any process `multiprocessing` did not start:
 /// its workers take tasks through a queue too) that computes most. Where none is seen in its
 /// hand-off but the job has workers (a loop whose batches are always ready spends next to no
-/// time taking them, and sampling misses it), the main thread nearest the top that computes.
-/// `None` when no thread is a loop.
+/// time taking them, and sampling misses it), the main thread nearest the top that computes;
+/// last, a worker process's loop. `None` when no thread is a loop.
 pub(super) fn loop_by_handoffs<'a>(
     table: &StackTable,
     candidates: &[&'a ThreadFacts<'a>],
@@ -225,22 +225,29 @@ pub(super) fn loop_by_handoffs<'a>(
             .filter(|t| t.named)
             .map(|t| (HandOffs::of(table, t.activity), *t))
     };
+    let is_worker = |t: &ThreadFacts<'_>| kinds.mp_workers.contains(&t.pid);
     let consumer = named()
-        .filter(|(h, _)| h.is_loop())
+        .filter(|(h, t)| h.is_loop() && !is_worker(t))
         .max_by_key(|(h, t)| rank(h, t));
     if let Some((_, t)) = consumer {
         return Some(t);
     }
     let has_workers = !kinds.loader_workers.is_empty() || !kinds.mp_workers.is_empty();
-    if !has_workers {
-        return None;
-    }
-    named()
+    let computing_main = named()
         .filter(|(h, t)| {
-            t.name == "MainThread"
-                && !kinds.mp_workers.contains(&t.pid)
+            has_workers
+                && t.name == "MainThread"
+                && !is_worker(t)
                 && h.computing as f64 >= handoff::MIN_ELSEWHERE * h.total as f64
         })
+        .max_by_key(|(h, t)| rank(h, t));
+    if let Some((_, t)) = computing_main {
+        return Some(t);
+    }
+    // Last, a worker that takes its tasks through a queue: a loop started by
+    // `multiprocessing` (a rank of `torch.multiprocessing.spawn`).
+    named()
+        .filter(|(h, t)| h.is_loop() && is_worker(t))
         .max_by_key(|(h, t)| rank(h, t))
         .map(|(_, t)| t)
 }
