@@ -406,6 +406,8 @@ mod tests {
             model.handle(gil_sample(ms, 1, "MainThread", false, false));
             model.handle(gil_sample(ms, 2, "metrics", true, true));
         }
+        // The last read is complete once the input ends.
+        model.flush();
         model.end_interval();
         let lines = screen_text(&model);
         assert!(

@@ -798,18 +798,10 @@ fn the_perfetto_trace_carries_who_held_the_gil_and_who_waited_for_it() {
         "--",
         "python3",
     ]);
-    cmd.arg(fixture_path("shape_job.py")).arg(&ready).args([
-        "--seconds",
-        "4",
-        "--feed",
-        "ready",
-        "--python-ms",
-        "200",
-        "--step-ms",
-        "20",
-        "--helper",
-        "spin",
-    ]);
+    cmd.arg(fixture_path("shape_job.py"))
+        .arg(&ready)
+        .args(["--seconds", "4"])
+        .args(common::shape_jobs::GIL_BOUND);
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let trace = read_json(&out.out.join("trace.json"));

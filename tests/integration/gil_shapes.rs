@@ -23,6 +23,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::shape_jobs::*;
 use common::*;
 use serde_json::Value;
 use stackscope_testkit::python::interpreters_of;
@@ -110,14 +111,6 @@ impl GilShape {
     }
 }
 
-/// The fake NVML script whose utilization follows `file`, read every 100 ms.
-fn fake_script(file: &Path) -> String {
-    format!(
-        r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":100}}"#,
-        file.display()
-    )
-}
-
 /// Records the shape under `python`; the summary and the job's own `--stats`.
 fn record(python: &Path, shape: &GilShape) -> (Value, Value) {
     let out = OutDir::new();
@@ -136,7 +129,7 @@ fn record(python: &Path, shape: &GilShape) -> (Value, Value) {
         .args(["--seconds", "8", "--stats"])
         .arg(&stats)
         .args(shape.args())
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .env("STACKSCOPE_FAKE_NVML", fake_nvml_following(&gpu_file));
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let summary = out.summary();
@@ -145,20 +138,8 @@ fn record(python: &Path, shape: &GilShape) -> (Value, Value) {
         "no GPU section\n{}",
         run.describe()
     );
-    let stats: Value = serde_json::from_str(
-        &std::fs::read_to_string(&stats).unwrap_or_else(|e| panic!("the job's stats: {e}")),
-    )
-    .expect("stats JSON");
+    let stats = read_stats(&stats);
     (summary, stats)
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-/// The job's own share of its wall time in `part` (0 when it spent none there).
-fn own_share(stats: &Value, part: &str) -> f64 {
-    stats[part].as_f64().unwrap_or(0.0) / num(&stats["secs"], "secs")
 }
 
 /// The GIL account (`summary.gil.threads`) of the threads of `pid` whose name starts with

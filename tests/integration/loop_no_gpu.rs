@@ -16,6 +16,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::shape_jobs::*;
 use common::*;
 use serde_json::Value;
 
@@ -35,22 +36,6 @@ enum NoGpu {
     /// `--gpu auto` with an NVML library that cannot be loaded.
     NoNvml,
 }
-
-/// A worker-fed loop whose input pipeline is the bottleneck (as in `shapes.rs`).
-const WORKERS: &[&str] = &[
-    "--feed",
-    "workers",
-    "--workers",
-    "2",
-    "--reads",
-    "4",
-    "--read-ms",
-    "80",
-    "--decode-ms",
-    "60",
-    "--step-ms",
-    "100",
-];
 
 /// A loop that takes its batches from two workers, then reads six records itself, one after
 /// another: its own loading is most of its step. The workers take about 650 ms a batch each, a
@@ -116,30 +101,8 @@ fn record(out: &OutDir, args: &[&str], how: NoGpu) -> (Value, Value, Run) {
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let summary = out.summary();
-    let stats: Value = serde_json::from_str(
-        &std::fs::read_to_string(&stats).unwrap_or_else(|e| panic!("the job's stats: {e}")),
-    )
-    .expect("stats JSON");
+    let stats = read_stats(&stats);
     (summary, stats, run)
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-/// The job's own share of its wall time in `part` (0 when it spent none there).
-fn own_share(stats: &Value, part: &str) -> f64 {
-    stats[part].as_f64().unwrap_or(0.0) / num(&stats["secs"], "secs")
-}
-
-/// Worker pipelines that keep up with the loop's step without its wait for input, from the
-/// job's own times (as `shapes.rs` reckons them): each of `now` pipelines makes a batch per
-/// `now` steps of `T`; the step without its wait is `T - wait`.
-fn own_workers_needed(stats: &Value, now: f64) -> f64 {
-    let steps = num(&stats["steps"], "steps");
-    let step = num(&stats["secs"], "secs") / steps;
-    let wait = stats["input_wait"].as_f64().unwrap_or(0.0) / steps;
-    now * step / (step - wait)
 }
 
 /// The roles' labels of role `role`.
@@ -230,7 +193,7 @@ fn check_loop(summary: &Value, stats: &Value, run: &Run, class: &str) {
 fn worker_fed(how: NoGpu) {
     let _serial = serial();
     let out = OutDir::new();
-    let (summary, stats, run) = record(&out, WORKERS, how);
+    let (summary, stats, run) = record(&out, WORKER_FED, how);
     check_loop(&summary, &stats, &run, "input_pipeline");
     let context = context(&summary, &stats, &run);
 
@@ -270,7 +233,7 @@ fn worker_fed(how: NoGpu) {
     assert_eq!(text(&fixed["bottleneck"]), "input_pipeline", "{context}");
     let now = fixed["workers_now"].as_f64().expect("workers_now");
     assert_eq!(now, 2.0, "{context}");
-    let own = own_workers_needed(&stats, now);
+    let own = own_workers_needed(&stats, now, "input_wait");
     let got = num(&fixed["workers_needed"], "workers_needed");
     eprintln!("{how:?}: workers_needed {got}, the job's own {own:.1}");
     assert!(

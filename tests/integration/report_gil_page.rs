@@ -8,21 +8,13 @@
 use crate::common;
 
 use common::browser::*;
+use common::shape_jobs::*;
 use common::*;
 use serde_json::Value;
-use std::path::Path;
 use std::time::Duration;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 const SECONDS: &str = "6";
-
-/// The fake NVML script whose utilization follows `file`, read every 100 ms.
-fn fake_script(file: &Path) -> String {
-    format!(
-        r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":100}}"#,
-        file.display()
-    )
-}
 
 /// Records the loop and its metrics thread as `shapes.rs` records its shapes.
 fn record(out: &OutDir) {
@@ -40,17 +32,8 @@ fn record(out: &OutDir) {
         .arg(&gpu_file)
         .args(["--seconds", SECONDS, "--stats"])
         .arg(&stats)
-        .args([
-            "--feed",
-            "ready",
-            "--python-ms",
-            "200",
-            "--step-ms",
-            "20",
-            "--helper",
-            "spin",
-        ])
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .args(GIL_BOUND)
+        .env("STACKSCOPE_FAKE_NVML", fake_nvml_following(&gpu_file));
     run_with_timeout(cmd, RUN_TIMEOUT).assert_success();
 }
 

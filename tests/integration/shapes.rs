@@ -13,6 +13,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::shape_jobs::*;
 use common::*;
 use serde_json::Value;
 
@@ -45,21 +46,6 @@ struct Shape {
     check_workers: bool,
 }
 
-const WORKERS: &[&str] = &[
-    "--feed",
-    "workers",
-    "--workers",
-    "2",
-    "--reads",
-    "4",
-    "--read-ms",
-    "80",
-    "--decode-ms",
-    "60",
-    "--step-ms",
-    "100",
-];
-
 impl Shape {
     fn worker_fed(layout: Layout, args: &'static [&'static str]) -> Shape {
         Shape {
@@ -72,14 +58,6 @@ impl Shape {
             check_workers: true,
         }
     }
-}
-
-/// The fake NVML script whose utilization follows `file`, read every 100 ms.
-fn fake_script(file: &Path) -> String {
-    format!(
-        r#"{{"devices":[{{"name":"Fake H100","utilization":{{"file":"{}"}}}}],"sample_period_ms":100}}"#,
-        file.display()
-    )
 }
 
 /// A package holding the fixture as `shapepkg/loop.py`, beside the helpers it imports.
@@ -123,7 +101,7 @@ fn record(out: &OutDir, shape: &Shape, extra: &[&str]) -> (Value, Value) {
         .arg(&stats)
         .args(shape.args)
         .args(extra)
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .env("STACKSCOPE_FAKE_NVML", fake_nvml_following(&gpu_file));
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let summary = out.summary();
@@ -132,34 +110,8 @@ fn record(out: &OutDir, shape: &Shape, extra: &[&str]) -> (Value, Value) {
         "no GPU section\n{}",
         run.describe()
     );
-    let stats: Value = serde_json::from_str(
-        &std::fs::read_to_string(&stats).unwrap_or_else(|e| panic!("the job's stats: {e}")),
-    )
-    .expect("stats JSON");
+    let stats = read_stats(&stats);
     (summary, stats)
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-/// The job's own share of its wall time in `part` (0 when it spent none there).
-fn own_share(stats: &Value, part: &str) -> f64 {
-    stats[part].as_f64().unwrap_or(0.0) / num(&stats["secs"], "secs")
-}
-
-/// Worker pipelines that keep up with the loop's step without its input time, from the job's
-/// own times: each of `now` pipelines makes a batch per `now` steps of `T`; the step without
-/// its wait for input (or its loading) is `T - wait`.
-fn own_workers_needed(stats: &Value, now: f64, wait_part: &str) -> f64 {
-    let steps = num(&stats["steps"], "steps");
-    let step = num(&stats["secs"], "secs") / steps;
-    let wait = stats[wait_part].as_f64().unwrap_or(0.0) / steps;
-    if now == 0.0 {
-        (wait / (step - wait)).max(1.0)
-    } else {
-        now * step / (step - wait)
-    }
 }
 
 /// The class of a shape whose loop waits both for its batches and for the GIL (a prefetching
@@ -281,12 +233,12 @@ fn check(shape: Shape) -> (Value, Value) {
 
 #[test]
 fn a_script_fed_by_forked_workers() {
-    check(Shape::worker_fed(Layout::Script, WORKERS));
+    check(Shape::worker_fed(Layout::Script, WORKER_FED));
 }
 
 #[test]
 fn a_package_run_with_dash_m_fed_by_workers() {
-    check(Shape::worker_fed(Layout::Package, WORKERS));
+    check(Shape::worker_fed(Layout::Package, WORKER_FED));
 }
 
 #[test]
@@ -544,7 +496,7 @@ fn a_loop_that_waits_on_the_gpu_every_step_with_fast_workers() {
 #[test]
 fn as_many_workers_as_needed_feed_the_loop_in_time() {
     let _serial = serial();
-    let shape = Shape::worker_fed(Layout::Script, WORKERS);
+    let shape = Shape::worker_fed(Layout::Script, WORKER_FED);
     let before_out = OutDir::new();
     let (before, before_stats) = record(&before_out, &shape, &[]);
     let fixed = &before["gpu"]["if_fixed"];
@@ -647,7 +599,7 @@ fn a_job_in_a_cgroup_with_a_quota_of_one_and_a_half_cpus_may_use_that_many() {
     let mut cmd = stackscope(&["record", "-o", out.arg(), "--nvml-lib"]);
     cmd.arg(fake_library("fake-nvml"))
         .args(["--", "sh", "-c", &script])
-        .env("STACKSCOPE_FAKE_NVML", fake_script(&gpu_file));
+        .env("STACKSCOPE_FAKE_NVML", fake_nvml_following(&gpu_file));
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let fixed = out.summary()["gpu"]["if_fixed"].clone();

@@ -740,21 +740,11 @@ fn gil_share(field: &str, what: &str) -> f64 {
 #[test]
 fn piped_top_shows_each_threads_gil_share() {
     let _serial = serial();
-    let fixture = Fixture::start(
-        "shape_job.py",
-        &[
-            "--seconds",
-            "4",
-            "--feed",
-            "ready",
-            "--python-ms",
-            "200",
-            "--step-ms",
-            "20",
-            "--helper",
-            "spin",
-        ],
-    );
+    let args: Vec<&str> = ["--seconds", "4"]
+        .into_iter()
+        .chain(common::shape_jobs::GIL_BOUND.iter().copied())
+        .collect();
+    let fixture = Fixture::start("shape_job.py", &args);
     let last = final_table(&fixture, &["--gpu", "off"]);
     let line = last
         .lines()

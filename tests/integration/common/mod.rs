@@ -7,6 +7,7 @@
 
 pub mod browser;
 mod leftovers;
+pub mod shape_jobs;
 pub use leftovers::*;
 // The Python fixture process (ready file, deadline, killed on Drop) is the workspace's one.
 pub use stackscope_testkit::python::{fixture_path, Fixture, READY_TIMEOUT};

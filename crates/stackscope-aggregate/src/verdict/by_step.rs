@@ -73,6 +73,17 @@ impl IfFixed {
             .map(|(_, _, part)| *part)
     }
 
+    /// Ends `verdict`'s text with [`IfFixed::sentence`], naming the feeders' function.
+    pub fn say_in(&self, verdict: &mut Verdict, while_idle: &WhileIdle) {
+        let function = while_idle
+            .feeders
+            .iter()
+            .find_map(|f| f.function.as_deref())
+            .map(super::by_roles::function_name);
+        verdict.text.push(' ');
+        verdict.text.push_str(&self.sentence(function));
+    }
+
     /// "Fed in time, steps would be up to 3.4x faster; about 7 workers would keep up (this job
     /// may use 16 CPUs)."
     pub fn sentence(&self, feeders_function: Option<&str>) -> String {

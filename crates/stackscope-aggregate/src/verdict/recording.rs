@@ -6,9 +6,7 @@
 //! launches work). Then what fixing it buys (`gpu.if_fixed`), and that a `record`'s start-up is
 //! left out.
 
-use super::by_roles::{
-    by_roles, feeders_sentence, function_name, place, trainer_at, while_idle_sentence,
-};
+use super::by_roles::{by_roles, feeders_sentence, place, trainer_at, while_idle_sentence};
 use super::by_step::{if_fixed, step_class, step_verdict, IfFixed};
 use super::class::{
     code_sentence, Verdict, VerdictClass, GPU_BOUND_ABOVE, PREPROCESSING_BELOW, STARVED_BELOW,
@@ -75,14 +73,7 @@ pub fn verdict_and_fix(input: VerdictInput<'_>) -> (Verdict, Option<IfFixed>) {
         )
     });
     if let Some(fixed) = &fixed {
-        let function = input
-            .while_idle
-            .feeders
-            .iter()
-            .find_map(|f| f.function.as_deref())
-            .map(function_name);
-        verdict.text.push(' ');
-        verdict.text.push_str(&fixed.sentence(function));
+        fixed.say_in(&mut verdict, input.while_idle);
     }
     (with_startup(verdict, input.startup_secs), fixed)
 }

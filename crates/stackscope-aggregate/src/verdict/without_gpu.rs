@@ -5,7 +5,7 @@
 //! its time; else that bottleneck at [`MODERATELY_BOUND`] or more. What fixing it buys is the
 //! same bound, in the same words, as with a GPU.
 
-use super::by_roles::{feeders_sentence, function_name, trainer_at};
+use super::by_roles::{feeders_sentence, trainer_at};
 use super::by_step::{bottleneck, if_fixed, step_verdict, IfFixed, HIGHLY_BOUND, MODERATELY_BOUND};
 use super::class::{Verdict, VerdictClass};
 use crate::roles::step::{GilHolder, Step, StepBreakdown};
@@ -42,13 +42,7 @@ pub fn loop_verdict_and_fix(
     let mut verdict = loop_verdict(class, share, step, gil_holder, while_idle);
     let fixed = if_fixed(class, &step.breakdown, while_idle, cpus_usable, None);
     if let Some(fixed) = &fixed {
-        let function = while_idle
-            .feeders
-            .iter()
-            .find_map(|f| f.function.as_deref())
-            .map(function_name);
-        verdict.text.push(' ');
-        verdict.text.push_str(&fixed.sentence(function));
+        fixed.say_in(&mut verdict, while_idle);
     }
     (verdict, fixed)
 }
