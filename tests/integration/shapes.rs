@@ -117,17 +117,27 @@ fn record(out: &OutDir, shape: &Shape, extra: &[&str]) -> (Value, Value) {
 /// The class of a shape whose loop waits both for its batches and for the GIL (a prefetching
 /// pool whose decode holds it): which of the two is larger depends on how the machine schedules
 /// the threads, so the truth is the larger of the two waits as the job itself measured them.
+/// Its GIL waits lie between its own Python's (`gil_wait`) and that plus those of the write
+/// that tells its GPU idle, which it counts as GPU wait (`gil_wait_in_writes`): where the input
+/// wait falls between the two, either class is true.
 const INPUT_OR_GIL: &str = "input_pipeline or gil_contention, by the job's own measure";
 
-/// The class `shape` must read, given the job's own measure of its step.
-fn expected_class(shape: &Shape, stats: &Value) -> &'static str {
+/// The classes `shape` may read, given the job's own measure of its step.
+fn expected_classes(shape: &Shape, stats: &Value) -> Vec<&'static str> {
     if shape.class != INPUT_OR_GIL {
-        shape.class
-    } else if own_share(stats, "gil_wait") > own_share(stats, "input_wait") {
-        "gil_contention"
-    } else {
-        "input_pipeline"
+        return vec![shape.class];
     }
+    let input = own_share(stats, "input_wait");
+    let gil_least = own_share(stats, "gil_wait");
+    let gil_most = gil_least + own_share(stats, "gil_wait_in_writes");
+    let mut classes = Vec::new();
+    if input >= gil_least {
+        classes.push("input_pipeline");
+    }
+    if gil_most >= input {
+        classes.push("gil_contention");
+    }
+    classes
 }
 
 /// Checks `shape`'s truth; answers the summary and the job's own measure, for more checks.
@@ -139,8 +149,12 @@ fn check(shape: Shape) -> (Value, Value) {
     let verdict = &gpu["verdict"];
     let words = text(&verdict["text"]);
     let context = format!("{verdict}\nstep {}\nown {stats}", gpu["step"]);
-    let class = expected_class(&shape, &stats);
-    assert_eq!(text(&verdict["class"]), class, "{context}");
+    let class = text(&verdict["class"]);
+    let classes = expected_classes(&shape, &stats);
+    assert!(
+        classes.contains(&class),
+        "{class} not in {classes:?}: {context}"
+    );
 
     // The trainer is the loop's thread, never a helper.
     let trainers: Vec<&str> = summary["roles"]
@@ -198,15 +212,24 @@ fn check(shape: Shape) -> (Value, Value) {
     // The breakdown against the job's own measure of its step.
     let step = &gpu["step"];
     let gil = (shape.class == INPUT_OR_GIL).then_some("gil_wait");
+    // The GIL waits of the job's write that tells its GPU idle are in its own gpu_wait: they
+    // may be read as either.
+    let in_writes = own_share(&stats, "gil_wait_in_writes");
     for part in ["input_wait", "inline_load", "gpu_wait"]
         .into_iter()
         .chain(gil)
     {
         let got = num(&step[part], part);
         let own = own_share(&stats, part);
+        let (least, most) = match part {
+            "gil_wait" => (own, own + in_writes),
+            "gpu_wait" => (own - in_writes, own),
+            _ => (own, own),
+        };
         assert!(
-            (got - own).abs() <= BREAKDOWN_POINTS,
-            "{part}: {got:.2} against the job's own {own:.2}\n{context}"
+            got >= least - BREAKDOWN_POINTS && got <= most + BREAKDOWN_POINTS,
+            "{part}: {got:.2} against the job's own {own:.2} ({in_writes:.2} of GIL waits in its \
+             writes)\n{context}"
         );
     }
 
