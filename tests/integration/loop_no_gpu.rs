@@ -1,4 +1,4 @@
-//! The loop read without GPU data (issue 42): `record --gpu off`, and `record` where the NVML
+//! The loop read without GPU data: `record --gpu off`, and `record` where the NVML
 //! library cannot be loaded. The loop is found by its hand-offs (a thread that again and again
 //! takes work from other processes or threads, then computes): `summary.json` says
 //! `loop_found_by: "hand_offs"`, names the loop `loop (MainThread)` and its feeders, and gives
