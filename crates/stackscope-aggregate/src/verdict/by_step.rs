@@ -34,6 +34,8 @@ use crate::roles::Role;
 pub const HIGHLY_BOUND: f64 = 0.20;
 /// At or above this share (and below [`HIGHLY_BOUND`]), "moderately".
 pub const MODERATELY_BOUND: f64 = 0.05;
+/// The CPUs the loop itself takes once it no longer waits: it runs its step on one.
+const LOOP_CPUS: f64 = 1.0;
 /// A speed-up is never said to be more than this: a share of nearly 1 gives no honest bound.
 const MAX_SPEEDUP: f64 = 50.0;
 
@@ -103,7 +105,10 @@ impl IfFixed {
                      it), or get cheaper."
                 );
             }
-            let too_many = self.cpus_usable.is_some_and(|c| cpus_needed > c);
+            // Fed in time, the loop itself keeps one CPU busy beside them.
+            let too_many = self
+                .cpus_usable
+                .is_some_and(|c| cpus_needed + LOOP_CPUS > c);
             if too_many {
                 let function = feeders_function.map_or("the feeders' function".to_owned(), |f| {
                     format!("the feeders' function ({f})")
@@ -351,6 +356,17 @@ mod tests {
         assert!(
             words.contains("augment_pixels) itself must get cheaper"),
             "{words}"
+        );
+        // 9 workers 45% busy take 4.05 CPUs, and the loop, fed, one more: 5 are not enough.
+        let tight = if_fixed(class, &step, &feeders(2, 0.45), Some(5.0), None).expect("fixed");
+        assert!(
+            tight.sentence(None).contains("more than the CPUs"),
+            "{tight:?}"
+        );
+        let room = if_fixed(class, &step, &feeders(2, 0.45), Some(5.5), None).expect("fixed");
+        assert!(
+            !room.sentence(None).contains("more than the CPUs"),
+            "{room:?}"
         );
     }
 
