@@ -27,7 +27,7 @@ use stackscope_event::{
 };
 
 use crate::fold::AggregateConfig;
-use crate::gil::{GilRead, GilSample, GilState, ReadGroups, RunsAt};
+use crate::gil::{frames_key, GilRead, GilSample, GilState, ReadGroups, RunsAt};
 use crate::gpu::{GpuTag, GpuTagger};
 
 /// Consecutive samples of one thread with the same stack, name and GPU state.
@@ -285,15 +285,8 @@ impl SampleTrace {
             .runs_at
             .entry(thread)
             .or_default()
-            .observe(stack_hash(&sample.frames), sample.thread.active);
-        let gil = GilSample {
-            pid: sample.pid,
-            time: sample.time,
-            thread,
-            running: sample.thread.active,
-            owns_gil: sample.thread.owns_gil,
-            runs_here,
-        };
+            .observe(frames_key(&sample.frames), sample.thread.active);
+        let gil = GilSample::of(sample, thread, runs_here);
         let (tracks, ids) = (&mut self.gil_tracks, &mut self.gil_ids);
         self.reads
             .push(gil, sample.thread.clone(), &mut |thread, s, read| {
@@ -552,14 +545,6 @@ fn gil_track(tracks: &mut Vec<GilTrack>, ids: &mut HashMap<GilKey, u32>, key: Gi
         tracks.push(GilTrack::new(key.0, key.1));
         (tracks.len() - 1) as u32
     })
-}
-
-/// A stack's frames as one key, for [`RunsAt`]: the trace interns only the kept samples' stacks.
-fn stack_hash(frames: &[Frame]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    frames.hash(&mut hasher);
-    hasher.finish()
 }
 
 fn intern_name(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -> u32 {

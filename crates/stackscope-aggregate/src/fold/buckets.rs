@@ -210,12 +210,7 @@ impl TimeBuckets {
                 l.idle += 1;
             }
         }
-        let index = self.index(time);
-        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
-        let counts = bucket.lanes.entry(lane).or_insert_with(|| {
-            self.entries += 1;
-            LaneCounts::default()
-        });
+        let counts = self.lane_counts(time, lane);
         if active {
             counts.active = counts.active.saturating_add(1);
         } else {
@@ -231,18 +226,24 @@ impl TimeBuckets {
         if !held && state != GilState::Waited {
             return;
         }
-        let index = self.index(time);
-        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
-        let counts = bucket.lanes.entry(lane).or_insert_with(|| {
-            self.entries += 1;
-            LaneCounts::default()
-        });
+        let counts = self.lane_counts(time, lane);
         if held {
             counts.gil_held = counts.gil_held.saturating_add(1);
         } else {
             counts.gil_waited = counts.gil_waited.saturating_add(1);
         }
         self.bound();
+    }
+
+    /// A lane's counts in the bucket of `time`, made when new.
+    fn lane_counts(&mut self, time: Timestamp, lane: u32) -> &mut LaneCounts {
+        let index = self.index(time);
+        let entries = &mut self.entries;
+        let bucket = bucket_at(&mut self.buckets, &mut self.latest, index);
+        bucket.lanes.entry(lane).or_insert_with(|| {
+            *entries += 1;
+            LaneCounts::default()
+        })
     }
 
     fn lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {

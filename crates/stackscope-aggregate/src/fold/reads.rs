@@ -100,14 +100,8 @@ impl Aggregator {
     }
 }
 
-/// A stack sample as the GIL rule reads it.
+/// A stack sample as the GIL rule reads it; where its thread runs is known once it is folded
+/// ([`Aggregator::where_it_runs`]).
 pub(super) fn gil_sample(sample: &StackSample) -> GilSample<ThreadKey> {
-    GilSample {
-        pid: sample.pid,
-        time: sample.time,
-        thread: thread_key(sample.pid, &sample.thread),
-        running: sample.thread.active,
-        owns_gil: sample.thread.owns_gil,
-        runs_here: false,
-    }
+    GilSample::of(sample, thread_key(sample.pid, &sample.thread), false)
 }

@@ -21,7 +21,7 @@
 //! another read, or [`ReadGroups::flush`]), then hands each on with its state and holder.
 
 use serde::{Deserialize, Serialize};
-use stackscope_event::Timestamp;
+use stackscope_event::{Frame, StackSample, Timestamp};
 
 /// What a thread did with the GIL at one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -58,6 +58,29 @@ pub struct GilSample<K> {
     pub owns_gil: bool,
     /// Whether its thread runs at its stack ([`RunsAt::observe`]).
     pub runs_here: bool,
+}
+
+impl<K> GilSample<K> {
+    /// A stack sample as the GIL rule reads it, its thread keyed as the caller keys threads;
+    /// `runs_here`: its thread runs at its stack ([`RunsAt::observe`]).
+    pub fn of(sample: &StackSample, thread: K, runs_here: bool) -> GilSample<K> {
+        GilSample {
+            pid: sample.pid,
+            time: sample.time,
+            thread,
+            running: sample.thread.active,
+            owns_gil: sample.thread.owns_gil,
+            runs_here,
+        }
+    }
+}
+
+/// A stack's frames as one key, for [`RunsAt`] in a view that does not intern stacks.
+pub fn frames_key(frames: &[Frame]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    frames.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A thread runs at a stack when at least this share of its samples there ran: Python it runs

@@ -49,13 +49,7 @@ pub fn is_handoff(function: &str, file: &str) -> bool {
 
 /// Whether a stack is inside a hand-off.
 pub fn stack_in_handoff(table: &StackTable, frames: &[FrameId]) -> bool {
-    frames.iter().any(|&f| {
-        table
-            .frame(f)
-            .and_then(|e| e.function)
-            .and_then(|id| table.function(id))
-            .is_some_and(|key| is_handoff(&key.function, &key.file))
-    })
+    super::calls_of(table, frames).any(|(key, _)| is_handoff(&key.function, &key.file))
 }
 
 /// What a thread did through hand-offs over the recording.

@@ -352,18 +352,23 @@ pub(crate) fn stacks_run(
     stacks
         .filter_map(|id| table.stacks().get(id as usize))
         .any(|stack| {
-            stack.frames.iter().any(|&f| {
-                table
-                    .frame(f)
-                    .and_then(|frame| frame.function)
-                    .and_then(|id| table.function(id))
-                    .is_some_and(|key| {
-                        functions.iter().any(|(name, file)| {
-                            named(&key.function, name) && key.file.ends_with(file)
-                        })
-                    })
+            calls_of(table, &stack.frames).any(|(key, _)| {
+                functions
+                    .iter()
+                    .any(|(name, file)| named(&key.function, name) && key.file.ends_with(file))
             })
         })
+}
+
+/// A stack's frames that name a function, with where its file is from.
+pub(crate) fn calls_of<'a>(
+    table: &'a StackTable,
+    frames: &'a [crate::fold::FrameId],
+) -> impl Iterator<Item = (&'a crate::fold::FunctionKey, stackscope_event::FileOrigin)> + 'a {
+    frames.iter().filter_map(move |&f| {
+        let entry = table.frame(f)?;
+        Some((table.function(entry.function?)?, entry.origin))
+    })
 }
 
 /// Whether a process's main thread works while the GPU idles (or, without GPU data, at all).

@@ -150,14 +150,8 @@ fn gpu_work_samples(table: &StackTable, activity: &Activity) -> u64 {
         .iter()
         .filter_map(|(&stack, c)| Some((table.stacks().get(stack as usize)?, c)))
         .filter(|(entry, _)| {
-            entry.frames.iter().any(|&f| {
-                let Some(e) = table.frame(f) else {
-                    return false;
-                };
-                let Some(key) = e.function.and_then(|id| table.function(id)) else {
-                    return false;
-                };
-                super::step::is_gpu_sync(&key.function, e.origin)
+            super::calls_of(table, &entry.frames).any(|(key, origin)| {
+                super::step::is_gpu_sync(&key.function, origin)
                     || GPU_WORK_FILES.iter().any(|w| key.file.contains(w))
             })
         })

@@ -27,9 +27,9 @@ mod memory;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use stackscope_event::{Event, Frame, GpuSample, StackSample, Timestamp};
+use stackscope_event::{Event, GpuSample, StackSample, Timestamp};
 
-use crate::gil::{GilCounts, GilRead, GilSample, ReadGroups, RunsAt};
+use crate::gil::{frames_key, GilCounts, GilRead, GilSample, ReadGroups, RunsAt};
 use crate::gpu::{GpuTag, GpuTagger};
 
 use gpus::Gpus;
@@ -157,26 +157,6 @@ fn thread_id(sample: &StackSample) -> ThreadId {
         pid: sample.pid,
         id: sample.thread.python_thread_id,
     }
-}
-
-/// A stack sample as the GIL rule reads it; `runs_here`: its thread runs at its stack.
-fn gil_sample(sample: &StackSample, runs_here: bool) -> GilSample<ThreadId> {
-    GilSample {
-        pid: sample.pid,
-        time: sample.time,
-        thread: thread_id(sample),
-        running: sample.thread.active,
-        owns_gil: sample.thread.owns_gil,
-        runs_here,
-    }
-}
-
-/// A stack's frames as one key, for [`RunsAt`]: the table keeps functions, not stacks.
-fn stack_hash(frames: &[Frame]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    frames.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// What the table is sorted by, descending.
@@ -396,12 +376,13 @@ impl TopModel {
             .runs_at
             .entry(id)
             .or_default()
-            .observe(stack_hash(&sample.frames), sample.thread.active);
+            .observe(frames_key(&sample.frames), sample.thread.active);
         let (current, all) = (&mut self.current, &mut self.all);
-        self.reads
-            .push(gil_sample(&sample, runs_here), (), &mut |(), s, read| {
-                count_gil(current, all, s, read)
-            });
+        self.reads.push(
+            GilSample::of(&sample, id, runs_here),
+            (),
+            &mut |(), s, read| count_gil(current, all, s, read),
+        );
         if self.gpu_enabled {
             self.tagger.hold(sample.time, sample);
             self.release(tagged);
