@@ -71,8 +71,11 @@ impl DeviceState {
 
         let (point, rate) = self.point_readings(device, notices);
         // An empty per-process answer means "the target did not use the GPU" only if the driver
-        // sampled at all meanwhile; the ring shows whether it did.
-        let driver_sampled = !samples.is_empty() || !self.metrics.is_on(Metric::Samples);
+        // sampled after the newest per-process answer; the ring shows whether it did. A ring
+        // sample the previous poll's per-process answer already covered does not count: two
+        // polls close together (the last one, at stop) would read as an idle target.
+        let driver_sampled = !self.metrics.is_on(Metric::Samples)
+            || sampled_since(self.last_ring_us, self.last_process_us);
         let process_utilization =
             self.process_utilization(device, target_pids, driver_sampled, notices);
         let (compute_pids, process_memory) = self.compute_processes(device, notices);
@@ -237,6 +240,12 @@ impl DeviceState {
     }
 }
 
+/// Whether the ring holds a sample newer than `process_us`, the newest time the per-process
+/// answers covered.
+fn sampled_since(ring_us: u64, process_us: u64) -> bool {
+    ring_us > process_us
+}
+
 /// Each listed process's GPU memory, by pid: a process with several contexts on the device (one
 /// per MIG compute instance) is listed once per context, and its memory is their sum. An entry
 /// the driver gives no figure for (under WDDM, or without the rights to see other users'
@@ -309,6 +318,16 @@ mod tests {
         assert_eq!(target_share(&list, &[10, 11]), 60.0);
         assert_eq!(target_share(&list, &[12]), 0.0);
         assert_eq!(target_share(&list, &[10, 11, 99]), 100.0);
+    }
+
+    #[test]
+    fn an_empty_per_process_answer_is_idle_only_after_a_ring_sample_it_did_not_cover() {
+        // The previous per-process answer reached 2_000 µs; the ring's newest is that one.
+        assert!(!sampled_since(2_000, 2_000));
+        // A ring sample older than the answer is covered by it too.
+        assert!(!sampled_since(1_500, 2_000));
+        // The driver sampled after it and listed nothing: the target did not use the GPU.
+        assert!(sampled_since(2_020, 2_000));
     }
 
     fn process(pid: u32, used: UsedGpuMemory) -> ProcessInfo {
