@@ -268,6 +268,10 @@ pub struct ReportArgs {
     /// A sample counts as "GPU idle" below this utilization [default: the recording's].
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub idle_below: Option<f32>,
+    /// Keep like processes apart: each DataLoader or pool worker under its own
+    /// `process PID` root, as the recording did if it was made with this flag.
+    #[arg(long)]
+    pub processes_apart: bool,
 }
 
 #[derive(Debug, Args)]
@@ -369,6 +373,12 @@ pub struct RecordingArgs {
     pub native: bool,
     #[command(flatten)]
     pub tree: TreeArgs,
+    /// Keep like processes apart, each under its own `process PID` root. By default the
+    /// processes of one kind (the same command line and rank: DataLoader workers re-created
+    /// every epoch, a pool's workers) are one root, `DataLoader workers (N processes, K at a
+    /// time)`, so that a job that starts thousands of workers reads as one.
+    #[arg(long)]
+    pub processes_apart: bool,
     /// Rewrite every output this often, so a crash or kill -9 loses at most one interval.
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]
@@ -383,6 +393,9 @@ pub struct RecordingArgs {
     pub memory: MemoryArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    // The sample log's limits (see `LogLimitArgs` below).
+    #[command(flatten)]
+    pub log_limit: LogLimitArgs,
 }
 
 /// Memory sampling, for `attach`, `record`, `top` and `watch`.
@@ -511,6 +524,90 @@ fn parse_percent(s: &str) -> Result<f32, String> {
         return Err(format!("expected a percentage from 0 to 100, not {s}"));
     }
     Ok(pct)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sample log's limits: `--log-max-size` and `--log-max-age`, for the commands that write
+// samples.log (`attach` and `record`).
+
+/// The smallest `--log-max-size`: a few of the log's 16 KiB blocks.
+pub const MIN_LOG_MAX_SIZE: u64 = 64 * 1024;
+/// The shortest `--log-max-age`, in seconds.
+pub const MIN_LOG_MAX_AGE_SECS: f64 = 1.0;
+
+/// Keeping samples.log bounded for open-ended recordings. Without either option the log is
+/// one file holding the whole recording.
+#[derive(Debug, Args)]
+pub struct LogLimitArgs {
+    /// Keep the sample log (samples.log, what `report` and `export` read) within SIZE: bytes,
+    /// or with K, M or G (KiB, MiB, GiB), e.g. 500M, at least 64K. The log is then written in
+    /// segments (samples.log.000001, ...) and the oldest are deleted; the recording's own
+    /// profile still covers all of it. At 100 Hz the log grows by about 8 MB an hour for a
+    /// steady job, up to 40 MiB an hour for one that keeps starting threads [default: no
+    /// limit].
+    #[arg(long, value_name = "SIZE", value_parser = parse_log_max_size)]
+    pub log_max_size: Option<u64>,
+    /// Keep only the newest DURATION of the sample log: seconds, or with s, m, h or d, e.g.
+    /// 6h; older segments are deleted [default: no limit].
+    #[arg(long, value_name = "DURATION", value_parser = parse_log_max_age)]
+    pub log_max_age: Option<f64>,
+}
+
+/// `--log-max-size`: `500M`, `64K`, `1.5G`, `1048576`; at least [`MIN_LOG_MAX_SIZE`].
+fn parse_log_max_size(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "--log-max-size must be a size of at least 64K (bytes, or with K, M or G: 500M), \
+             not '{s}'"
+        )
+    };
+    let text = s.trim();
+    let (number, unit) = match text.char_indices().last() {
+        Some((at, c)) if c.is_ascii_alphabetic() => (&text[..at], c.to_ascii_uppercase()),
+        _ => (text, 'B'),
+    };
+    let scale: f64 = match unit {
+        'B' => 1.0,
+        'K' => 1024.0,
+        'M' => 1024.0 * 1024.0,
+        'G' => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| bad())?;
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < MIN_LOG_MAX_SIZE as f64 || bytes > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+/// `--log-max-age`: `90`, `30m`, `6h`, `2d`, in seconds; at least [`MIN_LOG_MAX_AGE_SECS`].
+fn parse_log_max_age(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "--log-max-age must be a duration of at least 1 s (seconds, or with s, m, h or d: \
+             6h), not '{s}'"
+        )
+    };
+    let text = s.trim();
+    let (number, unit) = match text.char_indices().last() {
+        Some((at, c)) if c.is_ascii_alphabetic() => (&text[..at], c.to_ascii_lowercase()),
+        _ => (text, 's'),
+    };
+    let scale = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        'd' => 86_400.0,
+        _ => return Err(bad()),
+    };
+    let value: f64 = number.trim().parse().map_err(|_| bad())?;
+    let secs = value * scale;
+    // A duration's seconds must fit a `Duration`: a century is far beyond any recording.
+    if !(MIN_LOG_MAX_AGE_SECS..=100.0 * 365.0 * 86_400.0).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(secs)
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ fn read_side(side: &ComparedSide) -> anyhow::Result<ComparedRecording> {
 
 /// How many recordings `dir` was merged from, when it is `merge`'s output without a sample log.
 fn merged_from(dir: &std::path::Path) -> Option<usize> {
-    if dir.join(stackscope_samplelog::LOG_FILE_NAME).exists() {
+    if stackscope_samplelog::log_exists(dir) {
         return None;
     }
     let text = std::fs::read(dir.join("summary.json")).ok()?;

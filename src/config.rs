@@ -14,7 +14,7 @@ use crate::cli::{
 };
 use crate::exit::UsageError;
 use stackscope_report::ExportFormat;
-use stackscope_samplelog::Window;
+use stackscope_samplelog::{LogLimits, Window};
 
 mod tuning;
 pub use tuning::reader_tuning_from_env;
@@ -60,6 +60,8 @@ pub struct RecordingConfig {
     /// `--memory-rate`: memory readings per second; 0 is off.
     pub memory_rate_hz: f64,
     pub subprocesses: bool,
+    /// `--processes-apart`: like processes each under their own root.
+    pub processes_apart: bool,
     pub native: bool,
     pub flush_interval: Duration,
     /// Exports written beside the outputs (`--format`).
@@ -68,6 +70,8 @@ pub struct RecordingConfig {
     pub metrics_addr: Option<String>,
     /// The reader's experiment switches, from the environment ([`tuning`]).
     pub tuning: ReaderTuning,
+    /// `--log-max-size`/`--log-max-age`: how much of the sample log to keep.
+    pub log_limits: LogLimits,
 }
 
 impl RecordingConfig {
@@ -90,6 +94,7 @@ impl RecordingConfig {
             gpu: GpuSettings::from_args(args.gpu)?,
             memory_rate_hz: args.memory.memory_rate,
             subprocesses: args.tree.follow(),
+            processes_apart: args.processes_apart,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
             formats: match &args.format {
@@ -98,6 +103,7 @@ impl RecordingConfig {
             },
             metrics_addr: args.metrics.metrics_addr,
             tuning: reader_tuning_from_env(),
+            log_limits: log_limits(&args.log_limit),
         })
     }
 
@@ -240,6 +246,8 @@ pub struct ReportConfig {
     /// `--from`/`--to`, checked.
     pub window: Window,
     pub idle_below: Option<f32>,
+    /// `--processes-apart`.
+    pub processes_apart: bool,
 }
 
 impl ReportConfig {
@@ -250,6 +258,7 @@ impl ReportConfig {
             output: args.output,
             window,
             idle_below: args.idle_below,
+            processes_apart: args.processes_apart,
         })
     }
 }
@@ -298,6 +307,16 @@ fn parse_formats(list: &str) -> anyhow::Result<Vec<ExportFormat>> {
         .into());
     }
     Ok(formats)
+}
+
+// The sample log's limits, from `--log-max-size` and `--log-max-age` (checked by their
+// parsers in `cli`).
+
+fn log_limits(args: &crate::cli::LogLimitArgs) -> LogLimits {
+    LogLimits {
+        max_bytes: args.log_max_size,
+        max_age: args.log_max_age.map(Duration::from_secs_f64),
+    }
 }
 
 /// Settings of `top`.

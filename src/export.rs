@@ -34,6 +34,10 @@ pub fn run(config: ExportConfig) -> anyhow::Result<()> {
     if let Some(problems) = outcome.log.problems() {
         eprintln!("stackscope: {problems}");
     }
+    // A log kept within --log-max-size/--log-max-age whose oldest segments were deleted.
+    if let Some(dropped) = outcome.log.dropped_line() {
+        eprintln!("stackscope: {dropped}");
+    }
     println!("{}", written.display());
     Ok(())
 }
@@ -62,6 +66,7 @@ fn read(dir: &Path, window: Window) -> anyhow::Result<TraceOutcome> {
         window,
         idle_below: None,
         include_idle: None,
+        processes_apart: false,
     };
     read_trace(dir, &options)
         .with_context(|| format!("cannot read the recording in {}", dir.display()))

@@ -42,6 +42,10 @@ pub struct MetricsState {
     gpu_idle_samples: u64,
     /// Each process's memory and the job's memory cgroup, at their latest readings.
     memory: memory::MemoryGauges,
+    /// Each process's read in progress: its instant (a read's stacks share it) and the threads
+    /// read in it. A read of the process at a later instant completes it: the threads not in it
+    /// ended, and their last stacks go.
+    reads: BTreeMap<u32, (Timestamp, Vec<u64>)>,
 }
 
 impl MetricsState {
@@ -67,6 +71,7 @@ impl MetricsState {
             gpu: None,
             gpu_idle_samples: 0,
             memory: memory::MemoryGauges::default(),
+            reads: BTreeMap::new(),
         }
     }
 
@@ -150,10 +155,30 @@ impl MetricsState {
         working: bool,
     ) {
         self.samples += 1;
+        // A stack read before its process exited, handed over after the exit (`top` hands its
+        // stacks over once the GPU readings covering them are in): the process is gone, and
+        // its gauges must not come back.
+        if self.memory.is_late(pid, time) {
+            return;
+        }
         self.ranks
             .entry(pid)
             .or_insert_with(|| RankInfo::of_process(pid).rank);
+        self.note_read(pid, thread, time);
         self.motion.sample(pid, thread, frames, time, working);
+    }
+
+    /// Thread `thread` of `pid` was read at `time`: a read at a later instant completes the
+    /// one before, and the threads not in it ended (`watch`, which reads whole processes
+    /// itself, says so too: [`MetricsState::keep_threads`]).
+    fn note_read(&mut self, pid: u32, thread: u64, time: Timestamp) {
+        let read = self.reads.entry(pid).or_insert_with(|| (time, Vec::new()));
+        if time > read.0 {
+            let (at, alive) = std::mem::replace(read, (time, vec![thread]));
+            self.motion.keep_threads(pid, &alive, at);
+        } else if time == read.0 && !read.1.contains(&thread) {
+            read.1.push(thread);
+        }
     }
 
     /// Whether a thread of the job kept working since it last moved: busy, not stuck.
@@ -180,6 +205,7 @@ impl MetricsState {
     pub fn forget(&mut self, pid: u32, time: Timestamp) {
         self.motion.forget(pid, time);
         self.ranks.remove(&pid);
+        self.reads.remove(&pid);
         self.memory.forget(pid, time);
     }
 
@@ -519,5 +545,58 @@ mod tests {
         assert!(page.contains("stackscope_gpu_utilization_percent{gpu=\"0\"} 5\n"));
         assert!(page.contains("stackscope_hung{pid=\"1\""));
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    /// A thread that ended leaves nothing behind (its last stack goes at the read that finds
+    /// it gone), nor does a process that exited: none of its labelled gauges, not even after
+    /// a stack read before its exit comes late; nor a process whose memory is no longer read.
+    #[test]
+    fn what_ended_leaves_no_gauge_and_no_state_behind() {
+        let mut m = MetricsState::told_tags(10.0);
+        let worker_stack = frames(7);
+        m.observe_stack(1, 1, &frames(3), secs(1), false);
+        m.observe_stack(1, 2, &worker_stack, secs(1), true);
+        assert_eq!(
+            std::sync::Arc::strong_count(&worker_stack),
+            2,
+            "kept while it lives"
+        );
+        for s in 2..=3 {
+            m.observe_stack(1, 1, &frames(3), secs(s), false);
+        }
+        assert_eq!(
+            std::sync::Arc::strong_count(&worker_stack),
+            1,
+            "let go when it ended"
+        );
+        // A process whose memory is read, whose end nobody tells.
+        m.observe(&stackscope_testkit::events::rss_event(secs(1), 50, 1 << 20));
+        let exit = Event::Process(stackscope_event::ProcessEvent {
+            time: secs(4),
+            pid: 1,
+            command_line: String::new(),
+            kind: stackscope_event::ProcessEventKind::Exited,
+            rank: Default::default(),
+            how: None,
+        });
+        m.observe(&exit);
+        let late = StackSample {
+            time: Timestamp(3_500_000_000),
+            pid: 1,
+            thread: stackscope_testkit::events::thread(1, Some(1), Some("MainThread"), true),
+            frames: frames(3),
+        };
+        m.count_tagged(&late, GpuTag::Unknown);
+        // Another process lives on, its memory read for 15 s.
+        for tenth in 10..160 {
+            let t = Timestamp(tenth * 100_000_000);
+            m.observe_stack(2, 1, &frames(4), t, true);
+            m.observe(&stackscope_testkit::events::rss_event(t, 2, 1 << 20));
+        }
+        let page = m.render(secs(16));
+        assert!(!page.contains("pid=\"1\""), "{page}");
+        assert!(!page.contains("pid=\"50\""), "{page}");
+        assert!(page.contains("stackscope_hung{pid=\"2\""), "{page}");
+        assert!(m.ranks.keys().eq([&2]) && m.reads.keys().eq([&2]));
     }
 }

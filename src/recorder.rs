@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
 use stackscope_event::{Batch, Event, Timestamp};
-use stackscope_report::OutputFiles;
-use stackscope_samplelog::{LogHeader, SampleLogWriter};
+use stackscope_report::{OutputFiles, SamplesLogSummary};
+use stackscope_samplelog::{InternLimits, LogHeader, LogLimits, SampleLogWriter};
 
 use crate::metrics::{self, SharedMetrics};
 
@@ -25,6 +25,10 @@ struct State {
     log: Option<SampleLogWriter>,
     /// Why the log stopped, said once in the summary's notices.
     log_failure: Option<String>,
+    /// What the log kept, as last known (`summary.json`'s `samples_log`).
+    samples_log: Option<SamplesLogSummary>,
+    /// The recording's start, which `samples_log` counts from.
+    start: Timestamp,
     /// `--metrics-addr`'s state, fed the same events.
     metrics: Option<SharedMetrics>,
 }
@@ -49,6 +53,14 @@ impl State {
                 self.log = None;
             }
         }
+        // A log that stopped keeps its last account.
+        if let Some(log) = self.log.as_ref() {
+            self.samples_log = Some(SamplesLogSummary::of(
+                log.log_limits(),
+                log.segments(),
+                self.start,
+            ));
+        }
     }
 
     fn meta_with_log_notice(&self, meta: &RecordingMeta) -> RecordingMeta {
@@ -67,15 +79,22 @@ impl Recorder {
         start: Timestamp,
         out_dir: &Path,
         log_header: &LogHeader,
+        log_limits: LogLimits,
         metrics: Option<SharedMetrics>,
     ) -> anyhow::Result<Recorder> {
-        let log = SampleLogWriter::create(out_dir, log_header)
-            .with_context(|| format!("cannot create the sample log in {}", out_dir.display()))?;
+        let log =
+            SampleLogWriter::create_with(out_dir, log_header, InternLimits::default(), log_limits)
+                .with_context(|| {
+                    format!("cannot create the sample log in {}", out_dir.display())
+                })?;
+        let samples_log = SamplesLogSummary::of(log_limits, log.segments(), start);
         Ok(Recorder {
             state: State {
                 aggregator: Aggregator::new(config, start),
                 log: Some(log),
                 log_failure: None,
+                samples_log: Some(samples_log),
+                start,
                 metrics,
             },
             out_dir: out_dir.to_owned(),
@@ -99,23 +118,29 @@ impl Recorder {
     pub fn checkpoint(&mut self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
         self.state.flush_log();
         let meta = self.state.meta_with_log_notice(meta);
-        write(&self.out_dir, &self.state.aggregator, &meta)
+        write(&self.out_dir, &self.state, &meta)
     }
 
-    /// Writes the final outputs, once the producers' last events have been handled.
-    pub fn finish(mut self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
+    /// Writes the final outputs, once the producers' last events have been handled; gives
+    /// them and what the sample log kept.
+    pub fn finish(
+        mut self,
+        meta: &RecordingMeta,
+    ) -> anyhow::Result<(OutputFiles, Option<SamplesLogSummary>)> {
         self.state.flush_log();
         self.state.aggregator.finish();
         let meta = self.state.meta_with_log_notice(meta);
-        write(&self.out_dir, &self.state.aggregator, &meta)
+        let written = write(&self.out_dir, &self.state, &meta)?;
+        Ok((written, self.state.samples_log))
     }
 }
 
-fn write(
-    out_dir: &Path,
-    aggregator: &Aggregator,
-    meta: &RecordingMeta,
-) -> anyhow::Result<OutputFiles> {
-    stackscope_report::write_outputs(out_dir, aggregator, meta)
-        .with_context(|| format!("cannot write the recording to {}", out_dir.display()))
+fn write(out_dir: &Path, state: &State, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
+    stackscope_report::write_outputs_with_log(
+        out_dir,
+        &state.aggregator,
+        meta,
+        state.samples_log.as_ref(),
+    )
+    .with_context(|| format!("cannot write the recording to {}", out_dir.display()))
 }

@@ -209,6 +209,7 @@ fn start_recorder(
         gpu_enabled: session.gpu_enabled(),
         process_root: config.subprocesses,
         leave_out_startup,
+        processes_apart: config.processes_apart,
     };
     let log_header = LogHeader {
         start,
@@ -224,6 +225,7 @@ fn start_recorder(
         leave_out_startup: Some(aggregate_config.leave_out_startup),
         expected_gpu_devices: Vec::new(),
         cpus_usable: meta.cpus_usable,
+        processes_apart: aggregate_config.processes_apart,
     };
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -235,6 +237,7 @@ fn start_recorder(
         start,
         out_dir,
         &log_header,
+        config.log_limits,
         metrics.as_ref().map(|m| m.state.clone()),
     )?;
     Ok((recorder, metrics))
@@ -364,11 +367,16 @@ fn write_recording(
         )),
         None => e,
     };
-    let written = recorder.finish(final_meta).map_err(ended_with)?;
+    let (written, samples_log) = recorder.finish(final_meta).map_err(ended_with)?;
     crate::export::write_formats(out_dir, &config.formats).map_err(ended_with)?;
     let mut stdout = std::io::stdout().lock();
     stackscope_report::write_text_summary(&written.summary, out_dir, &mut stdout)
         .context("cannot print the summary")?;
+    // Under --log-max-size/--log-max-age: what the sample log kept.
+    if let Some(line) = samples_log.as_ref().and_then(|log| log.line()) {
+        use std::io::Write;
+        writeln!(stdout, "{line}").context("cannot print the summary")?;
+    }
     Ok(())
 }
 

@@ -13,6 +13,7 @@ pub fn run(config: ReportConfig) -> anyhow::Result<()> {
         window,
         idle_below: config.idle_below,
         include_idle: None,
+        processes_apart: config.processes_apart,
     };
     let rebuilt = rebuild(&config.dir, &options)
         .with_context(|| format!("cannot read the recording in {}", config.dir.display()))?;

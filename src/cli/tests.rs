@@ -122,3 +122,71 @@ fn durations_must_be_positive() {
     assert!(parse_duration("-1").is_err());
     assert!(parse_duration("inf").is_err());
 }
+
+// The sample log's limits.
+
+#[test]
+fn log_sizes_take_a_suffix_and_have_a_floor() {
+    assert_eq!(parse_log_max_size("500M"), Ok(500 << 20));
+    assert_eq!(parse_log_max_size("64k"), Ok(64 << 10));
+    assert_eq!(parse_log_max_size("1.5G"), Ok(3 << 29));
+    assert_eq!(parse_log_max_size("1048576"), Ok(1 << 20));
+    assert_eq!(parse_log_max_size(" 2 M "), Ok(2 << 20));
+    for bad in [
+        "", "M", "10K", "63K", "-5M", "5X", "500MB", "inf", "NaN", "1e30G",
+    ] {
+        let err = parse_log_max_size(bad).expect_err(bad);
+        assert!(err.starts_with("--log-max-size must be"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+    }
+}
+
+#[test]
+fn log_ages_take_a_suffix_and_have_a_floor() {
+    assert_eq!(parse_log_max_age("90"), Ok(90.0));
+    assert_eq!(parse_log_max_age("90s"), Ok(90.0));
+    assert_eq!(parse_log_max_age("30m"), Ok(1800.0));
+    assert_eq!(parse_log_max_age("6h"), Ok(21_600.0));
+    assert_eq!(parse_log_max_age("1.5D"), Ok(129_600.0));
+    for bad in ["", "h", "0", "0.5", "-1h", "5w", "inf", "NaN", "1e12d"] {
+        let err = parse_log_max_age(bad).expect_err(bad);
+        assert!(err.starts_with("--log-max-age must be"), "{err}");
+    }
+}
+
+#[test]
+fn attach_and_record_take_the_log_limits_and_default_to_none() {
+    let limits = |args: &[&str]| match Cli::try_parse_from(args).expect("parses").command {
+        Command::Attach(a) => (
+            a.recording.log_limit.log_max_size,
+            a.recording.log_limit.log_max_age,
+        ),
+        Command::Record(r) => (
+            r.recording.log_limit.log_max_size,
+            r.recording.log_limit.log_max_age,
+        ),
+        _ => unreachable!(),
+    };
+    assert_eq!(limits(&["stackscope", "attach", "-p", "1"]), (None, None));
+    assert_eq!(
+        limits(&["stackscope", "attach", "-p", "1", "--log-max-size", "500M"]),
+        (Some(500 << 20), None)
+    );
+    assert_eq!(
+        limits(&["stackscope", "record", "--log-max-age", "6h", "--", "x"]),
+        (None, Some(21_600.0))
+    );
+    assert!(
+        Cli::try_parse_from(["stackscope", "attach", "-p", "1", "--log-max-size", "1K"]).is_err()
+    );
+    for command in ["attach", "record"] {
+        let help = Cli::command()
+            .find_subcommand_mut(command)
+            .expect(command)
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--log-max-size <SIZE>"), "{help}");
+        assert!(help.contains("--log-max-age <DURATION>"), "{help}");
+        assert!(help.contains("40 MiB an hour"), "{help}");
+    }
+}

@@ -36,6 +36,11 @@ impl MemoryGauges {
         self.processes.forget(pid, time);
     }
 
+    /// Whether news of `pid` taken at `time` comes after its exit ([`LatestMemory::is_late`]).
+    pub fn is_late(&self, pid: u32, time: Timestamp) -> bool {
+        self.processes.is_late(pid, time)
+    }
+
     /// The gauges in Prometheus's text format; `labels` gives a process's labels.
     pub fn render(&self, out: &mut String, labels: &dyn Fn(u32) -> String) {
         let header = |out: &mut String, name: &str, kind: &str, help: &str| {

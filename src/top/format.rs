@@ -3,7 +3,9 @@
 //! view say the same things in the same words.
 
 use stackscope_aggregate::top::{GpuLine, Row, SortKey, ThreadGil, Totals, ViewOptions};
-use stackscope_aggregate::{FeedersWhileIdle, Role, StepBreakdown, Summary, WhileIdle};
+use stackscope_aggregate::{
+    is_group_pid, FeedersWhileIdle, Role, StepBreakdown, Summary, WhileIdle,
+};
 
 /// The state of the session the header shows, beside the model's counts.
 #[derive(Debug, Clone, Default)]
@@ -163,7 +165,7 @@ pub fn while_idle_fields(w: &WhileIdle, step: Option<&StepBreakdown>) -> Vec<Str
 
 /// `DataLoader workers 623,624: 100% busy, 98% in augment_pixels (train.py:56)`.
 fn feeder_field(f: &FeedersWhileIdle) -> String {
-    let many = f.pids.len() > 1;
+    let many = f.pipelines() > 1;
     let who = match (f.role, many) {
         (Role::DataloaderWorker, true) => "DataLoader workers",
         (Role::DataloaderWorker, false) => "DataLoader worker",
@@ -171,14 +173,23 @@ fn feeder_field(f: &FeedersWhileIdle) -> String {
         (_, true) => "workers",
         (_, false) => "worker",
     };
-    let mut pids: Vec<String> = f
+    // A group of like processes (workers re-created every epoch) stands for those that ended.
+    let live: Vec<u32> = f
         .pids
+        .iter()
+        .copied()
+        .filter(|&p| !is_group_pid(p))
+        .collect();
+    let mut pids: Vec<String> = live
         .iter()
         .take(FEEDER_PIDS_SHOWN)
         .map(u32::to_string)
         .collect();
-    if f.pids.len() > FEEDER_PIDS_SHOWN {
-        pids.push(format!("+{}", f.pids.len() - FEEDER_PIDS_SHOWN));
+    if live.len() > FEEDER_PIDS_SHOWN {
+        pids.push(format!("+{}", live.len() - FEEDER_PIDS_SHOWN));
+    }
+    if live.len() < f.pids.len() {
+        pids.push("those ended".to_owned());
     }
     let mut text = format!("{who} {}: {} busy", pids.join(","), percent(f.busy_share));
     if let Some(function) = &f.function {
@@ -582,6 +593,7 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::DataloaderWorker,
                 pids: vec![623, 624],
+                processes: 0,
                 threads: 2,
                 busy_share: 1.0,
                 function: Some("augment_pixels (train.py:56)".into()),
@@ -617,6 +629,7 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::Worker,
                 pids: (10..20).collect(),
+                processes: 0,
                 threads: 2,
                 busy_share: 0.5,
                 function: None,
@@ -657,6 +670,7 @@ mod tests {
         summary.feeders = vec![FeedersWhileIdle {
             role: Role::DataloaderWorker,
             pids: vec![623, 624],
+            processes: 0,
             threads: 2,
             busy_share: 1.0,
             function: Some("augment (train.py:56)".into()),

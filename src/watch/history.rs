@@ -4,7 +4,7 @@
 //! The hang report's `processes_ended` and its `cause` come from here, and with
 //! [`Past`], each vanished process's memory.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Local};
 use stackscope_aggregate::{process_role, Vanished};
@@ -13,10 +13,28 @@ use stackscope_sampler::{procfs, EndWatch};
 
 use super::memory::MemoryHistory;
 
+/// Whether a process ended badly: killed, by the OOM killer or a signal, or with a failing
+/// status (an end not known is none of these).
+fn ended_badly(how: stackscope_event::HowEnded) -> bool {
+    use stackscope_event::HowEnded;
+    match how {
+        HowEnded::Exited(status) => status != 0,
+        HowEnded::Killed(_) | HowEnded::OomKilled(_) => true,
+        HowEnded::Unknown => false,
+    }
+}
+
 /// A replacement is a process of the same parent that appeared at most this long before the
 /// vanished one was seen gone (a pool replaces its worker within its 100 ms loop; the tree is
 /// rescanned every 500 ms, and may find the new one before we see the old one gone).
 const REPLACED_WITHIN_NANOS: u64 = 2_000_000_000;
+/// Processes that ended kept for the reports: the most recent, what a hang's cause looks at
+/// first (at two workers ended a second, the last two minutes) ...
+const KEPT_ENDED: usize = 256;
+/// ... and, older than those, the last that ended badly (killed, OOM killed, a failing exit
+/// status): a cause may lie minutes back. A job that starts and ends workers for days keeps no
+/// more than these.
+const KEPT_BAD_ENDS: usize = 64;
 
 /// Everything `watch` keeps of the tree's past for a report: how its processes came and went,
 /// and their memory.
@@ -50,7 +68,8 @@ pub(crate) struct TreeHistory {
     ends: EndWatch,
     root: u32,
     alive: HashMap<u32, Seen>,
-    ended: Vec<(Seen, Gone)>,
+    /// Oldest first, bounded ([`KEPT_ENDED`], [`KEPT_BAD_ENDS`]).
+    ended: VecDeque<(Seen, Gone)>,
 }
 
 #[derive(Clone)]
@@ -75,7 +94,7 @@ impl TreeHistory {
             ends: EndWatch::open(),
             root,
             alive: HashMap::new(),
-            ended: Vec::new(),
+            ended: VecDeque::new(),
         }
     }
 
@@ -107,7 +126,7 @@ impl TreeHistory {
             return;
         };
         let how = self.ends.how_ended(pid);
-        self.ended.push((
+        self.ended.push_back((
             seen,
             Gone {
                 at: now,
@@ -115,6 +134,25 @@ impl TreeHistory {
                 how,
             },
         ));
+        self.forget_old_ends();
+    }
+
+    /// Keeps the [`KEPT_ENDED`] most recent ends, and of the older ones the [`KEPT_BAD_ENDS`]
+    /// most recent bad ones.
+    fn forget_old_ends(&mut self) {
+        let Some(older) = self.ended.len().checked_sub(KEPT_ENDED) else {
+            return;
+        };
+        let bad: Vec<usize> = (0..older)
+            .filter(|&i| ended_badly(self.ended[i].1.how))
+            .collect();
+        let kept_bad = &bad[bad.len().saturating_sub(KEPT_BAD_ENDS)..];
+        let mut i = 0;
+        self.ended.retain(|_| {
+            let keep = i >= older || kept_bad.binary_search(&i).is_ok();
+            i += 1;
+            keep
+        });
     }
 
     /// Takes in the kernel's news; once a tick, so that its queue does not overflow.
@@ -166,5 +204,46 @@ impl TreeHistory {
             .filter(|s| s.started.0 > seen.started.0)
             .filter(|s| s.started.0 + REPLACED_WITHIN_NANOS >= gone.at.0);
         later.min_by_key(|s| s.started.0).map(|s| s.pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_event::HowEnded;
+
+    fn gone(history: &mut TreeHistory, pid: u32, how: HowEnded) {
+        let now = Timestamp(u64::from(pid) * 1_000_000);
+        history.appeared(pid, now);
+        history.vanished(pid, now);
+        // What the kernel said of it, as `vanished` would have found it.
+        if let Some(last) = history.ended.back_mut() {
+            last.1.how = how;
+        }
+        history.forget_old_ends();
+    }
+
+    /// Workers that end for days leave the last few hundred behind, and of the older the
+    /// last that ended badly, whatever else ended since.
+    #[test]
+    fn what_is_kept_of_the_processes_that_ended_is_bounded() {
+        let mut history = TreeHistory::new(1);
+        // Pids no process has: nothing is read of them but that they are not there.
+        let first = 4_000_000;
+        gone(&mut history, first, HowEnded::Killed(9));
+        for n in 1..3_000u32 {
+            let how = if n.is_multiple_of(100) {
+                HowEnded::Exited(1)
+            } else {
+                HowEnded::Exited(0)
+            };
+            gone(&mut history, first + n, how);
+        }
+        assert!(history.alive.is_empty());
+        assert_eq!(history.ended.len(), KEPT_ENDED + 28);
+        let ended = history.processes_ended();
+        assert_eq!(ended.len(), KEPT_ENDED + 28);
+        assert_eq!(ended[0].pid, first, "the kill is still there");
+        assert_eq!(ended.last().map(|e| e.pid), Some(first + 2_999));
     }
 }

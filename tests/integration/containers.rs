@@ -226,6 +226,8 @@ fn subprocesses_are_followed_inside_a_namespace() {
             "--pid",
             &job.host_pid.to_string(),
             "--subprocesses",
+            // A root and an entry for each child: like ones are otherwise one group.
+            "--processes-apart",
             "--duration",
             "3",
             "--rate",

@@ -42,6 +42,7 @@ mod trace;
 mod verdict;
 
 pub use compiled::{compiled_code, CompiledCode};
+pub use fold::{is_group_pid, parse_group_label, GroupRoot, Released, GROUP_PIDS_FROM};
 pub use fold::{
     shorten, AggregateConfig, Aggregator, Bucket, BucketCounts, ErrorCounts, FrameEntry, FrameId,
     FunctionId, FunctionKey, FunctionStat, GpuDeviceInfo, Lane, LaneCounts, Limits, ProcessMotion,
@@ -76,7 +77,10 @@ pub use memory::{
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, step_of, while_idle_of, LoopFoundBy, Role, Roles, ThreadRole};
-pub use summary::{GpuSummary, ProcessSummary, Summary, ThreadSummary, TOP_GPU_FUNCTIONS};
+pub use summary::{
+    process_name, GpuSummary, ProcessGroupSummary, ProcessSummary, Summary, ThreadSummary,
+    TOP_GPU_FUNCTIONS,
+};
 pub use trace::{GilRun, GilTrack, Run, SampleTrace, TraceThread};
 pub use verdict::{
     headline_verdict, idle_path, idle_path_by, IdlePath, IfFixed, PathFunction, RecordingVerdict,

@@ -46,6 +46,11 @@ impl<K: Eq + Hash, I: Copy> LastStacks<K, I> {
         self.last.insert(key, (Arc::clone(frames), id));
     }
 
+    /// Forgets one thread's stack: it ended.
+    pub fn forget(&mut self, key: &K) {
+        self.last.remove(key);
+    }
+
     /// Forgets every thread's stack (the ids they were filed as are void).
     pub fn clear(&mut self) {
         self.last.clear();

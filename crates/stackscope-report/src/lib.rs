@@ -28,6 +28,7 @@ mod outputs;
 mod rank_cells;
 mod rebuild;
 mod redact;
+mod samples_log;
 mod summary;
 
 pub use dump::{write_dump_json, write_dump_text};
@@ -49,12 +50,13 @@ pub use merge::{
     write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
     write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,
 };
-pub use outputs::{file_names, write_atomic, write_outputs, OutputFiles};
+pub use outputs::{file_names, write_atomic, write_outputs, write_outputs_with_log, OutputFiles};
 pub use rebuild::{
     aggregate_config, read_trace, rebuild, LogRead, RebuildOptions, RebuildOutcome, TraceOutcome,
     WindowRead,
 };
 pub use redact::{looks_secret, redact_secrets, REDACTED, SECRET_NAME_PARTS};
+pub use samples_log::{write_summary_json_with_log, SamplesLogSummary};
 pub use stackscope_samplelog::RebuildError;
 pub use summary::{roles_line, write_summary_json, write_text_summary};
 

@@ -109,7 +109,10 @@ pub fn write_merged_report_html(
     sources: &[PathBuf],
     inputs: &[RecordingInput],
 ) -> Result<MergedHtml, ReportError> {
-    if let Some(missing) = sources.iter().find(|s| !s.join(LOG_FILE_NAME).is_file()) {
+    if let Some(missing) = sources
+        .iter()
+        .find(|s| !stackscope_samplelog::log_exists(s))
+    {
         return Ok(MergedHtml::NoSampleLog(missing.join(LOG_FILE_NAME)));
     }
     let mut parts = Vec::with_capacity(sources.len());

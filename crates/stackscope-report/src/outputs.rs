@@ -8,8 +8,7 @@ use stackscope_aggregate::{Aggregator, RecordingMeta, StackView, Summary};
 
 use crate::{
     write_flamegraph, write_folded, write_gpu_timeline_csv, write_gpu_timeline_svg,
-    write_memory_growth_folded, write_memory_timeline_csv, write_report_html, write_summary_json,
-    ReportError,
+    write_memory_growth_folded, write_memory_timeline_csv, write_report_html, ReportError,
 };
 
 pub const FLAMEGRAPH: &str = "flamegraph.svg";
@@ -65,6 +64,17 @@ pub fn write_outputs(
     agg: &Aggregator,
     meta: &RecordingMeta,
 ) -> Result<OutputFiles, ReportError> {
+    write_outputs_with_log(dir, agg, meta, None)
+}
+
+/// As [`write_outputs`], for a recording: `summary.json` says what its sample log kept
+/// (`samples_log`, [`crate::SamplesLogSummary`]).
+pub fn write_outputs_with_log(
+    dir: &Path,
+    agg: &Aggregator,
+    meta: &RecordingMeta,
+    samples_log: Option<&crate::SamplesLogSummary>,
+) -> Result<OutputFiles, ReportError> {
     let summary = agg.summary(meta);
     let mut paths = Vec::new();
     let subject = title_subject(meta);
@@ -117,7 +127,7 @@ pub fn write_outputs(
         write_report_html(agg, &summary, meta, w)
     })?);
     paths.push(write_atomic(dir, SUMMARY, |w| {
-        write_summary_json(&summary, w)
+        crate::samples_log::write_summary_json_with_log(&summary, samples_log, w)
     })?);
     Ok(OutputFiles { paths, summary })
 }

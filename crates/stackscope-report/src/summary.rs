@@ -151,7 +151,8 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
         .map(|t| {
             // Following a process tree, every process has its MainThread: say whose.
             if s.processes.len() > 1 && t.pid != 0 {
-                format!("pid {} {} ({})", t.pid, t.name, t.samples)
+                let who = stackscope_aggregate::process_name(t.pid, &s.processes);
+                format!("{who} {} ({})", t.name, t.samples)
             } else {
                 format!("{} ({})", t.name, t.samples)
             }
@@ -198,10 +199,12 @@ fn process_text(p: &ProcessSummary) -> String {
     if p.command_line.chars().count() > TEXT_COMMAND_CHARS {
         command.push_str("...");
     }
-    // `rank 6 (pid 5124) python train.py (20)` for a process a launcher started.
-    let name = match p.rank.rank {
-        Some(rank) => stackscope_event::process_name(p.pid, Some(rank)),
-        None => format!("pid {}", p.pid),
+    // `rank 6 (pid 5124) python train.py (20)` for a process a launcher started, `DataLoader
+    // workers (40 processes, 2 at a time) python train.py (900)` for a group of like ones.
+    let name = match (&p.group, p.rank.rank) {
+        (Some(group), _) => group.name().to_owned(),
+        (None, Some(rank)) => stackscope_event::process_name(p.pid, Some(rank)),
+        (None, None) => format!("pid {}", p.pid),
     };
     if command.is_empty() {
         format!("{name} ({}{exited})", p.samples)

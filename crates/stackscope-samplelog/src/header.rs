@@ -36,10 +36,15 @@ pub struct LogHeader {
     /// CPUs the target's process may use (its affinity capped by its cgroup's quota); `None`
     /// where it could not be read, and in logs written before the header kept it.
     pub cpus_usable: Option<f64>,
+    /// Whether like processes were kept apart (`AggregateConfig::processes_apart`,
+    /// `--processes-apart`); false in logs written before the header said.
+    pub processes_apart: bool,
 }
 
 /// Header flag: `cpus_usable` follows the expected devices.
 const HAS_CPUS_USABLE: u8 = 32;
+/// Header flag: like processes were kept apart.
+const PROCESSES_APART: u8 = 64;
 
 impl LogHeader {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -57,6 +62,11 @@ impl LogHeader {
                 | (u8::from(self.leave_out_startup.is_some()) << 4)
                 | if self.cpus_usable.is_some() {
                     HAS_CPUS_USABLE
+                } else {
+                    0
+                }
+                | if self.processes_apart {
+                    PROCESSES_APART
                 } else {
                     0
                 },
@@ -104,6 +114,7 @@ impl LogHeader {
             leave_out_startup: (flags & 16 != 0).then_some(flags & 8 != 0),
             expected_gpu_devices,
             cpus_usable,
+            processes_apart: flags & PROCESSES_APART != 0,
         })
     }
 }
@@ -128,6 +139,7 @@ impl Default for LogHeader {
             leave_out_startup: Some(false),
             expected_gpu_devices: Vec::new(),
             cpus_usable: None,
+            processes_apart: false,
         }
     }
 }
@@ -153,6 +165,22 @@ mod tests {
             assert_eq!(decoded, header);
             assert_eq!(bytes.u8().expect("the next byte"), 0xAB);
         }
+    }
+
+    #[test]
+    fn processes_apart_round_trips_and_an_older_header_groups_them() {
+        let header = LogHeader {
+            processes_apart: true,
+            cpus_usable: Some(2.0),
+            ..LogHeader::default()
+        };
+        let mut out = Vec::new();
+        header.encode(&mut out);
+        assert_eq!(LogHeader::decode(&mut Bytes::new(&out)).ok(), Some(header));
+        let mut out = Vec::new();
+        LogHeader::default().encode(&mut out);
+        let decoded = LogHeader::decode(&mut Bytes::new(&out)).expect("decodes");
+        assert!(!decoded.processes_apart);
     }
 
     #[test]

@@ -28,6 +28,16 @@
 //! bytes. Interning tables are capped ([`InternLimits`]); past a cap the writer writes a reset
 //! record and starts them afresh, so memory stays bounded on both sides.
 //!
+//! # Segments
+//!
+//! Without limits the log is one file, `samples.log`. With a size or an age limit
+//! ([`LogLimits`], [`SampleLogWriter::create_with`]) it is written in segments, each a log that
+//! decodes on its own: `samples.log` is the one being written, the closed ones are
+//! `samples.log.000001`, `samples.log.000002`, ..., and the oldest are deleted, whole, while
+//! the log is over a limit (see `segments.rs`). [`SampleLogReader::open`] of `samples.log`
+//! reads every segment beside it, oldest first ([`log_files`]), and says where the log starts
+//! when older segments were deleted ([`SampleLogReader::kept_from`]).
+//!
 //! # Reading and damage
 //!
 //! [`SampleLogReader`] yields the events back. A block that fails its checksum (or whose
@@ -65,6 +75,7 @@ mod memory_record;
 mod reader;
 mod record;
 mod replay;
+mod segments;
 mod sync;
 mod varint;
 mod window;
@@ -75,7 +86,8 @@ pub use error::{DecodeError, LogError, RebuildError};
 pub use feed::{feed_window, Fed, GPU_COVER_SECS, READ_PAST_END_SECS};
 pub use header::LogHeader;
 pub use intern::{InternLimits, TableSizes};
-pub use reader::{Damage, LogEnd, SampleLogReader};
+pub use reader::{Damage, LogEnd, SampleLogReader, SegmentStart};
+pub use segments::{log_exists, log_files, segment_file_name, LogLimits, SegmentStats};
 pub use window::{report_dir, Window};
 pub use writer::{
     SampleLogWriter, WriterStats, MAX_STACK_DEPTH, MAX_STRING_LEN, RESET_EVERY_BLOCKS,

@@ -18,6 +18,7 @@
 //! | 0x0f | cgroup | memory time delta, presence mask (byte: limit, OOM kills), usage in bytes, the present fields |
 //! | 0x0b | block start | format 2, first in every block but the header's: epoch, tick base, GPU base, the four table sizes, the four ids the copy begins at, the copy's length and bytes (see `sync.rs`) |
 //! | 0x10-0x13 | stack sample | (tag bit 0: active, bit 1: owns GIL) time delta, thread id, stack id |
+//! | 0x14 | segment | only in a segmented log's header block, after the header (see `segments.rs`): the segment's number (1 for the first), the time it starts at (event clock, ns), the number of attach events it opens with that repeat those of processes still alive |
 //!
 //! Strings, frames and stacks get ids in the order they are defined, from 0 after each reset
 //! (and after a block start of another epoch).
@@ -67,6 +68,9 @@ pub const TAG_GPU_PIDS: u8 = 0x0c;
 /// it stays as it was and an old one reads as "no process memory".
 pub const TAG_GPU_MEMORY: u8 = 0x0d;
 pub const TAG_SAMPLE: u8 = 0x10;
+/// A segment's number and start, in the header block of a log kept in segments: a tag of its
+/// own, so that a log without limits stays as it was, byte for byte.
+pub const TAG_SEGMENT: u8 = 0x14;
 /// A frame's kind byte. Before format 3 a Python frame was 0, whatever its origin.
 const FRAME_PYTHON_UNSAID: u8 = 0;
 const FRAME_NATIVE: u8 = 1;
@@ -128,6 +132,18 @@ pub enum Record<'a> {
         delta: i64,
         sample: CgroupSample,
     },
+    Segment(SegmentRecord),
+}
+
+/// Which segment a file of a segmented log is (`segments.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRecord {
+    /// 1 for the first segment of the recording.
+    pub index: u64,
+    /// Where it starts, on the event clock: the newest event logged when it was opened.
+    pub start: Timestamp,
+    /// How many attach events it opens with that repeat those of processes still alive.
+    pub carried: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +158,13 @@ pub struct ThreadRecord {
 pub fn put_header(out: &mut Vec<u8>, header: &LogHeader) {
     out.push(TAG_HEADER);
     header.encode(out);
+}
+
+pub fn put_segment(out: &mut Vec<u8>, segment: &SegmentRecord) {
+    out.push(TAG_SEGMENT);
+    put_varint(out, segment.index);
+    put_varint(out, segment.start.as_nanos());
+    put_varint(out, segment.carried);
 }
 
 pub fn put_block_start(out: &mut Vec<u8>, start: &BlockStart<'_>) {
@@ -419,6 +442,11 @@ pub fn decode<'a>(bytes: &mut Bytes<'a>) -> Result<Record<'a>, DecodeError> {
             let (delta, sample) = decode_cgroup(bytes)?;
             Record::Cgroup { delta, sample }
         }
+        TAG_SEGMENT => Record::Segment(SegmentRecord {
+            index: bytes.varint()?,
+            start: Timestamp(bytes.varint()?),
+            carried: bytes.varint()?,
+        }),
         tag if tag & !(SAMPLE_ACTIVE | SAMPLE_OWNS_GIL) == TAG_SAMPLE => Record::Sample {
             delta: delta(bytes)?,
             thread: bytes.varint()?,

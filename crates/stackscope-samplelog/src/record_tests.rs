@@ -261,3 +261,24 @@ fn damaged_memory_records_are_errors_not_panics() {
     ];
     assert_eq!(decode(&mut Bytes::new(&huge)), Err(DecodeError::Truncated));
 }
+
+#[test]
+fn a_segment_record_round_trips_and_a_cut_one_is_an_error() {
+    let segment = SegmentRecord {
+        index: 1_000_001,
+        start: Timestamp(u64::MAX - 1),
+        carried: 3,
+    };
+    let mut bytes = Vec::new();
+    put_segment(&mut bytes, &segment);
+    assert_eq!(bytes[0], TAG_SEGMENT);
+    let mut input = Bytes::new(&bytes);
+    assert_eq!(decode(&mut input), Ok(Record::Segment(segment)));
+    assert_eq!(input.remaining(), 0, "reads its own bytes only");
+    for cut in 1..bytes.len() {
+        assert_eq!(
+            decode(&mut Bytes::new(&bytes[..cut])),
+            Err(DecodeError::Truncated)
+        );
+    }
+}

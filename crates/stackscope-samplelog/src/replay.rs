@@ -63,6 +63,8 @@ impl Replay {
     pub fn apply(&mut self, record: Record<'_>) -> Result<Option<Event>, DecodeError> {
         match record {
             Record::Header(_) => return Err(DecodeError::Misplaced("header")),
+            // Read with the header, by the reader: anywhere else it is misplaced.
+            Record::Segment(_) => return Err(DecodeError::Misplaced("segment")),
             Record::BlockStart(start) => self.block_start(&start)?,
             Record::Reset => {
                 self.clear();

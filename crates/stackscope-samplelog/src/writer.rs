@@ -1,6 +1,6 @@
 //! [`SampleLogWriter`]: appends events to `samples.log` as the recording runs.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,8 +17,9 @@ use crate::intern::{Growth, InternLimits, TableSizes, ThreadEntry, WriterTables}
 use crate::memory_record::{put_cgroup, put_memory};
 use crate::record::{
     put_block_start, put_error, put_frame, put_gpu, put_header, put_process, put_reset, put_sample,
-    put_stack, put_string, put_thread, ThreadRecord,
+    put_segment, put_stack, put_string, put_thread, SegmentRecord, ThreadRecord,
 };
+use crate::segments::{remove_stale, segment_file_name, LogLimits, SegmentStats, Segmenter};
 use crate::sync::{Counts, Definitions};
 use crate::LOG_FILE_NAME;
 
@@ -45,6 +46,7 @@ pub struct WriterStats {
 
 /// Appends events to a sample log: buffered in blocks of [`BLOCK_TARGET`] bytes, each handed
 /// to the OS in one write; [`SampleLogWriter::flush`] writes the open block and syncs the file.
+/// With [`LogLimits`] the log is written in segments, the oldest deleted (`segments.rs`).
 ///
 /// Dropping the writer writes the open block (without syncing); call `flush` at the end to
 /// know it reached the disk.
@@ -76,6 +78,12 @@ pub struct SampleLogWriter {
     defs: Definitions,
     /// Blocks written since the tables were last reset.
     blocks_since_reset: u64,
+    /// The log's segments, under limits; `None`: one file, kept whole.
+    segments: Option<Segmenter>,
+    /// The recording's header, which every segment repeats (under limits only).
+    header: Option<LogHeader>,
+    /// Bytes of the current file's prefix and header block.
+    header_bytes: u64,
 }
 
 impl SampleLogWriter {
@@ -90,20 +98,33 @@ impl SampleLogWriter {
         header: &LogHeader,
         limits: InternLimits,
     ) -> Result<SampleLogWriter, LogError> {
+        SampleLogWriter::create_with(dir, header, limits, LogLimits::NONE)
+    }
+
+    /// As [`SampleLogWriter::create`], keeping the log within `log_limits`: in segments, the
+    /// oldest deleted (`segments.rs`). Without limits the log is one file, as `create` writes
+    /// it.
+    pub fn create_with(
+        dir: &Path,
+        header: &LogHeader,
+        limits: InternLimits,
+        log_limits: LogLimits,
+    ) -> Result<SampleLogWriter, LogError> {
         let path = dir.join(LOG_FILE_NAME);
-        let create_error = |source| LogError::Create {
+        // Segments an earlier recording left here would read as this log's.
+        remove_stale(&path).map_err(|source| LogError::Create {
             path: path.clone(),
             source,
-        };
-        let mut file = File::create(&path).map_err(create_error)?;
-        let mut block = vec![0u8; BLOCK_HEAD_LEN];
-        put_header(&mut block, header);
-        seal(&mut block);
-        file.write_all(&prefix()).map_err(create_error)?;
-        file.write_all(&block).map_err(create_error)?;
-        file.sync_data().map_err(create_error)?;
-        let written = (prefix().len() + block.len()) as u64;
-        block.truncate(BLOCK_HEAD_LEN);
+        })?;
+        let segments =
+            (!log_limits.is_unlimited()).then(|| Segmenter::new(log_limits, header.start));
+        let segment = segments.as_ref().map(|s| SegmentRecord {
+            index: s.index,
+            start: header.start,
+            carried: 0,
+        });
+        let (file, written) = create_file(&path, header, segment.as_ref())?;
+        let block = vec![0u8; BLOCK_HEAD_LEN];
         Ok(SampleLogWriter {
             path,
             file,
@@ -121,6 +142,9 @@ impl SampleLogWriter {
             last_stacks: LastStacks::default(),
             defs: Definitions::default(),
             blocks_since_reset: 0,
+            header: segments.is_some().then(|| header.clone()),
+            segments,
+            header_bytes: written,
         })
     }
 
@@ -134,6 +158,9 @@ impl SampleLogWriter {
             return Err(LogError::Poisoned {
                 path: self.path.clone(),
             });
+        }
+        if let Some(segments) = self.segments.as_mut() {
+            segments.note(event);
         }
         if self.block.len() == BLOCK_HEAD_LEN {
             self.start_block();
@@ -150,6 +177,7 @@ impl SampleLogWriter {
         self.block_events += 1;
         if self.block.len() >= BLOCK_HEAD_LEN + BLOCK_TARGET {
             self.write_block()?;
+            self.keep_within_limits()?;
         }
         Ok(())
     }
@@ -162,10 +190,112 @@ impl SampleLogWriter {
             });
         }
         self.write_block()?;
+        self.sync()?;
+        let segment = self.segments.as_ref().map(|s| s.index);
+        self.keep_within_limits()?;
+        // A segment opened here starts with the processes alive: on disk too, now.
+        if self.segments.as_ref().map(|s| s.index) != segment {
+            self.write_block()?;
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), LogError> {
         self.file.sync_data().map_err(|source| LogError::Write {
             path: self.path.clone(),
             source,
         })
+    }
+
+    /// Under limits, after a block was written: closes the segment when it is full or spans
+    /// its share of the age limit, and deletes the oldest segments while the log is over a
+    /// limit.
+    fn keep_within_limits(&mut self) -> Result<(), LogError> {
+        let Some(segments) = self.segments.as_ref() else {
+            return Ok(());
+        };
+        if segments.due(self.written, self.written > self.header_bytes) {
+            self.next_segment()?;
+        }
+        if let Some(segments) = self.segments.as_mut() {
+            segments.drop_oldest(self.written);
+        }
+        Ok(())
+    }
+
+    /// Closes the segment being written (whole, synced), renames it after its number, and
+    /// opens the next as `samples.log`: the header, the segment record, and the attach events
+    /// of the processes alive, with the tables and time bases started afresh. The open block
+    /// is empty here. A failure here leaves the writer unusable.
+    fn next_segment(&mut self) -> Result<(), LogError> {
+        let (Some(segments), Some(header)) = (self.segments.as_mut(), self.header.as_ref()) else {
+            return Ok(());
+        };
+        let write_error = |path: &Path, source| LogError::Write {
+            path: path.to_owned(),
+            source,
+        };
+        let closed = self.path.with_file_name(segment_file_name(segments.index));
+        let alive = segments.alive();
+        let segment = SegmentRecord {
+            index: segments.index + 1,
+            start: segments.next_start(),
+            carried: alive.len() as u64,
+        };
+        let opened = self
+            .file
+            .sync_data()
+            .map_err(|e| write_error(&self.path, e))
+            .and_then(|()| fs::rename(&self.path, &closed).map_err(|e| write_error(&closed, e)))
+            .and_then(|()| create_file(&self.path, header, Some(&segment)));
+        let (file, written) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+        segments.closed(closed, self.written);
+        self.file = file;
+        self.written = written;
+        self.header_bytes = written;
+        // What a new writer starts from: the segment decodes without the ones before it.
+        self.tables.clear();
+        self.last_stacks.clear();
+        self.tick_base = 0;
+        self.gpu_base = 0;
+        self.memory_base = 0;
+        self.defs = Definitions::default();
+        self.blocks_since_reset = 0;
+        self.block.truncate(BLOCK_HEAD_LEN);
+        self.block_events = 0;
+        for process in &alive {
+            if self.block.len() == BLOCK_HEAD_LEN {
+                self.start_block();
+            }
+            self.process(process);
+        }
+        Ok(())
+    }
+
+    /// What became of the log's segments: one file and nothing deleted without limits.
+    pub fn segments(&self) -> SegmentStats {
+        match &self.segments {
+            Some(segments) => segments.stats(self.written),
+            None => SegmentStats {
+                segments: 1,
+                bytes: self.written,
+                ..SegmentStats::default()
+            },
+        }
+    }
+
+    /// The limits the log is kept within.
+    pub fn log_limits(&self) -> LogLimits {
+        self.segments
+            .as_ref()
+            .map_or(LogLimits::NONE, |segments| segments.limits)
     }
 
     /// Bytes handed to the OS so far: the file's size, not counting the open block.
@@ -480,6 +610,30 @@ impl Drop for SampleLogWriter {
     }
 }
 
+/// Creates (or truncates) the file at `path` and writes the prefix and the header block (the
+/// header, and the segment record of a segmented log), synced; gives the file and its length.
+fn create_file(
+    path: &Path,
+    header: &LogHeader,
+    segment: Option<&SegmentRecord>,
+) -> Result<(File, u64), LogError> {
+    let create_error = |source| LogError::Create {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::create(path).map_err(create_error)?;
+    let mut block = vec![0u8; BLOCK_HEAD_LEN];
+    put_header(&mut block, header);
+    if let Some(segment) = segment {
+        put_segment(&mut block, segment);
+    }
+    seal(&mut block);
+    file.write_all(&prefix()).map_err(create_error)?;
+    file.write_all(&block).map_err(create_error)?;
+    file.sync_data().map_err(create_error)?;
+    Ok((file, (prefix().len() + block.len()) as u64))
+}
+
 /// The delta from `base` to `time`, moving `base` to `time`. Wrapping, so any pair of times
 /// round-trips.
 fn delta(time: u64, base: &mut u64) -> i64 {
@@ -498,4 +652,51 @@ fn cut(s: &str) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The prefix and a header block holding `records`.
+    fn head_of(records: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut block = vec![0u8; BLOCK_HEAD_LEN];
+        records(&mut block);
+        seal(&mut block);
+        let mut out = prefix().to_vec();
+        out.extend(block);
+        out
+    }
+
+    #[test]
+    fn without_limits_the_header_block_holds_the_header_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = LogHeader::default();
+        drop(SampleLogWriter::create(dir.path(), &header).unwrap());
+        let written = fs::read(dir.path().join(LOG_FILE_NAME)).unwrap();
+        assert_eq!(written, head_of(|b| put_header(b, &header)));
+
+        let limits = LogLimits {
+            max_bytes: Some(1 << 20),
+            max_age: None,
+        };
+        let writer =
+            SampleLogWriter::create_with(dir.path(), &header, InternLimits::default(), limits)
+                .unwrap();
+        assert_eq!(writer.log_limits(), limits);
+        drop(writer);
+        let written = fs::read(dir.path().join(LOG_FILE_NAME)).unwrap();
+        let segment = SegmentRecord {
+            index: 1,
+            start: header.start,
+            carried: 0,
+        };
+        assert_eq!(
+            written,
+            head_of(|b| {
+                put_header(b, &header);
+                put_segment(b, &segment);
+            })
+        );
+    }
 }

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use stackscope_event::ThreadInfo;
 
+use crate::caps::CapHits;
+
 /// The name `threading` gives Python's main thread.
 pub const MAIN_THREAD_NAME: &str = "MainThread";
 
@@ -31,7 +33,9 @@ pub fn name_the_main_thread<'a>(threads: impl IntoIterator<Item = &'a mut Thread
     }
 }
 
-/// Idents kept at most: a thread-churning target must not grow this without bound.
+/// Idents kept at most. The idents of threads that ended are released at each read
+/// ([`IdentOwners::release`]), so this is only a guard against a thread list read wrong (py-spy
+/// bounds the list at 4096 threads).
 const MAX_TRACKED: usize = 65_536;
 
 /// Which OS thread each Python ident belonged to when last seen.
@@ -39,6 +43,7 @@ const MAX_TRACKED: usize = 65_536;
 pub struct IdentOwners {
     /// The OS thread each Python ident belonged to when last seen.
     owner: HashMap<u64, u64>,
+    caps: CapHits,
 }
 
 impl IdentOwners {
@@ -48,6 +53,7 @@ impl IdentOwners {
     pub fn check<'a>(&mut self, threads: impl IntoIterator<Item = &'a mut ThreadInfo>) -> Vec<u64> {
         let mut reused = Vec::new();
         if self.owner.len() > MAX_TRACKED {
+            self.caps.hit(self.owner.len());
             self.owner.clear();
         }
         for thread in threads {
@@ -64,6 +70,59 @@ impl IdentOwners {
             }
         }
         reused
+    }
+
+    /// Forgets the idents of threads that ended: those not in `live` (sorted), the idents of
+    /// the read just made. An ident a new thread takes later is then new to us, and its name
+    /// is looked up afresh (the name caches release the same idents at the same read).
+    pub fn release(&mut self, live: &[u64]) {
+        self.owner
+            .retain(|ident, _| live.binary_search(ident).is_ok());
+    }
+
+    /// Idents tracked now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    /// Times the guard emptied the table, handed on once.
+    pub(crate) fn take_caps(&mut self) -> CapHits {
+        self.caps.take()
+    }
+}
+
+/// Each live thread's name, shared: one allocation per thread rather than one per sample, for
+/// the names py-spy's reader hands over as fresh strings. Keyed by ident and released with the
+/// ident at the read that finds its thread gone, so a target that starts a thread per task
+/// (`Thread-123456 (worker)`) does not leave a name behind per thread it ever had.
+#[derive(Default)]
+pub struct NamesByIdent {
+    names: HashMap<u64, Arc<str>>,
+}
+
+impl NamesByIdent {
+    /// The shared name of thread `ident`, now called `name`.
+    pub fn name(&mut self, ident: u64, name: &str) -> Arc<str> {
+        match self.names.get(&ident) {
+            Some(known) if **known == *name => known.clone(),
+            _ => {
+                let shared: Arc<str> = Arc::from(name);
+                self.names.insert(ident, shared.clone());
+                shared
+            }
+        }
+    }
+
+    /// Forgets the names of threads not in `live` (sorted).
+    pub fn release(&mut self, live: &[u64]) {
+        self.names
+            .retain(|ident, _| live.binary_search(ident).is_ok());
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.names.len()
     }
 }
 
@@ -115,5 +174,35 @@ mod tests {
         let mut third = [stack(0x7f00, 102, "churn-2")];
         assert!(names.check(&mut third).is_empty());
         assert_eq!(third[0].name.as_deref(), Some("churn-2"));
+    }
+
+    /// A thread that is not in a read's thread list ended: its ident and its name are let go,
+    /// those of the threads still there are kept.
+    #[test]
+    fn the_ident_and_name_of_a_thread_that_ended_are_released() {
+        let mut owners = IdentOwners::default();
+        let mut names = NamesByIdent::default();
+        for n in 0..1000u64 {
+            let ident = 0x7f00_0000 + n * 0x1000;
+            let mut read = [stack(1, 100, "main"), stack(ident, 1000 + n, "churn")];
+            owners.check(&mut read);
+            names.name(1, "main");
+            let a = names.name(ident, &format!("Thread-{n} (work)"));
+            assert!(Arc::ptr_eq(
+                &a,
+                &names.name(ident, &format!("Thread-{n} (work)"))
+            ));
+            // The next read finds the short thread gone.
+            let live = [1];
+            owners.release(&live);
+            names.release(&live);
+        }
+        assert_eq!((owners.len(), names.len()), (1, 1));
+        let mut read = [stack(1, 100, "main")];
+        assert!(
+            owners.check(&mut read).is_empty(),
+            "the main thread is known"
+        );
+        assert_eq!(owners.take_caps(), CapHits::default());
     }
 }

@@ -8,6 +8,7 @@
 //! thread once, for the `dump` command.
 
 pub mod batch;
+mod caps;
 mod cputime;
 mod dump;
 mod ends;
@@ -28,6 +29,7 @@ mod timer;
 mod tree;
 mod tuning;
 
+pub use caps::cap_notice;
 pub use dump::{dump_process, dump_target, dump_tree};
 pub use ends::EndWatch;
 pub use error::{classify_sample_error, AttachError, SampleFailure};

@@ -10,6 +10,7 @@ use crossbeam_channel::{Receiver, Sender};
 use stackscope_event::{Batch, Event, ProcessEvent, SampleError, StackSample, Timestamp};
 
 use crate::batch::{Batcher, Flushed};
+use crate::caps::CapHits;
 use crate::cputime::{Phase, TickCosts};
 use crate::ends::EndWatch;
 use crate::error::SampleFailure;
@@ -58,6 +59,10 @@ pub struct SamplerStats {
     pub own_reader_reads: AtomicU64,
     /// Successful reads by py-spy's (the fallback).
     pub pyspy_reader_reads: AtomicU64,
+    /// Times one of the caches of the targets' code (names, files, code objects) reached its
+    /// cap and was emptied ([`crate::cap_notice`] says it), and the entries it let go then.
+    pub caps_reached: AtomicU64,
+    pub cap_evictions: AtomicU64,
 }
 
 impl SamplerStats {
@@ -82,6 +87,15 @@ pub fn reader_name(own: u64, pyspy: u64) -> String {
 }
 
 impl SamplerStats {
+    /// Adds a target's caps reached since it was last asked.
+    fn note_caps(&self, caps: CapHits) {
+        if caps.reached > 0 {
+            self.caps_reached.fetch_add(caps.reached, Ordering::Relaxed);
+            self.cap_evictions
+                .fetch_add(caps.evicted, Ordering::Relaxed);
+        }
+    }
+
     fn note_lateness(&self, lateness: Duration, period: Duration) {
         if lateness > period / 10 {
             self.late_ticks.fetch_add(1, Ordering::Relaxed);
@@ -115,6 +129,9 @@ pub struct SamplerReport {
     pub stopped_ticks: u64,
     /// Which reader read the samples ([`SamplerStats::reader`]).
     pub reader: String,
+    /// [`SamplerStats::caps_reached`] and [`SamplerStats::cap_evictions`] at the end.
+    pub caps_reached: u64,
+    pub cap_evictions: u64,
 }
 
 /// A running sampling thread.
@@ -196,6 +213,8 @@ impl Sampler {
             errors: s.errors.load(Ordering::Relaxed),
             stopped_ticks: s.stopped_ticks.load(Ordering::Relaxed),
             reader: s.reader(),
+            caps_reached: s.caps_reached.load(Ordering::Relaxed),
+            cap_evictions: s.cap_evictions.load(Ordering::Relaxed),
         }
     }
 }
@@ -345,7 +364,9 @@ fn sample_all(
         let check = stop_checks
             .entry(target.pid())
             .or_insert_with(|| procfs::StopCheck::new(target.pid()));
-        match sample_one(target, check, time, out) {
+        let outcome = sample_one(target, check, time, out);
+        out.stats.note_caps(target.take_caps());
+        match outcome {
             Outcome::Read => {}
             Outcome::Stopped => any_stopped = true,
             Outcome::Gone => gone.push(target.pid()),
@@ -436,7 +457,7 @@ fn sample_one(
         Err(SampleFailure::Transient { kind, message }) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
             if target.needs_reattach() {
-                return reattach(target);
+                return reattach(target, stats);
             }
             let event = Event::SampleError(SampleError {
                 time,
@@ -452,7 +473,9 @@ fn sample_one(
 
 /// After an exec every address we hold is stale: find the new program's interpreter, or give
 /// the process up if it is no longer Python.
-fn reattach(target: &mut PythonTarget) -> Outcome {
+fn reattach(target: &mut PythonTarget, stats: &SamplerStats) -> Outcome {
+    // The caches go with the old program: what they counted is said first.
+    stats.note_caps(target.take_caps());
     match PythonTarget::attach(target.pid(), &target.options()) {
         Ok(fresh) => {
             *target = fresh;

@@ -7,9 +7,10 @@ use py_spy::{PythonSpy, StackTrace};
 use stackscope_event::{Frame, Frames, ThreadInfo};
 use stackscope_native::{merge, EntryFrame, NativeUnwinder};
 
+use crate::caps::CapHits;
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, OsTids};
-use crate::ident_reuse::IdentOwners;
+use crate::ident_reuse::{IdentOwners, NamesByIdent};
 use crate::idle;
 use crate::leader::LiveThreadsStop;
 use crate::namespace::TidMap;
@@ -96,6 +97,8 @@ pub struct PythonTarget {
     /// Set with `native`: the process's modules, unwind tables and symbols, cached.
     native: Option<NativeUnwinder>,
     names: IdentOwners,
+    /// Each live thread's name as py-spy's reader reads it, shared from sample to sample.
+    thread_names: NamesByIdent,
     strings: StringCache,
     /// Our own reader, for the versions it knows (with locals and native frames from 3.13,
     /// before which py-spy reads those); py-spy's reader otherwise.
@@ -238,7 +241,47 @@ impl PythonTarget {
             stacks.iter_mut().map(|s| &mut s.thread),
             self.pid,
         );
+        self.release_ended_threads(&stacks);
         Ok(stacks)
+    }
+
+    /// Lets go of what is kept for the threads that ended: those not in this read (a read has
+    /// every thread of the interpreter's list). Our reader releases its own per-thread tables
+    /// as it reads the list.
+    fn release_ended_threads(&mut self, stacks: &[ThreadStack]) {
+        let mut live: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
+        live.sort_unstable();
+        live.dedup();
+        let alive = |ident: &u64| live.binary_search(ident).is_ok();
+        self.names.release(&live);
+        self.thread_names.release(&live);
+        // py-spy keeps its names (and, built with `unwind`, OS ids) by ident until its next
+        // lookup of names, which a target whose threads all have names never needs.
+        self.spy.python_thread_names.retain(|ident, _| alive(ident));
+        self.spy.python_thread_ids.retain(|ident, _| alive(ident));
+    }
+
+    /// How often this target's caches of its code reached their caps since the last call
+    /// ([`crate::caps`]).
+    pub(crate) fn take_caps(&mut self) -> CapHits {
+        let mut caps = self.strings.caps.take();
+        caps.add(self.names.take_caps());
+        if let Some(fast) = self.fast.as_mut() {
+            caps.add(fast.take_caps());
+        }
+        caps
+    }
+
+    /// Entries kept per thread now, over every per-thread table of this target (idents, names,
+    /// py-spy's caches, our reader's names and open files): for tests that a thread's entries
+    /// go when it ends.
+    #[cfg(test)]
+    pub(crate) fn thread_entries(&self) -> usize {
+        self.names.len()
+            + self.thread_names.len()
+            + self.spy.python_thread_names.len()
+            + self.spy.python_thread_ids.len()
+            + self.fast.as_ref().map_or(0, FastReader::thread_entries)
     }
 
     fn read_stacks_uncached_names(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
@@ -418,7 +461,10 @@ impl PythonTarget {
         let thread = ThreadInfo {
             os_thread_id: trace.os_thread_id,
             python_thread_id: trace.thread_id,
-            name: trace.thread_name.as_deref().map(|n| self.strings.intern(n)),
+            name: trace
+                .thread_name
+                .as_deref()
+                .map(|n| self.thread_names.name(trace.thread_id, n)),
             active,
             owns_gil: trace.owns_gil,
         };
@@ -458,6 +504,8 @@ struct StringCache {
     names: HashMap<String, Arc<str>>,
     /// Decides each py-spy frame's origin from its full path.
     origins: Origins,
+    /// Times the cache was full and emptied.
+    caps: CapHits,
 }
 
 impl StringCache {
@@ -468,6 +516,7 @@ impl StringCache {
             return shared.clone();
         }
         if self.names.len() >= Self::MAX_ENTRIES {
+            self.caps.hit(self.names.len());
             self.names.clear();
         }
         let shared: Arc<str> = Arc::from(s);
@@ -502,6 +551,8 @@ mod attach;
 mod deep_read;
 #[cfg(test)]
 mod fast_failures;
+#[cfg(test)]
+mod thread_churn;
 
 #[cfg(test)]
 mod tests {
@@ -525,5 +576,23 @@ mod tests {
         let a = cache.intern("train_step");
         let b = cache.intern("train_step");
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    /// Code generated without end fills the cache to its cap, and each time it is emptied is
+    /// counted, with the entries let go.
+    #[test]
+    fn a_full_string_cache_is_counted() {
+        let mut cache = StringCache::default();
+        for n in 0..StringCache::MAX_ENTRIES + 10 {
+            cache.intern(&format!("<generated {n}>"));
+        }
+        assert_eq!(cache.names.len(), 10);
+        assert_eq!(
+            cache.caps.take(),
+            CapHits {
+                reached: 1,
+                evicted: StringCache::MAX_ENTRIES as u64
+            }
+        );
     }
 }

@@ -30,6 +30,7 @@ pub fn header(include_idle: bool, gpu: bool) -> LogHeader {
         leave_out_startup: Some(false),
         expected_gpu_devices: Vec::new(),
         cpus_usable: None,
+        processes_apart: false,
     }
 }
 

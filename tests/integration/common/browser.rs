@@ -166,7 +166,8 @@ pub fn assert_self_contained(html: &str) {
 
 /// Reads, once the page has drawn, the layout of its flamegraph and timeline legend into
 /// `<pre id="probe">` as JSON: the viewport, the flamegraph's box, each drawn frame's box with
-/// its depth, its parent's index (-1 for the root), its fill and its width attribute, and each
+/// its depth, its parent's index (-1 for the root), its fill, its width attribute, its name and
+/// its samples (`value`), and each
 /// legend entry's colour, width, dash, label, the stroke of its drawn sample and its value once
 /// the cursor is moved over the middle of the timeline (`cursor`: the time there).
 const PROBE: &str = r##"<script>
@@ -184,6 +185,7 @@ window.addEventListener("load", function () { setTimeout(function () {
     var d = g.__data__, r = g.querySelector("rect"), f = box(r);
     f.depth = d.depth; f.parent = nodes.indexOf(d.parent); f.fill = r.getAttribute("fill");
     f.width_attr = +r.getAttribute("width");
+    f.name = d.data && d.data.name; f.value = d.value;
     out.frames.push(f);
   });
   document.querySelectorAll("#timeline-legend .legend-series").forEach(function (e) {

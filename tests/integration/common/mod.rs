@@ -451,7 +451,7 @@ impl Folded {
                 .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
             let mut parts = stack.split(';').peekable();
             let process = parts
-                .next_if(|root| process_root_pid(root).is_some())
+                .next_if(|root| process_root_pid(root).is_some() || is_group_root(root))
                 .map(str::to_owned);
             let thread = parts.next().unwrap_or_default().to_string();
             let frames = parts.map(Frame::parse).collect();
@@ -782,6 +782,12 @@ pub fn stack_counts(folded: &Folded) -> BTreeMap<String, u64> {
         *counts.entry(key.to_string()).or_insert(0) += s.count;
     }
     counts
+}
+
+/// Whether a root is a group of like processes: `DataLoader workers (40 processes, 2 at a
+/// time) python train.py`.
+pub fn is_group_root(root: &str) -> bool {
+    stackscope_aggregate::parse_group_label(root).is_some()
 }
 
 /// The pid of a `process PID COMMAND` root (the `thread` field of a stack

@@ -96,6 +96,17 @@ impl PhaseCounts {
     pub fn all(&self) -> RunWait {
         self.gpu_idle.plus(self.gpu_busy).plus(self.gpu_unknown)
     }
+
+    /// Adds another thread's counts: a thread that ended, into its kind's.
+    pub fn absorb(&mut self, other: &PhaseCounts) {
+        self.gpu_idle = self.gpu_idle.plus(other.gpu_idle);
+        self.gpu_busy = self.gpu_busy.plus(other.gpu_busy);
+        self.gpu_unknown = self.gpu_unknown.plus(other.gpu_unknown);
+        self.gil_waiting += other.gil_waiting;
+        self.gil_waiting_gpu_busy += other.gil_waiting_gpu_busy;
+        self.held_elsewhere_not_busy += other.held_elsewhere_not_busy;
+        self.entries += other.entries;
+    }
 }
 
 /// What a sample did with the GIL, as its activity counts it.
@@ -153,6 +164,31 @@ impl Activity {
         };
         counts.add(tag, running, gil);
         counts.entries += u64::from(entered);
+    }
+}
+
+impl Activity {
+    /// Adds what another thread did (one that ended, into its kind's), within the caps: a
+    /// stack past [`MAX_STACKS_PER_THREAD`] counts in the totals only, as it would have.
+    pub fn absorb(&mut self, other: &Activity) {
+        self.totals.absorb(&other.totals);
+        for (&stack, counts) in &other.stacks {
+            let full = self.stacks.len() >= MAX_STACKS_PER_THREAD;
+            match self.stacks.get_mut(&stack) {
+                Some(mine) => mine.absorb(counts),
+                None if !full => {
+                    self.stacks.insert(stack, *counts);
+                }
+                None => {}
+            }
+        }
+        for (&holder, &n) in &other.gil_holders {
+            if self.gil_holders.len() < MAX_STACKS_PER_THREAD
+                || self.gil_holders.contains_key(&holder)
+            {
+                *self.gil_holders.entry(holder).or_default() += n;
+            }
+        }
     }
 }
 

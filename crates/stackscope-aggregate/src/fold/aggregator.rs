@@ -6,8 +6,10 @@ use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp
 
 use serde::{Deserialize, Serialize};
 
-use super::buckets::{ThreadName, TimeBuckets};
+use super::buckets::TimeBuckets;
+use super::ends::count_in_lane;
 use super::intern::{FrameId, StackCounts, StackTable};
+use super::kinds::thread_kind;
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use super::motion::{same_python_stack, Motion};
 use super::processes::ProcessTable;
@@ -36,6 +38,9 @@ pub struct AggregateConfig {
     /// Leave the target's start-up (the time before the GPU's first busy burst) out of the GPU
     /// figures and the verdict: set by `record`, which starts the job.
     pub leave_out_startup: bool,
+    /// Keep like processes apart, each under its own root (`--processes-apart`); by default
+    /// they are one group (`kinds.rs`).
+    pub processes_apart: bool,
 }
 
 impl Default for AggregateConfig {
@@ -47,6 +52,7 @@ impl Default for AggregateConfig {
             gpu_enabled: true,
             process_root: false,
             leave_out_startup: false,
+            processes_apart: false,
         }
     }
 }
@@ -142,7 +148,7 @@ impl Aggregator {
             timeline,
             table: StackTable::new(limits),
             threads: ThreadTable::new(limits.max_threads),
-            processes: ProcessTable::new(limits.max_processes),
+            processes: ProcessTable::new(limits.max_processes, config.processes_apart),
             limits,
             config,
             start,
@@ -178,8 +184,9 @@ impl Aggregator {
             Event::Gpu(sample) => self.handle_gpu(sample),
             Event::Process(process) => {
                 if self.config.process_root {
-                    self.processes.handle(&process);
+                    self.process_event(&process);
                 }
+                self.memory.process_event(&process, &mut self.buckets);
                 self.tagger.observe(process.time);
             }
             Event::Memory(sample) => self.memory.memory(&sample, &mut self.buckets),
@@ -213,18 +220,11 @@ impl Aggregator {
         let name = sample.thread.display_name();
         let running = sample.thread.active;
         let kept = running || self.config.include_idle;
-        let thread = self.threads.observe(sample.pid, &sample.thread, &name);
-        self.buckets.count_thread_in(
-            &mut thread.lane,
-            sample.time,
-            sample.pid,
-            sample.thread.python_thread_id,
-            ThreadName {
-                name: &name,
-                unchanged: thread.name_unchanged,
-            },
-            running,
-        );
+        let owner = self.owner_of(sample.pid);
+        let thread = self
+            .threads
+            .observe(sample.pid, owner, &sample.thread, &name);
+        count_in_lane(&mut self.buckets, thread, &sample, &name);
         if kept {
             thread.samples += 1;
         }
@@ -255,10 +255,14 @@ impl Aggregator {
         }
         // A waiting thread's stack is interned too (not counted in the profile): where a
         // training loop waits is the verdict's answer.
+        let known_stacks = self.table.stacks().len();
         let stack = {
             let (roots, n) = self.roots(&sample, &name);
             Some(self.table.intern(&roots[..n], &sample.frames))
         };
+        if self.table.stacks().len() > known_stacks {
+            self.learn_group_work(sample.pid, &sample.frames);
+        }
         if let (true, Some(stack)) = (kept, stack) {
             self.table.count(stack);
         }
@@ -290,14 +294,23 @@ impl Aggregator {
             return ([self.table.thread_root(name), 0], 1);
         };
         let thread_root = if sample.thread.name.is_some() {
-            // The thread's samples from before its name was read are under its name too.
+            // The thread's samples from before its name was read are under its name too (its
+            // kind's, for a thread of a kind read as one).
             if let Some(root) = thread.unnamed_root.take() {
-                self.table.name_thread_root(root, name);
+                match thread.in_kind {
+                    Some(_) => self.table.name_thread_root(root, &thread_kind(name)),
+                    None => self.table.name_thread_root(root, name),
+                }
+                thread.named_root = Some(root);
             }
             match thread.root {
                 Some(root) if thread.name_unchanged => root,
                 _ => {
-                    let root = self.table.thread_root(name);
+                    // A thread of a kind read as one is under its kind's name.
+                    let root = match thread.in_kind {
+                        Some(_) => self.table.thread_root(&thread_kind(name)),
+                        None => self.table.thread_root(name),
+                    };
                     thread.root = self.table.is_thread_root(root).then_some(root);
                     root
                 }

@@ -278,14 +278,7 @@ impl StackTable {
     /// lines are made at write time, so the thread's earlier stacks print under the name;
     /// lines that become equal to the named root's are merged there.
     pub fn name_thread_root(&mut self, root: FrameId, name: &str) {
-        if self.specials.contains(&Some(root)) {
-            return;
-        }
-        if let Some(frame) = self.frames.get_mut(root as usize) {
-            if frame.function.is_none() {
-                frame.label = sanitize_label(name);
-            }
-        }
+        self.relabel_root(root, name);
     }
 
     /// The root frame of a process's stacks (`process PID COMMAND`); past the cap,
@@ -305,6 +298,40 @@ impl StackTable {
         });
         self.process_ids.insert(label.to_owned(), id);
         id
+    }
+
+    /// The root frame of a group of like processes (`kinds.rs`): one frame of its own, whose
+    /// label [`StackTable::relabel_root`] keeps up with the group's counts.
+    pub fn group_root(&mut self, label: &str) -> FrameId {
+        self.push_frame(FrameEntry {
+            label: sanitize_label(label),
+            function: None,
+            origin: FileOrigin::Native,
+        })
+    }
+
+    /// Gives a root frame (a thread's, a process's, a group's) another label: folded lines are
+    /// made at write time, so every stack under it prints under the new one, and lines that
+    /// become equal to another root's are merged there. Code frames and placeholders keep
+    /// theirs.
+    pub fn relabel_root(&mut self, root: FrameId, label: &str) {
+        if self.specials.contains(&Some(root)) {
+            return;
+        }
+        if let Some(frame) = self.frames.get_mut(root as usize) {
+            if frame.function.is_none() {
+                frame.label = sanitize_label(label);
+            }
+        }
+    }
+
+    /// Forgets the last stack remembered under a pair of roots whose thread ended.
+    pub fn forget_roots(&mut self, process: Option<FrameId>, thread: FrameId) {
+        let key = match process {
+            Some(process) => [process, thread],
+            None => [thread, FrameId::MAX],
+        };
+        self.last.forget(&key);
     }
 
     /// Interns a frame not seen before; `None` when the frame table is full.

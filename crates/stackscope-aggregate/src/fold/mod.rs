@@ -7,14 +7,18 @@
 mod activity;
 mod aggregator;
 mod buckets;
+mod ends;
 mod functions;
 mod intern;
+mod kinds;
 mod limits;
 mod meta;
 mod motion;
+mod process_groups;
 mod processes;
 mod reads;
 mod tagged;
+mod thread_kinds;
 mod threads;
 
 pub use activity::{Activity, PhaseCounts, RunWait};
@@ -27,7 +31,9 @@ pub use functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
 pub use intern::{
     FrameEntry, FrameId, FunctionId, FunctionKey, StackCounts, StackEntry, StackId, StackTable,
 };
+pub use kinds::{is_group_pid, parse_group_label, GroupRoot, GROUP_PIDS_FROM};
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 pub use meta::{GpuDeviceInfo, RecordingMeta};
 pub use motion::ProcessMotion;
 pub use processes::{shorten, ROOT_COMMAND_CHARS};
+pub use thread_kinds::Released;

@@ -61,7 +61,9 @@ impl Aggregator {
             self.read_done = done;
             return;
         };
-        let pid = first.pid;
+        let (pid, time) = (first.pid, first.time.as_nanos());
+        self.threads
+            .note_read(pid, time, done.iter().map(|(_, (held, _), _)| held.thread));
         let mut process = GilCounts::default();
         for (sample, (mut held, tag), read) in done.drain(..) {
             held.gil_waited = read.state == GilState::Waited;
@@ -85,6 +87,7 @@ impl Aggregator {
         self.read_done = done;
         self.count_process_read(pid, process);
         self.release_tagged();
+        self.end_missing_threads();
     }
 
     /// One read of a process: whether a thread held the GIL at it, and whether one waited.

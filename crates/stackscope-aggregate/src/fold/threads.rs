@@ -15,6 +15,7 @@ use stackscope_event::{Frames, ThreadInfo};
 use super::activity::Activity;
 use super::intern::FrameId;
 use super::intern::StackId;
+use super::thread_kinds::ThreadEnds;
 use crate::gil::{GilCounts, RunsAt};
 
 #[derive(Debug, Clone)]
@@ -24,8 +25,10 @@ pub(crate) struct ThreadStat {
     pub os_thread_id: Option<u64>,
     pub python_thread_id: u64,
     pub samples: u64,
-    /// The root its samples were put under while its name was not known, renamed once it is.
+    /// The root its samples were put under while its name was not known, renamed once it is;
+    /// then `named_root`.
     pub unnamed_root: Option<FrameId>,
+    pub named_root: Option<FrameId>,
     /// Whether its name has been read.
     pub named: bool,
     /// The table's clock at the thread's latest sample: what eviction orders by.
@@ -47,6 +50,26 @@ pub(crate) struct ThreadStat {
     pub gil: GilCounts,
     /// Where it runs, for whether a wait is one for the GIL.
     pub runs_at: RunsAt<StackId>,
+    /// Its process's count of reads at its latest sample, and that read's time (ns): a thread
+    /// missing from its process's reads ended (`thread_kinds.rs`).
+    pub(super) read_seq: (u64, u64),
+    /// Whose kind of thread it is: its process's pid, or its process group's.
+    pub(super) owner: u32,
+    /// Its kind's entry, when its samples go to its kind's root and lane (its kind had
+    /// churned when it started, or its process is a group's member).
+    pub in_kind: Option<ThreadKey>,
+}
+
+impl ThreadStat {
+    /// The table's clock at its latest sample.
+    pub(super) fn last_seen(&self) -> u64 {
+        self.last_seen
+    }
+
+    /// Seen at `clock` (a kind's entry, when a thread that ended is added to it).
+    pub(super) fn touch(&mut self, clock: u64) {
+        self.last_seen = self.last_seen.max(clock);
+    }
 }
 
 /// Threads folded out of the table.
@@ -70,10 +93,12 @@ pub(crate) struct ThreadTable {
     /// By (pid, Python thread id, OS thread id): a Python thread id is only unique within its
     /// process, and the interpreter hands a finished thread's id to the next thread it starts
     /// (the OS thread id tells them apart; 0 when unknown).
-    threads: HashMap<ThreadKey, ThreadStat>,
+    pub(super) threads: HashMap<ThreadKey, ThreadStat>,
     /// Counts samples seen; a logical clock, so eviction does not depend on event times.
     clock: u64,
     folded: FoldedThreads,
+    /// Kinds of threads, what ended and where it went (`thread_kinds.rs`).
+    pub(super) ends: ThreadEnds,
 }
 
 impl ThreadTable {
@@ -83,18 +108,27 @@ impl ThreadTable {
             threads: HashMap::default(),
             clock: 0,
             folded: FoldedThreads::default(),
+            ends: ThreadEnds::default(),
         }
     }
 
     /// The entry of the thread a sample was taken from, created (evicting when full) and
-    /// updated with its latest name and OS id.
-    pub fn observe(&mut self, pid: u32, info: &ThreadInfo, name: &str) -> &mut ThreadStat {
+    /// updated with its latest name and OS id. `owner` is whose kind of thread it is: its
+    /// process's pid or its process group's.
+    pub fn observe(
+        &mut self,
+        pid: u32,
+        owner: u32,
+        info: &ThreadInfo,
+        name: &str,
+    ) -> &mut ThreadStat {
         self.clock += 1;
         let key = thread_key(pid, info);
         if self.threads.len() >= self.max && !self.threads.contains_key(&key) {
             self.evict();
         }
         let clock = self.clock;
+        let ends = &mut self.ends;
         let thread = self.threads.entry(key).or_insert_with(|| ThreadStat {
             pid,
             name: String::new(),
@@ -102,6 +136,7 @@ impl ThreadTable {
             python_thread_id: info.python_thread_id,
             samples: 0,
             unnamed_root: None,
+            named_root: None,
             named: false,
             last_seen: clock,
             name_seen: None,
@@ -112,6 +147,9 @@ impl ThreadTable {
             last_frames: None,
             gil: GilCounts::default(),
             runs_at: RunsAt::default(),
+            read_seq: ends.reads_of(pid),
+            owner,
+            in_kind: ends.starts_in_kind(owner, name),
         });
         thread.named |= info.name.is_some();
         thread.last_seen = clock;
@@ -152,9 +190,15 @@ impl ThreadTable {
         }
     }
 
-    /// A thread's entry, if it is still in the table.
+    /// A thread's entry, if it is still in the table; for a thread that ended, its kind's
+    /// (samples held for their GPU state arrive after the end).
     pub fn get_mut(&mut self, key: &ThreadKey) -> Option<&mut ThreadStat> {
-        self.threads.get_mut(key)
+        let key = if self.threads.contains_key(key) {
+            *key
+        } else {
+            self.ends.moved_to(key)?
+        };
+        self.threads.get_mut(&key)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &ThreadStat> {
@@ -189,8 +233,10 @@ mod tests {
         let mut table = ThreadTable::new(8);
         // Thread 0 stays busy while threads 1.. come and go.
         for id in 1..=100u64 {
-            table.observe(1, &info(0), "main").samples += 1;
-            table.observe(1, &info(id), &format!("Thread-{id}")).samples += 1;
+            table.observe(1, 1, &info(0), "main").samples += 1;
+            table
+                .observe(1, 1, &info(id), &format!("Thread-{id}"))
+                .samples += 1;
             assert!(table.len() <= 8);
         }
         let main = table.iter().find(|t| t.python_thread_id == 0);
@@ -212,28 +258,36 @@ mod tests {
             name: Some(Arc::clone(name)),
             ..info(3)
         };
-        assert!(!table.observe(1, &with(&loader), &loader).name_unchanged);
-        assert!(table.observe(1, &with(&loader), &loader).name_unchanged);
+        assert!(!table.observe(1, 1, &with(&loader), &loader).name_unchanged);
+        assert!(table.observe(1, 1, &with(&loader), &loader).name_unchanged);
         let same_text: Arc<str> = Arc::from("loader-0");
-        let t = table.observe(1, &with(&same_text), &same_text);
+        let t = table.observe(1, 1, &with(&same_text), &same_text);
         assert!(!t.name_unchanged);
         assert_eq!(t.name, "loader-0");
         let renamed: Arc<str> = Arc::from("loader-1");
-        let t = table.observe(1, &with(&renamed), &renamed);
+        let t = table.observe(1, 1, &with(&renamed), &renamed);
         assert!(!t.name_unchanged);
         assert_eq!(t.name, "loader-1");
-        assert!(table.observe(1, &with(&renamed), &renamed).name_unchanged);
+        assert!(
+            table
+                .observe(1, 1, &with(&renamed), &renamed)
+                .name_unchanged
+        );
         // A sample without its name keeps the known one and is compared next time.
-        let t = table.observe(1, &info(3), "thread 1003");
+        let t = table.observe(1, 1, &info(3), "thread 1003");
         assert_eq!((t.name.as_str(), t.name_unchanged), ("loader-1", false));
-        assert!(!table.observe(1, &with(&renamed), &renamed).name_unchanged);
+        assert!(
+            !table
+                .observe(1, 1, &with(&renamed), &renamed)
+                .name_unchanged
+        );
     }
 
     #[test]
     fn same_thread_id_in_two_processes_is_two_threads() {
         let mut table = ThreadTable::new(8);
-        table.observe(1, &info(5), "MainThread");
-        table.observe(2, &info(5), "MainThread");
+        table.observe(1, 1, &info(5), "MainThread");
+        table.observe(2, 2, &info(5), "MainThread");
         assert_eq!(table.len(), 2);
     }
 }

@@ -107,6 +107,25 @@ impl<S> Default for RunsAt<S> {
 impl<S: std::hash::Hash + Eq> RunsAt<S> {
     /// Counts a sample at `stack`; answers whether the thread ran there at least [`RUNS_HERE`]
     /// of its samples before this one.
+    /// Adds where another thread ran (one that ended, into its kind's), within the cap.
+    pub fn absorb(&mut self, other: &RunsAt<S>)
+    where
+        S: Copy,
+    {
+        for (&stack, &(ran, seen)) in &other.by_stack {
+            let full = self.by_stack.len() >= MAX_STACKS_RUN_AT;
+            match self.by_stack.get_mut(&stack) {
+                Some(slot) => {
+                    *slot = (slot.0.saturating_add(ran), slot.1.saturating_add(seen));
+                }
+                None if !full => {
+                    self.by_stack.insert(stack, (ran, seen));
+                }
+                None => {}
+            }
+        }
+    }
+
     pub fn observe(&mut self, stack: S, running: bool) -> bool {
         let full = self.by_stack.len() >= MAX_STACKS_RUN_AT;
         let slot = match self.by_stack.get_mut(&stack) {
@@ -263,6 +282,14 @@ impl GilCounts {
             GilState::RanWithout => self.ran_without += 1,
             GilState::Idle => {}
         }
+    }
+
+    /// Adds another's counts: a thread or process that ended, into its kind's.
+    pub fn absorb(&mut self, other: &GilCounts) {
+        self.samples += other.samples;
+        self.held += other.held;
+        self.waited += other.waited;
+        self.ran_without += other.ran_without;
     }
 
     fn share(&self, n: u64) -> f64 {

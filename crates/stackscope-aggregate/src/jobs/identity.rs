@@ -15,6 +15,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::fold::{is_group_pid, parse_group_label, GROUP_PIDS_FROM};
+
 /// How frames match across recordings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FrameMatch {
@@ -29,6 +31,10 @@ pub enum FrameMatch {
 /// without a process root (a recording of one process).
 pub fn split_process_root(stack: &str) -> (Option<u32>, &str) {
     let (first, rest) = stack.split_once(';').unwrap_or((stack, ""));
+    if parse_group_label(first).is_some() {
+        // A group of like processes: one process to every reader of folded lines.
+        return (Some(GROUP_PIDS_FROM), rest);
+    }
     match process_root_pid(first) {
         Some(pid) => (Some(pid), rest),
         None => (None, stack),
@@ -170,7 +176,8 @@ impl JobProcesses {
             .copied()
             .or_else(|| process_root_rank(root));
         // A rank's DataLoader workers inherit its rank: they are its workers, not the rank.
-        if self.worker_pids.contains(&pid) {
+        if self.worker_pids.contains(&pid) || is_group_pid(pid) || parse_group_label(root).is_some()
+        {
             return ProcessIdentity::Workers;
         }
         if let Some(rank) = rank {
@@ -282,6 +289,11 @@ mod tests {
         assert_eq!(
             key("process 10 sh run.sh;MainThread"),
             "recorded process;MainThread"
+        );
+        // A group of like processes is the job's workers, however many it had.
+        assert_eq!(
+            key("DataLoader workers (3,100 processes, 2 at a time) python t.py;MainThread;f (t.py:1)"),
+            key("process 12 python t.py;MainThread;f (t.py:5)")
         );
         // A recording of one process has no process roots.
         assert_eq!(key("MainThread;f (a.py:1)"), "MainThread;f (a.py)");

@@ -226,10 +226,38 @@ impl Attribution {
     /// A process dropped from the memory tables: what waits is charged, then it is forgotten
     /// (its charges stay in the whole recording's).
     pub fn drop_process(&mut self, pid: u32, buckets: &mut TimeBuckets) {
+        self.end_process(pid, buckets);
+    }
+
+    /// A process that ended: what waits is charged with the samples there are (its last came
+    /// before its end), and its matching state goes. Returns what was charged to each of its
+    /// stacks, for what is kept of it; the whole recording's charges keep it anyway.
+    pub fn end_process(
+        &mut self,
+        pid: u32,
+        buckets: &mut TimeBuckets,
+    ) -> Option<HashMap<StackId, u64>> {
         while self.by_pid.get(&pid).is_some_and(|p| !p.pending.is_empty()) {
             self.settle_first(pid, buckets);
         }
-        self.by_pid.remove(&pid);
+        self.by_pid.remove(&pid).map(|p| p.by_stack)
+    }
+
+    /// Processes never read (so never ended by the memory tables) whose latest stack sample is
+    /// [`SETTLE_LAG_NANOS`] before `now` or older: what they kept is of no use any more.
+    pub fn unread_gone(&self, now: Timestamp) -> Vec<u32> {
+        let mut gone: Vec<u32> = self
+            .by_pid
+            .iter()
+            .filter(|(_, p)| p.last_reading.is_none())
+            .filter(|(_, p)| {
+                p.latest_sample
+                    .is_none_or(|t| now.as_nanos() >= t.as_nanos().saturating_add(SETTLE_LAG_NANOS))
+            })
+            .map(|(&pid, _)| pid)
+            .collect();
+        gone.sort_unstable();
+        gone
     }
 
     /// The whole recording's charges with what still waits charged as it stands, most first:

@@ -10,11 +10,14 @@
 //!
 //! - `timeline`: what is kept of each process's readings, its GPU memory and the cgroup's,
 //!   bounded (`series`: the thinned series, the running fit, the trend);
+//! - `ended`: what is kept of the processes that ended: some whole, the others by kind, so
+//!   that a job that starts and ends workers for days keeps memory bounded;
 //! - `attribution`: growth matched by time to the stacks kept for its process;
 //! - `roles`: what each process is to the job, one name for the timeline and the summary;
 //! - `summary` and `verdict` (`text`: sizes and rates in words): `summary.json`'s `memory`.
 
 mod attribution;
+mod ended;
 mod roles;
 mod series;
 mod summary;
@@ -25,16 +28,24 @@ mod verdict;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_ended;
+#[cfg(test)]
 mod tests_verdict;
 
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
-use stackscope_event::{CgroupSample, GpuSample, MemorySample, ProcessGpuMemory, Timestamp};
+use stackscope_event::{
+    CgroupSample, GpuSample, HowEnded, MemorySample, ProcessEvent, ProcessEventKind,
+    ProcessGpuMemory, Timestamp,
+};
 
 use crate::fold::{StackId, TimeBuckets};
 use attribution::Attribution;
+use ended::{Ended, EndedProcess, Identity};
 pub use series::growth_rate;
 pub use text::{rate as rate_text, size as size_text};
 use timeline::{Cgroup, GpuMemory, Processes};
+pub(crate) use timeline::{GONE_AFTER_NANOS, GONE_AFTER_ROUNDS};
 
 /// One process's memory at one reading, as `memory-timeline.csv` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,8 +76,17 @@ pub struct CgroupPoint {
 /// `summary.json`'s `memory`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemorySummary {
-    /// Every process read, largest peak first.
+    /// Every process read and kept whole, largest peak first: those alive, and of those that
+    /// ended the most recent, the largest and those the verdict speaks of.
     pub processes: Vec<ProcessMemory>,
+    /// Processes that ended, and of them those folded into `folded` (not in `processes`).
+    #[serde(default)]
+    pub processes_ended: u64,
+    #[serde(default)]
+    pub processes_folded: u64,
+    /// The processes folded, by kind, most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folded: Vec<FoldedProcessMemory>,
     /// `None` when no cgroup was read.
     pub cgroup: Option<CgroupMemory>,
     /// What there is to say; empty when memory was flat.
@@ -94,6 +114,25 @@ pub struct ProcessMemory {
     #[serde(default)]
     pub gpu_memory_peak: Option<u64>,
     /// Seconds since the start of its first and last reading.
+    pub first_secs: f64,
+    pub last_secs: f64,
+}
+
+/// Processes of one kind that ended, folded together: `summary.json`'s `memory.folded`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FoldedProcessMemory {
+    /// Their command line with every run of digits as `N`; empty where the sampler did not
+    /// follow them (their command was not told), `(other commands)` past the kinds kept apart.
+    pub kind: String,
+    #[serde(default)]
+    pub rank: Option<u32>,
+    pub processes: u64,
+    /// The highest peak of their resident memory, and the mean of their peaks.
+    pub rss_peak: u64,
+    pub rss_peak_mean: u64,
+    #[serde(default)]
+    pub gpu_memory_peak: Option<u64>,
+    /// Seconds since the start of the first one's first reading and of the last one's end.
     pub first_secs: f64,
     pub last_secs: f64,
 }
@@ -150,17 +189,32 @@ pub struct MemoryFinding {
     pub text: String,
 }
 
-/// What the aggregator keeps of memory (bounded however long the recording): every process's
-/// readings, each process's GPU memory, the cgroup's readings, and what ran while memory grew.
+/// How often the live tables are looked over for processes that ended without a word
+/// ([`MemoryState::sweep`]), in the readings' time: the ends it finds are [`GONE_AFTER_NANOS`]
+/// old at least, a second more changes nothing.
+///
+/// [`GONE_AFTER_NANOS`]: timeline::GONE_AFTER_NANOS
+const SWEEP_EVERY_NANOS: u64 = 1_000_000_000;
+
+/// What the aggregator keeps of memory (bounded however long the recording, and however many
+/// processes come and go): every live process's readings, each process's GPU memory, the
+/// cgroup's readings, what ran while memory grew, and what is kept of the processes that ended.
 #[derive(Debug, Clone)]
 pub struct MemoryState {
     pub(crate) processes: Processes,
     pub(crate) gpu: GpuMemory,
     pub(crate) cgroup: Option<Cgroup>,
     pub(crate) attribution: Attribution,
+    pub(crate) ended: Ended,
+    /// Each live process's command line and rank, as the sampler told when it attached.
+    identities: HashMap<u32, Identity>,
     /// The first process read: the memory poller reads the target first, so this is the
     /// process `memory_points` calls `main` (the summary has the recording's own pid).
     first_pid: Option<u32>,
+    /// The latest reading's time (memory or GPU), and those of the last sweeps.
+    latest: Timestamp,
+    swept_at: Timestamp,
+    gpu_swept_at: Timestamp,
 }
 
 impl Default for MemoryState {
@@ -177,19 +231,33 @@ impl MemoryState {
             gpu: GpuMemory::new(max_processes),
             cgroup: None,
             attribution: Attribution::default(),
+            ended: Ended::default(),
+            identities: HashMap::default(),
             first_pid: None,
+            latest: Timestamp(0),
+            swept_at: Timestamp(0),
+            gpu_swept_at: Timestamp(0),
         }
     }
 
     /// One reading of one process; its growth since its reading before is charged to the
     /// stacks sampled in it meanwhile.
     pub(crate) fn memory(&mut self, sample: &MemorySample, buckets: &mut TimeBuckets) {
+        self.observe_time(sample.time, buckets);
+        if !self.processes.by_pid.contains_key(&sample.pid) && !self.new_process(sample) {
+            return;
+        }
         let Some(read) = self.processes.add(sample) else {
             return;
         };
         self.first_pid.get_or_insert(sample.pid);
         if let Some(dropped) = read.dropped {
             self.attribution.drop_process(dropped, buckets);
+            self.gpu.remove(dropped);
+            self.identities.remove(&dropped);
+        }
+        if read.previous.is_none() {
+            self.ended.set_cap(self.processes.cap_with(0));
         }
         let previous = read.previous;
         let growth = previous.map_or(0, |p| sample.rss_bytes.saturating_sub(p.rss));
@@ -202,6 +270,182 @@ impl MemoryState {
         );
     }
 
+    /// Whether a reading of `sample.pid`, not a live process, is that of a new process. One
+    /// taken shortly after the end of the process that had the pid is a late reading of it
+    /// (added to what is kept of it, [`ended::LATE_READING_NANOS`]); one of no resident memory
+    /// is a process that exited and waits for its parent to reap it (a zombie). Otherwise a
+    /// process kept under the pid is folded: the pid is another's now.
+    fn new_process(&mut self, sample: &MemorySample) -> bool {
+        let pid = sample.pid;
+        if let Some(ended) = self.ended.kept_mut(pid) {
+            let late = sample.time.as_nanos()
+                <= ended
+                    .at
+                    .as_nanos()
+                    .saturating_add(ended::LATE_READING_NANOS);
+            if late {
+                if sample.time > ended.rss.last.time {
+                    ended.rss.add(timeline::Reading::of(sample));
+                }
+                return false;
+            }
+        }
+        if sample.rss_bytes == 0 {
+            return false;
+        }
+        self.ended.fold_pid(pid);
+        self.processes.others = self.ended.kept.len();
+        true
+    }
+
+    /// A process event: the sampler attached to a process (its command line and rank are
+    /// kept while it lives), or it ended ([`MemoryState::process_ended`]). Each event counts
+    /// once however often it is told.
+    pub(crate) fn process_event(&mut self, event: &ProcessEvent, buckets: &mut TimeBuckets) {
+        match event.kind {
+            ProcessEventKind::Attached => {
+                let identity = Identity::new(&event.command_line, event.rank.rank);
+                self.identities.insert(event.pid, identity);
+            }
+            ProcessEventKind::Exited => {
+                let oom = matches!(event.how, Some(HowEnded::OomKilled(_)));
+                let told = (!event.command_line.is_empty())
+                    .then(|| Identity::new(&event.command_line, event.rank.rank));
+                self.process_ended(event.pid, event.time, told, oom, buckets);
+            }
+        }
+    }
+
+    /// Process `pid` ended at `time` (`oom`: the OOM killer ended it), as the sampler says:
+    /// what is kept of it leaves the live tables ([`ended`]) and its matching of growth to
+    /// stacks is settled and released. A process already found gone, or never read, gets what
+    /// the event tells.
+    pub(crate) fn process_ended(
+        &mut self,
+        pid: u32,
+        time: Timestamp,
+        identity: Option<Identity>,
+        oom: bool,
+        buckets: &mut TimeBuckets,
+    ) {
+        let known = self.identities.remove(&pid);
+        let identity = known.or(identity);
+        let oom_killed = oom.then_some(time);
+        if self.processes.by_pid.contains_key(&pid) {
+            self.end(pid, time, identity, oom_killed, buckets);
+            return;
+        }
+        let charged = self.attribution.end_process(pid, buckets);
+        let gpu = self.gpu.remove(pid);
+        let Some(ended) = self.ended.kept_mut(pid) else {
+            return;
+        };
+        // Found gone from its readings before this event came.
+        if ended.identity.is_none() {
+            ended.identity = identity;
+        }
+        if oom_killed.is_some() && ended.oom_killed.is_none() {
+            ended.oom_killed = oom_killed;
+            ended.notable = true;
+        }
+        for (stack, bytes) in charged.into_iter().flatten() {
+            *ended.charged.entry(stack).or_default() += bytes;
+        }
+        if ended.gpu.is_none() {
+            ended.gpu = gpu;
+        }
+    }
+
+    /// Moves live process `pid` to the ended, at `at`.
+    fn end(
+        &mut self,
+        pid: u32,
+        at: Timestamp,
+        identity: Option<Identity>,
+        oom_killed: Option<Timestamp>,
+        buckets: &mut TimeBuckets,
+    ) {
+        let charged = self
+            .attribution
+            .end_process(pid, buckets)
+            .unwrap_or_default();
+        let gpu = self.gpu.remove(pid);
+        let Some(rss) = self.processes.remove(pid) else {
+            return;
+        };
+        let notable = oom_killed.is_some() || verdict::may_speak_of(&rss, gpu.as_ref());
+        self.ended.push(EndedProcess {
+            pid,
+            rss,
+            gpu,
+            charged,
+            at,
+            identity,
+            oom_killed,
+            notable,
+        });
+        self.processes.others = self.ended.kept.len();
+    }
+
+    /// Notes the latest reading's time, and once a second looks for processes that ended
+    /// without a word.
+    fn observe_time(&mut self, time: Timestamp, buckets: &mut TimeBuckets) {
+        self.latest = self.latest.max(time);
+        if self.latest.as_nanos() >= self.swept_at.as_nanos().saturating_add(SWEEP_EVERY_NANOS) {
+            self.swept_at = self.latest;
+            self.sweep(buckets);
+        }
+    }
+
+    /// Ends the processes the poller stopped reading ([`Processes::gone`]): a process the
+    /// sampler does not follow has no exit event. Releases too the GPU memory of processes off
+    /// every GPU (and not read), and the matching state of processes sampled but never read.
+    fn sweep(&mut self, buckets: &mut TimeBuckets) {
+        let now = self.latest;
+        for pid in self.processes.gone(now) {
+            let at = self.processes.by_pid.get(&pid).map_or(now, |p| p.last.time);
+            let identity = self.identities.remove(&pid);
+            self.end(pid, at, identity, None, buckets);
+        }
+        self.sweep_gpu();
+        for pid in self.attribution.unread_gone(now) {
+            if !self.processes.by_pid.contains_key(&pid) {
+                self.attribution.end_process(pid, buckets);
+            }
+        }
+    }
+
+    /// Releases the GPU memory of the processes off every GPU for a while that are not read
+    /// live: one that ended hands it to what is kept of it.
+    fn sweep_gpu(&mut self) {
+        for pid in self.gpu.gone(self.latest) {
+            if self.processes.by_pid.contains_key(&pid) {
+                continue;
+            }
+            let gpu = self.gpu.remove(pid);
+            if let Some(ended) = self.ended.kept_mut(pid) {
+                if ended.gpu.is_none() {
+                    ended.gpu = gpu;
+                }
+            }
+        }
+    }
+
+    /// Entries kept per process now, in every table of memory: live processes' series,
+    /// their GPU series, their matching state and their commands, and the ended kept whole.
+    /// For tests that what an ended process held goes.
+    #[cfg(test)]
+    pub(crate) fn process_entries(&self) -> ProcessEntries {
+        ProcessEntries {
+            live: self.processes.by_pid.len(),
+            gpu: self.gpu.by_pid.len(),
+            matching: self.attribution.by_pid.len(),
+            identities: self.identities.len(),
+            kept_ended: self.ended.kept.len(),
+            folded_kinds: self.ended.kinds.len(),
+        }
+    }
+
     pub(crate) fn cgroup(&mut self, sample: &CgroupSample) {
         match &mut self.cgroup {
             Some(cgroup) => cgroup.add(sample),
@@ -212,6 +456,16 @@ impl MemoryState {
     /// One GPU reading: its per-process list, when the driver could list the processes (the
     /// poller lists them with the newest reading of each poll).
     pub(crate) fn gpu(&mut self, sample: &GpuSample) {
+        // Without memory readings GPU memory is swept here (with them too: it is cheap).
+        self.latest = self.latest.max(sample.time);
+        let due = self
+            .gpu_swept_at
+            .as_nanos()
+            .saturating_add(SWEEP_EVERY_NANOS);
+        if self.latest.as_nanos() >= due {
+            self.gpu_swept_at = self.latest;
+            self.sweep_gpu();
+        }
         if let Some(listed) = &sample.compute_pids {
             self.gpu_memory(sample.time, sample.device, listed, &sample.process_memory);
         }
@@ -267,8 +521,31 @@ impl MemoryState {
                 self.gpu.dropped
             ));
         }
+        if self.ended.folded > 0 {
+            caps.push(format!(
+                "processes that ended kept whole capped at the {} most recent, the {} largest \
+                 and {} the verdict speaks of: the {} others folded by kind into the memory \
+                 summary's `folded` (their growth stays in the memory-growth flamegraph)",
+                ended::KEPT_RECENT,
+                ended::KEPT_LARGEST,
+                ended::KEPT_NOTABLE,
+                self.ended.folded
+            ));
+        }
         caps
     }
+}
+
+/// [`MemoryState::process_entries`].
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcessEntries {
+    pub live: usize,
+    pub gpu: usize,
+    pub matching: usize,
+    pub identities: usize,
+    pub kept_ended: usize,
+    pub folded_kinds: usize,
 }
 
 impl crate::Aggregator {

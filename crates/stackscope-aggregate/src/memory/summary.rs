@@ -4,31 +4,91 @@
 use foldhash::HashMap;
 use stackscope_event::{HowEnded, Timestamp};
 
-use super::roles::process_roles;
+use super::ended::Identity;
+use super::roles::{process_roles, ProcessRole};
 use super::series::trend;
+use super::timeline::{GpuProcess, ProcessState};
 use super::verdict::{verdict, Judged, VerdictInput};
-use super::{CgroupMemory, CgroupPoint, MemoryPoint, MemoryState, MemorySummary, ProcessMemory};
+use super::{
+    CgroupMemory, CgroupPoint, FoldedProcessMemory, MemoryPoint, MemoryState, MemorySummary,
+    ProcessMemory,
+};
 use crate::fold::{Aggregator, FrameId, FunctionId, StackId, StackTable};
+use crate::jobs::process_role;
 
-/// Every process read, by pid.
+/// Every process read and kept whole (alive, or ended and kept), by pid.
 fn pids_read(memory: &MemoryState) -> Vec<u32> {
-    let mut pids: Vec<u32> = memory.processes.by_pid.keys().copied().collect();
+    let mut pids: Vec<u32> = memory
+        .processes
+        .by_pid
+        .keys()
+        .copied()
+        .chain(memory.ended.kept.iter().map(|p| p.pid))
+        .collect();
     pids.sort_unstable();
+    pids.dedup();
     pids
+}
+
+/// What is kept of one process, alive or ended.
+struct Kept<'a> {
+    rss: &'a ProcessState,
+    gpu: Option<&'a GpuProcess>,
+    charged: Option<&'a HashMap<StackId, u64>>,
+    identity: Option<&'a Identity>,
+    oom_killed: Option<Timestamp>,
+}
+
+fn kept(memory: &MemoryState, pid: u32) -> Option<Kept<'_>> {
+    if let Some(rss) = memory.processes.by_pid.get(&pid) {
+        return Some(Kept {
+            rss,
+            gpu: memory.gpu.by_pid.get(&pid),
+            charged: memory.attribution.by_pid.get(&pid).map(|c| &c.by_stack),
+            identity: memory.identities.get(&pid),
+            oom_killed: None,
+        });
+    }
+    let ended = memory.ended.kept(pid)?;
+    Some(Kept {
+        rss: &ended.rss,
+        gpu: ended.gpu.as_ref(),
+        charged: Some(&ended.charged),
+        identity: ended.identity.as_ref(),
+        oom_killed: ended.oom_killed,
+    })
+}
+
+/// The role of each of `pids`; a process the aggregate's tables no longer know (one that
+/// ended, folded there) is named by the command line and rank kept with its memory.
+fn roles_of(agg: &Aggregator, target: u32, pids: &[u32]) -> HashMap<u32, ProcessRole> {
+    let mut roles = process_roles(agg, target, pids);
+    for (&pid, role) in roles.iter_mut() {
+        if role.name != "process" {
+            continue;
+        }
+        if let Some(identity) = kept(&agg.memory, pid).and_then(|k| k.identity) {
+            role.name = match identity.rank {
+                Some(rank) => format!("rank {rank}"),
+                None => process_role(pid, target, None, &identity.command_line),
+            };
+        }
+    }
+    roles
 }
 
 /// Every process's readings with its role and GPU memory, oldest first.
 pub(crate) fn points(agg: &Aggregator, target: u32) -> Vec<MemoryPoint> {
     let memory = &agg.memory;
     let pids = pids_read(memory);
-    let roles = process_roles(agg, target, &pids);
+    let roles = roles_of(agg, target, &pids);
     let mut out = Vec::new();
     for pid in pids {
-        let Some(state) = memory.processes.by_pid.get(&pid) else {
+        let Some(kept) = kept(memory, pid) else {
             continue;
         };
         let role = roles.get(&pid).map(|r| r.name.clone()).unwrap_or_default();
-        for r in state.points() {
+        for r in kept.rss.points() {
             out.push(MemoryPoint {
                 secs: r.time.seconds_since(agg.start),
                 pid,
@@ -37,7 +97,7 @@ pub(crate) fn points(agg: &Aggregator, target: u32) -> Vec<MemoryPoint> {
                 private: r.private,
                 shared: r.shared,
                 swap: r.swap,
-                gpu_memory: memory.gpu.at(pid, r.time),
+                gpu_memory: kept.gpu.and_then(|g| g.at(r.time)),
             });
         }
     }
@@ -64,29 +124,39 @@ pub(crate) fn cgroup_points(agg: &Aggregator) -> Vec<CgroupPoint> {
 /// `summary.json`'s `memory`; `None` when nothing of memory was read.
 pub(crate) fn summary(agg: &Aggregator, target: u32) -> Option<MemorySummary> {
     let memory = &agg.memory;
-    if memory.processes.by_pid.is_empty() && memory.cgroup.is_none() {
+    if memory.processes.by_pid.is_empty() && memory.ended.ended == 0 && memory.cgroup.is_none() {
         return None;
     }
-    let killed = oom_killed(agg);
+    let mut killed = oom_killed(agg);
+    for ended in &memory.ended.kept {
+        if let Some(at) = ended.oom_killed {
+            killed.entry(ended.pid).or_insert(at);
+        }
+    }
     let mut pids = pids_read(memory);
     pids.extend(killed.keys().copied());
     pids.sort_unstable();
     pids.dedup();
-    let roles = process_roles(agg, target, &pids);
+    let roles = roles_of(agg, target, &pids);
     let judged: Vec<Judged<'_>> = pids
         .iter()
-        .map(|&pid| Judged {
-            pid,
-            role: roles.get(&pid).map(|r| r.name.clone()).unwrap_or_default(),
-            parent: roles.get(&pid).is_some_and(|r| r.parent),
-            rss: memory.processes.by_pid.get(&pid),
-            gpu: memory.gpu.by_pid.get(&pid),
-            top: memory
-                .attribution
-                .by_pid
-                .get(&pid)
-                .and_then(|c| top_function(&agg.table, &c.by_stack)),
-            oom_killed: killed.get(&pid).copied(),
+        .map(|&pid| {
+            let kept = kept(memory, pid);
+            Judged {
+                pid,
+                role: roles.get(&pid).map(|r| r.name.clone()).unwrap_or_default(),
+                parent: roles.get(&pid).is_some_and(|r| r.parent),
+                rss: kept.as_ref().map(|k| k.rss),
+                gpu: kept.as_ref().and_then(|k| k.gpu),
+                top: kept
+                    .as_ref()
+                    .and_then(|k| k.charged)
+                    .and_then(|c| top_function(&agg.table, c)),
+                oom_killed: killed
+                    .get(&pid)
+                    .copied()
+                    .or(kept.as_ref().and_then(|k| k.oom_killed)),
+            }
         })
         .collect();
     let mut processes: Vec<ProcessMemory> = judged
@@ -103,6 +173,9 @@ pub(crate) fn summary(agg: &Aggregator, target: u32) -> Option<MemorySummary> {
     };
     Some(MemorySummary {
         processes,
+        processes_ended: memory.ended.ended,
+        processes_folded: memory.ended.folded,
+        folded: folded(agg),
         cgroup: memory.cgroup.as_ref().map(|c| CgroupMemory {
             usage_peak: c.usage_peak,
             limit: c.limit(),
@@ -112,6 +185,34 @@ pub(crate) fn summary(agg: &Aggregator, target: u32) -> Option<MemorySummary> {
         growth_unattributed_bytes: memory.attribution.unattributed
             + memory.attribution.pending_unmatched_bytes(),
     })
+}
+
+/// The processes folded, by kind, most first.
+fn folded(agg: &Aggregator) -> Vec<FoldedProcessMemory> {
+    let mut out: Vec<FoldedProcessMemory> = agg
+        .memory
+        .ended
+        .kinds
+        .iter()
+        .map(|k| FoldedProcessMemory {
+            kind: k.kind.clone(),
+            rank: k.rank,
+            processes: k.processes,
+            rss_peak: k.rss_peak,
+            rss_peak_mean: u64::try_from(k.rss_peak_sum / u128::from(k.processes.max(1)))
+                .unwrap_or(u64::MAX),
+            gpu_memory_peak: k.gpu_memory_peak,
+            first_secs: k.first.seconds_since(agg.start),
+            last_secs: k.last.seconds_since(agg.start),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.processes
+            .cmp(&a.processes)
+            .then(a.kind.cmp(&b.kind))
+            .then(a.rank.cmp(&b.rank))
+    });
+    out
 }
 
 /// One process's figures, when it was read.
@@ -138,9 +239,9 @@ fn process_memory(agg: &Aggregator, p: &Judged<'_>) -> Option<ProcessMemory> {
 /// The processes of the job the OOM killer ended, with when (`processes_ended`' `oom_kill`).
 fn oom_killed(agg: &Aggregator) -> HashMap<u32, Timestamp> {
     agg.processes
-        .iter()
-        .filter(|p| matches!(p.how, Some(HowEnded::OomKilled(_))))
-        .filter_map(|p| Some((p.pid, p.exited?)))
+        .ends()
+        .filter(|(_, _, how)| matches!(how, HowEnded::OomKilled(_)))
+        .map(|(pid, exited, _)| (pid, exited))
         .collect()
 }
 

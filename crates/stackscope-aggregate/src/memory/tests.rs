@@ -89,7 +89,7 @@ impl Sim {
     }
 
     /// Every event with when it arrives.
-    fn events(&self) -> Vec<(u64, Event)> {
+    pub(super) fn events(&self) -> Vec<(u64, Event)> {
         let mut out: Vec<(u64, Event)> = Vec::new();
         let alive = |p: &Proc, t: f64| p.ended.as_ref().is_none_or(|(end, _)| t < *end);
         for p in &self.procs {

@@ -6,8 +6,12 @@
 //! Points are shared out under one budget: with few processes each keeps up to
 //! [`MAX_POINTS_PER_PROCESS`], with many (DataLoader workers re-created every epoch, for days)
 //! each keeps fewer, never under [`MIN_POINTS_PER_PROCESS`].
+//!
+//! Here are the live processes: one that ended leaves for [`super::ended`], told by its exit
+//! event, or found gone here ([`Processes::gone`]) when nothing says so (a process the sampler
+//! does not follow: not Python, or without `--subprocesses`).
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use stackscope_event::{CgroupSample, MemorySample, ProcessGpuMemory, Timestamp};
 
 use super::series::{Fit, Level, Thinned};
@@ -20,6 +24,13 @@ pub(crate) const MIN_POINTS_PER_PROCESS: usize = 64;
 pub(crate) const POINTS_BUDGET: usize = 256 * 1024;
 /// Points of the cgroup's series: one series, kept as long as a process's longest.
 const CGROUP_POINTS: usize = MAX_POINTS_PER_PROCESS;
+/// A process the poller left out of this many of its rounds of readings ...
+pub(crate) const GONE_AFTER_ROUNDS: u64 = 3;
+/// ... over at least this long has ended: the poller reads every process of the tree at each
+/// round and stops reading one that is gone. Both, so that neither a gap in the readings (a
+/// batch lost, the poller held up: no round passes) nor a low `--memory-rate` (a round every
+/// few seconds) ends a live process; a second or two of unreadable files is not an end either.
+pub(crate) const GONE_AFTER_NANOS: u64 = 10_000_000_000;
 
 /// One reading of a process's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +43,7 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
-    fn of(sample: &MemorySample) -> Reading {
+    pub(crate) fn of(sample: &MemorySample) -> Reading {
         Reading {
             time: sample.time,
             rss: sample.rss_bytes,
@@ -84,6 +95,8 @@ pub(crate) struct ProcessState {
     /// The first and latest readings that read `smaps_rollup`.
     pub smaps_first: Option<Reading>,
     pub smaps_last: Option<Reading>,
+    /// The poller's round of its latest reading ([`Processes::gone`]).
+    round: u64,
 }
 
 impl ProcessState {
@@ -96,12 +109,15 @@ impl ProcessState {
             fit: Fit::default(),
             smaps_first: None,
             smaps_last: None,
+            round: 0,
         };
         state.add(reading);
         state
     }
 
-    fn add(&mut self, reading: Reading) {
+    /// Takes a reading into the series and the figures (a late one of a process that ended
+    /// too, [`super::ended`]).
+    pub(crate) fn add(&mut self, reading: Reading) {
         self.series.push(reading);
         self.last = reading;
         self.peak = self.peak.max(reading.rss);
@@ -122,13 +138,19 @@ impl ProcessState {
     }
 }
 
-/// Every process's memory readings.
+/// Every live process's memory readings.
 #[derive(Debug, Clone)]
 pub(crate) struct Processes {
     pub by_pid: HashMap<u32, ProcessState>,
     max: usize,
     /// Processes dropped to stay under `max`: the least recently read.
     pub dropped: u64,
+    /// Series kept beside these (processes that ended, kept whole): they share the budget.
+    pub others: usize,
+    /// The poller's rounds so far: a round ends where a process is read again.
+    round: u64,
+    /// The processes read in the round in progress.
+    in_round: HashSet<u32>,
 }
 
 /// What a reading changed: the reading before it, if any.
@@ -144,6 +166,9 @@ impl Processes {
             by_pid: HashMap::default(),
             max: max.max(1),
             dropped: 0,
+            others: 0,
+            round: 0,
+            in_round: HashSet::default(),
         }
     }
 
@@ -151,12 +176,19 @@ impl Processes {
     /// reads each process in time order: an equal or older reading says nothing new).
     pub fn add(&mut self, sample: &MemorySample) -> Option<Read> {
         let reading = Reading::of(sample);
+        if !self.in_round.insert(sample.pid) {
+            self.round += 1;
+            self.in_round.clear();
+            self.in_round.insert(sample.pid);
+        }
+        let round = self.round;
         if let Some(state) = self.by_pid.get_mut(&sample.pid) {
             if reading.time <= state.last.time {
                 return None;
             }
             let previous = state.last;
             state.add(reading);
+            state.round = round;
             return Some(Read {
                 previous: Some(previous),
                 dropped: None,
@@ -165,9 +197,10 @@ impl Processes {
         let dropped = (self.by_pid.len() >= self.max)
             .then(|| self.drop_least_recent())
             .flatten();
-        let cap = points_per_process(self.by_pid.len() + 1);
-        self.by_pid
-            .insert(sample.pid, ProcessState::new(reading, cap));
+        let cap = self.cap_with(1);
+        let mut state = ProcessState::new(reading, cap);
+        state.round = round;
+        self.by_pid.insert(sample.pid, state);
         for state in self.by_pid.values_mut() {
             state.series.set_cap(cap);
         }
@@ -175,6 +208,34 @@ impl Processes {
             previous: None,
             dropped,
         })
+    }
+
+    /// Each series' share of the points with `more` series besides those kept now.
+    pub fn cap_with(&self, more: usize) -> usize {
+        points_per_process(self.by_pid.len() + self.others + more)
+    }
+
+    /// The live processes that ended by `now` without a word: left out of the poller's last
+    /// [`GONE_AFTER_ROUNDS`] rounds, for [`GONE_AFTER_NANOS`] at least.
+    pub fn gone(&self, now: Timestamp) -> Vec<u32> {
+        let mut gone: Vec<u32> = self
+            .by_pid
+            .iter()
+            .filter(|(_, s)| {
+                self.round >= s.round + GONE_AFTER_ROUNDS
+                    && now.as_nanos() >= s.last.time.as_nanos().saturating_add(GONE_AFTER_NANOS)
+            })
+            .map(|(&pid, _)| pid)
+            .collect();
+        gone.sort_unstable();
+        gone
+    }
+
+    /// Takes a process out (it ended); the others' series get its share of the points.
+    pub fn remove(&mut self, pid: u32) -> Option<ProcessState> {
+        let state = self.by_pid.remove(&pid)?;
+        self.in_round.remove(&pid);
+        Some(state)
     }
 
     fn drop_least_recent(&mut self) -> Option<u32> {
@@ -189,7 +250,7 @@ impl Processes {
 }
 
 /// Each series' share of [`POINTS_BUDGET`] among `processes`.
-fn points_per_process(processes: usize) -> usize {
+pub(crate) fn points_per_process(processes: usize) -> usize {
     (POINTS_BUDGET / processes.max(1)).clamp(MIN_POINTS_PER_PROCESS, MAX_POINTS_PER_PROCESS)
 }
 
@@ -224,6 +285,14 @@ impl GpuProcess {
         self.last = point;
         self.peak = self.peak.max(point.bytes);
         self.fit.add(point.time, point.bytes);
+    }
+
+    /// Its GPU memory at its latest point at or before `time`.
+    pub fn at(&self, time: Timestamp) -> Option<u64> {
+        if time >= self.last.time {
+            return Some(self.last.bytes);
+        }
+        self.series.at_or_before(time).map(|p| p.bytes)
     }
 
     pub fn points(&self) -> Vec<GpuPoint> {
@@ -320,13 +389,30 @@ impl GpuMemory {
         }
     }
 
-    /// `pid`'s GPU memory at the latest GPU reading at or before `time`.
-    pub fn at(&self, pid: u32, time: Timestamp) -> Option<u64> {
-        let process = self.by_pid.get(&pid)?;
-        if time >= process.last.time {
-            return Some(process.last.bytes);
+    /// Takes process `pid` out (it ended): its series, and its place in each device's latest
+    /// list (the next reading of a device must not bring it back at 0).
+    pub fn remove(&mut self, pid: u32) -> Option<GpuProcess> {
+        for list in self.on_device.values_mut() {
+            list.retain(|p| p.pid != pid);
         }
-        process.series.at_or_before(time).map(|p| p.bytes)
+        self.by_pid.remove(&pid)
+    }
+
+    /// The processes on no device now whose latest point is [`GONE_AFTER_NANOS`] before
+    /// `now`: processes that left the GPUs (and, unless their memory is read, ended).
+    pub fn gone(&self, now: Timestamp) -> Vec<u32> {
+        let listed = |pid: u32| self.on_device.values().flatten().any(|p| p.pid == pid);
+        let mut gone: Vec<u32> = self
+            .by_pid
+            .iter()
+            .filter(|(&pid, p)| {
+                now.as_nanos() >= p.last.time.as_nanos().saturating_add(GONE_AFTER_NANOS)
+                    && !listed(pid)
+            })
+            .map(|(&pid, _)| pid)
+            .collect();
+        gone.sort_unstable();
+        gone
     }
 }
 

@@ -177,6 +177,28 @@ fn steady_climb<T: Level>(
     })
 }
 
+/// Whether the verdict may speak of a process by its own figures alone: a steady climb of its
+/// resident or GPU memory, pages copied from its parent. One that ended is then kept whole
+/// ([`super::ended`]), so that what is found of it outlives it.
+pub(crate) fn may_speak_of(rss: &ProcessState, gpu: Option<&GpuProcess>) -> bool {
+    let leak = Floors {
+        rate: LEAK_MIN_RATE,
+        growth: LEAK_MIN_GROWTH,
+        share: LEAK_MIN_GROWTH_SHARE,
+    };
+    let climbs_on_gpu = |g: &GpuProcess| {
+        let floors = Floors {
+            rate: GPU_MIN_RATE,
+            growth: GPU_MIN_GROWTH,
+            share: GPU_MIN_GROWTH_SHARE,
+        };
+        steady_climb(&g.points(), &g.fit, None, floors).is_some()
+    };
+    steady_climb(&rss.points(), &rss.fit, None, leak).is_some()
+        || copied(rss).is_some()
+        || gpu.is_some_and(climbs_on_gpu)
+}
+
 /// Steady growth of a process's resident memory, in its own pages.
 fn leak(input: &VerdictInput<'_>, p: &Judged<'_>) -> Option<MemoryFinding> {
     let state = p.rss?;

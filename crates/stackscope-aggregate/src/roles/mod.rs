@@ -95,6 +95,9 @@ pub struct ThreadFacts<'a> {
     /// run Python callbacks (torch's autograd engine) have none.
     pub named: bool,
     pub activity: &'a Activity,
+    /// Its process as the roles count processes: its group of like processes (`fold/kinds.rs`)
+    /// or itself, and how many processes that stands for at once.
+    pub process: (u32, u64),
 }
 
 /// What the roles are read from, for one process.
@@ -394,6 +397,7 @@ pub fn with_facts<R>(aggregator: &Aggregator, f: impl FnOnce(&[ThreadFacts<'_>])
             name: &t.name,
             named: t.named,
             activity: &t.activity,
+            process: aggregator.processes.counted_as(t.pid),
         })
         .collect();
     f(&facts)

@@ -38,6 +38,10 @@ pub struct FeedersWhileIdle {
     /// `dataloader_worker`, `worker` or `feeder_thread`.
     pub role: Role,
     pub pids: Vec<u32>,
+    /// How many processes feed at once: a group of like processes (`fold/kinds.rs`, its pid
+    /// among `pids`) counts as many as it had alive at once. 0 in older summaries.
+    #[serde(default)]
+    pub processes: usize,
     /// Their threads: one per process for worker processes, the pool's for feeder threads.
     #[serde(default)]
     pub threads: usize,
@@ -61,6 +65,7 @@ impl FeedersWhileIdle {
     pub fn pipelines(&self) -> usize {
         match self.role {
             Role::FeederThread => self.threads,
+            _ if self.processes > 0 => self.processes,
             _ => self.pids.len(),
         }
     }
@@ -318,9 +323,13 @@ fn feeders_while_idle(
     let mut pids: Vec<u32> = group.iter().map(|t| t.pid).collect();
     pids.sort_unstable();
     pids.dedup();
+    let mut counted: Vec<(u32, u64)> = group.iter().map(|t| t.process).collect();
+    counted.sort_unstable();
+    counted.dedup_by_key(|c| c.0);
     Some(FeedersWhileIdle {
         role,
         pids,
+        processes: counted.iter().map(|c| c.1 as usize).sum(),
         threads: group.len(),
         busy_share: all.running_share().unwrap_or(0.0),
         function,

@@ -1,18 +1,18 @@
 //! The summary of a recording: the schema of `summary.json`.
 
 use serde::{Deserialize, Serialize};
-use stackscope_event::{HowEnded, ProcessEnded, RankInfo};
+use stackscope_event::{ProcessEnded, RankInfo};
 
 use crate::fold::{
     top_functions, Aggregator, ErrorCounts, FunctionStat, RecordingMeta, TopFunctions,
-    OTHER_PROCESSES, OTHER_THREADS, TOP_FUNCTIONS,
+    OTHER_THREADS, TOP_FUNCTIONS,
 };
 use crate::gil::GilSummary;
 use crate::gpu::{
     bursts_of_grid, cycle, resample_mean, short_bursts_of_grid, short_cycle, Cycle,
     GpuDeviceSummary, UtilizationResult,
 };
-use crate::jobs::{process_role, FrozenThread, HangGpu, Stuck};
+use crate::jobs::{FrozenThread, HangGpu, Stuck};
 use crate::roles::step::{GilHolder, StepBreakdown};
 use crate::roles::while_idle::{FeedersWhileIdle, WhileIdle};
 use crate::roles::{self, LoopFoundBy, ThreadRole};
@@ -21,7 +21,10 @@ use crate::verdict::{
 };
 
 /// How many functions the GPU-idle and GPU-busy lists hold.
+mod processes;
 mod the_loop;
+
+pub use processes::{process_name, ProcessGroupSummary};
 
 pub const TOP_GPU_FUNCTIONS: usize = 10;
 /// Grid step for the cycle search: 10 Hz resolves bursts of a few tenths of a second.
@@ -163,6 +166,9 @@ pub struct ProcessSummary {
     pub attached_secs: Option<f64>,
     /// Seconds since the recording's start when it exited.
     pub exited_secs: Option<f64>,
+    /// For a group of like processes (its pid one past any real pid): its label and counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<ProcessGroupSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -477,79 +483,6 @@ impl Aggregator {
             });
         }
         threads
-    }
-
-    /// Every process seen exiting, in the order they ended; its times as wall clock (the
-    /// recording's start plus the offset), else as seconds from the start.
-    fn processes_ended(&self, meta: &RecordingMeta) -> Vec<ProcessEnded> {
-        let start = chrono::DateTime::parse_from_rfc3339(&meta.started_at).ok();
-        let when = |t: stackscope_event::Timestamp| {
-            let secs = t.seconds_since(self.start);
-            match start {
-                Some(start) => {
-                    (start + chrono::Duration::milliseconds((secs * 1e3) as i64)).to_rfc3339()
-                }
-                None => format!("+{secs:.1} s"),
-            }
-        };
-        let mut ended: Vec<(stackscope_event::Timestamp, ProcessEnded)> = self
-            .processes
-            .iter()
-            .filter_map(|p| {
-                let exited = p.exited?;
-                Some((
-                    exited,
-                    ProcessEnded {
-                        pid: p.pid,
-                        role: process_role(p.pid, meta.pid, p.rank.rank, &p.command_line),
-                        started: p.attached.map_or_else(String::new, when),
-                        ended: when(exited),
-                        how: p.how.unwrap_or(HowEnded::Unknown),
-                    },
-                ))
-            })
-            .collect();
-        ended.sort_by_key(|(at, p)| (*at, p.pid));
-        ended.into_iter().map(|(_, p)| p).collect()
-    }
-
-    fn processes_followed(&self) -> u64 {
-        if self.config.process_root {
-            (self.processes.len() as u64 + self.processes.folded().processes).max(1)
-        } else {
-            1
-        }
-    }
-
-    fn process_summaries(&self) -> Vec<ProcessSummary> {
-        let since_start = |t: stackscope_event::Timestamp| t.seconds_since(self.start);
-        let mut processes: Vec<ProcessSummary> = self
-            .processes
-            .iter()
-            .map(|p| ProcessSummary {
-                pid: p.pid,
-                rank: p.rank,
-                command_line: p.command_line.clone(),
-                samples: p.samples,
-                exited: p.exited.is_some(),
-                attached_secs: p.attached.map(since_start),
-                exited_secs: p.exited.map(since_start),
-            })
-            .collect();
-        processes.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
-        let folded = self.processes.folded();
-        if folded.processes > 0 {
-            processes.push(ProcessSummary {
-                pid: 0,
-                rank: RankInfo::default(),
-                command_line: OTHER_PROCESSES.to_owned(),
-                samples: folded.samples,
-                exited: folded.exited == folded.processes,
-                attached_secs: None,
-                exited_secs: None,
-            });
-        }
-        processes
     }
 }
 

@@ -3,9 +3,14 @@
 //! process lines and the `--metrics-addr` gauges.
 //!
 //! A process that exits is forgotten: a live view shows the processes there are. Readings come
-//! in batches, so one taken before the exit may come after it; it is not let back in.
+//! in batches, so one taken before the exit may come after it; it is not let back in. A process
+//! whose exit nobody tells (the sampler does not follow it: not Python, or no
+//! `--subprocesses`) is forgotten once the memory poller has stopped reading it, by the rule the
+//! recording's memory tables end such a process with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::memory::{GONE_AFTER_NANOS, GONE_AFTER_ROUNDS};
 
 use stackscope_event::{GpuSample, MemorySample, ProcessEventKind, Timestamp};
 
@@ -26,8 +31,13 @@ pub struct ProcessMemoryLine {
 /// The latest memory readings, by process.
 #[derive(Debug, Clone, Default)]
 pub struct LatestMemory {
-    /// Each process's latest resident memory, and when it was read.
-    rss: BTreeMap<u32, (Timestamp, u64)>,
+    /// Each process's latest resident memory, when it was read, and in which of the poller's
+    /// rounds.
+    rss: BTreeMap<u32, (Timestamp, u64, u64)>,
+    /// The poller's rounds so far (a round ends where a process is read again), and the
+    /// processes read in the one in progress.
+    round: u64,
+    in_round: BTreeSet<u32>,
     /// Each process's memory on each GPU.
     gpu: BTreeMap<u32, BTreeMap<u32, u64>>,
     /// Processes that exited, and when: their readings from before are late, not news.
@@ -51,10 +61,30 @@ impl LatestMemory {
         if self.is_late(m.pid, m.time) {
             return;
         }
-        let latest = self.rss.entry(m.pid).or_insert((m.time, m.rss_bytes));
-        if latest.0 <= m.time {
-            *latest = (m.time, m.rss_bytes);
+        if !self.in_round.insert(m.pid) {
+            self.round += 1;
+            self.in_round.clear();
+            self.in_round.insert(m.pid);
+            self.forget_unread(m.time);
         }
+        let round = self.round;
+        let latest = self
+            .rss
+            .entry(m.pid)
+            .or_insert((m.time, m.rss_bytes, round));
+        if latest.0 <= m.time {
+            *latest = (m.time, m.rss_bytes, round);
+        }
+    }
+
+    /// Forgets the processes the poller left out of its last [`GONE_AFTER_ROUNDS`] rounds, for
+    /// [`GONE_AFTER_NANOS`] at least before `now`: gone, whether or not an exit was told.
+    fn forget_unread(&mut self, now: Timestamp) {
+        let round = self.round;
+        self.rss.retain(|_, &mut (time, _, read_in)| {
+            round < read_in + GONE_AFTER_ROUNDS
+                || now.as_nanos() < time.as_nanos().saturating_add(GONE_AFTER_NANOS)
+        });
     }
 
     /// A GPU reading that says its processes' memory (it lists some, or the device has no
@@ -87,6 +117,7 @@ impl LatestMemory {
     pub fn forget(&mut self, pid: u32, time: Timestamp) {
         self.rss.remove(&pid);
         self.gpu.remove(&pid);
+        self.in_round.remove(&pid);
         if self.exited.len() >= MAX_EXITS && !self.exited.contains_key(&pid) {
             let oldest = self.exited.iter().min_by_key(|(_, t)| **t).map(|(&p, _)| p);
             if let Some(oldest) = oldest {
@@ -96,8 +127,9 @@ impl LatestMemory {
         self.exited.insert(pid, time);
     }
 
-    /// A reading of `pid` taken before it exited, come after the exit.
-    fn is_late(&self, pid: u32, time: Timestamp) -> bool {
+    /// Whether news of `pid` taken at `time` comes after its exit: a reading or a stack
+    /// sample taken before the exit and handed over after it, not to let the process back in.
+    pub fn is_late(&self, pid: u32, time: Timestamp) -> bool {
         self.exited.get(&pid).is_some_and(|&exit| time <= exit)
     }
 
@@ -109,7 +141,7 @@ impl LatestMemory {
         pids.into_iter()
             .map(|pid| ProcessMemoryLine {
                 pid,
-                rss: self.rss.get(&pid).map(|&(_, rss)| rss),
+                rss: self.rss.get(&pid).map(|&(_, rss, _)| rss),
                 gpu_memory: self.gpu.get(&pid).map(|devices| devices.values().sum()),
             })
             .collect()
@@ -118,6 +150,15 @@ impl LatestMemory {
     /// Exits remembered (bounded by [`MAX_EXITS`]).
     pub fn exits_remembered(&self) -> usize {
         self.exited.len()
+    }
+
+    /// Processes with a line now.
+    pub fn processes(&self) -> usize {
+        self.rss
+            .keys()
+            .chain(self.gpu.keys())
+            .collect::<BTreeSet<_>>()
+            .len()
     }
 }
 
@@ -205,5 +246,26 @@ mod tests {
         // The oldest exits went first.
         assert!(!m.is_late(0, secs(10)));
         assert!(m.is_late(MAX_EXITS as u32 + 9, secs(10)));
+    }
+
+    /// Processes whose exit nobody tells (new ones each second, each read for a second) go
+    /// once the poller has stopped reading them; a gap in the readings ends nobody.
+    #[test]
+    fn a_process_no_longer_read_goes_without_an_exit() {
+        let mut m = LatestMemory::default();
+        let tenth = |t: u64| Timestamp(t * 100_000_000);
+        for t in 0..6_000u64 {
+            m.observe(&rss(tenth(t), 1, 1000));
+            let worker = 1000 + (t / 10) as u32;
+            m.observe(&rss(tenth(t), worker, 50));
+            // At most the workers of the last 10 s (and their next), and the parent.
+            assert!(m.processes() <= 13, "{} at {t}", m.processes());
+        }
+        // Readings stop for a minute, then come again: the parent is still there.
+        m.observe(&rss(tenth(6_600), 1, 1000));
+        m.observe(&rss(tenth(6_600), 7, 1000));
+        m.observe(&rss(tenth(6_601), 1, 1000));
+        assert!(m.lines().iter().any(|l| l.pid == 1));
+        assert!(m.lines().iter().any(|l| l.pid == 7));
     }
 }

@@ -18,6 +18,13 @@
 //! in. The GIL does not wait for the GPU's readings: a read's samples are counted once the read
 //! is complete, and the read in progress is counted when an interval ends.
 //!
+//! A thread that ended (gone from its process's reads, or its process exited) is shown as it
+//! was for [`ENDED_SHOWN_NANOS`]; then its since-start counts are folded into its kind's (its
+//! name with digits as `N`: `Thread-N (worker) (ended)`), one entry per kind, and what was kept
+//! for it goes: over days of threads and processes coming and going the table holds the live
+//! ones, the last half-minute's ended ones and the kinds. The rows (by function) keep every
+//! sample.
+//!
 //! Pure: no terminal, no clock, no threads. Time comes in with the events; the caller says when
 //! an interval ends.
 
@@ -42,6 +49,17 @@ pub use memory::{LatestMemory, ProcessMemoryLine};
 pub const MAX_ENTRIES: usize = 50_000;
 /// The function name of the entry that takes the samples past [`MAX_ENTRIES`].
 pub const OTHER_FUNCTIONS: &str = "(other functions)";
+/// How long a thread that ended keeps its own per-thread rows and GIL line before they are
+/// folded into its kind's: long enough to be seen ending at `top`'s one-second refresh, short
+/// enough that a thread per request at 100 a second leaves some thousands at most.
+pub const ENDED_SHOWN_NANOS: u64 = 30_000_000_000;
+/// Kinds of ended threads kept apart; past it they share one, [`OTHER_ENDED_THREADS`].
+pub const MAX_ENDED_KINDS: usize = 256;
+/// The kind of the ended threads past [`MAX_ENDED_KINDS`] kinds.
+pub const OTHER_ENDED_THREADS: &str = "(other threads)";
+/// The pid of the kinds of ended threads: past any real pid, one entry per kind whatever the
+/// processes its threads were of.
+pub const ENDED_PID: u32 = u32::MAX;
 
 /// Index into the `[active, idle]` pairs of counts.
 const ACTIVE: usize = 0;
@@ -71,6 +89,18 @@ struct Counts {
     gpu_idle: [u64; 2],
     /// Samples per line of the function's innermost frame: a row names its busiest line.
     lines: HashMap<u32, u64>,
+}
+
+impl Counts {
+    /// Adds another thread's counts of the same function (one that ended, into its kind's).
+    fn absorb(&mut self, other: &Counts) {
+        for k in [ACTIVE, IDLE] {
+            self.own[k] += other.own[k];
+            self.total[k] += other.total[k];
+            self.gpu_idle[k] += other.gpu_idle[k];
+        }
+        add_lines(&mut self.lines, &other.lines);
+    }
 }
 
 /// The counts of one stretch of time.
@@ -311,6 +341,92 @@ pub struct TopModel {
     /// Where each thread runs, by its stack's hash: only there is a wait one for the GIL.
     /// Kept over resets: it is what the threads do, not a count of the window.
     runs_at: HashMap<ThreadId, RunsAt<u64>>,
+    /// Which threads ended, and when ([`ENDED_SHOWN_NANOS`]).
+    ends: Ends,
+}
+
+/// Which threads ended: each process's read in progress (a read's samples share its instant),
+/// the threads of its last complete read, and the threads found gone since.
+#[derive(Debug, Clone, Default)]
+struct Ends {
+    reading: HashMap<u32, (Timestamp, Vec<u64>)>,
+    alive: HashMap<u32, Vec<u64>>,
+    /// Threads that ended, and when, in that order.
+    ended: Vec<(ThreadId, Timestamp)>,
+    /// The kinds their counts went to, by name, with their ids (under [`ENDED_PID`]).
+    kinds: HashMap<Arc<str>, u64>,
+    kind_names: HashMap<u64, Arc<str>>,
+    /// The latest time of any event.
+    latest: Timestamp,
+}
+
+impl Ends {
+    /// A sample of `thread` at `time`: a read of its process at a later instant completes the
+    /// one before, whose threads are those alive then.
+    fn sample(&mut self, thread: ThreadId, time: Timestamp) {
+        self.latest = self.latest.max(time);
+        let reading = self
+            .reading
+            .entry(thread.pid)
+            .or_insert_with(|| (time, Vec::new()));
+        if time > reading.0 {
+            let (at, read) = std::mem::replace(reading, (time, vec![thread.id]));
+            self.complete(thread.pid, at, read);
+        } else if time == reading.0 && !reading.1.contains(&thread.id) {
+            reading.1.push(thread.id);
+        }
+    }
+
+    /// A complete read of `pid` at `at`: the threads alive before and not in it ended.
+    fn complete(&mut self, pid: u32, at: Timestamp, read: Vec<u64>) {
+        let before = self.alive.insert(pid, read).unwrap_or_default();
+        let now = &self.alive[&pid];
+        for id in before {
+            if !now.contains(&id) {
+                self.ended.push((ThreadId { pid, id }, at));
+            }
+        }
+    }
+
+    /// Process `pid` exited at `time`: its threads with it.
+    fn exited(&mut self, pid: u32, time: Timestamp) {
+        self.latest = self.latest.max(time);
+        let reading = self.reading.remove(&pid).map(|r| r.1).unwrap_or_default();
+        let mut threads = self.alive.remove(&pid).unwrap_or_default();
+        threads.extend(reading);
+        threads.sort_unstable();
+        threads.dedup();
+        for id in threads {
+            self.ended.push((ThreadId { pid, id }, time));
+        }
+    }
+
+    /// The threads ended [`ENDED_SHOWN_NANOS`] ago or earlier, taken out of the list.
+    fn due(&mut self) -> Vec<ThreadId> {
+        let horizon = self.latest.as_nanos().saturating_sub(ENDED_SHOWN_NANOS);
+        // Ends are found about in time order (each process's reads complete a moment apart):
+        // one a little out of order waits for the one before it.
+        let due = self
+            .ended
+            .iter()
+            .take_while(|(_, at)| at.as_nanos() <= horizon)
+            .count();
+        self.ended.drain(..due).map(|(t, _)| t).collect()
+    }
+
+    /// The entry of the kind of a thread named `name`.
+    fn kind_of(&mut self, name: &str) -> ThreadId {
+        let mut kind: Arc<str> = Arc::from(crate::jobs::thread_key(name));
+        if !self.kinds.contains_key(&kind) && self.kinds.len() >= MAX_ENDED_KINDS {
+            kind = Arc::from(OTHER_ENDED_THREADS);
+        }
+        let next = self.kinds.len() as u64;
+        let id = *self.kinds.entry(kind.clone()).or_insert(next);
+        self.kind_names
+            .entry(id)
+            .or_insert_with(|| Arc::from(format!("{kind} (ended)")));
+        ThreadId { pid: ENDED_PID, id }
+    }
 }
 
 impl TopModel {
@@ -326,6 +442,7 @@ impl TopModel {
             tagger: GpuTagger::new(idle_below),
             reads: ReadGroups::default(),
             runs_at: HashMap::new(),
+            ends: Ends::default(),
         }
     }
 
@@ -353,7 +470,12 @@ impl TopModel {
             Event::Gpu(sample) => self.add_gpu(&sample, tagged),
             // Errors and process changes are counted by the sampler's own statistics.
             Event::SampleError(error) => self.observe(error.time, tagged),
-            Event::Process(process) => self.observe(process.time, tagged),
+            Event::Process(process) => {
+                if process.kind == stackscope_event::ProcessEventKind::Exited {
+                    self.ends.exited(process.pid, process.time);
+                }
+                self.observe(process.time, tagged)
+            }
             Event::Memory(sample) => self.observe(sample.time, tagged),
             Event::Cgroup(sample) => self.observe(sample.time, tagged),
         }
@@ -368,6 +490,7 @@ impl TopModel {
     /// its instant are in (or it waited long enough).
     fn add_stack(&mut self, sample: StackSample, tagged: &mut dyn FnMut(StackSample, GpuTag)) {
         let id = thread_id(&sample);
+        self.ends.sample(id, sample.time);
         let name = sample.thread.display_name();
         if self.names.get(&id).is_none_or(|n| **n != *name) {
             self.names.insert(id, Arc::from(name));
@@ -454,6 +577,78 @@ impl TopModel {
     /// the middle of a read, and a read split in two would lose who held the GIL.
     pub fn end_interval(&mut self) {
         self.interval = std::mem::take(&mut self.current);
+        self.release_ended();
+    }
+
+    /// Folds the since-start counts of the threads ended [`ENDED_SHOWN_NANOS`] ago into their
+    /// kinds', and lets go of what was kept for them. The rows by function are unchanged.
+    fn release_ended(&mut self) {
+        let due = self.ends.due();
+        if due.is_empty() {
+            return;
+        }
+        let mut into: HashMap<ThreadId, ThreadId> = HashMap::with_capacity(due.len());
+        for thread in due {
+            let name = self
+                .names
+                .remove(&thread)
+                .unwrap_or_else(|| Arc::from(format!("thread {:#x}", thread.id)));
+            self.runs_at.remove(&thread);
+            into.insert(thread, self.ends.kind_of(&name));
+        }
+        let all = &mut self.all;
+        let moved: Vec<(ThreadId, FnKey)> = all
+            .entries
+            .keys()
+            .filter(|(thread, _)| into.contains_key(thread))
+            .cloned()
+            .collect();
+        for (thread, key) in moved {
+            let Some(counts) = all.entries.remove(&(thread, key.clone())) else {
+                continue;
+            };
+            let kind = into[&thread];
+            let key = if all.entries.len() >= MAX_ENTRIES
+                && !all.entries.contains_key(&(kind, key.clone()))
+            {
+                other_key()
+            } else {
+                key
+            };
+            all.entries.entry((kind, key)).or_default().absorb(&counts);
+        }
+        for (thread, kind) in &into {
+            if let Some(samples) = all.threads.remove(thread) {
+                let to = all.threads.entry(*kind).or_default();
+                to[ACTIVE] += samples[ACTIVE];
+                to[IDLE] += samples[IDLE];
+            }
+            if let Some(gil) = all.gil.remove(thread) {
+                let to = all.gil.entry(*kind).or_default();
+                to.samples += gil.samples;
+                to.held += gil.held;
+                to.waited += gil.waited;
+                to.ran_without += gil.ran_without;
+            }
+        }
+    }
+
+    /// Threads the table keeps something of (their names, where they run, their since-start
+    /// counts, or a place among those ended), kinds of ended threads aside: for tests that a
+    /// thread that ended is let go.
+    #[cfg(test)]
+    pub(crate) fn threads_kept(&self) -> usize {
+        let mut threads: std::collections::BTreeSet<ThreadId> = self
+            .names
+            .keys()
+            .chain(self.runs_at.keys())
+            .chain(self.all.threads.keys())
+            .chain(self.all.gil.keys())
+            .chain(self.all.entries.keys().map(|(t, _)| t))
+            .copied()
+            .collect();
+        threads.retain(|t| t.pid != ENDED_PID);
+        threads.len()
     }
 
     /// Clears the since-start counts (the `r` key); the last interval stays on screen.
@@ -595,12 +790,17 @@ impl TopModel {
 
     /// Whether threads of more than one process were sampled: labels then carry the pid.
     fn several_processes(&self) -> bool {
-        let mut pids = self.names.keys().map(|t| t.pid);
+        let mut pids = self.names.keys().map(|t| t.pid).filter(|&p| p != ENDED_PID);
         let first = pids.next();
         pids.any(|p| Some(p) != first)
     }
 
     fn thread_label(&self, thread: ThreadId, with_pid: bool) -> Arc<str> {
+        if thread.pid == ENDED_PID {
+            if let Some(kind) = self.ends.kind_names.get(&thread.id) {
+                return kind.clone();
+            }
+        }
         let name = self
             .names
             .get(&thread)

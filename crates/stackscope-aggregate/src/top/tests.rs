@@ -513,3 +513,69 @@ fn flushing_counts_the_last_read_and_other_events_end_a_read() {
     assert_eq!(gil_of(&model, 1).all.waited, 2);
     assert_eq!(gil_of(&model, 2).all.held, 2);
 }
+
+/// A thread a second, each living a second, beside one that lives throughout, for five
+/// minutes, then the process exits: a thread that ended keeps its rows for
+/// [`ENDED_SHOWN_NANOS`], then they are its kind's, and what was kept of it goes. The rows by
+/// function keep every sample.
+#[test]
+fn threads_that_ended_are_folded_into_their_kind_and_let_go() {
+    let mut model = TopModel::new(30.0, false);
+    let shown = (ENDED_SHOWN_NANOS / SEC) as usize;
+    for tick in 0..3_000u64 {
+        let time = tick * SEC / 10;
+        model.handle(Event::Stack(stack_at(time, 1, true, &[("main_loop", 1)])));
+        let worker = 1_000 + tick / 10;
+        model.handle(Event::Stack(stack_at(time, worker, true, &[("work", 2)])));
+        if tick % 10 == 9 {
+            model.end_interval();
+            // The thread that lives, the one of this second, those ended in the last 30 s.
+            assert!(
+                model.threads_kept() <= 2 + shown + 1,
+                "{} threads kept at {tick}",
+                model.threads_kept()
+            );
+        }
+    }
+    let options = ViewOptions::default();
+    let rows = model.rows(&options);
+    assert_eq!(row(&rows, "work").counts.total, 3_000);
+    assert_eq!(row(&rows, "main_loop").counts.total, 3_000);
+    let per_thread = model.rows(&ViewOptions {
+        per_thread: true,
+        ..options
+    });
+    let folded: Vec<&Row> = per_thread
+        .iter()
+        .filter(|r| r.thread.as_deref() == Some("worker-N (ended)"))
+        .collect();
+    assert_eq!(folded.len(), 1, "{per_thread:#?}");
+    let kept_apart: u64 = per_thread
+        .iter()
+        .filter(|r| &*r.function == "work")
+        .map(|r| r.counts.total)
+        .sum();
+    assert_eq!(kept_apart, 3_000);
+    let samples: u64 = model.thread_samples(&options).iter().map(|t| t.1).sum();
+    assert_eq!(samples, 6_000);
+    // The process exits; another one's reads go on past the time ended threads are shown.
+    model.handle(Event::Process(stackscope_event::ProcessEvent {
+        time: Timestamp(300 * SEC),
+        pid: 100,
+        command_line: String::new(),
+        kind: stackscope_event::ProcessEventKind::Exited,
+        rank: Default::default(),
+        how: None,
+    }));
+    for tick in 3_000..3_400u64 {
+        let mut sample = stack_at(tick * SEC / 10, 5, true, &[("other", 3)]);
+        sample.pid = 200;
+        model.handle(Event::Stack(sample));
+    }
+    model.end_interval();
+    assert_eq!(model.threads_kept(), 1, "the other process's thread alone");
+    // Its last read was in the interval just shown; the next one is the other's alone.
+    model.end_interval();
+    let gil = model.thread_gil();
+    assert!(gil.iter().all(|g| g.thread.pid != 100), "{gil:#?}");
+}

@@ -200,6 +200,7 @@ mod tests {
         FeedersWhileIdle {
             role: Role::DataloaderWorker,
             pids: vec![622, 623],
+            processes: 0,
             threads: 2,
             busy_share: busy,
             function: Some("augment_pixels (train.py:56)".to_owned()),

@@ -321,6 +321,7 @@ mod tests {
             feeders: vec![FeedersWhileIdle {
                 role: Role::DataloaderWorker,
                 pids: (0..n).collect(),
+                processes: 0,
                 threads: 2,
                 busy_share: busy,
                 function: Some("augment_pixels (train.py:56)".to_owned()),

@@ -2,4 +2,5 @@
 //! threads, stacks and readings, and `top`'s table agreeing with `summary.json` on one stream.
 
 mod bounded;
+mod churn;
 mod top_agrees;

@@ -154,3 +154,48 @@ fn rate_zero_is_off() {
         Err(MemoryError::Disabled)
     ));
 }
+
+/// A process that ended leaves nothing behind: its open `statm` and when its next rollup is
+/// due go at the next walk of the tree, or at once when its reading fails.
+#[test]
+fn what_is_kept_of_a_process_that_ended_goes() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = fake_system(root.path());
+    for pid in 101..110 {
+        let dir = config.proc_root.join(pid.to_string());
+        write(&dir, "statm", "5000 200 50 1 0 300 0\n");
+        write(&dir, "smaps_rollup", ROLLUP);
+    }
+    let tree = Arc::new(std::sync::Mutex::new((100..110).collect::<Vec<u32>>()));
+    let listed = tree.clone();
+    let target: TargetPids =
+        Arc::new(move || listed.lock().map(|pids| pids.clone()).unwrap_or_default());
+    let mut reader = Reader::new(config.clone(), 100, target);
+    let mut notices = Vec::new();
+    let read_all = |reader: &mut Reader, notices: &mut Vec<String>| {
+        let pids = reader.pids.clone();
+        let gone: Vec<u32> = pids
+            .into_iter()
+            .filter(|&pid| reader.read_process(pid, true, notices).is_none())
+            .collect();
+        reader.pids.retain(|pid| !gone.contains(pid));
+        reader.forget_others();
+    };
+    reader.walk();
+    read_all(&mut reader, &mut notices);
+    assert_eq!((reader.statm.len(), reader.rollup_due.len()), (10, 10));
+    // Two end between walks: their readings fail (procfs answers an open file of a process
+    // gone with an error; here, a line cut short).
+    for pid in [101, 102] {
+        write(&config.proc_root.join(pid.to_string()), "statm", "5000");
+    }
+    read_all(&mut reader, &mut notices);
+    assert_eq!((reader.statm.len(), reader.rollup_due.len()), (8, 8));
+    // The others leave the tree: the walk lets them go.
+    if let Ok(mut pids) = tree.lock() {
+        *pids = vec![100];
+    }
+    reader.walk();
+    assert_eq!((reader.statm.len(), reader.rollup_due.len()), (1, 1));
+    assert!(notices.is_empty(), "{notices:?}");
+}

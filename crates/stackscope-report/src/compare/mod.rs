@@ -42,6 +42,7 @@ pub fn read_compared(
         window,
         idle_below: None,
         include_idle: None,
+        processes_apart: false,
     };
     let read = rebuild(dir, &options)?;
     let agg = &read.sink;

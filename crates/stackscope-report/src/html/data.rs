@@ -165,7 +165,7 @@ pub fn page_data(agg: &Aggregator, summary: &Summary, meta: &RecordingMeta) -> P
         .into_iter()
         .map(|(index, bucket)| page_bucket(index, bucket, table, &mut dense))
         .collect();
-    let lanes = lanes_by_role(buckets.lanes(), &summary.roles);
+    let lanes = lanes_by_role(buckets.lanes(), summary);
     let gpu = summary.gpu.as_ref();
     let verdict = gpu
         .map(|g| &g.verdict)
@@ -269,7 +269,11 @@ fn page_bucket(index: u64, bucket: &Bucket, table: &StackTable, dense: &mut Dens
 }
 
 /// The buckets' lanes, labelled by process and role and ordered as the page shows them.
-fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], roles: &[ThreadRole]) -> Vec<PageLane> {
+fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], summary: &Summary) -> Vec<PageLane> {
+    let roles = &summary.roles;
+    // A group of like processes is named as such (`DataLoader workers (40 processes, 2 at a
+    // time) · MainThread`), a process by its pid.
+    let who = |pid: u32| stackscope_aggregate::process_name(pid, &summary.processes);
     let role_of = |l: &stackscope_aggregate::Lane| {
         roles
             .iter()
@@ -289,10 +293,12 @@ fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], roles: &[ThreadRole]) -> 
         .map(|l| {
             let role = role_of(l);
             let label = match role {
-                Some(r) if r.role == Role::Helper => format!("pid {} · helper: {}", l.pid, r.label),
-                Some(r) => format!("pid {} · {}", l.pid, r.label),
+                Some(r) if r.role == Role::Helper => {
+                    format!("{} · helper: {}", who(l.pid), r.label)
+                }
+                Some(r) => format!("{} · {}", who(l.pid), r.label),
                 None if l.pid == 0 => l.name.clone(),
-                None => format!("pid {} · {}", l.pid, l.name),
+                None => format!("{} · {}", who(l.pid), l.name),
             };
             PageLane {
                 name: l.name.clone(),

@@ -122,6 +122,7 @@ fn config() -> AggregateConfig {
         gpu_enabled: false,
         process_root: false,
         leave_out_startup: false,
+        processes_apart: false,
     }
 }
 

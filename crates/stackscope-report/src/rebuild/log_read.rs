@@ -1,6 +1,7 @@
 //! What of a recording's sample log a rebuild could read, said the same way on `report`'s and
 //! `export`'s stderr and in the rebuilt summary's notices: the span read, the damaged blocks
-//! skipped, and why the log ends early when it does.
+//! skipped, and why the log ends early when it does; and, for a log kept within a size or an
+//! age, where it starts when its oldest segments were deleted.
 
 use stackscope_samplelog::{Damage, LogEnd};
 
@@ -12,6 +13,17 @@ pub struct LogRead {
     /// How reading ended; `None` when it stopped past the window, before the log's end.
     pub end: Option<LogEnd>,
     pub damage: Damage,
+    /// Of a log whose oldest segments were deleted (`--log-max-size`, `--log-max-age`): how
+    /// many, and where the oldest kept starts, seconds since the recording's start.
+    pub dropped: Option<Dropped>,
+}
+
+/// The oldest segments of a sample log, deleted to keep it within its limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dropped {
+    pub segments: u64,
+    /// Where the log now starts, seconds since the recording's start.
+    pub kept_from_secs: f64,
 }
 
 impl LogRead {
@@ -56,6 +68,23 @@ impl LogRead {
             .then(|| format!("read 0.0 to {:.1} s; {}", self.last_secs, parts.join("; ")))
     }
 
+    /// `this report starts at 210.3 s, the sample log's first kept segment: its 12 oldest
+    /// segments were deleted to keep it within --log-max-size or --log-max-age`; `None` when
+    /// the log starts with the recording.
+    pub fn dropped_line(&self) -> Option<String> {
+        let dropped = self.dropped?;
+        let segments = if dropped.segments == 1 {
+            "its oldest segment was".to_owned()
+        } else {
+            format!("its {} oldest segments were", dropped.segments)
+        };
+        Some(format!(
+            "this report starts at {:.1} s, the sample log's first kept segment: {segments} \
+             deleted to keep it within --log-max-size or --log-max-age",
+            dropped.kept_from_secs
+        ))
+    }
+
     /// Why nothing could be read, for a log that gave no event.
     pub fn why_empty(&self) -> String {
         match &self.end {
@@ -82,12 +111,33 @@ mod tests {
             last_secs: 23.14,
             end: Some(end),
             damage,
+            dropped: None,
         }
     }
 
     #[test]
     fn a_whole_log_has_nothing_to_say() {
         assert_eq!(read(LogEnd::Complete, Damage::default()).problems(), None);
+        assert_eq!(
+            read(LogEnd::Complete, Damage::default()).dropped_line(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_log_whose_oldest_segments_were_deleted_says_where_it_starts() {
+        let mut log = read(LogEnd::Complete, Damage::default());
+        log.dropped = Some(Dropped {
+            segments: 12,
+            kept_from_secs: 210.34,
+        });
+        assert_eq!(
+            log.dropped_line().expect("a line"),
+            "this report starts at 210.3 s, the sample log's first kept segment: its 12 oldest \
+             segments were deleted to keep it within --log-max-size or --log-max-age"
+        );
+        // Not a problem of the log: said once, apart.
+        assert_eq!(log.problems(), None);
     }
 
     #[test]

@@ -144,6 +144,9 @@ pub fn recording_meta(header: &LogHeader, old: &OldSummary, cov: &Coverage<'_>) 
     if let Some(problems) = cov.log.problems() {
         notices.push(format!("the sample log: {problems}"));
     }
+    if let Some(dropped) = cov.log.dropped_line() {
+        notices.push(dropped);
+    }
     let exited = reaches_end
         && old
             .get("target_exited")

@@ -14,10 +14,10 @@ use std::path::Path;
 use stackscope_aggregate::{AggregateConfig, Aggregator, RecordingMeta};
 use stackscope_event::Event;
 use stackscope_samplelog::{
-    feed_window, LogHeader, RebuildError, SampleLogReader, Window, LOG_FILE_NAME,
+    feed_window, log_exists, LogHeader, RebuildError, SampleLogReader, Window, LOG_FILE_NAME,
 };
 
-pub use log_read::LogRead;
+pub use log_read::{Dropped, LogRead};
 use meta::{recording_meta, Coverage, OldSummary};
 pub use trace::{read_trace, TraceOutcome};
 
@@ -29,6 +29,7 @@ pub fn aggregate_config(header: &LogHeader) -> AggregateConfig {
         gpu_enabled: header.gpu_enabled,
         process_root: header.process_root,
         leave_out_startup: header.leave_out_startup.unwrap_or(false),
+        processes_apart: header.processes_apart,
     }
 }
 
@@ -40,6 +41,8 @@ pub struct RebuildOptions {
     pub idle_below: Option<f32>,
     /// Whether to keep samples of idle threads; the recording's choice when `None`.
     pub include_idle: Option<bool>,
+    /// Keep like processes apart, whatever the recording did (`--processes-apart`).
+    pub processes_apart: bool,
 }
 
 /// A rebuilt recording: hand `sink` (the aggregator) and `meta` to
@@ -107,15 +110,31 @@ pub(crate) fn read_window<S: Sink>(
     let window = options.window;
     window.validate().map_err(RebuildError::Window)?;
     let path = dir.join(LOG_FILE_NAME);
-    if !path.exists() {
+    // One file, or segments of a log kept within --log-max-size/--log-max-age.
+    if !log_exists(dir) {
         return Err(RebuildError::NoLog {
             dir: dir.to_owned(),
         });
     }
     let mut reader = SampleLogReader::open(&path)?;
     let header = reader.header().clone();
+    let dropped = dropped_segments(&reader, &header);
+    if let (Some(dropped), Some(to)) = (dropped, window.to) {
+        if to <= dropped.kept_from_secs {
+            return Err(RebuildError::Window(format!(
+                "--to {to} is before the sample log's first kept segment, at {:.1} s: its \
+                 older segments were deleted to keep it within --log-max-size or --log-max-age",
+                dropped.kept_from_secs
+            )));
+        }
+    }
     let old = OldSummary::read(dir);
-    let mut sink = new(window_config(&header, options, &old), &header);
+    let mut config = window_config(&header, options, &old);
+    // Start-up is the recording's beginning, deleted with the oldest segments.
+    if dropped.is_some() {
+        config.leave_out_startup = false;
+    }
+    let mut sink = new(config, &header);
     // The log does not keep ranks; the recording's summary does, by pid.
     let ranks = old.process_ranks();
     let fed = feed_window(&mut reader, &header, window, &ranks, &mut |event| {
@@ -131,6 +150,7 @@ pub(crate) fn read_window<S: Sink>(
             reader.end().cloned()
         },
         damage: reader.damage(),
+        dropped,
     };
     if reader.events_read() == 0 {
         return Err(RebuildError::NothingRead {
@@ -145,6 +165,8 @@ pub(crate) fn read_window<S: Sink>(
         last_secs.max(old.duration_secs().unwrap_or(0.0))
     };
     let (from_secs, to_secs) = window_bounds(window, recording_secs, stopped_early)?;
+    // What was deleted of the log is not in the report: it starts where the log does.
+    let from_secs = from_secs.max(dropped.map_or(0.0, |d| d.kept_from_secs));
     let meta = recording_meta(
         &header,
         &old,
@@ -170,6 +192,16 @@ pub(crate) fn read_window<S: Sink>(
     })
 }
 
+/// Where the log starts when its oldest segments were deleted, and how many were.
+fn dropped_segments(reader: &SampleLogReader, header: &LogHeader) -> Option<Dropped> {
+    let kept_from = reader.kept_from()?;
+    let first = reader.first_segment()?;
+    Some(Dropped {
+        segments: first.index.saturating_sub(1),
+        kept_from_secs: kept_from.seconds_since(header.start).max(0.0),
+    })
+}
+
 /// The recording's configuration from the log's header, with `options`' overrides, for a
 /// rebuild of `options.window`.
 fn window_config(
@@ -184,6 +216,7 @@ fn window_config(
     if let Some(include_idle) = options.include_idle {
         config.include_idle = include_idle;
     }
+    config.processes_apart |= options.processes_apart;
     // A log from before the header said: a recording that knows its command's exit started
     // the job itself (`record`).
     if header.leave_out_startup.is_none() {

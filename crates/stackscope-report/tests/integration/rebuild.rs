@@ -420,3 +420,68 @@ fn top_replayed_from_the_log_agrees_with_the_summary() {
         assert_eq!(row.counts.gpu_idle, stat.total_samples, "{}", stat.function);
     }
 }
+
+#[test]
+fn a_log_whose_oldest_segments_were_deleted_rebuilds_from_the_first_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = header(false, true);
+    let limits = stackscope_samplelog::LogLimits {
+        max_bytes: Some(256 << 10),
+        max_age: None,
+    };
+    let mut writer = SampleLogWriter::create_with(
+        dir.path(),
+        &header,
+        stackscope_samplelog::InternLimits::default(),
+        limits,
+    )
+    .unwrap();
+    let mut whole = Aggregator::new(aggregate_config(&header), header.start);
+    for event in Typical::new(300, 31) {
+        writer.append(&event).unwrap();
+        whole.handle(event);
+    }
+    writer.flush().unwrap();
+    whole.finish();
+    let stats = writer.segments();
+    drop(writer);
+    assert!(stats.dropped_segments > 0, "{stats:?}");
+    let kept_from = stats.first_kept.unwrap().seconds_since(header.start);
+
+    let rebuilt = rebuild(dir.path(), &RebuildOptions::default()).unwrap();
+    assert_eq!(rebuilt.from_secs, kept_from);
+    let dropped = rebuilt.log.dropped.unwrap();
+    assert_eq!(dropped.segments, stats.dropped_segments);
+    assert_eq!(dropped.kept_from_secs, kept_from);
+    assert_eq!(
+        rebuilt.log.problems(),
+        None,
+        "deleted segments are no damage"
+    );
+    let said: Vec<&String> = rebuilt
+        .meta
+        .notices
+        .iter()
+        .filter(|n| n.contains("first kept segment"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", rebuilt.meta.notices);
+    assert!(
+        said[0].contains(&format!("starts at {kept_from:.1} s")),
+        "{said:?}"
+    );
+    // What was kept, and only that: fewer samples than the recording's own profile.
+    let samples = rebuilt.sink.samples();
+    assert!(samples > 0 && samples < whole.samples(), "{samples}");
+    // The process, attached before what was kept, keeps its command.
+    assert_eq!(
+        rebuilt.sink.summary(&rebuilt.meta).command_line,
+        "python train.py --epochs 90"
+    );
+
+    // A window inside what was kept is rebuilt; one before it has nothing to rebuild.
+    let inside = rebuild(dir.path(), &options(Some(kept_from + 5.0), None)).unwrap();
+    assert!(inside.sink.samples() > 0 && inside.sink.samples() < samples);
+    let err = rebuild(dir.path(), &options(None, Some(kept_from / 2.0))).unwrap_err();
+    assert!(matches!(err, RebuildError::Window(_)), "{err}");
+    assert!(err.to_string().contains("first kept segment"), "{err}");
+}

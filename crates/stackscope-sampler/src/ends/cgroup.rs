@@ -31,6 +31,12 @@ impl MemoryCgroup {
             .map(|counter| MemoryCgroup { counter })
     }
 
+    /// A cgroup counted by the file at `counter`.
+    #[cfg(test)]
+    pub(super) fn at(counter: PathBuf) -> MemoryCgroup {
+        MemoryCgroup { counter }
+    }
+
     pub(super) fn counter_path(&self) -> &Path {
         &self.counter
     }

@@ -79,8 +79,28 @@ impl EndWatch {
             self.remember(pid, status);
         }
         if let Some(k) = self.kmsg.as_mut() {
-            self.oom_named.extend(k.drain_oom_kills());
+            let named = k.drain_oom_kills();
+            self.note_oom_kills(named);
         }
+    }
+
+    /// Pids the kernel log says the OOM killer killed: the log names every process of the
+    /// machine, and only ours are kept (until asked how they ended).
+    fn note_oom_kills(&mut self, pids: impl IntoIterator<Item = u32>) {
+        let followed = &self.followed;
+        self.oom_named
+            .extend(pids.into_iter().filter(|pid| followed.contains_key(pid)));
+    }
+
+    /// Processes followed now, cgroups whose kill counts are kept, and OOM kills named but not
+    /// yet asked about: what is kept per process, none of it for one asked about.
+    #[cfg(test)]
+    fn entries(&self) -> (usize, usize, usize) {
+        (
+            self.followed.len(),
+            self.oom_counted.len(),
+            self.oom_named.len(),
+        )
     }
 
     /// Notes the status of every followed process that is a zombie now: a `watch` tick's
@@ -119,11 +139,27 @@ impl EndWatch {
             .get(&pid)
             .map_or(HowEnded::Unknown, |&s| HowEnded::from_wait_status(s));
         let cgroup = self.followed.remove(&pid).flatten();
+        let named = self.oom_named.remove(&pid);
+        let how = self.judge(how, named, cgroup.as_ref());
+        if let Some(cg) = &cgroup {
+            self.forget_cgroup_unless_used(cg.counter_path());
+        }
+        how
+    }
+
+    /// The end `how` as its status says it, told an OOM kill where the kernel log `named` the
+    /// pid or its cgroup counted one more since.
+    fn judge(
+        &mut self,
+        how: HowEnded,
+        named: bool,
+        cgroup: Option<&cgroup::MemoryCgroup>,
+    ) -> HowEnded {
         // The OOM killer ends a process with SIGKILL; a status not known may be one too.
         if !matches!(how, HowEnded::Killed(9) | HowEnded::Unknown) {
             return how;
         }
-        if self.oom_named.remove(&pid) {
+        if named {
             return HowEnded::OomKilled(OomEvidence::KernelLog);
         }
         if let Some(cg) = cgroup {
@@ -138,6 +174,20 @@ impl EndWatch {
             }
         }
         how
+    }
+
+    /// Forgets a cgroup's kill count once no followed process is in it (a job that starts each
+    /// worker in a cgroup of its own must not leave a count behind per worker); one that a new
+    /// process joins later counts its kills from then, as at its first.
+    fn forget_cgroup_unless_used(&mut self, counter: &std::path::Path) {
+        let used = self
+            .followed
+            .values()
+            .flatten()
+            .any(|cg| cg.counter_path() == counter);
+        if !used {
+            self.oom_counted.remove(counter);
+        }
     }
 }
 
@@ -154,6 +204,46 @@ fn zombie_status(pid: u32) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process asked about leaves nothing behind: not its cgroup's kill count once no other
+    /// process is in it, not a kill the kernel log named; the log's kills of processes not
+    /// followed are not kept at all.
+    #[test]
+    fn what_is_kept_of_an_ended_process_goes_when_it_is_asked_about() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let counter = dir.path().join("memory.events");
+        std::fs::write(&counter, "oom 0\noom_kill 0\n").expect("write");
+        let mut watch = EndWatch {
+            connector: None,
+            kmsg: None,
+            exits: HashMap::new(),
+            order: VecDeque::new(),
+            oom_named: HashSet::new(),
+            followed: HashMap::new(),
+            oom_counted: HashMap::new(),
+        };
+        let own_cgroup = |watch: &mut EndWatch, pid| {
+            let cg = cgroup::MemoryCgroup::at(counter.clone());
+            watch.oom_counted.entry(counter.clone()).or_insert(0);
+            watch.followed.insert(pid, Some(cg));
+        };
+        own_cgroup(&mut watch, 4_000_001);
+        own_cgroup(&mut watch, 4_000_002);
+        watch.note_oom_kills([4_000_001, 1, 2, 3]);
+        assert_eq!(watch.entries(), (2, 1, 1));
+        assert_eq!(
+            watch.how_ended(4_000_001),
+            HowEnded::OomKilled(OomEvidence::KernelLog)
+        );
+        // The other process still in the cgroup keeps its count.
+        assert_eq!(watch.entries(), (1, 1, 0));
+        std::fs::write(&counter, "oom 1\noom_kill 1\n").expect("write");
+        assert_eq!(
+            watch.how_ended(4_000_002),
+            HowEnded::OomKilled(OomEvidence::Cgroup(1))
+        );
+        assert_eq!(watch.entries(), (0, 0, 0));
+    }
 
     /// A child of ours, ended by SIGKILL and not reaped yet: its zombie's status says so,
     /// and the kernel's events (where they can be opened here) agree.

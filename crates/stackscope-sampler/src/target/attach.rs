@@ -13,7 +13,7 @@ use super::{
 };
 use crate::error::{AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, Strategy, Unread};
-use crate::ident_reuse::IdentOwners;
+use crate::ident_reuse::{IdentOwners, NamesByIdent};
 use crate::leader;
 use crate::namespace::TidMap;
 use crate::origin::Origins;
@@ -76,6 +76,7 @@ impl PythonTarget {
             tuning: options.tuning,
             native,
             names: IdentOwners::default(),
+            thread_names: NamesByIdent::default(),
             strings: StringCache {
                 origins,
                 ..StringCache::default()

@@ -49,6 +49,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
             gpu_enabled: with_gpu,
             process_root: false,
             leave_out_startup: false,
+            processes_apart: false,
         },
         START,
     );
@@ -159,6 +160,7 @@ pub fn process_recording() -> (Aggregator, RecordingMeta) {
             gpu_enabled: false,
             process_root: true,
             leave_out_startup: false,
+            processes_apart: false,
         },
         START,
     );

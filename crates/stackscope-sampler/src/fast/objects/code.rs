@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use stackscope_event::FileOrigin;
 
+use crate::caps::CapHits;
 use crate::fast::layout::{common, i32_at, usize_at, word, FrameDesign, Layout};
 use crate::fast::memory::addrmap::AddrMap;
 use crate::fast::memory::remote::{Batch, Remote, Slot};
@@ -91,6 +92,8 @@ pub(crate) struct CodeCache {
     pub misses: u64,
     /// Cached entries found to hold another object now.
     pub replaced: u64,
+    /// Times the code objects or the function names were full and emptied.
+    caps: CapHits,
 }
 
 impl CodeCache {
@@ -107,7 +110,15 @@ impl CodeCache {
             hits: 0,
             misses: 0,
             replaced: 0,
+            caps: CapHits::default(),
         }
+    }
+
+    /// Times this cache and its file names reached their caps, handed on once.
+    pub(crate) fn take_caps(&mut self) -> CapHits {
+        let mut caps = self.caps.take();
+        caps.add(self.files.take_caps());
+        caps
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -150,6 +161,7 @@ impl CodeCache {
         }
         self.misses += missing.len() as u64;
         if self.codes.len() + missing.len() > Self::MAX_CODES {
+            self.caps.hit(self.codes.len());
             self.codes.clear();
         }
         // Every string of every missing code object, fetched together.
@@ -207,15 +219,21 @@ impl CodeCache {
     }
 
     fn function(&mut self, name: &str) -> Arc<str> {
-        intern(&mut self.functions, name, Self::MAX_NAMES)
+        intern(&mut self.functions, name, Self::MAX_NAMES, &mut self.caps)
     }
 }
 
-fn intern(map: &mut HashMap<String, Arc<str>>, s: &str, max: usize) -> Arc<str> {
+fn intern(
+    map: &mut HashMap<String, Arc<str>>,
+    s: &str,
+    max: usize,
+    caps: &mut CapHits,
+) -> Arc<str> {
     if let Some(shared) = map.get(s) {
         return shared.clone();
     }
     if map.len() >= max {
+        caps.hit(map.len());
         map.clear();
     }
     let shared: Arc<str> = Arc::from(s);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use stackscope_event::FileOrigin;
 
+use crate::caps::CapHits;
 use crate::origin::Origins;
 
 pub(crate) struct FileNames {
@@ -21,6 +22,8 @@ pub(crate) struct FileNames {
     dockerized: bool,
     origins: Origins,
     short: HashMap<String, (Arc<str>, FileOrigin)>,
+    /// Times the table was full and emptied.
+    caps: CapHits,
 }
 
 impl FileNames {
@@ -32,7 +35,13 @@ impl FileNames {
             dockerized,
             origins,
             short: HashMap::new(),
+            caps: CapHits::default(),
         }
+    }
+
+    /// Times the table reached its cap, handed on once.
+    pub(crate) fn take_caps(&mut self) -> CapHits {
+        self.caps.take()
     }
 
     /// The name shown for the code object's file `filename`, and where that file comes from.
@@ -41,6 +50,7 @@ impl FileNames {
             return short.clone();
         }
         if self.short.len() >= Self::MAX_ENTRIES {
+            self.caps.hit(self.short.len());
             self.short.clear();
         }
         let short: Arc<str> =
@@ -110,5 +120,22 @@ mod tests {
             )
         );
         assert_eq!(&*names.short("<string>").0, "<string>");
+    }
+
+    /// Files generated without end (`<string-N>` of exec'd code) fill the table to its cap; each
+    /// time it is emptied is counted.
+    #[test]
+    fn a_full_table_of_file_names_is_counted() {
+        let mut names = FileNames::new(1, false, Origins::default());
+        for n in 0..FileNames::MAX_ENTRIES + 1 {
+            names.short(&format!("<generated-{n}>"));
+        }
+        assert_eq!(names.short.len(), 1);
+        let caps = names.take_caps();
+        assert_eq!(
+            (caps.reached, caps.evicted),
+            (1, FileNames::MAX_ENTRIES as u64)
+        );
+        assert_eq!(names.take_caps(), CapHits::default());
     }
 }

@@ -93,7 +93,7 @@ impl ThreadNames {
             // Threads gone since: forgotten (a lookup is rare, this quadratic pass with it).
             self.first_seen.retain(|id, _| idents.contains(id));
         }
-        idents
+        let out = idents
             .iter()
             .map(|id| {
                 let name = self.names.entry(*id).or_insert(None).clone();
@@ -102,7 +102,27 @@ impl ThreadNames {
                 }
                 name
             })
-            .collect()
+            .collect();
+        self.release(idents);
+        out
+    }
+
+    /// Lets go of the names of threads that ended: every ident of the list was just given an
+    /// entry, so more entries than idents are those of threads gone from the list (or named by
+    /// `threading` but never in it).
+    fn release(&mut self, idents: &[u64]) {
+        if self.names.len() > idents.len() {
+            self.names.retain(|id, _| idents.contains(id));
+        }
+        if self.first_seen.len() > idents.len() {
+            self.first_seen.retain(|id, _| idents.contains(id));
+        }
+    }
+
+    /// Entries kept now (names, and when the unnamed were first seen).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.names.len() + self.first_seen.len()
     }
 }
 
@@ -355,4 +375,31 @@ fn keys_entries(
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread gone from the interpreter's list is gone from the names at that read, named or
+    /// not (here no lookup can find `threading`: every name is unknown).
+    #[test]
+    fn the_name_of_a_thread_that_ended_is_released() {
+        let mut names = ThreadNames::new();
+        let mut remote = Remote::new(std::process::id());
+        let layout = Layout::for_version(3, 11).expect("3.11's layout");
+        for n in 0..100u64 {
+            let short = 0x7f00_0000 + n;
+            assert_eq!(
+                names.names(&mut remote, layout, 0, &[1, short]),
+                [None, None]
+            );
+            assert_eq!(names.len(), 4, "a name and a first sighting each");
+            names.names(&mut remote, layout, 0, &[1]);
+            assert_eq!(names.len(), 2, "only the main thread's");
+        }
+        names.names.insert(2, Some(Arc::from("named")));
+        names.names(&mut remote, layout, 0, &[1]);
+        assert!(!names.names.contains_key(&2));
+    }
 }

@@ -246,6 +246,12 @@ impl SwitchRings {
         }
     }
 
+    /// Threads with a ring (or refused one).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.rings.len()
+    }
+
     /// Closes the rings of threads no longer sampled.
     pub(crate) fn retain(&mut self, live: &[u64]) {
         if self.rings.len() > live.len() {

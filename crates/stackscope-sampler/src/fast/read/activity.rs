@@ -240,6 +240,12 @@ impl Activity {
         (None, None)
     }
 
+    /// Threads with an open file or a switch ring.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.files.len() + self.switches.len()
+    }
+
     /// Closes the files of threads no longer sampled.
     pub(crate) fn retain(&mut self, live: &[u64]) {
         if self.files.len() > live.len() {

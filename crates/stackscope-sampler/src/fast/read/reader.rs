@@ -454,6 +454,18 @@ impl FastReader {
         self.names.forget(ident);
     }
 
+    /// Times the code cache reached its caps, handed on once ([`crate::caps`]).
+    pub(crate) fn take_caps(&mut self) -> crate::caps::CapHits {
+        self.codes.take_caps()
+    }
+
+    /// Entries kept per thread beyond the thread list itself: names, open `/proc` files and
+    /// switch rings. Released at the read that finds a thread gone from the list.
+    #[cfg(test)]
+    pub(crate) fn thread_entries(&self) -> usize {
+        self.names.len() + self.activity.len()
+    }
+
     /// Turns the idle audit on or off (see the `audit` field).
     pub(crate) fn set_audit(&mut self, on: bool) {
         self.audit = on;

@@ -1,0 +1,384 @@
+//! Jobs that start and end threads and processes for as long as they run: like ones are read as
+//! one (one root, one entry), what an ended one held is let go, and the tables stay the size of
+//! what is alive, on shapes generated from parameters.
+
+use stackscope_aggregate::{
+    is_group_pid, parse_group_label, AggregateConfig, Aggregator, RecordingMeta, StackView,
+    Summary, OTHER_PROCESSES, OTHER_THREADS,
+};
+use stackscope_event::{
+    Event, Frame, HowEnded, ProcessEvent, ProcessEventKind, RankInfo, StackSample, Timestamp,
+};
+use stackscope_testkit::events::thread;
+
+const MS: u64 = 1_000_000;
+
+/// A job's event stream, with a clock of 10 ms a read.
+struct Job {
+    agg: Aggregator,
+    now: u64,
+    samples: u64,
+}
+
+impl Job {
+    fn new(apart: bool) -> Job {
+        let config = AggregateConfig {
+            gpu_enabled: false,
+            process_root: true,
+            processes_apart: apart,
+            ..AggregateConfig::default()
+        };
+        Job {
+            agg: Aggregator::new(config, Timestamp(0)),
+            now: MS,
+            samples: 0,
+        }
+    }
+
+    fn process(&mut self, pid: u32, command: &str, rank: Option<u32>, kind: ProcessEventKind) {
+        self.agg.handle(Event::Process(ProcessEvent {
+            time: Timestamp(self.now),
+            pid,
+            command_line: command.to_owned(),
+            kind,
+            rank: RankInfo {
+                rank,
+                ..RankInfo::default()
+            },
+            how: (kind == ProcessEventKind::Exited).then_some(HowEnded::Exited(0)),
+        }));
+    }
+
+    /// One read of `pid`: each thread `(id, name)` at `function`.
+    fn read(&mut self, pid: u32, threads: &[(u64, String)], function: &str) {
+        for (id, name) in threads {
+            self.agg.handle(Event::Stack(StackSample {
+                time: Timestamp(self.now),
+                pid,
+                thread: thread(*id, Some(*id + 10_000), Some(name), true),
+                frames: vec![
+                    Frame::python(function, "job.py", 7),
+                    Frame::python("run", "job.py", 1),
+                ]
+                .into(),
+            }));
+            self.samples += 1;
+        }
+    }
+
+    fn tick(&mut self) {
+        self.now += 10 * MS;
+    }
+
+    fn finish(mut self) -> (Aggregator, Summary, u64) {
+        self.agg.finish();
+        let summary = self.agg.summary(&RecordingMeta::default());
+        (self.agg, summary, self.samples)
+    }
+}
+
+fn main_thread() -> Vec<(u64, String)> {
+    vec![(1, "MainThread".to_owned())]
+}
+
+/// Process roots of the folded lines with their samples.
+fn roots(agg: &Aggregator) -> Vec<(String, u64)> {
+    roots_at(agg, 0)
+}
+
+/// Thread roots (under the process roots) with their samples.
+fn thread_roots(agg: &Aggregator) -> Vec<(String, u64)> {
+    roots_at(agg, 1)
+}
+
+fn roots_at(agg: &Aggregator, depth: usize) -> Vec<(String, u64)> {
+    let mut roots: Vec<(String, u64)> = Vec::new();
+    for (line, n) in agg.folded(StackView::All) {
+        let root = line.split(';').nth(depth).unwrap_or("").to_owned();
+        match roots.iter_mut().find(|(r, _)| *r == root) {
+            Some(slot) => slot.1 += n,
+            None => roots.push((root, n)),
+        }
+    }
+    roots
+}
+
+/// A loop that re-creates `per_epoch` workers every `epoch_reads` reads, `epochs` times: fork
+/// workers run the trainer's command line, spawned ones `multiprocessing`'s.
+fn epochs(per_epoch: u32, epoch_reads: u32, epochs: u32, spawned: bool, apart: bool) -> Job {
+    let mut job = Job::new(apart);
+    let trainer = "python train.py --epochs 90";
+    let worker = if spawned {
+        "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=7, pipe_handle=9) --multiprocessing-fork".to_owned()
+    } else {
+        trainer.to_owned()
+    };
+    job.process(100, trainer, None, ProcessEventKind::Attached);
+    let mut pid = 1_000;
+    for _ in 0..epochs {
+        let workers: Vec<u32> = (0..per_epoch).map(|i| pid + i).collect();
+        pid += per_epoch;
+        for &w in &workers {
+            job.process(w, &worker, None, ProcessEventKind::Attached);
+        }
+        for _ in 0..epoch_reads {
+            job.read(100, &main_thread(), "train_step");
+            for &w in &workers {
+                job.read(w, &main_thread(), "augment_batch");
+            }
+            job.tick();
+        }
+        for &w in &workers {
+            job.process(w, "", None, ProcessEventKind::Exited);
+        }
+    }
+    job
+}
+
+#[test]
+fn workers_re_created_every_epoch_are_one_root_and_let_go_on_any_shape() {
+    for &(per_epoch, epoch_reads, n_epochs, spawned) in &[
+        (2, 20, 300, false),
+        (1, 3, 500, true),
+        (3, 7, 200, false),
+        (8, 2, 100, true),
+        (5, 31, 40, false),
+    ] {
+        let case = format!("{per_epoch} workers, {epoch_reads} reads an epoch, {n_epochs} epochs, spawned {spawned}");
+        let (agg, summary, samples) =
+            epochs(per_epoch, epoch_reads, n_epochs, spawned, false).finish();
+        let roots = roots(&agg);
+        // The trainer and one group: its workers' work on one tower, the widest.
+        assert_eq!(roots.len(), 2, "{case}: {roots:?}");
+        let (label, n) = roots
+            .iter()
+            .max_by_key(|(_, n)| *n)
+            .cloned()
+            .unwrap_or_default();
+        let group = parse_group_label(&label).unwrap_or_else(|| panic!("{case}: {label}"));
+        assert_eq!(group.processes, u64::from(per_epoch * n_epochs), "{case}");
+        assert_eq!(group.at_a_time, u64::from(per_epoch), "{case}");
+        assert_eq!(n, u64::from(per_epoch * epoch_reads * n_epochs), "{case}");
+        // Every total right, in one entry for the group.
+        assert_eq!(summary.samples, samples, "{case}");
+        let total: u64 = summary.processes.iter().map(|p| p.samples).sum();
+        assert_eq!(total, samples, "{case}");
+        let groups: Vec<_> = summary
+            .processes
+            .iter()
+            .filter(|p| p.group.is_some())
+            .collect();
+        assert_eq!(groups.len(), 1, "{case}");
+        assert!(is_group_pid(groups[0].pid), "{case}");
+        assert_eq!(summary.processes.len(), 2, "{case}");
+        assert_eq!(
+            summary.processes_followed,
+            u64::from(per_epoch * n_epochs) + 1,
+            "{case}"
+        );
+        // What is kept is what is alive: the trainer, its main thread and the group's, and the
+        // first epoch's workers, which ended before their kind was re-created (as they would
+        // apart); every later one is let go.
+        let released = agg.released().processes;
+        let members = u64::from(per_epoch * n_epochs);
+        assert_eq!(released, members - u64::from(per_epoch), "{case}");
+        let kept = 1 + per_epoch as usize;
+        assert!(
+            agg.processes_tracked() <= kept,
+            "{case}: {}",
+            agg.processes_tracked()
+        );
+        assert!(
+            agg.threads_tracked() <= kept + 1,
+            "{case}: {}",
+            agg.threads_tracked()
+        );
+        assert_eq!(agg.stack_table().stacks().len(), 2, "{case}");
+        let (kinds, reads, _) = agg.end_tables();
+        assert!(
+            kinds <= 2 && reads <= 1,
+            "{case}: {kinds} kinds, {reads} pids read"
+        );
+        assert!(
+            summary.caps_reached.is_empty(),
+            "{case}: {:?}",
+            summary.caps_reached
+        );
+        assert!(!roots.iter().any(|(r, _)| r == OTHER_PROCESSES), "{case}");
+    }
+}
+
+#[test]
+fn processes_apart_keeps_a_root_each() {
+    let (agg, summary, _) = epochs(2, 5, 10, false, true).finish();
+    assert_eq!(roots(&agg).len(), 21);
+    assert!(summary.processes.iter().all(|p| p.group.is_none()));
+    assert_eq!(agg.released().processes, 0);
+}
+
+#[test]
+fn ranks_keep_their_rank_and_each_rank_s_workers_are_its_own() {
+    let mut job = Job::new(false);
+    job.process(
+        1,
+        "python -m torch.distributed.run t.py",
+        None,
+        ProcessEventKind::Attached,
+    );
+    for rank in 0..4u32 {
+        job.process(
+            10 + rank,
+            "python t.py",
+            Some(rank),
+            ProcessEventKind::Attached,
+        );
+    }
+    let mut pid = 100;
+    for _ in 0..20 {
+        for rank in 0..4u32 {
+            job.read(10 + rank, &main_thread(), "train_step");
+            for _ in 0..2 {
+                job.process(pid, "python t.py", Some(rank), ProcessEventKind::Attached);
+                job.read(pid, &main_thread(), "augment_batch");
+                job.process(pid, "", None, ProcessEventKind::Exited);
+                pid += 1;
+            }
+        }
+        job.tick();
+    }
+    let (agg, _, _) = job.finish();
+    let roots = roots(&agg);
+    for rank in 0..4 {
+        let ranks = roots
+            .iter()
+            .filter(|(r, _)| r.starts_with(&format!("rank {rank} (pid")))
+            .count();
+        assert_eq!(ranks, 1, "rank {rank} keeps its root: {roots:?}");
+        let group = roots
+            .iter()
+            .filter_map(|(r, _)| parse_group_label(r))
+            .find(|g| g.rank == Some(rank));
+        assert_eq!(group.map(|g| g.processes), Some(40), "{roots:?}");
+    }
+}
+
+/// A server that starts a thread per request, `alive` at a time, each living `lifetime` reads.
+fn requests(alive: u64, lifetime: u64, requests: u64) -> Job {
+    let mut job = Job::new(false);
+    job.process(7, "python serve.py", None, ProcessEventKind::Attached);
+    let mut started = 0u64;
+    let mut live: Vec<(u64, u64)> = Vec::new();
+    while started < requests || !live.is_empty() {
+        live.retain(|&(_, left)| left > 0);
+        while live.len() < alive as usize && started < requests {
+            started += 1;
+            live.push((started + 1, lifetime));
+        }
+        let mut threads = main_thread();
+        threads.extend(
+            live.iter()
+                .map(|&(id, _)| (id, format!("Thread-{id} (process_request_thread)"))),
+        );
+        job.read(7, &threads, "handle");
+        for slot in &mut live {
+            slot.1 -= 1;
+        }
+        job.tick();
+    }
+    // The main thread alone for a while: the last requests are seen ending.
+    for _ in 0..200 {
+        job.read(7, &main_thread(), "serve_forever");
+        job.tick();
+    }
+    job
+}
+
+#[test]
+fn a_thread_per_request_is_one_root_and_its_ended_threads_are_let_go() {
+    for &(alive, lifetime, n) in &[(1, 5, 3_000), (4, 20, 2_000), (6, 3, 5_000), (2, 200, 100)] {
+        let case = format!("{alive} at a time, {lifetime} reads each, {n} requests");
+        let (agg, summary, samples) = requests(alive, lifetime, n).finish();
+        let roots = thread_roots(&agg);
+        let kind: u64 = roots
+            .iter()
+            .filter(|(r, _)| r.contains("Thread-N (process_request_thread)"))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(kind, n * lifetime, "{case}: {roots:?}");
+        assert!(
+            roots.iter().all(|(r, _)| !r.contains(OTHER_THREADS)),
+            "{case}"
+        );
+        // Only the threads started before one was seen ending have roots of their own (each
+        // relabelled as the kind): a fixed number, whatever the number of requests.
+        // A thread is seen ending 1 s (100 reads) after its last read, at the latest 64 reads on.
+        let before_first_end = (alive * ((100 + 64) / lifetime + 2)) as usize;
+        assert!(
+            agg.thread_roots() <= before_first_end + 2,
+            "{case}: {}",
+            agg.thread_roots()
+        );
+        assert!(
+            agg.threads_tracked() <= 2,
+            "{case}: {}",
+            agg.threads_tracked()
+        );
+        assert_eq!(agg.released().threads, n, "{case}");
+        let total: u64 = summary.threads.iter().map(|t| t.samples).sum();
+        assert_eq!(total, samples, "{case}");
+        assert!(
+            summary.caps_reached.is_empty(),
+            "{case}: {:?}",
+            summary.caps_reached
+        );
+    }
+}
+
+#[test]
+fn a_pool_whose_threads_never_end_keeps_their_names() {
+    let mut job = Job::new(false);
+    job.process(7, "python pool.py", None, ProcessEventKind::Attached);
+    let pool: Vec<(u64, String)> = (0..4)
+        .map(|i| (i + 2, format!("ThreadPoolExecutor-0_{i}")))
+        .chain(main_thread())
+        .collect();
+    for _ in 0..2_000 {
+        job.read(7, &pool, "work");
+        job.tick();
+    }
+    let (agg, _, _) = job.finish();
+    let roots = thread_roots(&agg);
+    for i in 0..4 {
+        let name = format!("ThreadPoolExecutor-0_{i}");
+        assert!(
+            roots.iter().any(|(r, _)| r.ends_with(&name)),
+            "{name}: {roots:?}"
+        );
+    }
+    assert_eq!(agg.released().threads, 0);
+}
+
+#[test]
+fn a_worker_killed_is_still_named_among_the_ends() {
+    let mut job = epochs(2, 5, 10, false, false);
+    job.process(
+        5_000,
+        "python train.py --epochs 90",
+        None,
+        ProcessEventKind::Attached,
+    );
+    job.read(5_000, &main_thread(), "augment_batch");
+    job.agg.handle(Event::Process(ProcessEvent {
+        time: Timestamp(job.now),
+        pid: 5_000,
+        command_line: String::new(),
+        kind: ProcessEventKind::Exited,
+        rank: RankInfo::default(),
+        how: Some(HowEnded::Killed(9)),
+    }));
+    let (_, summary, _) = job.finish();
+    let ended: Vec<u32> = summary.processes_ended.iter().map(|p| p.pid).collect();
+    // The first epoch's workers ended before their kind was re-created, as they would apart;
+    // of the 18 after them, let go, only the killed one is named.
+    assert_eq!(ended, [1_000, 1_001, 5_000], "{ended:?}");
+}
