@@ -483,6 +483,10 @@ impl MetaSource {
             gpu_unavailable: gpu.unavailable.clone(),
             notices: sampler_notices(ticks, skipped, stopped, None)
                 .into_iter()
+                .chain(stackscope_sampler::cap_notice(
+                    stats.caps_reached.load(Ordering::Relaxed),
+                    stats.cap_evictions.load(Ordering::Relaxed),
+                ))
                 .chain(gpu.notices.iter().cloned())
                 .chain(memory.notices.iter().cloned())
                 .collect(),
@@ -513,6 +517,10 @@ impl MetaSource {
                 notices.push(format!("the command ended by a signal ({status})"));
             }
         }
+        notices.extend(stackscope_sampler::cap_notice(
+            report.caps_reached,
+            report.cap_evictions,
+        ));
         notices.extend(gpu.notices);
         notices.extend(memory.notices);
         RecordingMeta {

@@ -72,7 +72,8 @@ pub use jobs::{
 };
 pub use memory::{
     growth_rate, rate_text as memory_rate_text, size_text as memory_size_text, CgroupMemory,
-    CgroupPoint, MemoryFinding, MemoryFindingKind, MemoryPoint, MemorySummary, ProcessMemory,
+    CgroupPoint, FoldedProcessMemory, MemoryFinding, MemoryFindingKind, MemoryPoint, MemorySummary,
+    ProcessMemory,
 };
 pub use roles::step::{GilHolder, StepBreakdown};
 pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};

@@ -317,11 +317,17 @@ impl Aggregator {
             }
         } else if thread.named {
             // Named before (its name could not be read this time): its name stands.
-            let known = thread.name.clone();
+            let known = match thread.in_kind {
+                Some(_) => thread_kind(&thread.name),
+                None => thread.name.clone(),
+            };
             self.table.thread_root(&known)
         } else {
             match thread.unnamed_root {
                 Some(root) => root,
+                // Threads not named yet come and go too: once one ended unnamed, those that
+                // follow share the kind's root (`thread N`) until their names are read.
+                None if thread.in_kind.is_some() => self.table.thread_root(&thread_kind(name)),
                 None => {
                     let root = self.table.unnamed_thread_root(name);
                     thread.unnamed_root = Some(root);

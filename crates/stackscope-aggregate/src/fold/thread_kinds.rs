@@ -17,6 +17,9 @@ use super::intern::FrameId;
 use super::kinds::{is_group_pid, thread_kind, GROUP_THREADS_FROM};
 use super::threads::{ThreadKey, ThreadStat, ThreadTable};
 
+/// The name shown for a thread whose name is not read yet, as its kind sees it (`thread N`).
+const UNNAMED: &str = "thread 0";
+
 /// Reads of its process a thread must be missing from to have ended.
 pub const MISSED_READS_TO_END: u64 = 3;
 /// And for how long, by its process's reads' clock.
@@ -174,6 +177,15 @@ impl ThreadTable {
             .entry((thread.owner, kind.clone()))
             .or_default()
             .churned = true;
+        if thread.unnamed_root.is_some() || thread.named_root.is_some() {
+            // It was read before its name was: threads not named yet churn too, and those that
+            // follow share one root until their names are read.
+            self.ends
+                .kinds
+                .entry((thread.owner, thread_kind(UNNAMED)))
+                .or_default()
+                .churned = true;
+        }
         let group = self.ends.group_of(thread.owner, kind.clone());
         self.ends.remember_move(key, group);
         self.ends.released.threads += 1;

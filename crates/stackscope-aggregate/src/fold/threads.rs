@@ -151,6 +151,10 @@ impl ThreadTable {
             owner,
             in_kind: ends.starts_in_kind(owner, name),
         });
+        if !thread.named && info.name.is_some() {
+            // Named now: its kind is its name's, not that of threads not named yet.
+            thread.in_kind = ends.starts_in_kind(owner, name);
+        }
         thread.named |= info.name.is_some();
         thread.last_seen = clock;
         thread.name_unchanged = match (&info.name, &thread.name_seen) {

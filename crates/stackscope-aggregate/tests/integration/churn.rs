@@ -49,13 +49,15 @@ impl Job {
         }));
     }
 
-    /// One read of `pid`: each thread `(id, name)` at `function`.
+    /// One read of `pid`: each thread `(id, name)` at `function`; an empty name is one not
+    /// readable yet.
     fn read(&mut self, pid: u32, threads: &[(u64, String)], function: &str) {
         for (id, name) in threads {
+            let name = Some(name.as_str()).filter(|n| !n.is_empty());
             self.agg.handle(Event::Stack(StackSample {
                 time: Timestamp(self.now),
                 pid,
-                thread: thread(*id, Some(*id + 10_000), Some(name), true),
+                thread: thread(*id, Some(*id + 10_000), name, true),
                 frames: vec![
                     Frame::python(function, "job.py", 7),
                     Frame::python("run", "job.py", 1),
@@ -262,8 +264,9 @@ fn ranks_keep_their_rank_and_each_rank_s_workers_are_its_own() {
     }
 }
 
-/// A server that starts a thread per request, `alive` at a time, each living `lifetime` reads.
-fn requests(alive: u64, lifetime: u64, requests: u64) -> Job {
+/// A server that starts a thread per request, `alive` at a time, each living `lifetime` reads,
+/// its name not readable at its first `unnamed` reads.
+fn requests(alive: u64, lifetime: u64, requests: u64, unnamed: u64) -> Job {
     let mut job = Job::new(false);
     job.process(7, "python serve.py", None, ProcessEventKind::Attached);
     let mut started = 0u64;
@@ -275,10 +278,14 @@ fn requests(alive: u64, lifetime: u64, requests: u64) -> Job {
             live.push((started + 1, lifetime));
         }
         let mut threads = main_thread();
-        threads.extend(
-            live.iter()
-                .map(|&(id, _)| (id, format!("Thread-{id} (process_request_thread)"))),
-        );
+        threads.extend(live.iter().map(|&(id, left)| {
+            let name = if lifetime - left < unnamed {
+                String::new()
+            } else {
+                format!("Thread-{id} (process_request_thread)")
+            };
+            (id, name)
+        }));
         job.read(7, &threads, "handle");
         for slot in &mut live {
             slot.1 -= 1;
@@ -297,7 +304,7 @@ fn requests(alive: u64, lifetime: u64, requests: u64) -> Job {
 fn a_thread_per_request_is_one_root_and_its_ended_threads_are_let_go() {
     for &(alive, lifetime, n) in &[(1, 5, 3_000), (4, 20, 2_000), (6, 3, 5_000), (2, 200, 100)] {
         let case = format!("{alive} at a time, {lifetime} reads each, {n} requests");
-        let (agg, summary, samples) = requests(alive, lifetime, n).finish();
+        let (agg, summary, samples) = requests(alive, lifetime, n, 0).finish();
         let roots = thread_roots(&agg);
         let kind: u64 = roots
             .iter()
@@ -381,4 +388,41 @@ fn a_worker_killed_is_still_named_among_the_ends() {
     // The first epoch's workers ended before their kind was re-created, as they would apart;
     // of the 18 after them, let go, only the killed one is named.
     assert_eq!(ended, [1_000, 1_001, 5_000], "{ended:?}");
+}
+
+#[test]
+fn threads_not_named_at_first_are_one_kind_until_named() {
+    for &(alive, lifetime, unnamed, n) in &[(1, 5, 2, 3_000), (3, 8, 1, 2_000), (2, 3, 3, 2_000)] {
+        let case = format!("{alive} at a time, {lifetime} reads each, {unnamed} unnamed, {n}");
+        let (agg, summary, samples) = requests(alive, lifetime, n, unnamed).finish();
+        let roots = thread_roots(&agg);
+        assert!(
+            roots.iter().all(|(r, _)| r != OTHER_THREADS),
+            "{case}: {roots:?}"
+        );
+        let before_first_end = (alive * ((100 + 64) / lifetime + 2)) as usize;
+        assert!(
+            agg.thread_roots() <= 2 * before_first_end + 3,
+            "{case}: {} roots",
+            agg.thread_roots()
+        );
+        // Every request thread's samples are in the kinds, named or not yet named.
+        let kinds: u64 = roots
+            .iter()
+            .filter(|(r, _)| r.contains("Thread-N") || r == "thread N")
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            kinds * 10 >= n * lifetime * 9,
+            "{case}: {kinds} of {}: {roots:?}",
+            n * lifetime
+        );
+        let total: u64 = summary.threads.iter().map(|t| t.samples).sum();
+        assert_eq!(total, samples, "{case}");
+        assert!(
+            summary.caps_reached.is_empty(),
+            "{case}: {:?}",
+            summary.caps_reached
+        );
+    }
 }
