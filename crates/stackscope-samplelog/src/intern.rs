@@ -61,7 +61,9 @@ impl Default for InternLimits {
             frames: 1 << 18,
             stacks: 1 << 18,
             stack_frames: 1 << 22,
-            threads: 1 << 16,
+            // A job that starts a thread per request names a new thread at every one: a reset
+            // every 4096 threads keeps their names, and the writer, at a few MiB.
+            threads: 1 << 12,
         }
     }
 }

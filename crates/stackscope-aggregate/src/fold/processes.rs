@@ -84,6 +84,10 @@ impl ProcessTable {
     /// Records the sampler attaching to or losing a process; a member of a group that ended
     /// is let go, and said.
     pub fn handle(&mut self, event: &ProcessEvent, table: &mut StackTable) -> Option<MemberEnded> {
+        if event.kind == ProcessEventKind::Exited && !self.processes.contains_key(&event.pid) {
+            // Its end was told already (and it was let go), or it was never seen.
+            return None;
+        }
         let changed = self.record(event);
         match event.kind {
             ProcessEventKind::Attached => {
