@@ -19,6 +19,8 @@ use crate::gpu::GpuTag;
 
 /// Stacks followed per thread; past it a thread's new stacks count in its totals only.
 pub const MAX_STACKS_PER_THREAD: usize = 4096;
+/// GIL holders counted per waiting thread (threads that come and go each hold it now and then).
+pub const MAX_GIL_HOLDERS: usize = 256;
 
 /// Samples that ran and samples that waited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -151,7 +153,7 @@ impl Activity {
         self.totals.add(tag, running, gil);
         self.totals.entries += u64::from(entered);
         if let (Some(holder), true) = (gil_holder, gil.held_elsewhere) {
-            *self.gil_holders.entry(holder).or_default() += 1;
+            self.count_holder(holder, 1);
         }
         let Some(stack) = stack else {
             return;
@@ -183,12 +185,20 @@ impl Activity {
             }
         }
         for (&holder, &n) in &other.gil_holders {
-            if self.gil_holders.len() < MAX_STACKS_PER_THREAD
-                || self.gil_holders.contains_key(&holder)
-            {
-                *self.gil_holders.entry(holder).or_default() += n;
-            }
+            self.count_holder(holder, n);
         }
+    }
+
+    /// Counts `n` GIL waits while `holder` held it. Past [`MAX_GIL_HOLDERS`] holders, those
+    /// counted least (at most the median) are let go: the one that held it most is what is read.
+    fn count_holder(&mut self, holder: ThreadKey, n: u64) {
+        if self.gil_holders.len() >= MAX_GIL_HOLDERS && !self.gil_holders.contains_key(&holder) {
+            let mut counts: Vec<u64> = self.gil_holders.values().copied().collect();
+            let middle = counts.len() / 2;
+            let (_, &mut median, _) = counts.select_nth_unstable(middle);
+            self.gil_holders.retain(|_, &mut c| c > median);
+        }
+        *self.gil_holders.entry(holder).or_default() += n;
     }
 }
 
@@ -224,5 +234,24 @@ mod tests {
         assert_eq!(a.stacks[&2].entries, 1);
         a.count(Some(1), GpuTag::Idle, true, false, None);
         assert_eq!(a.stacks[&1].entries, 2);
+    }
+
+    #[test]
+    fn gil_holders_stay_bounded_and_keep_the_one_that_held_it_most() {
+        let mut a = Activity::default();
+        for _ in 0..50 {
+            a.count(None, GpuTag::Idle, false, true, Some((1, 1, 1)));
+        }
+        // Holders that come and go, each holding it once.
+        for tid in 0..100_000u64 {
+            a.count(None, GpuTag::Idle, false, true, Some((1, 1000 + tid, tid)));
+            assert!(a.gil_holders.len() <= MAX_GIL_HOLDERS);
+        }
+        let top = a
+            .gil_holders
+            .iter()
+            .max_by_key(|(_, &n)| n)
+            .map(|(k, _)| *k);
+        assert_eq!(top, Some((1, 1, 1)));
     }
 }

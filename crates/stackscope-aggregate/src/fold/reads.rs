@@ -67,7 +67,8 @@ impl Aggregator {
         let mut process = GilCounts::default();
         for (sample, (mut held, tag), read) in done.drain(..) {
             held.gil_waited = read.state == GilState::Waited;
-            held.gil_holder = read.held_elsewhere;
+            // A holder of a kind read as one is its kind: churning holders are one holder.
+            held.gil_holder = read.held_elsewhere.map(|k| self.threads.as_holder(k));
             process.add(read.state);
             if let Some(thread) = self.threads.get_mut(&held.thread) {
                 thread.gil.add(read.state);

@@ -146,6 +146,15 @@ impl ThreadTable {
         }
     }
 
+    /// Who held the GIL, as the waiters count it: the holder's kind when it is a thread of a
+    /// kind read as one (or one that ended), else itself.
+    pub fn as_holder(&self, key: ThreadKey) -> ThreadKey {
+        match self.threads.get(&key) {
+            Some(thread) => thread.in_kind.unwrap_or(key),
+            None => self.ends.moved_to(&key).unwrap_or(key),
+        }
+    }
+
     /// Every so many reads, the threads that have not been in their process's last reads.
     pub fn ended_threads(&mut self) -> Vec<ThreadKey> {
         if self.ends.reads_since_look < READS_BETWEEN_LOOKS {
