@@ -21,11 +21,11 @@ impl Aggregator {
         self.shared_group_of(pid).unwrap_or(pid)
     }
 
-    /// The group `pid` is a member of, when it has other members.
+    /// The group `pid` is a member of, once the group was re-created (its members replaced):
+    /// until then each member's threads are its own, with their roles and lanes.
     fn shared_group_of(&self, pid: u32) -> Option<u32> {
         let group = self.processes.group_of(pid)?;
-        let members = self.processes.groups.get(group)?.count.members;
-        (members > 1).then_some(group)
+        self.processes.groups.churned(group).then_some(group)
     }
 
     /// A process attached or ended; a group's member that ended is let go everywhere.

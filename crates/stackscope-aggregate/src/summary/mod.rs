@@ -454,17 +454,32 @@ impl Aggregator {
     }
 
     fn thread_summaries(&self) -> Vec<ThreadSummary> {
-        let mut threads: Vec<ThreadSummary> = self
-            .threads
-            .iter()
-            .map(|t| ThreadSummary {
-                pid: t.pid,
-                name: t.name.clone(),
-                os_thread_id: t.os_thread_id,
-                python_thread_id: t.python_thread_id,
-                samples: t.samples,
-            })
-            .collect();
+        // A thread of a kind read as one is its kind's, as its stacks are: one entry.
+        let mut threads: Vec<ThreadSummary> = Vec::new();
+        let mut kinds: std::collections::HashMap<(u32, u64), usize> = Default::default();
+        for t in self.threads.iter() {
+            let Some((pid, kind_id, _)) = t.in_kind else {
+                threads.push(ThreadSummary {
+                    pid: t.pid,
+                    name: t.name.clone(),
+                    os_thread_id: t.os_thread_id,
+                    python_thread_id: t.python_thread_id,
+                    samples: t.samples,
+                });
+                continue;
+            };
+            let at = *kinds.entry((pid, kind_id)).or_insert_with(|| {
+                threads.push(ThreadSummary {
+                    pid,
+                    name: crate::fold::thread_kind_of(&t.name),
+                    os_thread_id: None,
+                    python_thread_id: kind_id,
+                    samples: 0,
+                });
+                threads.len() - 1
+            });
+            threads[at].samples += t.samples;
+        }
         threads.sort_by(|a, b| {
             b.samples
                 .cmp(&a.samples)
