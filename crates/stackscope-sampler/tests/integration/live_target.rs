@@ -71,7 +71,17 @@ fn dump_with_locals_shows_reprs() {
         locals: true,
         ..TargetOptions::default()
     };
-    let dump = dump_process(python.pid(), &options).expect("dump");
+    // "ready" is printed just before the sleep: the thread may still be on its
+    // way into it, so read until it sleeps; one that never reads idle fails.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let dump = loop {
+        let dump = dump_process(python.pid(), &options).expect("dump");
+        if !dump.threads[0].active {
+            break dump;
+        }
+        assert!(Instant::now() < deadline, "a sleeping thread is idle");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let main = &dump.threads[0];
     let hold = main
         .frames
@@ -84,7 +94,6 @@ fn dump_with_locals_shows_reprs() {
     let marker = locals.iter().find(|l| l.name == "marker").expect("marker");
     assert!(marker.arg);
     assert_eq!(marker.repr.as_deref(), Some("42"));
-    assert!(!main.active, "a sleeping thread is idle");
 }
 
 #[test]
