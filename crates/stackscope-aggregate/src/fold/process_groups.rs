@@ -9,7 +9,7 @@ use super::intern::{FrameId, StackTable};
 use super::kinds::{
     group_label, started_by_multiprocessing, GroupWork, Headcount, ProcessKind, GROUP_PIDS_FROM,
 };
-use super::processes::{ranked_root_label, root_label, shorten, ROOT_COMMAND_CHARS};
+use super::root_labels::{ranked_root_label, root_label, shorten, ROOT_COMMAND_CHARS};
 
 /// Ended members whose end says something (a signal, a non-zero status, the OOM killer) are
 /// kept by name for the summary's `processes_ended`, the most recent this many.

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::grouping::{
     clear_majority, innermost, main_thread, place_key, stack_key, PlaceKey, StackKey,
 };
-use super::view::MissingRanks;
+use super::rank_sets::{rank_ranges, MissingRanks};
 use serde::Serialize;
 use stackscope_event::{FrameDump, ProcessDump, ThreadDump, ThreadState};
 
@@ -330,27 +330,6 @@ fn rank_leaders(processes: &[HostedProcess<'_>]) -> Vec<bool> {
         .collect()
 }
 
-/// `0-5, 7, 9-11` from sorted, distinct ranks.
-pub fn rank_ranges(ranks: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let start = ranks[i];
-        let mut end = start;
-        while i + 1 < ranks.len() && ranks[i + 1] == end + 1 {
-            i += 1;
-            end = ranks[i];
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(", ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,14 +354,6 @@ mod tests {
             },
             ..dumps::process(pid, "python train.py", vec![main])
         }
-    }
-
-    #[test]
-    fn ranges_are_compact() {
-        assert_eq!(rank_ranges(&[0, 1, 2, 3, 4, 5, 7]), "0-5, 7");
-        assert_eq!(rank_ranges(&[3]), "3");
-        assert_eq!(rank_ranges(&[]), "");
-        assert_eq!(rank_ranges(&[0, 2, 4, 5]), "0, 2, 4-5");
     }
 
     #[test]

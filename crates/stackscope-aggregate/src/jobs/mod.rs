@@ -11,6 +11,7 @@ mod helpers;
 mod identity;
 mod merge;
 mod place;
+mod rank_sets;
 mod ranks;
 mod view;
 
@@ -28,9 +29,9 @@ pub use identity::{
     FrameMatch, JobProcesses, ProcessIdentity,
 };
 pub use merge::{
-    merge_dumps, rank_on, rank_ranges, HostedProcess, MergedDump, MergedGroup, ProcessPlace,
-    RankStraggler,
+    merge_dumps, rank_on, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };
 pub use place::place_in;
+pub use rank_sets::{rank_ranges, MissingRanks};
 pub use ranks::{merge_recordings, rerooted, MergedRecordings, OddRank, RankRow, RecordingInput};
-pub use view::{in_reading_order, is_main_thread, MissingRanks, MAIN_THREAD};
+pub use view::{in_reading_order, is_main_thread, MAIN_THREAD};

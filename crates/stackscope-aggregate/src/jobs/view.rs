@@ -10,12 +10,9 @@
 //! replacing a worker from its `_handle_workers` thread) keeps that thread's Python name for
 //! its only thread; the thread is the new process's main thread, and is named so here.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
-use serde::Serialize;
-use stackscope_event::{ProcessDump, RankInfo, ThreadDump};
-
-use super::merge::rank_ranges;
+use stackscope_event::{ProcessDump, ThreadDump};
 
 /// What CPython names the main thread.
 pub const MAIN_THREAD: &str = "MainThread";
@@ -155,51 +152,6 @@ fn tree_order(processes: &[ProcessDump]) -> Vec<usize> {
     order
 }
 
-/// Ranks the job should have by its `WORLD_SIZE` that no process at hand has: `dump`'s and
-/// `merge`'s "rank 1 of 3 is missing".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MissingRanks {
-    pub world_size: u32,
-    pub missing: Vec<u32>,
-}
-
-impl MissingRanks {
-    /// Of the ranks of `ranks` (each process's), those missing from `0..WORLD_SIZE`, where the
-    /// processes say a world size (the largest said) and `min_present` ranks at least are
-    /// there.
-    pub fn of<'a>(
-        ranks: impl IntoIterator<Item = &'a RankInfo>,
-        min_present: usize,
-    ) -> Option<MissingRanks> {
-        let mut present = BTreeSet::new();
-        let mut world_size = None;
-        for info in ranks {
-            if let Some(rank) = info.rank {
-                present.insert(rank);
-                world_size = world_size.max(info.world_size);
-            }
-        }
-        let world_size = world_size?;
-        let missing: Vec<u32> = (0..world_size).filter(|r| !present.contains(r)).collect();
-        (present.len() >= min_present && !missing.is_empty()).then_some(MissingRanks {
-            world_size,
-            missing,
-        })
-    }
-
-    /// "rank 1 of 3 is missing", "ranks 1, 4-7 of 8 are missing".
-    pub fn sentence(&self) -> String {
-        match self.missing.as_slice() {
-            [one] => format!("rank {one} of {} is missing", self.world_size),
-            many => format!(
-                "ranks {} of {} are missing",
-                rank_ranges(many),
-                self.world_size
-            ),
-        }
-    }
-}
-
 /// Orders `pool-2` before `pool-10`: the name without its trailing number, then the number.
 pub(crate) fn natural_key(name: &str) -> (String, u64) {
     let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
@@ -327,28 +279,6 @@ mod tests {
         in_reading_order(&mut tree);
         let pids: Vec<u32> = tree.iter().map(|p| p.pid).collect();
         assert_eq!(pids, [10, 13, 20, 12, 11]);
-    }
-
-    #[test]
-    fn ranks_missing_from_the_world_size() {
-        let info = |rank, world| RankInfo {
-            rank: Some(rank),
-            world_size: Some(world),
-            ..RankInfo::default()
-        };
-        let two_of_three = [info(0, 3), info(2, 3), RankInfo::default()];
-        let missing = MissingRanks::of(&two_of_three, 2).expect("rank 1");
-        assert_eq!(missing.missing, [1]);
-        assert_eq!(missing.sentence(), "rank 1 of 3 is missing");
-        assert_eq!(MissingRanks::of(&two_of_three, 3), None, "too few to say");
-        let all = [info(0, 2), info(1, 2)];
-        assert_eq!(MissingRanks::of(&all, 1), None);
-        let few = [info(0, 8), info(2, 8), info(3, 8)];
-        assert_eq!(
-            MissingRanks::of(&few, 1).expect("missing").sentence(),
-            "ranks 1, 4-7 of 8 are missing"
-        );
-        assert_eq!(MissingRanks::of(&[RankInfo::default()], 0), None);
     }
 
     #[test]

@@ -57,7 +57,8 @@ mod test_threads;
 
 pub(crate) use deep::{DeepFrame, DeepThread};
 pub(crate) use error::{Misfits, ReadError};
-use read::os_states::{os_state, Before};
+use read::os_states::os_state;
 pub(crate) use read::ostid::OsTids;
 use read::reader::Read;
 pub(crate) use read::reader::{notice_once, FastReader, Strategy, ThreadRead, Unread};
+use read::state_before::Before;

@@ -17,10 +17,11 @@ use crate::fast::memory::remote::{Batch, Remote, Slot};
 use crate::fast::memory::snapshot::{self, Checked, TsWords};
 use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::{GilWords, Ran};
-use crate::fast::proof::holder::Later;
 use crate::fast::proof::quiet;
 use crate::fast::proof::still;
 use crate::fast::read::judge::{record, Judged};
+use crate::fast::read::part::{Part, Plan, Walking};
+use crate::fast::read::request::{Check, Request};
 use crate::fast::read::stack::{Need, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, StillThreads};
 
@@ -41,15 +42,6 @@ pub(crate) struct Attempt {
     pub outcomes: Vec<Outcome>,
 }
 
-/// Where the process-wide words are.
-pub(crate) struct Globals {
-    pub head_ptr: usize,
-    /// The `_gil_runtime_state`.
-    pub gil: usize,
-    /// 3.11's `tstate_current` (0 for 3.12, whose holder comes from the GIL itself).
-    pub tstate_current: usize,
-}
-
 /// Counters kept across attempts.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct WalkStats {
@@ -59,32 +51,6 @@ pub(crate) struct WalkStats {
     pub unchanged: u64,
     /// Still threads taken as still on the GIL's word, nothing of them read ([`quiet`]).
     pub quiet: u64,
-}
-
-/// What an attempt reads and how.
-pub(crate) struct Request<'a> {
-    pub layout: &'a Layout,
-    pub globals: &'a Globals,
-    /// Read the thread list head and the GIL holder too.
-    pub with_list: bool,
-    /// The threads asked for cannot run (we stopped them): no GIL bracketing needed.
-    pub stopped: bool,
-    /// Which threads to read with a check: those likely to hold the GIL during the read.
-    pub check: Check<'a>,
-    /// Whether a still thread is read for its proof alone ([`still`]).
-    pub still_reads: bool,
-    /// Whether a still thread may be taken as still on the GIL's word alone ([`quiet`]).
-    pub quiet: bool,
-    /// Threads (by their place in the list) whose switch rings show they have not run since
-    /// their proofs were last good: only their thread states are read ([`still::plan`]).
-    pub words_only: &'a [usize],
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check<'a> {
-    /// These thread states.
-    Threads(&'a [usize]),
-    All,
 }
 
 /// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
@@ -121,19 +87,6 @@ pub(crate) fn attempt(
     record(codes, threads, &walks, &mut parts, req, &judged);
     remote.recycle(batch);
     Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
-}
-
-/// One thread's part of an attempt, from its plan to its outcome.
-pub(super) struct Part {
-    /// Its place in the thread list.
-    pub(super) i: usize,
-    plan: Plan,
-    /// Its thread state as read (for the list check; None: unreadable).
-    state: Option<TsWords>,
-    /// How its try ended; None while its walk is still to be judged.
-    pub(super) outcome: Option<Outcome>,
-    /// Its walk needed frames read after the snapshot.
-    pub(super) read_late: bool,
 }
 
 /// Where the process-wide words went in the first batch.
@@ -575,29 +528,6 @@ fn max_rounds(layout: &Layout) -> usize {
         FrameDesign::Chunks => MAX_ROUNDS,
         FrameDesign::Objects => 4096,
     }
-}
-
-/// A thread's walk in progress.
-pub(super) struct Walking {
-    /// Its position in the threads asked for.
-    pub(super) pos: usize,
-    pub(super) walk: Walk,
-    /// The later readings, for a thread read with a check.
-    pub(super) later: Option<Later>,
-    /// Its thread state's words, as read.
-    pub(super) ts: TsWords,
-    /// Where the walk started: the current-frame pointer as read.
-    pub(super) start: usize,
-}
-
-/// One thread's part of an attempt.
-enum Plan {
-    /// Its frames copied, to be walked.
-    Full(snapshot::Planned),
-    /// A still thread: only what proves it did not move.
-    Still(still::Planned),
-    /// A still thread taken as still if the GIL shows no switch: nothing read.
-    Quiet,
 }
 
 fn broken(why: &str) -> Outcome {

@@ -11,8 +11,9 @@ use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::Ran;
 use crate::fast::proof::holder;
 use crate::fast::proof::still;
-use crate::fast::read::attempt::{Part, Request, Walking};
+use crate::fast::read::part::{Part, Walking};
 use crate::fast::read::recent;
+use crate::fast::read::request::Request;
 use crate::fast::read::stack::{self, RawFrame, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, Proof};
 

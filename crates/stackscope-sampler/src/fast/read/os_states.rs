@@ -3,39 +3,9 @@
 
 use crate::fast::read::activity::{self, Activity};
 use crate::fast::read::reader::{FastReader, Strategy};
+use crate::fast::read::state_before::{Before, StateFrom};
 use crate::namespace::TidMap;
 use crate::procfs::ProcState;
-
-/// One thread before a sample's read: its OS state and how it was had, and where its Python
-/// state was.
-pub(in crate::fast) struct Before {
-    /// Its OS thread id, as the interpreter records it.
-    pub(in crate::fast) tid: u64,
-    /// Its scheduler state (None: not read yet, or unreadable).
-    pub(in crate::fast) state: Option<ProcState>,
-    pub(in crate::fast) how: StateFrom,
-    /// Its thread state, and its Python state's signature ([`Known::sig`]).
-    pub(in crate::fast) tstate: usize,
-    pub(in crate::fast) sig: u64,
-}
-
-/// How a thread's OS state before the read was had.
-#[derive(Debug, Clone, Copy)]
-pub(in crate::fast) enum StateFrom {
-    /// Not read: the GIL's expected holder, read after the read if it turns out not to hold
-    /// the GIL then.
-    Deferred,
-    /// An earlier reading, reused (with, for the idle audit, a reading made now).
-    Reused { audited: Option<ProcState> },
-    /// Read now.
-    Read,
-}
-
-impl StateFrom {
-    pub(in crate::fast) fn is_reused(&self) -> bool {
-        matches!(self, StateFrom::Reused { .. })
-    }
-}
 
 impl FastReader {
     /// Each thread's OS state before the read, and which threads this sample takes as still

@@ -8,7 +8,8 @@ use crate::fast::error::ReadError;
 use crate::fast::layout::{usize_at, Layout};
 use crate::fast::memory::remote::Remote;
 use crate::fast::memory::snapshot::TsWords;
-use crate::fast::read::attempt::{Attempt, Globals};
+use crate::fast::read::attempt::Attempt;
+use crate::fast::read::request::Globals;
 use crate::fast::read::thread_model::Known;
 
 /// py-spy's bound on the list, against loops in torn links.
