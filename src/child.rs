@@ -22,7 +22,8 @@ use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::exit::{CommandExit, WithStatus, COMMAND_NOT_FOUND, COMMAND_NOT_RUN};
+use crate::ending::Stopped;
+use crate::exit::{CommandExit, EndedBy, WithStatus, COMMAND_NOT_FOUND, COMMAND_NOT_RUN};
 
 /// How long the launcher may take to start the command.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,6 +35,8 @@ pub struct LaunchedChild {
     status_file: PathBuf,
     pid: u32,
     exit: Option<CommandExit>,
+    /// How stackscope stopped the command, when it still ran at the end.
+    stopped: Option<Stopped>,
 }
 
 impl LaunchedChild {
@@ -57,6 +60,7 @@ impl LaunchedChild {
             status_file,
             pid: 0,
             exit: None,
+            stopped: None,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -124,25 +128,35 @@ impl LaunchedChild {
     /// has not by then. Processes it left behind are ended too.
     pub fn wait_for_exit(&mut self, grace: Duration) -> Option<CommandExit> {
         if let Some(exit) = self.wait_until(Instant::now() + grace) {
-            crate::ending::end_tree(self.launcher_pid(), self.pid, false);
+            crate::ending::end_leftovers(self.launcher_pid(), self.pid);
             self.reap_launcher();
             return Some(exit);
         }
-        self.end()
+        self.end(EndedBy::Target)
     }
 
-    /// Ends the command and everything it started: SIGINT to its process group, a grace
-    /// period, then SIGKILL to whatever of its tree is left. Returns how the command ended.
-    pub fn end(&mut self) -> Option<CommandExit> {
+    /// Ends the command and everything it started, as `by` ended the recording: a command
+    /// still running gets SIGINT to its process group, a grace period, then SIGKILL to
+    /// whatever of its tree is left ([`LaunchedChild::stopped`] says so). Returns how the
+    /// command ended.
+    pub fn end(&mut self, by: EndedBy) -> Option<CommandExit> {
         // Before the command started there is no pid to signal (and pid 0 would mean our own
         // process group).
         if self.pid != 0 {
-            let running = self.poll().is_none();
-            crate::ending::end_tree(self.launcher_pid(), self.pid, running);
+            if self.poll().is_none() {
+                self.stopped = Some(crate::ending::stop_tree(self.launcher_pid(), self.pid, by));
+            } else {
+                crate::ending::end_leftovers(self.launcher_pid(), self.pid);
+            }
             self.wait_until(Instant::now() + Duration::from_secs(3));
         }
         self.reap_launcher();
         self.exit
+    }
+
+    /// How stackscope stopped the command, if it still ran when [`LaunchedChild::end`] came.
+    pub fn stopped(&self) -> Option<Stopped> {
+        self.stopped
     }
 
     /// The launcher ends once the command's last process has; one that does not is killed.
@@ -161,7 +175,7 @@ impl LaunchedChild {
 
 impl Drop for LaunchedChild {
     fn drop(&mut self) {
-        self.end();
+        self.end(EndedBy::Target);
         let _ = std::fs::remove_file(&self.status_file);
     }
 }

@@ -126,7 +126,7 @@ pub enum Command {
     /// Merge dumps (`dump --json`) or recordings from many nodes into one view.
     #[command(after_help = "Examples:\n  \
                             srun --ntasks-per-node=1 sh -c 'stackscope dump --pid $(pgrep -of \
-                            torchrun) --subprocesses --json > dump-$(hostname).json'\n  \
+                            torchrun) --json > dump-$(hostname).json'\n  \
                             stackscope merge dump-*.json\n  \
                             stackscope merge node-a/profile node-b/profile -o job-profile\n\n\
                             Dumps: threads with the same stack print once with the ranks that \
@@ -272,6 +272,10 @@ pub struct ReportArgs {
     /// `process PID` root, as the recording did if it was made with this flag.
     #[arg(long)]
     pub processes_apart: bool,
+    /// Keep every thread apart under its own name, as the recording did if it was made with
+    /// this flag.
+    #[arg(long)]
+    pub threads_apart: bool,
 }
 
 #[derive(Debug, Args)]
@@ -379,6 +383,13 @@ pub struct RecordingArgs {
     /// time)`, so that a job that starts thousands of workers reads as one.
     #[arg(long)]
     pub processes_apart: bool,
+    /// Keep every thread apart under its own name. By default a process's short-lived
+    /// threads of one kind (the same name but for its numbers: a server's request threads,
+    /// `Thread-N (process_request_thread)`) are one pool once one of them ended, `thread pool
+    /// process_request_thread`, with one lane whose height is how many were alive; a
+    /// long-lived thread keeps its own name and lane.
+    #[arg(long)]
+    pub threads_apart: bool,
     /// Rewrite every output this often, so a crash or kill -9 loses at most one interval.
     /// SIGUSR1 writes them at once.
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_duration)]

@@ -62,6 +62,8 @@ pub struct RecordingConfig {
     pub subprocesses: bool,
     /// `--processes-apart`: like processes each under their own root.
     pub processes_apart: bool,
+    /// `--threads-apart`: every thread under its own name.
+    pub threads_apart: bool,
     pub native: bool,
     pub flush_interval: Duration,
     /// Exports written beside the outputs (`--format`).
@@ -95,6 +97,7 @@ impl RecordingConfig {
             memory_rate_hz: args.memory.memory_rate,
             subprocesses: args.tree.follow(),
             processes_apart: args.processes_apart,
+            threads_apart: args.threads_apart,
             native: args.native,
             flush_interval: Duration::from_secs_f64(args.flush_interval),
             formats: match &args.format {
@@ -248,6 +251,8 @@ pub struct ReportConfig {
     pub idle_below: Option<f32>,
     /// `--processes-apart`.
     pub processes_apart: bool,
+    /// `--threads-apart`.
+    pub threads_apart: bool,
 }
 
 impl ReportConfig {
@@ -259,6 +264,7 @@ impl ReportConfig {
             window,
             idle_below: args.idle_below,
             processes_apart: args.processes_apart,
+            threads_apart: args.threads_apart,
         })
     }
 }

@@ -1,9 +1,12 @@
-//! `stackscope dump`: every thread's stack, once, as text or JSON.
+//! `stackscope dump`: every thread's stack, once, as text or JSON, with what the stacks say
+//! at a glance ([`notes`]).
 
 use anyhow::{bail, Context};
 use stackscope_sampler::{dump_process, dump_tree, TargetOptions};
 
 use crate::config::DumpConfig;
+
+pub(crate) mod notes;
 
 pub fn run(config: DumpConfig) -> anyhow::Result<()> {
     let options = TargetOptions {
@@ -32,15 +35,16 @@ pub fn run(config: DumpConfig) -> anyhow::Result<()> {
     let tree = config.tree_json
         || !matches!(processes.as_slice(), [one] if !one.python_version.is_empty());
     stackscope_aggregate::in_reading_order(&mut processes);
+    let notes = notes::dump_notes(&processes, &options);
     // Only locals can hold a secret; without --locals there are none to hide.
     if !config.show_secrets {
         stackscope_report::redact_secrets(&mut processes);
     }
     let out = std::io::stdout().lock();
     if config.json {
-        stackscope_report::write_dump_json(&processes, tree, out)
+        stackscope_report::write_dump_json(&processes, &notes, tree, out)
     } else {
-        stackscope_report::write_dump_text(&processes, out)
+        stackscope_report::write_dump_text(&processes, &notes, out)
     }
     .context("cannot write the dump")
 }

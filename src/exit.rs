@@ -10,6 +10,10 @@
 //! and what a shell says for the signal that ended stackscope (130 Ctrl-C, 143 SIGTERM); it
 //! keeps its own failures apart in the statuses `env` and `timeout` use (125, 126, 127), which a
 //! job rarely exits with.
+//!
+//! A reader that stops reading (`stackscope dump ... | head -1`) ends no command with an error:
+//! what was asked is done (a recording is written in full), the lines nobody reads are dropped,
+//! and the command exits as it would have, quietly ([`is_closed_pipe`]).
 
 use std::process::ExitCode;
 
@@ -124,6 +128,26 @@ pub fn status_of(err: &anyhow::Error, failed: u8) -> u8 {
     }
 }
 
+/// Whether `err` is a write to a pipe (or socket) whose reader has gone: the output is not
+/// wanted any more, which is no failure.
+pub fn is_closed_pipe(err: &anyhow::Error) -> bool {
+    use stackscope_report::ReportError;
+    err.chain().any(|cause| {
+        let kind = if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            Some(io.kind())
+        } else if let Some(json) = cause.downcast_ref::<serde_json::Error>() {
+            json.io_error_kind()
+        } else {
+            match cause.downcast_ref::<ReportError>() {
+                Some(ReportError::Io(io)) => Some(io.kind()),
+                Some(ReportError::Json(json)) => json.io_error_kind(),
+                _ => None,
+            }
+        };
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// How a command ended, as a shell says it: its exit status, or 128 + N after signal N.
 /// `None` for what no status can say (a negative "unknown" code).
 pub fn shell_status(exit: CommandExit) -> Option<u8> {
@@ -205,6 +229,21 @@ mod tests {
             RECORD_FAILED
         );
         assert!(of_command(None).is_err());
+    }
+
+    #[test]
+    fn a_closed_pipe_is_told_apart_from_other_failures() {
+        let closed = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let report: anyhow::Error = stackscope_report::ReportError::Io(closed()).into();
+        assert!(is_closed_pipe(&report.context("cannot write the dump")));
+        assert!(is_closed_pipe(
+            &anyhow::Error::from(closed()).context("cannot print")
+        ));
+        let json = serde_json::Error::io(closed());
+        assert!(is_closed_pipe(&anyhow::Error::from(json)));
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert!(!is_closed_pipe(&anyhow::Error::from(full)));
+        assert!(!is_closed_pipe(&anyhow::anyhow!("broken pipe")));
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn read(dir: &Path, window: Window) -> anyhow::Result<TraceOutcome> {
         idle_below: None,
         include_idle: None,
         processes_apart: false,
+        threads_apart: false,
     };
     read_trace(dir, &options)
         .with_context(|| format!("cannot read the recording in {}", dir.display()))

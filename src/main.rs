@@ -2,6 +2,10 @@
 //! crates, and turns errors into one line and an exit status (0 done, 1 failed, 2 bad usage;
 //! `record` exits with its command's status, see [`exit`]).
 
+// First: its `println!` and `eprintln!` stand for the standard ones in every module below.
+#[macro_use]
+mod print;
+
 mod child;
 mod cli;
 mod compare;
@@ -12,6 +16,7 @@ mod ending;
 mod exit;
 mod export;
 mod gpu;
+mod heap;
 mod memory;
 mod merge;
 mod metrics;
@@ -48,6 +53,8 @@ fn main() -> ExitCode {
     };
     match run(cli) {
         Ok(status) => status,
+        // The reader went away: what was asked is done, and nobody reads a line about it.
+        Err(err) if exit::is_closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("{}", usage::error_line(&err));
             ExitCode::from(exit::status_of(&err, failed))

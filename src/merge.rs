@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde_json::Value;
-use stackscope_aggregate::{merge_dumps, merge_recordings, HostedProcess, RecordingInput};
+use stackscope_aggregate::{
+    merge_dumps, merge_recordings, HostedProcess, MergedRecordings, RecordingInput,
+};
 use stackscope_event::ProcessDump;
+use stackscope_report::{runs_of_one_host, RecordingSpan};
 
 use crate::config::{ensure_writable_dir, MergeConfig, MergeInputs};
 
@@ -86,20 +89,46 @@ fn file_label(path: &Path) -> String {
 }
 
 fn merge_recording_dirs(dirs: &[PathBuf], out_dir: &Path, json: bool) -> anyhow::Result<()> {
-    let inputs = dirs
+    let (inputs, spans): (Vec<RecordingInput>, Vec<RecordingSpan>) = dirs
         .iter()
         .map(|dir| read_recording(dir))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let merged = merge_recordings(&inputs);
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
+    let mut merged = merge_recordings(&inputs);
     if merged.all.is_empty() {
         bail!("the recordings hold no samples: nothing to merge");
     }
+    // Runs of one host one after another are no peers of each other: `compare` is their tool.
+    let runs_of = runs_of_one_host(&spans);
+    if runs_of.is_some() {
+        merged.most_different = None;
+    }
     ensure_writable_dir(out_dir)?;
-    let files = stackscope_report::write_merged_recordings(out_dir, &merged, dirs)
-        .with_context(|| format!("cannot write the merged report to {}", out_dir.display()))?;
-    // report.html needs every recording's sample log (older recordings have none); the files
-    // above stand without it, so a log that cannot be read costs the page only.
-    match stackscope_report::write_merged_report_html(out_dir, &merged, dirs, &inputs) {
+    let files =
+        stackscope_report::write_merged_recordings(out_dir, &merged, dirs, runs_of.as_deref())
+            .with_context(|| format!("cannot write the merged report to {}", out_dir.display()))?;
+    write_page(out_dir, &merged, dirs, &inputs);
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, &files.summary)?;
+        writeln!(stdout)?;
+    } else {
+        stackscope_report::write_rank_table(&merged, runs_of.as_deref(), &mut stdout)?;
+        writeln!(stdout, "\nMerged report: {}", out_dir.display())?;
+    }
+    Ok(())
+}
+
+/// Writes report.html, which needs every recording's sample log (older recordings have none);
+/// the other files stand without it, so a log that cannot be read costs the page only.
+fn write_page(
+    out_dir: &Path,
+    merged: &MergedRecordings,
+    dirs: &[PathBuf],
+    inputs: &[RecordingInput],
+) {
+    match stackscope_report::write_merged_report_html(out_dir, merged, dirs, inputs) {
         Ok(stackscope_report::MergedHtml::Written(_)) => {}
         Ok(stackscope_report::MergedHtml::NoSampleLog(missing)) => eprintln!(
             "stackscope: no report.html: {} is missing (the recording predates sample logs)",
@@ -107,18 +136,10 @@ fn merge_recording_dirs(dirs: &[PathBuf], out_dir: &Path, json: bool) -> anyhow:
         ),
         Err(e) => eprintln!("stackscope: no report.html: {e}"),
     }
-    let mut stdout = std::io::stdout().lock();
-    if json {
-        serde_json::to_writer_pretty(&mut stdout, &files.summary)?;
-        writeln!(stdout)?;
-    } else {
-        stackscope_report::write_rank_table(&merged, &mut stdout)?;
-        writeln!(stdout, "\nMerged report: {}", out_dir.display())?;
-    }
-    Ok(())
 }
 
-fn read_recording(dir: &Path) -> anyhow::Result<RecordingInput> {
+/// What `merge` reads of a recording directory, and when and where it was made.
+fn read_recording(dir: &Path) -> anyhow::Result<(RecordingInput, RecordingSpan)> {
     let summary: Value = std::fs::read(dir.join("summary.json"))
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
@@ -143,12 +164,25 @@ fn read_recording(dir: &Path) -> anyhow::Result<RecordingInput> {
         .flatten()
         .filter_map(|p| Some((u32_of(p, "pid")?, u32_of(p, "rank")?)))
         .collect();
-    Ok(RecordingInput {
-        host: summary
-            .get("host")
+    let host = summary
+        .get("host")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| file_label(dir));
+    let span = RecordingSpan {
+        host: host.clone(),
+        started_at: summary
+            .get("started_at")
             .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| file_label(dir)),
+            .unwrap_or_default()
+            .to_owned(),
+        duration_secs: summary
+            .get("duration_secs")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0),
+    };
+    let input = RecordingInput {
+        host,
         pid: u32_of(&summary, "pid").unwrap_or(0),
         rank: u32_of(&summary, "rank"),
         process_ranks,
@@ -157,7 +191,8 @@ fn read_recording(dir: &Path) -> anyhow::Result<RecordingInput> {
         gpu_busy: read_folded(&dir.join("stacks-gpu-busy.folded"))?,
         trainer: trainer_of(&summary),
         bottleneck: bottleneck_of(&summary),
-    })
+    };
+    Ok((input, span))
 }
 
 /// The trainer while the GPU idled, from a summary's `gpu.while_idle.trainer`: its pid, and

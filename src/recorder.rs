@@ -118,7 +118,9 @@ impl Recorder {
     pub fn checkpoint(&mut self, meta: &RecordingMeta) -> anyhow::Result<OutputFiles> {
         self.state.flush_log();
         let meta = self.state.meta_with_log_notice(meta);
-        write(&self.out_dir, &self.state, &meta)
+        let written = write(&self.out_dir, &self.state, &meta);
+        crate::heap::give_back_freed();
+        written
     }
 
     /// Writes the final outputs, once the producers' last events have been handled; gives

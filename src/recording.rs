@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use stackscope_aggregate::{AggregateConfig, RecordingMeta};
 use stackscope_event::Timestamp;
+use stackscope_report::SamplesLogSummary;
 use stackscope_samplelog::LogHeader;
 use stackscope_sampler::{
     Root, SamplerConfig, SamplerReport, SamplerStats, StopReason, TargetOptions,
@@ -15,6 +16,7 @@ use stackscope_sampler::{
 
 use crate::child::LaunchedChild;
 use crate::config::{ensure_writable_dir, RecordingConfig, Target};
+use crate::ending::Stopped;
 use crate::exit::{shell_status, CommandExit, Ended, EndedBy, WithStatus};
 use crate::gpu::GpuReport;
 use crate::memory::MemoryReport;
@@ -66,7 +68,7 @@ pub fn run_with(config: RecordingConfig, gpu_source: GpuSource) -> anyhow::Resul
                     // that wraps `record`, whatever stackscope could not do. One still running
                     // is ended, and the failure is stackscope's.
                     let by_itself = child.ended_by_itself(CHILD_EXIT_GRACE);
-                    child.end();
+                    child.end(EndedBy::Target);
                     return Err(match by_itself.map(|exit| (exit, shell_status(exit))) {
                         Some((exit, Some(status))) => WithStatus {
                             status,
@@ -151,14 +153,30 @@ fn record(
         eprintln!("stackscope: sampling stopped early: {why}");
     }
     let target_exited = report.stop == StopReason::TargetExited;
-    let exit_status = end_command(child.as_mut(), target_exited, meta.pid);
+    let command = end_command(child.as_mut(), target_exited, by, meta.pid);
+    let exit_status = command.exit;
     let ended = target_exited || exit_status.is_some();
-    let final_meta = meta.finished(&report, stopped.gpu, stopped.memory, ended, exit_status);
+    let final_meta = meta.finished(&report, stopped.gpu, stopped.memory, ended, command);
     write_recording(recorder, &final_meta, exit_status, &config, &out_dir)?;
+    // `attach` of a tree that ran no Python: nothing asked for was recorded (`record`'s
+    // status is its command's; its summary says so).
+    if child.is_none() && !meta.read_python(&report) {
+        return Err(no_python(&meta, final_meta.duration_secs));
+    }
     Ok(Ended {
         by,
         command: exit_status,
     })
+}
+
+/// The error of an `attach` during which no Python ran in the target's tree.
+fn no_python(meta: &MetaSource, secs: f64) -> anyhow::Error {
+    anyhow::anyhow!(
+        "process {} ({}) is not a Python process, and no Python process ran below it in the \
+         {secs:.1} s recorded: no stack was sampled",
+        meta.pid,
+        meta.command_line,
+    )
 }
 
 /// Starts the producers: the sampler on `target`, and the GPU poller.
@@ -210,6 +228,7 @@ fn start_recorder(
         process_root: config.subprocesses,
         leave_out_startup,
         processes_apart: config.processes_apart,
+        threads_apart: config.threads_apart,
     };
     let log_header = LogHeader {
         start,
@@ -226,6 +245,7 @@ fn start_recorder(
         expected_gpu_devices: Vec::new(),
         cpus_usable: meta.cpus_usable,
         processes_apart: aggregate_config.processes_apart,
+        threads_apart: aggregate_config.threads_apart,
     };
     let metrics = MetricsEndpoint::start(
         config.metrics_addr.as_deref(),
@@ -324,32 +344,53 @@ fn ended_by(stop_signal: Option<i32>, stop: &StopReason) -> EndedBy {
     }
 }
 
-/// `record`'s command: waits for it when the sampler saw it go, else ends it; says how it
-/// ended, as summary.json will.
+/// How `record`'s command ended, and whether stackscope stopped it.
+#[derive(Debug, Clone, Copy, Default)]
+struct CommandEnd {
+    exit: Option<CommandExit>,
+    stopped: Option<Stopped>,
+}
+
+/// `record`'s command: waits for it when the sampler saw it go, else stops it as `by` ended
+/// the recording; says how it ended, as summary.json will.
 fn end_command(
     child: Option<&mut LaunchedChild>,
     target_exited: bool,
+    by: EndedBy,
     pid: u32,
-) -> Option<CommandExit> {
-    let exit_status = child.and_then(|c| {
+) -> CommandEnd {
+    let Some(child) = child else {
         if target_exited {
-            c.wait_for_exit(CHILD_EXIT_GRACE)
-        } else {
-            c.end()
+            eprintln!("stackscope: process {pid} exited");
         }
-    });
+        return CommandEnd::default();
+    };
+    let exit = if target_exited {
+        child.wait_for_exit(CHILD_EXIT_GRACE)
+    } else {
+        child.end(by)
+    };
+    let stopped = child.stopped();
     // The console and summary.json say the same: whether the target ended, and how.
-    match exit_status {
+    let after = stopped
+        .map(|s| {
+            format!(
+                " after stackscope stopped it {}",
+                crate::ending::reason(s.by)
+            )
+        })
+        .unwrap_or_default();
+    match exit {
         Some(CommandExit::Code(code)) => {
-            eprintln!("stackscope: process {pid} exited with status {code}")
+            eprintln!("stackscope: process {pid} exited with status {code}{after}")
         }
         Some(exit @ CommandExit::Signal(_)) => {
-            eprintln!("stackscope: process {pid} ended by {exit}")
+            eprintln!("stackscope: process {pid} ended by {exit}{after}")
         }
         None if target_exited => eprintln!("stackscope: process {pid} exited"),
         None => {}
     }
-    exit_status
+    CommandEnd { exit, stopped }
 }
 
 /// Writes the finished output directory and the exports, and prints the summary.
@@ -369,12 +410,25 @@ fn write_recording(
     };
     let (written, samples_log) = recorder.finish(final_meta).map_err(ended_with)?;
     crate::export::write_formats(out_dir, &config.formats).map_err(ended_with)?;
+    match print_summary(&written.summary, samples_log.as_ref(), out_dir) {
+        // Everything is written; the summary's reader went away, which fails nothing.
+        Err(e) if crate::exit::is_closed_pipe(&e) => Ok(()),
+        printed => printed,
+    }
+}
+
+/// The summary on standard output, and under --log-max-size/--log-max-age what the sample log
+/// kept.
+fn print_summary(
+    summary: &stackscope_aggregate::Summary,
+    samples_log: Option<&SamplesLogSummary>,
+    out_dir: &Path,
+) -> anyhow::Result<()> {
+    use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    stackscope_report::write_text_summary(&written.summary, out_dir, &mut stdout)
+    stackscope_report::write_text_summary(summary, out_dir, &mut stdout)
         .context("cannot print the summary")?;
-    // Under --log-max-size/--log-max-age: what the sample log kept.
-    if let Some(line) = samples_log.as_ref().and_then(|log| log.line()) {
-        use std::io::Write;
+    if let Some(line) = samples_log.and_then(|log| log.line()) {
         writeln!(stdout, "{line}").context("cannot print the summary")?;
     }
     Ok(())
@@ -494,14 +548,21 @@ impl MetaSource {
         }
     }
 
+    /// Whether any Python was read: the target is Python, or the sampler read a process
+    /// below it.
+    fn read_python(&self, report: &SamplerReport) -> bool {
+        !self.reader.is_empty() || !report.reader.is_empty()
+    }
+
     fn finished(
         &mut self,
         report: &SamplerReport,
         gpu: GpuReport,
         memory: MemoryReport,
         target_exited: bool,
-        exit_status: Option<CommandExit>,
+        command: CommandEnd,
     ) -> RecordingMeta {
+        let exit_status = command.exit;
         let fatal = match &report.stop {
             StopReason::Fatal(why) => Some(why.as_str()),
             _ => None,
@@ -512,10 +573,13 @@ impl MetaSource {
             report.stopped_ticks,
             fatal,
         );
-        if let Some(status) = exit_status {
-            if status.code().is_none() {
-                notices.push(format!("the command ended by a signal ({status})"));
-            }
+        notices.extend(ending_notice(command));
+        if !self.read_python(report) {
+            notices.push(
+                "no Python process ran in the target's tree while it was recorded: no stack \
+                 was sampled"
+                    .to_owned(),
+            );
         }
         notices.extend(stackscope_sampler::cap_notice(
             report.caps_reached,
@@ -541,6 +605,21 @@ impl MetaSource {
             notices,
             ..self.base()
         }
+    }
+}
+
+/// How the command ended, where the summary's header alone would not say it: stopped by
+/// stackscope (and how it then ended), or ended by a signal of its own.
+fn ending_notice(command: CommandEnd) -> Option<String> {
+    match (command.stopped, command.exit) {
+        (Some(stopped), Some(exit)) => {
+            Some(format!("{}; it ended with {exit}", stopped.describe()))
+        }
+        (Some(stopped), None) => Some(stopped.describe()),
+        (None, Some(exit @ CommandExit::Signal(_))) => {
+            Some(format!("the command ended by a signal ({exit})"))
+        }
+        (None, _) => None,
     }
 }
 

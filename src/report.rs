@@ -14,6 +14,7 @@ pub fn run(config: ReportConfig) -> anyhow::Result<()> {
         idle_below: config.idle_below,
         include_idle: None,
         processes_apart: config.processes_apart,
+        threads_apart: config.threads_apart,
     };
     let rebuilt = rebuild(&config.dir, &options)
         .with_context(|| format!("cannot read the recording in {}", config.dir.display()))?;

@@ -75,6 +75,7 @@ pub fn run(config: WatchConfig) -> anyhow::Result<()> {
         if set.targets().is_empty() {
             continue;
         }
+        past.read_at(now);
         let (moved_at, gpu, working) = hang_inputs(&metrics::lock(live), now, &config);
         let Some(moved_at) = moved_at else { continue };
         match detector.observe(now, moved_at, working) {

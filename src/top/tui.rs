@@ -14,7 +14,8 @@ use ratatui::crossterm::execute;
 use ratatui::crossterm::terminal::{
     disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
 };
-use ratatui::Terminal;
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
 
 use super::format::Status;
 use super::view::{self, Screen};
@@ -84,8 +85,10 @@ pub fn run(mut session: Session, include_idle: bool) -> anyhow::Result<()> {
                         KeyOutcome::Nothing => {}
                     }
                 }
-                // `draw` resizes the buffers to the new size and clears the screen first.
-                Event::Resize(..) => redraw = true,
+                Event::Resize(..) => {
+                    terminal.fit()?;
+                    redraw = true;
+                }
                 _ => {}
             },
         }
@@ -185,7 +188,12 @@ impl TerminalGuard {
         let entered = execute!(stdout(), EnterAlternateScreen)
             .context("cannot switch to the alternate screen")
             .and_then(|()| {
-                Terminal::new(CrosstermBackend::new(stdout())).context("cannot set up the terminal")
+                let viewport = Viewport::Fixed(drawn_area());
+                Terminal::with_options(
+                    CrosstermBackend::new(stdout()),
+                    TerminalOptions { viewport },
+                )
+                .context("cannot set up the terminal")
             });
         match entered {
             Ok(mut terminal) => {
@@ -198,6 +206,37 @@ impl TerminalGuard {
             }
         }
     }
+}
+
+impl TerminalGuard {
+    /// Fits the view to the terminal's size after it changed; the next draw clears and redraws.
+    fn fit(&mut self) -> anyhow::Result<()> {
+        self.terminal
+            .resize(drawn_area())
+            .context("cannot resize the view")
+    }
+}
+
+/// The area the view is drawn in: the whole terminal, as large as it says it is. A terminal
+/// that says it has no size (the one `script` opens when its own input is no terminal reports
+/// 0x0) gets $COLUMNS x $LINES, else 80x24, instead of a view of nothing.
+fn drawn_area() -> Rect {
+    let (columns, lines) = ratatui::crossterm::terminal::size().unwrap_or((0, 0));
+    area_of(columns, lines, |name| std::env::var(name).ok())
+}
+
+/// [`drawn_area`] for a terminal of `columns` x `lines`, with `env` the environment.
+fn area_of(columns: u16, lines: u16, env: impl Fn(&str) -> Option<String>) -> Rect {
+    if columns > 0 && lines > 0 {
+        return Rect::new(0, 0, columns, lines);
+    }
+    let from_env = |name: &str, default: u16| {
+        env(name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(default)
+    };
+    Rect::new(0, 0, from_env("COLUMNS", 80), from_env("LINES", 24))
 }
 
 impl Drop for TerminalGuard {
@@ -231,4 +270,22 @@ fn install_panic_hook() {
         }
         previous(info);
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_without_a_size_is_drawn_at_columns_by_lines_or_80x24() {
+        let none = |_: &str| None;
+        assert_eq!(area_of(120, 40, none), Rect::new(0, 0, 120, 40));
+        assert_eq!(area_of(0, 0, none), Rect::new(0, 0, 80, 24));
+        let env = |name: &str| match name {
+            "COLUMNS" => Some("132".to_owned()),
+            "LINES" => Some("x".to_owned()),
+            _ => None,
+        };
+        assert_eq!(area_of(0, 0, env), Rect::new(0, 0, 132, 24));
+    }
 }

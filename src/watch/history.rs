@@ -2,12 +2,13 @@
 //! vanished, its role, and what ended it where that can be known (the sampler's [`EndWatch`]:
 //! the kernel's exit events, a zombie's status, the memory cgroup's OOM kills, the kernel log).
 //! The hang report's `processes_ended` and its `cause` come from here, and with
-//! [`Past`], each vanished process's memory.
+//! [`Past`], each vanished process's memory, and what the watch could not see: when it began,
+//! and the workers that replaced one before then ([`TreeHistory::replaced_before`]).
 
 use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Local};
-use stackscope_aggregate::{process_role, Vanished};
+use stackscope_aggregate::{late_starts, process_role, LateStart, ProcessStart, Vanished};
 use stackscope_event::{ProcessEnded, RankInfo, Timestamp};
 use stackscope_sampler::{procfs, EndWatch};
 
@@ -37,10 +38,25 @@ const KEPT_ENDED: usize = 256;
 const KEPT_BAD_ENDS: usize = 64;
 
 /// Everything `watch` keeps of the tree's past for a report: how its processes came and went,
-/// and their memory.
+/// and their memory, since the watch began.
 pub(crate) struct Past {
     pub(crate) tree: TreeHistory,
     pub(crate) memory: MemoryHistory,
+    pub(crate) began: Began,
+}
+
+/// When the watch began, and when it first read every thread: a job that has not moved since
+/// that read may have been stuck for long before.
+pub(crate) struct Began {
+    pub(crate) wall: DateTime<Local>,
+    pub(crate) first_read: Option<Timestamp>,
+}
+
+impl Began {
+    /// Whether the job last moved no later than the first read: nothing moved while watched.
+    pub(crate) fn frozen_before(&self, frozen_since: Timestamp) -> bool {
+        self.first_read.is_some_and(|first| frozen_since <= first)
+    }
 }
 
 impl Past {
@@ -48,7 +64,16 @@ impl Past {
         Past {
             tree: TreeHistory::new(root),
             memory: MemoryHistory::default(),
+            began: Began {
+                wall: Local::now(),
+                first_read: None,
+            },
         }
+    }
+
+    /// Every thread was read at `now`.
+    pub(crate) fn read_at(&mut self, now: Timestamp) {
+        self.began.first_read.get_or_insert(now);
     }
 
     /// A process of the tree is followed from `now` on.
@@ -78,8 +103,12 @@ struct Seen {
     role: String,
     rank: Option<u32>,
     parent: Option<u32>,
+    command_line: String,
+    /// When it was first followed.
     started: Timestamp,
     started_wall: DateTime<Local>,
+    /// When it started, in seconds of the Unix epoch (`/proc`).
+    born_secs: Option<f64>,
 }
 
 struct Gone {
@@ -114,8 +143,10 @@ impl TreeHistory {
                 role,
                 rank,
                 parent: procfs::parent(pid),
+                command_line,
                 started: now,
                 started_wall: Local::now(),
+                born_secs: procfs::started_secs(pid),
             },
         );
     }
@@ -193,6 +224,29 @@ impl TreeHistory {
             .collect()
     }
 
+    /// The processes still there that started long after their siblings, and before `began`
+    /// (a replacement the watch saw start has its vanished worker in `vanished_since`).
+    pub(crate) fn replaced_before(&self, began: DateTime<Local>) -> Vec<LateStart> {
+        let began_secs = began.timestamp_millis() as f64 / 1e3;
+        let starts: Vec<ProcessStart> = self
+            .alive
+            .values()
+            .filter_map(|s| {
+                Some(ProcessStart {
+                    pid: s.pid,
+                    parent: s.parent,
+                    command_line: &s.command_line,
+                    started_secs: s.born_secs?,
+                })
+            })
+            .collect();
+        let born = |pid: u32| self.alive.get(&pid).and_then(|s| s.born_secs);
+        late_starts(&starts)
+            .into_iter()
+            .filter(|late| born(late.pid).is_some_and(|b| b < began_secs))
+            .collect()
+    }
+
     /// The first process of the same parent that appeared after `seen`, around when it
     /// vanished.
     fn replacement(&self, seen: &Seen, gone: &Gone) -> Option<u32> {
@@ -221,6 +275,17 @@ mod tests {
             last.1.how = how;
         }
         history.forget_old_ends();
+    }
+
+    /// Moves at the first read are first sights; the job moved while watched only after it.
+    #[test]
+    fn frozen_before_means_no_move_after_the_first_read() {
+        let mut past = Past::new(1);
+        assert!(!past.began.frozen_before(Timestamp(5)), "nothing read yet");
+        past.read_at(Timestamp(10));
+        past.read_at(Timestamp(20));
+        assert!(past.began.frozen_before(Timestamp(10)));
+        assert!(!past.began.frozen_before(Timestamp(11)));
     }
 
     /// Workers that end for days leave the last few hundred behind, and of the older the

@@ -9,7 +9,7 @@ use anyhow::Context;
 use chrono::{DateTime, Local};
 use serde::Serialize;
 use stackscope_aggregate::{
-    find_stragglers, hang_cause, headline, is_spin_wait, HangCause, HangGpu,
+    find_stragglers, hang_cause, headline, is_spin_wait, HangCause, HangGpu, LateStart,
 };
 use stackscope_event::{ProcessDump, ProcessEnded, Timestamp};
 use stackscope_sampler::{dump_process, dump_tree, TargetOptions};
@@ -97,14 +97,22 @@ pub(super) fn write_hang_report(
     // a while on a loaded machine.
     let frozen_for = Timestamp::now().0.saturating_sub(hang.frozen_since.0);
     let since = now - chrono::Duration::milliseconds((frozen_for / 1_000_000) as i64);
-    let cause = hang_cause(
+    let replaced = past.tree.replaced_before(past.began.wall);
+    let mut cause = hang_cause(
         &processes,
         &past.tree.vanished_since(hang.frozen_since),
+        &replaced,
         gpu.as_ref(),
     );
+    cause.name_lock_holders(&processes, stackscope_sampler::rlock_owner);
     let facts = Facts {
         now,
         since,
+        unseen: Unseen {
+            watching_since: past.began.wall,
+            frozen_before: past.began.frozen_before(hang.frozen_since),
+            replaced,
+        },
         cause,
         gpu,
         ended: ended_with_memory(past),
@@ -123,27 +131,77 @@ struct Facts {
     now: DateTime<Local>,
     /// When the stacks last moved, on the wall clock.
     since: DateTime<Local>,
+    unseen: Unseen,
     cause: HangCause,
     gpu: Option<HangGpu>,
     ended: Vec<Ended>,
     processes: Vec<ProcessDump>,
 }
 
+/// What the watch could not see: what happened before it began, of which the start times of
+/// the processes still there tell a part.
+struct Unseen {
+    watching_since: DateTime<Local>,
+    /// Nothing moved while watched: the job may have been stuck for long before.
+    frozen_before: bool,
+    /// Workers that replaced one that ended before the watch began.
+    replaced: Vec<LateStart>,
+}
+
+impl Unseen {
+    /// When the job last moved, as the first line says it: `08:58:40`, or `before 08:58:12,
+    /// when watching began` where nothing moved while watched.
+    fn since(&self, since: &DateTime<Local>) -> String {
+        if self.frozen_before {
+            format!(
+                "before {}, when watching began",
+                clock(&self.watching_since)
+            )
+        } else {
+            clock(since)
+        }
+    }
+
+    /// "watching since 08:58:12; what happened before is unknown", and the workers that
+    /// replaced one then.
+    fn write(&self, text: &mut Vec<u8>) -> std::io::Result<()> {
+        writeln!(
+            text,
+            "watching since {}; what happened before is unknown",
+            clock(&self.watching_since)
+        )?;
+        for late in &self.replaced {
+            writeln!(text, "{}", late.sentence())?;
+        }
+        Ok(())
+    }
+}
+
+fn clock(at: &DateTime<Local>) -> String {
+    at.format("%H:%M:%S").to_string()
+}
+
 /// The report's text: first why, where it can be said; then the facts.
 fn report_text(config: &WatchConfig, hang: &Hang, facts: &Facts) -> anyhow::Result<Vec<u8>> {
     let mut text = Vec::new();
-    let since = facts.since.format("%H:%M:%S").to_string();
+    let since = facts.unseen.since(&facts.since);
     writeln!(text, "{}", headline(&facts.cause, &facts.processes, &since))?;
     if let Some(gpu) = &facts.gpu {
         writeln!(text, "{}", gpu.sentence())?;
     }
     writeln!(
         text,
-        "\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s",
+        "\nstackscope hang report, {}\nprocess {}: stacks unchanged for {:.0} s{}",
         facts.now.to_rfc3339(),
         config.pid,
         hang.unchanged_secs,
+        if facts.unseen.frozen_before {
+            " (all the time it was watched)"
+        } else {
+            ""
+        },
     )?;
+    facts.unseen.write(&mut text)?;
     for Ended { ended: p, memory } in &facts.ended {
         let (pid, how) = (p.pid, p.how.describe());
         let (role, from, to) = (&p.role, &p.started, &p.ended);
@@ -156,7 +214,8 @@ fn report_text(config: &WatchConfig, hang: &Hang, facts: &Facts) -> anyhow::Resu
         }
     }
     writeln!(text)?;
-    stackscope_report::write_dump_text(&facts.processes, &mut text)?;
+    let notes = stackscope_report::DumpNotes::default();
+    stackscope_report::write_dump_text(&facts.processes, &notes, &mut text)?;
     Ok(text)
 }
 
@@ -166,6 +225,9 @@ fn report_json(config: &WatchConfig, hang: &Hang, facts: &Facts) -> serde_json::
         "pid": config.pid,
         "unchanged_secs": hang.unchanged_secs,
         "frozen_since": facts.since.to_rfc3339(),
+        "frozen_before_watching": facts.unseen.frozen_before,
+        "watching_since": facts.unseen.watching_since.to_rfc3339(),
+        "replaced_before_watching": facts.unseen.replaced,
         "hang_after_secs": config.hang_after_secs,
         "cause": facts.cause,
         "processes_ended": facts.ended,
@@ -366,6 +428,31 @@ mod tests {
         assert_eq!(
             names(dir),
             vec!["hang-20240102-090000.json", "hang-notes.md", "notes.txt"]
+        );
+    }
+
+    #[test]
+    fn a_job_that_never_moved_while_watched_is_stuck_since_before_the_watch() {
+        let began = chrono::Local::now();
+        let unseen = |frozen_before| Unseen {
+            watching_since: began,
+            frozen_before,
+            replaced: Vec::new(),
+        };
+        let later = began + chrono::Duration::seconds(30);
+        assert_eq!(unseen(false).since(&later), clock(&later));
+        assert_eq!(
+            unseen(true).since(&later),
+            format!("before {}, when watching began", clock(&began))
+        );
+        let mut text = Vec::new();
+        unseen(true).write(&mut text).expect("write");
+        assert_eq!(
+            String::from_utf8(text).expect("utf-8"),
+            format!(
+                "watching since {}; what happened before is unknown\n",
+                clock(&began)
+            )
         );
     }
 

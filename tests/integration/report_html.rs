@@ -307,6 +307,7 @@ fn a_day_long_recording_gives_a_report_within_the_bound() {
         expected_gpu_devices: Vec::new(),
         cpus_usable: None,
         processes_apart: false,
+        threads_apart: false,
     };
     fs::create_dir_all(&out.out).expect("output dir");
     let mut log = SampleLogWriter::create(&out.out, &header).expect("log");

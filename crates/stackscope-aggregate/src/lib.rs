@@ -60,6 +60,10 @@ pub use gpu::{
 };
 pub use jobs::place_in;
 pub use jobs::{
+    all_wait_on_locks, late_starts, rlocks_at_wait, HeldBy, LateStart, LockedProcess, ProcessStart,
+    LATE_GAP_SECS,
+};
+pub use jobs::{
     command_key, find_stragglers, frame_key, function_of, group_threads, hang_cause, headline,
     helper_by_command_line, helper_kind, in_reading_order, is_hung, is_main_thread, is_spin_wait,
     merge_dumps, merge_recordings, process_role, process_root_pid, rank_list, rank_on, rank_ranges,
@@ -80,7 +84,7 @@ pub use roles::while_idle::{FeedersWhileIdle, TrainerWhileIdle, WhileIdle};
 pub use roles::{of as roles_of, step_of, while_idle_of, LoopFoundBy, Role, Roles, ThreadRole};
 pub use summary::{
     process_name, GpuSummary, ProcessGroupSummary, ProcessSummary, Summary, ThreadSummary,
-    TOP_GPU_FUNCTIONS,
+    WaitsLeftOut, TOP_GPU_FUNCTIONS,
 };
 pub use trace::{GilRun, GilTrack, Run, SampleTrace, TraceThread};
 pub use verdict::{

@@ -450,7 +450,11 @@
   toggle.id = "more-lanes";
   var laneKey = document.createElement("div");
   laneKey.className = "lane-key";
-  laneKey.innerHTML = "threads: the trainer, its feeders, then helpers: " +
+  // The order is the loop's only where there is one: a server's or a script's threads are
+  // listed busiest first.
+  var hasLoop = D.lanes.some(function (l) { return l.role === "trainer"; });
+  laneKey.innerHTML = (hasLoop ? "threads: the trainer, its feeders, then helpers: "
+                               : "threads, the busiest first: ") +
     "<span class=\"swatch busy-lane\"></span>running " +
     "<span class=\"swatch idle-lane\"></span>idle (sleeping or blocked) " +
     "<span class=\"swatch unsampled-lane\"></span>not sampled";
@@ -570,7 +574,8 @@
       label.className = "lane-label";
       label.setAttribute("data-role", l.role || "");
       label.setAttribute("data-pid", String(l.pid));
-      label.title = l.name;
+      label.title = l.at_a_time ? l.name + ": the bar's height is how many of its " +
+        l.at_a_time + " at a time were alive" : l.name;
       label.style.top = (y - LABEL_H) + "px";
       label.style.left = left + "px";
       label.textContent = l.label || l.name;
@@ -583,9 +588,13 @@
         if (!r) continue;
         var active = b.l[k + 1], idle = b.l[k + 2];
         var share = active / Math.max(1, active + idle);
-        // Busy green, idle grey; unsampled stays the lane's light background.
+        // Busy green, idle grey; unsampled stays the lane's light background. A lane of many
+        // threads is as tall as the share of them alive (samples over one thread's per bucket).
+        var many = D.lanes[b.l[k]].at_a_time;
+        var h = LANE_H - 2;
+        if (many > 1) h = Math.max(2, h * Math.min(1, (active + idle) / (D.rate_hz * W * many)));
         ctx.fillStyle = share > 0 ? "rgba(42, 157, 58," + (0.3 + 0.7 * share) + ")" : "#b8b8b8";
-        ctx.fillRect(x0, barTop(r) + 1, bw, LANE_H - 2);
+        ctx.fillRect(x0, barTop(r) + LANE_H - 1 - h, bw, h);
       }
     });
     if (HAS_GIL) drawGil(shown, rowOf, gilTop, x, cssW, cssH);

@@ -1,18 +1,59 @@
-//! The dump as a person reads it, and as JSON: stragglers first, then each process with its
-//! threads, threads that share one stack printed once.
+//! The dump as a person reads it, and as JSON: what the stacks say at a glance first
+//! ([`DumpNotes`]: processes whose every thread waits on a lock, workers that replaced one
+//! that ended; then missing ranks and stragglers), then each process with its threads, threads
+//! that share one stack printed once.
 
 use std::io::Write;
 
 use serde::Serialize;
 use stackscope_aggregate::{
-    find_stragglers, group_threads, helper_kind, MissingRanks, Straggler, ThreadGroup,
+    find_stragglers, group_threads, helper_kind, LateStart, LockedProcess, MissingRanks, Straggler,
+    ThreadGroup,
 };
 use stackscope_event::{ProcessDump, ThreadDump};
 
 use crate::ReportError;
 
-/// Writes the dump of one process or of a process tree.
-pub fn write_dump_text<W: Write>(processes: &[ProcessDump], mut w: W) -> Result<(), ReportError> {
+/// What a dump says beyond the stacks, found by the caller (they take reads of their own: the
+/// locks' owners, the processes' start times).
+#[derive(Debug, Default)]
+pub struct DumpNotes {
+    /// Processes whose every thread waits on a lock and none runs.
+    pub locked: Vec<LockedProcess>,
+    /// Workers that started long after their siblings.
+    pub late: Vec<LateStart>,
+}
+
+impl DumpNotes {
+    /// Each note as a line of its own.
+    fn write<W: Write>(&self, w: &mut W) -> Result<(), ReportError> {
+        for locked in &self.locked {
+            writeln!(w, "{}", locked.sentence())?;
+        }
+        for late in &self.late {
+            writeln!(w, "{}.", capitalized(&late.sentence()))?;
+        }
+        if !self.locked.is_empty() || !self.late.is_empty() {
+            writeln!(w)?;
+        }
+        Ok(())
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// Writes the dump of one process or of a process tree, its notes first.
+pub fn write_dump_text<W: Write>(
+    processes: &[ProcessDump],
+    notes: &DumpNotes,
+    mut w: W,
+) -> Result<(), ReportError> {
+    notes.write(&mut w)?;
     if let Some(missing) = missing_ranks(processes) {
         writeln!(
             w,
@@ -173,30 +214,52 @@ fn missing_ranks(processes: &[ProcessDump]) -> Option<MissingRanks> {
     MissingRanks::of(processes.iter().map(|p| &p.rank), 2)
 }
 
-/// The JSON of a process tree: every process, the stragglers found among them, and the ranks
-/// missing from it.
+/// The JSON of a process tree: every process, the stragglers found among them, the ranks
+/// missing from it, and the notes.
 #[derive(Serialize)]
 struct TreeJson<'a> {
     processes: &'a [ProcessDump],
     stragglers: Vec<Straggler>,
     #[serde(skip_serializing_if = "Option::is_none")]
     missing_ranks: Option<MissingRanks>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    all_waiting_on_locks: &'a [LockedProcess],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    late_starts: &'a [LateStart],
+}
+
+/// The JSON of one process: the process, and whether all its threads wait on locks.
+#[derive(Serialize)]
+struct ProcessJson<'a> {
+    #[serde(flatten)]
+    process: &'a ProcessDump,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    all_waiting_on_locks: Option<&'a LockedProcess>,
 }
 
 /// One process: the process itself as JSON; several: `{"processes": [...], "stragglers": [...]}`.
 pub fn write_dump_json<W: Write>(
     processes: &[ProcessDump],
+    notes: &DumpNotes,
     tree: bool,
     mut w: W,
 ) -> Result<(), ReportError> {
     match (tree, processes) {
-        (false, [one]) => serde_json::to_writer_pretty(&mut w, one)?,
+        (false, [one]) => serde_json::to_writer_pretty(
+            &mut w,
+            &ProcessJson {
+                process: one,
+                all_waiting_on_locks: notes.locked.iter().find(|l| l.pid == one.pid),
+            },
+        )?,
         _ => serde_json::to_writer_pretty(
             &mut w,
             &TreeJson {
                 processes,
                 stragglers: find_stragglers(processes),
                 missing_ranks: missing_ranks(processes),
+                all_waiting_on_locks: &notes.locked,
+                late_starts: &notes.late,
             },
         )?,
     }
@@ -221,7 +284,7 @@ mod tests {
 
     fn text(processes: &[ProcessDump]) -> String {
         let mut out = Vec::new();
-        write_dump_text(processes, &mut out).expect("write");
+        write_dump_text(processes, &DumpNotes::default(), &mut out).expect("write");
         String::from_utf8(out).expect("utf8")
     }
 
@@ -286,6 +349,66 @@ mod tests {
         assert_eq!(out.matches("get (job.py:5)").count(), 2, "{out}");
     }
 
+    fn notes(pid: u32) -> DumpNotes {
+        DumpNotes {
+            locked: vec![LockedProcess {
+                pid,
+                threads: 2,
+                waits: vec![stackscope_aggregate::HeldBy {
+                    thread: "MainThread".into(),
+                    held_by: vec!["ring-1".into()],
+                }],
+            }],
+            late: vec![LateStart {
+                pid: 9,
+                parent: pid,
+                started: "2024-01-01T08:57:31+00:00".into(),
+                secs_after_siblings: 41.0,
+                siblings: vec![7, 8],
+                clock: "08:57:31".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_notes_come_first_in_the_text_and_in_the_json() {
+        let dump = [dumps::process(
+            1,
+            "python3 a.py",
+            vec![thread("MainThread", 1, "main", 3)],
+        )];
+        let mut out = Vec::new();
+        write_dump_text(&dump, &notes(1), &mut out).expect("write");
+        let out = String::from_utf8(out).expect("utf8");
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with(
+                "All 2 threads of process 1 wait on locks and none runs: a \
+                 deadlock if it lasts, which `watch` confirms. MainThread waits on an RLock held \
+                 by ring-1."
+            ),
+            "{out}"
+        );
+        assert!(
+            lines[1].starts_with("Worker pid 9 started 41 s after its 2 siblings (at 08:57:31)"),
+            "{out}"
+        );
+        assert_eq!((lines[2], lines[3]), ("", "Process 1: python3 a.py"));
+        let mut single = Vec::new();
+        write_dump_json(&dump, &notes(1), false, &mut single).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&single).expect("parses");
+        assert_eq!(v["pid"], 1);
+        assert_eq!(
+            v["all_waiting_on_locks"]["waits"][0]["held_by"][0],
+            "ring-1"
+        );
+        let mut tree = Vec::new();
+        write_dump_json(&dump, &notes(1), true, &mut tree).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(&tree).expect("parses");
+        assert_eq!(v["late_starts"][0]["pid"], 9);
+        assert_eq!(v["all_waiting_on_locks"][0]["threads"], 2);
+    }
+
     #[test]
     fn tree_json_lists_processes_and_stragglers() {
         let dump = [dumps::process(
@@ -294,13 +417,13 @@ mod tests {
             vec![thread("MainThread", 1, "main", 3)],
         )];
         let mut out = Vec::new();
-        write_dump_json(&dump, true, &mut out).expect("json");
+        write_dump_json(&dump, &DumpNotes::default(), true, &mut out).expect("json");
         let v: serde_json::Value = serde_json::from_slice(&out).expect("parses");
         assert_eq!(v["processes"][0]["pid"], 1);
         assert_eq!(v["processes"][0]["threads"][0]["state"], "waiting_on_lock");
         assert!(v["stragglers"].as_array().is_some_and(|s| s.is_empty()));
         let mut single = Vec::new();
-        write_dump_json(&dump, false, &mut single).expect("json");
+        write_dump_json(&dump, &DumpNotes::default(), false, &mut single).expect("json");
         let v: serde_json::Value = serde_json::from_slice(&single).expect("parses");
         assert_eq!(v["pid"], 1);
     }

@@ -31,7 +31,7 @@ mod redact;
 mod samples_log;
 mod summary;
 
-pub use dump::{write_dump_json, write_dump_text};
+pub use dump::{write_dump_json, write_dump_text, DumpNotes};
 pub use error::ReportError;
 pub use export::{
     build_profile, pprof_proto, write_export_file, write_perfetto, write_pprof, write_speedscope,
@@ -47,8 +47,9 @@ pub use memory::{
     memory_growth_lines, write_memory_growth_folded, write_memory_timeline_csv, MEMORY_CSV_HEADER,
 };
 pub use merge::{
-    write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
-    write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,
+    runs_of_one_host, runs_of_one_host_line, write_merged_dump_json, write_merged_dump_text,
+    write_merged_recordings, write_merged_report_html, write_rank_table, MergedFiles, MergedHtml,
+    MergedSummary, RecordingSpan, RANKS_TXT,
 };
 pub use outputs::{file_names, write_atomic, write_outputs, write_outputs_with_log, OutputFiles};
 pub use rebuild::{
@@ -58,7 +59,7 @@ pub use rebuild::{
 pub use redact::{looks_secret, redact_secrets, REDACTED, SECRET_NAME_PARTS};
 pub use samples_log::{write_summary_json_with_log, SamplesLogSummary};
 pub use stackscope_samplelog::RebuildError;
-pub use summary::{roles_line, write_summary_json, write_text_summary};
+pub use summary::{roles_line, write_summary_json, write_text_summary, STOPPED_BY_STACKSCOPE};
 
 #[cfg(test)]
 mod test_xml;

@@ -32,6 +32,49 @@ pub struct MergedSummary {
     pub samples: u64,
     pub ranks: Vec<RankRow>,
     pub most_different: Option<OddRank>,
+    /// The host, when the recordings are runs of that one host one after another
+    /// ([`runs_of_one_host`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_of_one_host: Option<String>,
+}
+
+/// When and where a recording was made, as its summary says (`host`, `started_at`,
+/// `duration_secs`).
+#[derive(Debug, Clone)]
+pub struct RecordingSpan {
+    pub host: String,
+    pub started_at: String,
+    pub duration_secs: f64,
+}
+
+/// The host, when `spans` are recordings of that one host made one after another (none
+/// overlaps another): runs of a job, to compare, rather than the nodes of one job. `None` when
+/// a start time cannot be read.
+pub fn runs_of_one_host(spans: &[RecordingSpan]) -> Option<String> {
+    let (first, rest) = spans.split_first()?;
+    if rest.is_empty() || rest.iter().any(|s| s.host != first.host) {
+        return None;
+    }
+    let mut times = spans
+        .iter()
+        .map(|s| {
+            let start = chrono::DateTime::parse_from_rfc3339(&s.started_at).ok()?;
+            let length = chrono::Duration::milliseconds((s.duration_secs * 1e3) as i64);
+            Some((start, start + length))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    times.sort();
+    let apart = times.windows(2).all(|w| w[0].1 <= w[1].0);
+    apart.then(|| first.host.clone())
+}
+
+/// What merge says of runs of one host, instead of naming a rank that differs from its peers.
+pub fn runs_of_one_host_line(host: &str) -> String {
+    format!(
+        "These recordings are runs of one host ({host}), one after another, not the nodes of one \
+         job: no run is compared with the others as peers. `stackscope compare BEFORE AFTER` is \
+         the tool for two runs, before and after a change."
+    )
 }
 
 /// What [`write_merged_recordings`] wrote.
@@ -48,6 +91,7 @@ pub fn write_merged_recordings(
     dir: &Path,
     merged: &MergedRecordings,
     sources: &[PathBuf],
+    runs_of: Option<&str>,
 ) -> Result<MergedFiles, ReportError> {
     let mut paths = Vec::new();
     let ranks = merged
@@ -82,13 +126,14 @@ pub fn write_merged_recordings(
         })?);
     }
     paths.push(write_atomic(dir, RANKS_TXT, |w| {
-        write_rank_table(merged, w)
+        write_rank_table(merged, runs_of, w)
     })?);
     let summary = MergedSummary {
         merged_from: sources.to_vec(),
         samples: merged.all.iter().map(|(_, n)| n).sum(),
         ranks: merged.ranks.clone(),
         most_different: merged.most_different.clone(),
+        runs_of_one_host: runs_of.map(str::to_owned),
     };
     paths.push(write_atomic(dir, SUMMARY, |w| {
         serde_json::to_writer_pretty(&mut *w, &summary)?;
@@ -287,8 +332,13 @@ pub fn write_merged_dump_json<W: Write>(merged: &MergedDump, mut w: W) -> Result
     Ok(())
 }
 
-/// The table of ranks of merged recordings, and the rank that differs most.
-pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result<(), ReportError> {
+/// The table of ranks of merged recordings, and the rank that differs most; for runs of one
+/// host (`runs_of`, [`runs_of_one_host`]), that `compare` is the tool for them instead.
+pub fn write_rank_table<W: Write>(
+    merged: &MergedRecordings,
+    runs_of: Option<&str>,
+    mut w: W,
+) -> Result<(), ReportError> {
     // The trainer's column, when a recording names its trainer: after the top function, which
     // is padded to line it up.
     let trainers = merged.ranks.iter().any(|r| r.trainer.is_some());
@@ -337,6 +387,10 @@ pub fn write_rank_table<W: Write>(merged: &MergedRecordings, mut w: W) -> Result
             )
         };
         writeln!(w, "{}", line.trim_end())?;
+    }
+    if let Some(host) = runs_of {
+        writeln!(w, "\n{}", runs_of_one_host_line(host))?;
+        return Ok(());
     }
     match &merged.most_different {
         Some(odd) => writeln!(
@@ -454,7 +508,7 @@ mod tests {
             input("node-b", 1, None),
         ]);
         let mut out = Vec::new();
-        write_rank_table(&merged, &mut out).expect("table");
+        write_rank_table(&merged, None, &mut out).expect("table");
         let text = String::from_utf8(out).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
         let column = lines[0]
@@ -479,7 +533,7 @@ mod tests {
         };
         let merged = merge_recordings(&[fixed, input("node-b", 1, None)]);
         let mut out = Vec::new();
-        write_rank_table(&merged, &mut out).expect("table");
+        write_rank_table(&merged, None, &mut out).expect("table");
         let text = String::from_utf8(out).expect("utf-8");
         assert!(
             text.lines().nth(1).is_some_and(|l| l.ends_with(
@@ -492,8 +546,39 @@ mod tests {
         // Without a trainer anywhere, the table is as it was.
         let merged = merge_recordings(&[input("node-a", 0, None)]);
         let mut out = Vec::new();
-        write_rank_table(&merged, &mut out).expect("table");
+        write_rank_table(&merged, None, &mut out).expect("table");
         let text = String::from_utf8(out).expect("utf-8");
         assert!(!text.contains("trainer"), "{text}");
+    }
+
+    #[test]
+    fn runs_of_one_host_one_after_another_are_told_from_nodes_of_one_job() {
+        let span = |host: &str, started_at: &str| RecordingSpan {
+            host: host.to_owned(),
+            started_at: started_at.to_owned(),
+            duration_secs: 60.0,
+        };
+        let before = span("box", "2026-01-01T10:00:00+00:00");
+        let after = span("box", "2026-01-01T10:05:00+00:00");
+        let runs = [after.clone(), before.clone()];
+        assert_eq!(runs_of_one_host(&runs).as_deref(), Some("box"));
+        // Two nodes, or two processes of one host recorded at once: one job.
+        let other = span("node-b", "2026-01-01T10:05:00+00:00");
+        assert_eq!(runs_of_one_host(&[before.clone(), other]), None);
+        let overlapping = span("box", "2026-01-01T10:00:30+00:00");
+        assert_eq!(runs_of_one_host(&[before.clone(), overlapping]), None);
+        assert_eq!(runs_of_one_host(std::slice::from_ref(&before)), None);
+        assert_eq!(runs_of_one_host(&[before, span("box", "yesterday")]), None);
+
+        let merged = stackscope_aggregate::merge_recordings(&[]);
+        let mut out = Vec::new();
+        write_rank_table(&merged, Some("box"), &mut out).expect("table");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains("runs of one host (box)"), "{text}");
+        assert!(text.contains("`stackscope compare BEFORE AFTER`"), "{text}");
+        assert!(
+            !text.contains("peers:") && !text.contains("Fewer than"),
+            "{text}"
+        );
     }
 }

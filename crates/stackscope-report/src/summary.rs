@@ -3,13 +3,28 @@
 use std::io::Write;
 use std::path::Path;
 
-use stackscope_aggregate::{GpuSummary, LoopFoundBy, ProcessSummary, Role, Summary, ThreadRole};
+use stackscope_aggregate::{
+    FunctionStat, GpuSummary, LoopFoundBy, ProcessSummary, Role, Summary, ThreadRole, TopFunctions,
+};
 
 use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
 use crate::ReportError;
 
-/// How many functions the printed summary lists.
+/// The printed summary lists every function with at least this share of the samples in
+/// itself (self), at most [`TEXT_TOP_FUNCTIONS`] of them, and at least
+/// [`TEXT_TOP_FUNCTIONS_MIN`] ([`top_function_rows`]).
+pub const TEXT_TOP_FUNCTION_SHARE: f64 = 0.01;
+/// The most functions the printed summary lists.
 const TEXT_TOP_FUNCTIONS: usize = 10;
+/// The fewest functions the printed summary lists, where the recording has that many.
+const TEXT_TOP_FUNCTIONS_MIN: usize = 5;
+/// A function on as many stacks as the one on the most, to this share, is the job's entry point
+/// or on its one path down (`<module>`, `main`, `train_loop`): it says nothing of where the
+/// time went, and fills no row.
+const TEXT_ENTRY_PATH_MARGIN: f64 = 0.01;
+/// How the summary's notice of a command that stackscope stopped (at the end of `--duration`,
+/// on Ctrl-C) begins: the header then does not call its end the command's own.
+pub const STOPPED_BY_STACKSCOPE: &str = "stackscope stopped the command";
 /// How many threads the printed summary lists before saying how many more there are.
 const TEXT_THREADS: usize = 8;
 /// How many processes the printed summary lists before saying how many more there are.
@@ -91,11 +106,7 @@ fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
         s.rate_hz
     )?;
     if s.idle_samples_skipped > 0 {
-        writeln!(
-            w,
-            "  {} samples of idle threads left out",
-            s.idle_samples_skipped
-        )?;
+        write_left_out(w, s)?;
     }
     if s.errors.total > 0 || s.dropped > 0 {
         writeln!(
@@ -107,11 +118,17 @@ fn write_header<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
     if s.late_ticks > 0 {
         writeln!(
             w,
-            "  {} of {} ticks late (at most {:.1} ms)",
+            "  {} of {} ticks late (at most {:.1} ms): the sampler woke over a tenth of a period \
+             after its time (a busy machine), and took their samples late, not lost",
             s.late_ticks, s.ticks, s.max_lateness_ms
         )?;
     }
-    if s.target_exited {
+    // A command stackscope stopped did not end by itself: its notice says how it ended.
+    let stopped = s
+        .notices
+        .iter()
+        .any(|n| n.starts_with(STOPPED_BY_STACKSCOPE));
+    if s.target_exited && !stopped {
         match (s.exit_status, s.exit_signal) {
             (Some(status), _) => writeln!(w, "  the target exited with status {status}")?,
             (None, Some(signal)) => writeln!(w, "  the target ended by signal {signal}")?,
@@ -127,7 +144,7 @@ fn write_functions<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> 
         return Ok(());
     }
     writeln!(w, "Top functions (self %, total %):")?;
-    for f in s.top_functions.by_self.iter().take(TEXT_TOP_FUNCTIONS) {
+    for f in top_function_rows(&s.top_functions) {
         writeln!(
             w,
             "  {:>5.1}%  {:>5.1}%  {} ({})",
@@ -140,6 +157,32 @@ fn write_functions<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> 
     Ok(())
 }
 
+/// The printed summary's top functions: every function with [`TEXT_TOP_FUNCTION_SHARE`] or
+/// more of the samples in itself, by self share, at most [`TEXT_TOP_FUNCTIONS`]; fewer than
+/// [`TEXT_TOP_FUNCTIONS_MIN`] are followed by those with the most samples in what they call
+/// (by total share), leaving out the entry point's path ([`TEXT_ENTRY_PATH_MARGIN`]), so
+/// that a leaf helper's callers show.
+fn top_function_rows(top: &TopFunctions) -> Vec<&FunctionStat> {
+    let mut rows: Vec<&FunctionStat> = top
+        .by_self
+        .iter()
+        .filter(|f| f.self_share >= TEXT_TOP_FUNCTION_SHARE)
+        .take(TEXT_TOP_FUNCTIONS)
+        .collect();
+    let same = |a: &FunctionStat, b: &FunctionStat| a.function == b.function && a.file == b.file;
+    let most = top.by_total.first().map_or(0.0, |f| f.total_share);
+    let below_entry = |f: &&FunctionStat| f.total_share < most - TEXT_ENTRY_PATH_MARGIN;
+    for f in top.by_total.iter().filter(below_entry) {
+        if rows.len() >= TEXT_TOP_FUNCTIONS_MIN {
+            break;
+        }
+        if !rows.iter().any(|r| same(r, f)) {
+            rows.push(f);
+        }
+    }
+    rows
+}
+
 fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
     if s.threads.is_empty() {
         return Ok(());
@@ -149,12 +192,19 @@ fn write_threads<W: Write>(s: &Summary, w: &mut W) -> Result<(), ReportError> {
         .iter()
         .take(TEXT_THREADS)
         .map(|t| {
+            // A pool says how many threads it had.
+            let name = match (t.threads, t.at_a_time) {
+                (Some(n), Some(k)) if k > 1 || n > 1 => {
+                    format!("{}: {n} threads, {k} at a time", t.name)
+                }
+                _ => t.name.clone(),
+            };
             // Following a process tree, every process has its MainThread: say whose.
             if s.processes.len() > 1 && t.pid != 0 {
                 let who = stackscope_aggregate::process_name(t.pid, &s.processes);
-                format!("{who} {} ({})", t.name, t.samples)
+                format!("{who} {name} ({})", t.samples)
             } else {
-                format!("{} ({})", t.name, t.samples)
+                format!("{name} ({})", t.samples)
             }
         })
         .collect();
@@ -337,6 +387,28 @@ fn write_gpu<W: Write>(gpu: &GpuSummary, w: &mut W) -> Result<(), ReportError> {
     Ok(())
 }
 
+/// The idle samples left out; when they outnumber those kept in a job with no loop, where most
+/// of them wait: a server's latency is in those waits, which `--idle` counts.
+fn write_left_out<W: Write>(w: &mut W, s: &Summary) -> std::io::Result<()> {
+    match &s.waits_left_out {
+        Some(waits) => writeln!(
+            w,
+            "  {} samples of waiting threads left out, more than the {} kept: {:.0}% of the waits \
+             are in {} ({}); --idle counts that time",
+            waits.left_out,
+            waits.kept,
+            waits.share * 100.0,
+            waits.at,
+            waits.thread
+        ),
+        None => writeln!(
+            w,
+            "  {} samples of idle threads left out",
+            s.idle_samples_skipped
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,5 +563,107 @@ mod tests {
         ] {
             assert!(!text.contains(absent), "{absent:?} in\n{text}");
         }
+    }
+
+    fn function(name: &str, self_share: f64, total_share: f64) -> FunctionStat {
+        FunctionStat {
+            function: name.to_owned(),
+            file: "train.py".to_owned(),
+            self_samples: (self_share * 1000.0) as u64,
+            self_share,
+            total_samples: (total_share * 1000.0) as u64,
+            total_share,
+        }
+    }
+
+    fn listed(text: &str) -> Vec<&str> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Top functions"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| l.rsplit_once("  ").map_or(l, |(_, name)| name))
+            .collect()
+    }
+
+    #[test]
+    fn top_functions_are_those_above_a_share_at_least_five_and_a_helpers_callers_show() {
+        let mut summary = loop_without_gpu();
+        // A leaf helper every phase calls, and below 1% the rest: its callers follow it, the
+        // entry point on every stack does not.
+        summary.top_functions = TopFunctions {
+            by_self: vec![
+                function("busy", 0.992, 0.992),
+                function("log", 0.008, 0.008),
+            ],
+            by_total: vec![
+                function("<module>", 0.0, 0.997),
+                function("main", 0.0, 0.993),
+                function("busy", 0.992, 0.992),
+                function("load_batch", 0.0, 0.6),
+                function("decode", 0.0, 0.6),
+                function("train_step", 0.0, 0.4),
+                function("forward", 0.0, 0.4),
+                function("log", 0.008, 0.008),
+            ],
+        };
+        let text = text_of(&summary);
+        assert_eq!(
+            listed(&text),
+            [
+                "busy (train.py)",
+                "load_batch (train.py)",
+                "decode (train.py)",
+                "train_step (train.py)",
+                "forward (train.py)"
+            ],
+            "{text}"
+        );
+        // Many above 1%: ten, by self share, whatever the number.
+        let many: Vec<FunctionStat> = (0..15)
+            .map(|i| function(&format!("f{i}"), 0.06 - f64::from(i) * 0.001, 0.1))
+            .collect();
+        summary.top_functions = TopFunctions {
+            by_self: many.clone(),
+            by_total: many,
+        };
+        assert_eq!(listed(&text_of(&summary)).len(), 10);
+    }
+
+    #[test]
+    fn late_ticks_are_explained_where_they_are_counted() {
+        let mut summary = loop_without_gpu();
+        summary.ticks = 1996;
+        summary.late_ticks = 265;
+        summary.max_lateness_ms = 56.1;
+        let text = text_of(&summary);
+        let line = text
+            .lines()
+            .find(|l| l.contains("ticks late"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(
+            line,
+            "  265 of 1996 ticks late (at most 56.1 ms): the sampler woke over a tenth of a period \
+             after its time (a busy machine), and took their samples late, not lost"
+        );
+    }
+
+    #[test]
+    fn a_command_stackscope_stopped_is_not_said_to_have_ended_by_itself() {
+        let mut summary = loop_without_gpu();
+        summary.target_exited = true;
+        summary.exit_status = None;
+        summary.exit_signal = Some(2);
+        summary.notices = vec![format!(
+            "{STOPPED_BY_STACKSCOPE} at the end of --duration: SIGINT to its process group, as \
+             Ctrl-C would; it ended with signal 2 (SIGINT)"
+        )];
+        let text = text_of(&summary);
+        assert!(!text.contains("the target ended by signal"), "{text}");
+        assert!(
+            text.contains("note: stackscope stopped the command at the end of --duration"),
+            "{text}"
+        );
+        summary.notices.clear();
+        assert!(text_of(&summary).contains("  the target ended by signal 2\n"));
     }
 }

@@ -39,12 +39,17 @@ pub struct LogHeader {
     /// Whether like processes were kept apart (`AggregateConfig::processes_apart`,
     /// `--processes-apart`); false in logs written before the header said.
     pub processes_apart: bool,
+    /// Whether every thread was kept apart (`AggregateConfig::threads_apart`,
+    /// `--threads-apart`); false in logs written before the header said.
+    pub threads_apart: bool,
 }
 
 /// Header flag: `cpus_usable` follows the expected devices.
 const HAS_CPUS_USABLE: u8 = 32;
 /// Header flag: like processes were kept apart.
 const PROCESSES_APART: u8 = 64;
+/// Header flag: every thread was kept apart.
+const THREADS_APART: u8 = 128;
 
 impl LogHeader {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -69,7 +74,8 @@ impl LogHeader {
                     PROCESSES_APART
                 } else {
                     0
-                },
+                }
+                | if self.threads_apart { THREADS_APART } else { 0 },
         );
         put_f32(out, self.idle_below);
         put_varint(out, self.expected_gpu_devices.len() as u64);
@@ -115,6 +121,7 @@ impl LogHeader {
             expected_gpu_devices,
             cpus_usable,
             processes_apart: flags & PROCESSES_APART != 0,
+            threads_apart: flags & THREADS_APART != 0,
         })
     }
 }
@@ -140,6 +147,7 @@ impl Default for LogHeader {
             expected_gpu_devices: Vec::new(),
             cpus_usable: None,
             processes_apart: false,
+            threads_apart: false,
         }
     }
 }
@@ -171,6 +179,7 @@ mod tests {
     fn processes_apart_round_trips_and_an_older_header_groups_them() {
         let header = LogHeader {
             processes_apart: true,
+            threads_apart: true,
             cpus_usable: Some(2.0),
             ..LogHeader::default()
         };
@@ -181,6 +190,7 @@ mod tests {
         LogHeader::default().encode(&mut out);
         let decoded = LogHeader::decode(&mut Bytes::new(&out)).expect("decodes");
         assert!(!decoded.processes_apart);
+        assert!(!decoded.threads_apart);
     }
 
     #[test]

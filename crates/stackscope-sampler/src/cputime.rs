@@ -92,7 +92,8 @@ impl TickCosts {
 impl Drop for TickCosts {
     fn drop(&mut self) {
         if let Some(line) = self.summary() {
-            eprintln!("stackscope: {line}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "stackscope: {line}");
         }
     }
 }

@@ -195,6 +195,34 @@ fn thread_dump(stack: ThreadStack, states: &HashMap<u64, ThreadState>) -> Thread
     }
 }
 
+/// Where an object's type is (`ob_type`), and a type's name (`tp_name`), on a 64-bit
+/// interpreter of the default build.
+const OB_TYPE: usize = 8;
+const TP_NAME: usize = 24;
+/// Where a `threading.RLock` (`_thread.RLock`) keeps the ident of the thread that holds it,
+/// 0 when none does: `rlock_owner` in 3.10 to 3.13, the `_PyRecursiveMutex`'s `thread` from
+/// 3.14, both right after the lock itself.
+const RLOCK_OWNER: usize = 24;
+const RLOCK_TYPE: &[u8] = b"_thread.RLock\0";
+
+/// The ident (`threading.get_ident()`) of the thread of `pid` that holds the
+/// `threading.RLock` at `addr`, read from the lock: 0 when no thread holds it; `None` where
+/// `addr` holds no RLock or cannot be read. The process runs on: a lock its threads wait on
+/// does not change.
+pub fn rlock_owner(pid: u32, addr: u64) -> Option<u64> {
+    use remoteprocess::ProcessMemory;
+    let process = remoteprocess::Process::new(remoteprocess::Pid::try_from(pid).ok()?).ok()?;
+    let word = |at: usize| -> Option<u64> {
+        let bytes = process.copy(at, 8).ok()?;
+        Some(u64::from_ne_bytes(bytes.try_into().ok()?))
+    };
+    let addr = usize::try_from(addr).ok()?;
+    let ty = usize::try_from(word(addr + OB_TYPE)?).ok()?;
+    let name = usize::try_from(word(ty + TP_NAME)?).ok()?;
+    let name = process.copy(name, RLOCK_TYPE.len()).ok()?;
+    (name == RLOCK_TYPE).then(|| word(addr + RLOCK_OWNER))?
+}
+
 /// The wait an idle thread is in, by its innermost Python frame; unknown when the frame does
 /// not say.
 fn implied_wait(frames: &[FrameDump]) -> ThreadState {
@@ -221,6 +249,35 @@ mod tests {
             native: false,
             locals: None,
             path: None,
+        }
+    }
+
+    /// Each interpreter at hand: a held RLock names its holder, a free one none, and a
+    /// `threading.Lock` is no RLock.
+    #[test]
+    fn an_rlock_says_which_thread_holds_it() {
+        use stackscope_testkit::python::{pyenv_interpreters, Fixture, VERSIONS};
+        let code = "import os, threading, time\n\
+                    held, free, plain = threading.RLock(), threading.RLock(), threading.Lock()\n\
+                    held.acquire(); held.acquire(); plain.acquire()\n\
+                    print('ready', os.getpid(), id(held), id(free), id(plain), \
+                    threading.get_ident(), flush=True)\n\
+                    time.sleep(60)";
+        for (minor, python) in pyenv_interpreters(&VERSIONS) {
+            let fixture = Fixture::code(code).python(&python).start();
+            let said: Vec<u64> = fixture
+                .wait_ready()
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let &[pid, held, free, plain, ident] = said.as_slice() else {
+                panic!("{minor}: {said:?}");
+            };
+            let pid = u32::try_from(pid).expect("a pid");
+            assert_eq!(rlock_owner(pid, held), Some(ident), "{minor}");
+            assert_eq!(rlock_owner(pid, free), Some(0), "{minor}");
+            assert_eq!(rlock_owner(pid, plain), None, "{minor}");
         }
     }
 

@@ -30,7 +30,7 @@ mod tree;
 mod tuning;
 
 pub use caps::cap_notice;
-pub use dump::{dump_process, dump_target, dump_tree};
+pub use dump::{dump_process, dump_target, dump_tree, rlock_owner};
 pub use ends::EndWatch;
 pub use error::{classify_sample_error, AttachError, SampleFailure};
 pub use procfs::descendants;

@@ -7,9 +7,13 @@ use std::path::PathBuf;
 use stackscope_event::ThreadState;
 
 pub mod cpus;
+mod started;
 pub(crate) mod stat;
+mod waits;
+pub use started::started_secs;
 pub use stat::ProcState;
 pub(crate) use stat::StatLine;
+pub use waits::waits_without_limit;
 
 /// Whether a process with this pid exists (a zombie counts as gone: it runs no more code). A
 /// process whose leader thread exited while other threads run on is alive.

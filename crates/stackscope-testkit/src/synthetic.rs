@@ -31,6 +31,7 @@ pub fn header(include_idle: bool, gpu: bool) -> LogHeader {
         expected_gpu_devices: Vec::new(),
         cpus_usable: None,
         processes_apart: false,
+        threads_apart: false,
     }
 }
 

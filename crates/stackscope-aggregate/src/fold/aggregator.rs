@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::buckets::TimeBuckets;
 use super::ends::count_in_lane;
 use super::intern::{FrameId, StackCounts, StackTable};
-use super::kinds::thread_kind;
+use super::kinds::kind_label;
 use super::limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 use super::motion::{same_python_stack, Motion};
+use super::process_groups::REMARKABLE_ENDS_KEPT;
 use super::processes::ProcessTable;
 use super::reads::{gil_sample, ReadDone, ReadItem};
 use super::tagged::{self, Held, Sink, Startup, Tagged};
@@ -41,6 +42,9 @@ pub struct AggregateConfig {
     /// Keep like processes apart, each under its own root (`--processes-apart`); by default
     /// they are one group (`kinds.rs`).
     pub processes_apart: bool,
+    /// Keep every thread apart under its own name (`--threads-apart`); by default a process's
+    /// short-lived threads of one kind are one pool once one of them ended (`kinds.rs`).
+    pub threads_apart: bool,
 }
 
 impl Default for AggregateConfig {
@@ -53,6 +57,7 @@ impl Default for AggregateConfig {
             process_root: false,
             leave_out_startup: false,
             processes_apart: false,
+            threads_apart: false,
         }
     }
 }
@@ -125,6 +130,15 @@ pub struct Aggregator {
     pub(crate) memory: MemoryState,
 }
 
+/// The thread table, reading short-lived threads as their kind unless kept apart.
+fn thread_table(max: usize, apart: bool) -> ThreadTable {
+    let mut table = ThreadTable::new(max);
+    if apart {
+        table.keep_threads_apart();
+    }
+    table
+}
+
 impl Aggregator {
     /// An aggregator with the default [`Limits`].
     pub fn new(config: AggregateConfig, start: Timestamp) -> Aggregator {
@@ -147,7 +161,7 @@ impl Aggregator {
             released: Vec::new(),
             timeline,
             table: StackTable::new(limits),
-            threads: ThreadTable::new(limits.max_threads),
+            threads: thread_table(limits.max_threads, config.threads_apart),
             processes: ProcessTable::new(limits.max_processes, config.processes_apart),
             limits,
             config,
@@ -298,7 +312,9 @@ impl Aggregator {
             // kind's, for a thread of a kind read as one).
             if let Some(root) = thread.unnamed_root.take() {
                 match thread.in_kind {
-                    Some(_) => self.table.name_thread_root(root, &thread_kind(name)),
+                    Some(_) => self
+                        .table
+                        .name_thread_root(root, &kind_label(thread.owner, name)),
                     None => self.table.name_thread_root(root, name),
                 }
                 thread.named_root = Some(root);
@@ -308,7 +324,7 @@ impl Aggregator {
                 _ => {
                     // A thread of a kind read as one is under its kind's name.
                     let root = match thread.in_kind {
-                        Some(_) => self.table.thread_root(&thread_kind(name)),
+                        Some(_) => self.table.thread_root(&kind_label(thread.owner, name)),
                         None => self.table.thread_root(name),
                     };
                     thread.root = self.table.is_thread_root(root).then_some(root);
@@ -318,7 +334,7 @@ impl Aggregator {
         } else if thread.named {
             // Named before (its name could not be read this time): its name stands.
             let known = match thread.in_kind {
-                Some(_) => thread_kind(&thread.name),
+                Some(_) => kind_label(thread.owner, &thread.name),
                 None => thread.name.clone(),
             };
             self.table.thread_root(&known)
@@ -327,7 +343,9 @@ impl Aggregator {
                 Some(root) => root,
                 // Threads not named yet come and go too: once one ended unnamed, those that
                 // follow share the kind's root (`thread N`) until their names are read.
-                None if thread.in_kind.is_some() => self.table.thread_root(&thread_kind(name)),
+                None if thread.in_kind.is_some() => {
+                    self.table.thread_root(&kind_label(thread.owner, name))
+                }
                 None => {
                     let root = self.table.unnamed_thread_root(name);
                     thread.unnamed_root = Some(root);
@@ -564,6 +582,14 @@ impl Aggregator {
                 "processes tracked capped at {}: {} least recently active processes ({} \
                  samples) folded into {OTHER_PROCESSES}",
                 limits.max_processes, processes.processes, processes.samples
+            ));
+        }
+        let ends_dropped = self.processes.groups.remarkable_dropped;
+        if ends_dropped > 0 {
+            caps.push(format!(
+                "group members that ended by a signal, a non-zero status or the OOM killer \
+                 named in processes_ended capped at the {REMARKABLE_ENDS_KEPT} newest: {ends_dropped} \
+                 older ones counted in their group only"
             ));
         }
         if self.timeline.merged() > 0 {

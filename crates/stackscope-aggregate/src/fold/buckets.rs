@@ -21,10 +21,11 @@ use crate::gpu::GpuTag;
 pub const BASE_BUCKET_NANOS: u64 = 125_000_000;
 /// Past this many buckets the width doubles.
 pub const MAX_BUCKETS: usize = 2048;
-/// Past this many (bucket, stack) and (bucket, thread) entries the width doubles: some MiB in
-/// memory and in the page. Above the stack table's cap plus the lanes, so that one bucket
-/// always fits.
-pub const MAX_ENTRIES: usize = 250_000;
+/// Past this many (bucket, stack) and (bucket, thread) entries the width doubles: about 2 MiB
+/// in memory and in the page, part of a long recording's fixed budget (a richer profile widens
+/// the buckets instead of growing them). A single bucket may hold more (its stacks are never
+/// dropped); coarsening then stops at one bucket.
+pub const MAX_ENTRIES: usize = 1 << 16;
 /// Threads with their own lane; later ones share one `[other threads]` lane.
 pub const MAX_LANES: usize = 256;
 

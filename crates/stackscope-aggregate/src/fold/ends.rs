@@ -6,7 +6,7 @@ use stackscope_event::{Frame, ProcessEvent, StackSample};
 
 use super::aggregator::Aggregator;
 use super::buckets::{ThreadName, TimeBuckets};
-use super::kinds::{thread_kind, GroupWork};
+use super::kinds::{kind_label, GroupWork};
 use super::processes::MemberEnded;
 use super::thread_kinds::{Released, ThreadEnded};
 use super::threads::{ThreadKey, ThreadStat};
@@ -110,7 +110,7 @@ pub(super) fn count_in_lane(
             let label = if unchanged {
                 String::new()
             } else {
-                thread_kind(name)
+                kind_label(thread.owner, name)
             };
             count_under(buckets, thread, sample, kind, &label, unchanged, running);
         }

@@ -41,6 +41,29 @@ pub(crate) fn thread_kind(name: &str) -> String {
     thread_key(name)
 }
 
+/// The prefix of a pool's label.
+pub const THREAD_POOL: &str = "thread pool ";
+
+/// How a kind of thread read as one is shown, in its root, its lane and its summary entry. A
+/// process's short-lived threads are a pool, named by what they run: `Thread-N (target)`, the
+/// name `threading` gives a thread of `target`, is `thread pool target`; another kind is `thread
+/// pool` and its kind (`thread pool ThreadPoolExecutor-N_N`). A process group's thread keeps its
+/// kind (`MainThread` of the DataLoader workers), as do threads not named yet (`thread N`).
+pub(crate) fn kind_label(owner: u32, name: &str) -> String {
+    let kind = thread_kind(name);
+    if is_group_pid(owner) || kind == UNNAMED_KIND || kind.starts_with(THREAD_POOL) {
+        return kind;
+    }
+    let runs = kind
+        .strip_prefix("Thread-N (")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .filter(|target| !target.is_empty());
+    format!("{THREAD_POOL}{}", runs.unwrap_or(&kind))
+}
+
+/// The kind of threads read before their names (`thread N`).
+pub(crate) const UNNAMED_KIND: &str = "thread N";
+
 /// A process's kind: its command line with digits as `N`, and its rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ProcessKind {
@@ -261,6 +284,19 @@ mod tests {
         ));
         assert!(!started_by_multiprocessing("python train.py"));
         assert_eq!(thread_kind("Thread-12 (worker)"), "Thread-N (worker)");
+        assert_eq!(
+            kind_label(7, "Thread-325 (process_request_thread)"),
+            "thread pool process_request_thread"
+        );
+        assert_eq!(
+            kind_label(7, "ThreadPoolExecutor-0_3"),
+            "thread pool ThreadPoolExecutor-N_N"
+        );
+        assert_eq!(kind_label(7, "Thread-3"), "thread pool Thread-N");
+        assert_eq!(kind_label(GROUP_PIDS_FROM + 1, "MainThread"), "MainThread");
+        assert_eq!(kind_label(7, "thread 12"), "thread N");
+        let label = kind_label(7, "Thread-1 (serve)");
+        assert_eq!(kind_label(7, &label), label, "a label is its own label");
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use functions::{top_functions, FunctionStat, TopFunctions, TOP_FUNCTIONS};
 pub use intern::{
     FrameEntry, FrameId, FunctionId, FunctionKey, StackCounts, StackEntry, StackId, StackTable,
 };
-pub(crate) use kinds::thread_kind as thread_kind_of;
+pub(crate) use kinds::kind_label;
 pub use kinds::{is_group_pid, parse_group_label, GroupRoot, GROUP_PIDS_FROM};
 pub use limits::{Limits, FRAME_TABLE_FULL, OTHER_PROCESSES, OTHER_THREADS, STACK_TABLE_FULL};
 pub use meta::{GpuDeviceInfo, RecordingMeta};

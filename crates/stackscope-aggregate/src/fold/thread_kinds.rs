@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use foldhash::HashMap;
 
 use super::intern::FrameId;
-use super::kinds::{is_group_pid, thread_kind, GROUP_THREADS_FROM};
+use super::kinds::{is_group_pid, kind_label, thread_kind, GROUP_THREADS_FROM};
 use super::threads::{ThreadKey, ThreadStat, ThreadTable};
 
 /// The name shown for a thread whose name is not read yet, as its kind sees it (`thread N`).
@@ -48,8 +48,20 @@ pub(crate) struct ThreadEnds {
     next_group: u64,
     moved: HashMap<ThreadKey, ThreadKey>,
     moved_order: VecDeque<ThreadKey>,
+    /// By kind's entry: how many of its threads ended, and the most seen alive at once.
+    heads: HashMap<ThreadKey, PoolHeads>,
+    /// `--threads-apart`: a process's threads are never read as their kind.
+    pub(super) apart: bool,
     /// Threads and processes let go so far.
     pub released: Released,
+}
+
+/// How many threads a kind read as one had: those that ended into it, and the most of those
+/// read as it that were alive at one look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolHeads {
+    pub ended: u64,
+    pub most_at_once: u64,
 }
 
 /// What ending threads and processes let go of, as counts: what a test of the bound reads.
@@ -65,7 +77,7 @@ pub(crate) struct ThreadEnded {
     /// Its own roots (by name, and the one it had before its name was read), to be relabelled
     /// as its kind.
     pub own_roots: [Option<FrameId>; 2],
-    /// Its kind's name (`Thread-N (worker)`), the label its root takes.
+    /// Its kind's label (`thread pool worker`, `kinds::kind_label`), which its root takes.
     pub kind: String,
 }
 
@@ -81,6 +93,9 @@ impl ThreadEnds {
         let kind = thread_kind(name);
         if is_group_pid(owner) {
             return Some(self.group_of(owner, kind));
+        }
+        if self.apart {
+            return None;
         }
         let churned = self
             .kinds
@@ -161,12 +176,15 @@ impl ThreadTable {
             return Vec::new();
         }
         self.ends.reads_since_look = 0;
+        self.count_alive_in_kinds();
         let reads = &self.ends.reads;
+        let apart = self.ends.apart;
         self.threads
             .iter()
             .filter(|(key, t)| {
                 let (seen, seen_at) = t.read_seq;
                 !is_kind_entry(key)
+                    && (!apart || is_group_pid(t.owner))
                     && reads.get(&t.pid).is_some_and(|&(n, latest)| {
                         n.saturating_sub(seen) >= MISSED_READS_TO_END
                             && latest.saturating_sub(seen_at) >= GONE_NANOS
@@ -174,6 +192,40 @@ impl ThreadTable {
             })
             .map(|(&key, _)| key)
             .collect()
+    }
+
+    /// Threads alive now in each kind's entry (in their process's latest read), the most so
+    /// far kept.
+    fn count_alive_in_kinds(&mut self) {
+        let mut alive: HashMap<ThreadKey, u64> = HashMap::default();
+        for (key, t) in &self.threads {
+            if let Some(kind) = t.in_kind.filter(|_| self.alive_now(key, t)) {
+                *alive.entry(kind).or_default() += 1;
+            }
+        }
+        for (kind, n) in alive {
+            let heads = self.ends.heads.entry(kind).or_default();
+            heads.most_at_once = heads.most_at_once.max(n);
+        }
+    }
+
+    /// Whether a thread (not a kind's entry) was in its process's latest read.
+    fn alive_now(&self, key: &ThreadKey, thread: &ThreadStat) -> bool {
+        let latest = self.ends.reads.get(&thread.pid).map(|&(n, _)| n);
+        !is_kind_entry(key) && latest == Some(thread.read_seq.0)
+    }
+
+    /// A kind's threads: (all it had, the most alive at once), counting those alive now.
+    pub fn pool_heads(&self, kind: ThreadKey) -> (u64, u64) {
+        let (mut members, mut alive) = (0, 0);
+        for (key, t) in &self.threads {
+            if t.in_kind == Some(kind) && !is_kind_entry(key) {
+                members += 1;
+                alive += u64::from(self.alive_now(key, t));
+            }
+        }
+        let heads = self.ends.heads.get(&kind).copied().unwrap_or_default();
+        (heads.ended + members, heads.most_at_once.max(alive).max(1))
     }
 
     /// Lets an ended thread go: its counts go to its kind's entry, which later samples of it
@@ -195,17 +247,22 @@ impl ThreadTable {
                 .or_default()
                 .churned = true;
         }
-        let group = self.ends.group_of(thread.owner, kind.clone());
+        let group = self.ends.group_of(thread.owner, kind);
+        self.ends.heads.entry(group).or_default().ended += 1;
         self.ends.remember_move(key, group);
         self.ends.released.threads += 1;
         let own = thread.in_kind.is_none();
         let own_roots = [thread.root, thread.named_root].map(|r| r.filter(|_| own));
+        let label = kind_label(thread.owner, &thread.name);
         let entry = self
             .threads
             .entry(group)
-            .or_insert_with(|| kind_entry(group, &kind, &thread));
+            .or_insert_with(|| kind_entry(group, &label, &thread));
         absorb(entry, thread);
-        Some(ThreadEnded { own_roots, kind })
+        Some(ThreadEnded {
+            own_roots,
+            kind: label,
+        })
     }
 
     /// A process ended: its threads end with it when it was a group's member (`into`); a
@@ -314,11 +371,11 @@ mod tests {
         assert_eq!(table.ends.released.threads, ended);
         let kind = table
             .iter()
-            .find(|t| t.name == "Thread-N (worker)")
+            .find(|t| t.name == "thread pool worker")
             .map(|t| t.samples);
         let alive: u64 = table
             .iter()
-            .filter(|t| t.name.starts_with("Thread-") && t.name != "Thread-N (worker)")
+            .filter(|t| t.name.starts_with("Thread-"))
             .map(|t| t.samples)
             .sum();
         assert_eq!(kind.unwrap_or(0) + alive, 200 * 10 * 2, "no sample lost");
@@ -327,6 +384,9 @@ mod tests {
         assert!(late.is_some_and(|t| t.in_kind.is_some()));
         let (kinds, reads, _) = table.ends.kept();
         assert!(kinds <= 2 && reads == 1, "{kinds} kinds, {reads} processes");
+        // The pool had all 400 threads, 2 alive at a time.
+        let late = late.and_then(|t| t.in_kind).expect("the pool");
+        assert_eq!(table.pool_heads(late), (400, 2));
     }
 
     #[test]

@@ -112,6 +112,12 @@ impl ThreadTable {
         }
     }
 
+    /// Keep every thread under its own name, never read as its kind (`--threads-apart`);
+    /// threads of a process group stay its kind's.
+    pub fn keep_threads_apart(&mut self) {
+        self.ends.apart = true;
+    }
+
     /// The entry of the thread a sample was taken from, created (evicting when full) and
     /// updated with its latest name and OS id. `owner` is whose kind of thread it is: its
     /// process's pid or its process group's.

@@ -1,15 +1,18 @@
 //! Why a job hangs, where it can be said: a process of the job vanished (a worker killed by
 //! the OOM killer, a rank that crashed) and the rest wait for it; threads wait on locks in the
-//! job's own code (a deadlock); the job waits on its GPU; or nothing tells (`unknown`). The
-//! hang report's `cause` and its first line.
+//! job's own code (a deadlock); the job waits on its GPU; a worker that started long after its
+//! siblings replaced one that ended before anyone watched ([`LateStart`]); or nothing tells
+//! (`unknown`). The hang report's `cause` and its first line.
 //!
-//! Pure: the watcher gives what it saw of the process tree ([`Vanished`]), the dump and the
-//! GPU's class of the hang.
+//! Pure: the watcher gives what it saw of the process tree ([`Vanished`]), what it can infer
+//! of what it did not see ([`LateStart`]), the dump and the GPU's class of the hang.
 
 use serde::Serialize;
 use stackscope_event::{FileOrigin, FrameDump, HowEnded, ProcessDump, ThreadDump, ThreadState};
 
 use super::hang::HangGpu;
+use super::late_start::LateStart;
+use super::locked::holders;
 use super::view::is_main_thread;
 use crate::gpu::GpuTag;
 
@@ -47,6 +50,12 @@ pub struct LockWait {
     pub pid: u32,
     pub thread: String,
     pub frame: String,
+    /// The threads that hold the lock it waits on, where an RLock records it
+    /// ([`HangCause::name_lock_holders`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
+    #[serde(skip)]
+    pub thread_id: u64,
 }
 
 /// The hang report's `cause`.
@@ -66,6 +75,11 @@ pub enum HangCause {
     WaitingOnGpu {
         state: GpuTag,
     },
+    /// A worker started long after its siblings: one ended before the watch began.
+    WorkerReplaced {
+        #[serde(flatten)]
+        replacement: LateStart,
+    },
     Unknown,
 }
 
@@ -78,10 +92,12 @@ pub struct PeersWaiting {
 
 /// Why the job hangs. A vanished process explains it first (the latest abnormal end), then a
 /// GPU that is busy (a kernel or a collective that never ends), then threads blocked on locks
-/// in the job's own code.
+/// in the job's own code, then the latest worker that replaced one unseen (`replaced`: an
+/// inference, after what was seen).
 pub fn hang_cause(
     processes: &[ProcessDump],
     vanished: &[Vanished],
+    replaced: &[LateStart],
     gpu: Option<&HangGpu>,
 ) -> HangCause {
     if let Some(gone) = vanished.iter().rev().find(|v| v.abnormal()) {
@@ -95,10 +111,17 @@ pub fn hang_cause(
         return HangCause::WaitingOnGpu { state: gpu.state };
     }
     let threads = lock_waits(processes);
-    if threads.is_empty() {
-        HangCause::Unknown
-    } else {
-        HangCause::Deadlock { threads }
+    if !threads.is_empty() {
+        return HangCause::Deadlock { threads };
+    }
+    let latest = replaced
+        .iter()
+        .max_by(|a, b| a.secs_after_siblings.total_cmp(&b.secs_after_siblings));
+    match latest {
+        Some(late) => HangCause::WorkerReplaced {
+            replacement: late.clone(),
+        },
+        None => HangCause::Unknown,
     }
 }
 
@@ -116,9 +139,38 @@ fn lock_waits(processes: &[ProcessDump]) -> Vec<LockWait> {
                 pid: p.pid,
                 thread: t.display_name(),
                 frame: frame.label(),
+                held_by: Vec::new(),
+                thread_id: t.python_thread_id,
             })
         })
         .collect()
+}
+
+impl HangCause {
+    /// Names, in a deadlock, the threads that hold what each thread waits on, where an RLock
+    /// records it (as `dump` does, [`super::locked`]); `owner_of(pid, lock)` reads a lock's
+    /// owner from the target.
+    pub fn name_lock_holders(
+        &mut self,
+        processes: &[ProcessDump],
+        mut owner_of: impl FnMut(u32, u64) -> Option<u64>,
+    ) {
+        let HangCause::Deadlock { threads } = self else {
+            return;
+        };
+        for wait in threads {
+            let Some(p) = processes.iter().find(|p| p.pid == wait.pid) else {
+                continue;
+            };
+            let waiting = p
+                .threads
+                .iter()
+                .find(|t| t.python_thread_id == wait.thread_id);
+            if let Some(t) = waiting {
+                wait.held_by = holders(t, p, &mut |lock| owner_of(p.pid, lock));
+            }
+        }
+    }
 }
 
 fn python_frames(thread: &ThreadDump) -> impl Iterator<Item = &FrameDump> {
@@ -187,7 +239,16 @@ pub fn headline(cause: &HangCause, processes: &[ProcessDump], since: &str) -> St
         HangCause::Deadlock { threads } => {
             let waits: Vec<String> = threads
                 .iter()
-                .map(|t| format!("{} (pid {}) at {}", t.thread, t.pid, t.frame))
+                .map(|t| match t.held_by.as_slice() {
+                    [] => format!("{} (pid {}) at {}", t.thread, t.pid, t.frame),
+                    held_by => format!(
+                        "{} (pid {}) at {}, on an RLock held by {}",
+                        t.thread,
+                        t.pid,
+                        t.frame,
+                        held_by.join(" or ")
+                    ),
+                })
                 .collect();
             format!(
                 "a deadlock: threads wait on locks no running thread will release: {}.",
@@ -201,6 +262,7 @@ pub fn headline(cause: &HangCause, processes: &[ProcessDump], since: &str) -> St
                 _ => "a kernel still working",
             }
         ),
+        HangCause::WorkerReplaced { replacement } => format!("{}.", replacement.sentence()),
         HangCause::Unknown => "no process of the job vanished, and no thread waits on a lock of \
                                the job's own code: the stacks below say where each thread waits."
             .to_owned(),
@@ -340,7 +402,7 @@ mod tests {
                 Some(20209),
             ),
         ];
-        let cause = hang_cause(&tree, &gone, None);
+        let cause = hang_cause(&tree, &gone, &[], None);
         assert!(matches!(cause, HangCause::ProcessVanished { .. }));
         assert_eq!(
             headline(&cause, &tree, "23:31:02"),
@@ -354,7 +416,7 @@ mod tests {
         assert_eq!(json["replaced_by"], 20209);
         // A clean exit alone explains nothing.
         assert!(!matches!(
-            hang_cause(&tree, &gone[..1], None),
+            hang_cause(&tree, &gone[..1], &[], None),
             HangCause::ProcessVanished { .. }
         ));
         // Its end was the job's last move.
@@ -362,9 +424,80 @@ mod tests {
             secs_before_freeze: 0.2,
             ..vanished(HowEnded::Killed(9), None, Some(20209))
         };
-        let cause = hang_cause(&tree, &[at_once], None);
+        let cause = hang_cause(&tree, &[at_once], &[], None);
         assert!(headline(&cause, &tree, "23:31:02")
             .contains("since 23:31:02; as it froze, worker pid 20205 vanished (killed by SIGKILL"));
+    }
+
+    fn late(pid: u32, after: f64) -> LateStart {
+        LateStart {
+            pid,
+            parent: 1,
+            started: "2024-01-01T08:57:31+00:00".into(),
+            secs_after_siblings: after,
+            siblings: vec![20201, 20202],
+            clock: "08:57:31".into(),
+        }
+    }
+
+    #[test]
+    fn a_worker_replaced_before_the_watch_is_the_cause_when_nothing_was_seen() {
+        let tree = [process(1, None, ThreadState::WaitingOnLock, pool_map())];
+        let cause = hang_cause(&tree, &[], &[late(20209, 41.0), late(20210, 3.0)], None);
+        assert_eq!(
+            headline(&cause, &tree, "before 08:58:12, when watching began"),
+            "Stuck in Pool.map (hang.py:11) since before 08:58:12, when watching began; worker \
+             pid 20209 started 41 s after its 2 siblings (at 08:57:31): it replaced a worker \
+             that ended then, and the task that worker held may be lost."
+        );
+        let json = serde_json::to_value(&cause).expect("json");
+        assert_eq!(json["kind"], "worker_replaced");
+        assert_eq!(json["pid"], 20209);
+        assert_eq!(json["siblings"], serde_json::json!([20201, 20202]));
+        // What was seen comes first.
+        let gone = [vanished(HowEnded::Killed(9), None, Some(20209))];
+        assert!(matches!(
+            hang_cause(&tree, &gone, &[late(20209, 41.0)], None),
+            HangCause::ProcessVanished { .. }
+        ));
+    }
+
+    #[test]
+    fn a_deadlock_names_who_holds_each_rlock_where_it_is_read() {
+        let waiting = |name: &str, ident: u64, held: u64, wanted: u64| {
+            let mut frame = frame("transfer", "bank.py", 12);
+            frame.locals = Some(
+                [("first", held), ("second", wanted)]
+                    .map(|(name, at)| stackscope_event::LocalVariable {
+                        name: name.into(),
+                        repr: Some(format!("<_thread.RLock at {at:#x}>")),
+                        arg: true,
+                    })
+                    .to_vec(),
+            );
+            ThreadDump {
+                name: Some(name.into()),
+                python_thread_id: ident,
+                ..process(1, None, ThreadState::WaitingOnLock, vec![frame]).threads[0].clone()
+            }
+        };
+        let mut tree = process(1, None, ThreadState::WaitingOnLock, vec![]);
+        tree.threads = vec![waiting("a", 0xa, 0x10, 0x20), waiting("b", 0xb, 0x20, 0x10)];
+        let tree = [tree];
+        let mut cause = hang_cause(&tree, &[], &[], None);
+        cause.name_lock_holders(&tree, |pid, lock| {
+            (pid == 1).then_some(if lock == 0x10 { 0xa } else { 0xb })
+        });
+        let text = headline(&cause, &tree, "10:00:00");
+        assert!(
+            text.ends_with(
+                "a (pid 1) at transfer (bank.py:12), on an RLock held by b; b (pid 1) at \
+                 transfer (bank.py:12), on an RLock held by a."
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&cause).expect("json");
+        assert_eq!(json["threads"][0]["held_by"], serde_json::json!(["b"]));
     }
 
     #[test]
@@ -386,7 +519,12 @@ mod tests {
             process(11, Some(0), ThreadState::WaitingOnLock, waiting()),
             process(13, Some(2), ThreadState::WaitingOnLock, waiting()),
         ];
-        let cause = hang_cause(&tree, &[vanished(HowEnded::Killed(9), Some(1), None)], None);
+        let cause = hang_cause(
+            &tree,
+            &[vanished(HowEnded::Killed(9), Some(1), None)],
+            &[],
+            None,
+        );
         let text = headline(&cause, &tree, "12:00:05");
         assert!(
             text.contains(
@@ -405,7 +543,7 @@ mod tests {
             ThreadState::WaitingOnLock,
             vec![frame("deadlock_a_body", "deadlock.py", 38)],
         )];
-        let cause = hang_cause(&tree, &[], None);
+        let cause = hang_cause(&tree, &[], &[], None);
         let json = serde_json::to_value(&cause).expect("json");
         assert_eq!(json["kind"], "deadlock");
         assert_eq!(
@@ -420,10 +558,10 @@ mod tests {
         );
         // A queue's wait is no deadlock; a busy GPU is the cause before locks.
         let queue = [process(1, None, ThreadState::WaitingOnLock, pool_map())];
-        assert_eq!(hang_cause(&queue, &[], None), HangCause::Unknown);
+        assert_eq!(hang_cause(&queue, &[], &[], None), HangCause::Unknown);
         let gpu = HangGpu::classify(100.0, Some(1.0), 30.0, false);
         assert_eq!(
-            hang_cause(&tree, &[], Some(&gpu)),
+            hang_cause(&tree, &[], &[], Some(&gpu)),
             HangCause::WaitingOnGpu {
                 state: GpuTag::BusyLowSm
             }

@@ -9,6 +9,8 @@ mod grouping;
 mod hang;
 mod helpers;
 mod identity;
+mod late_start;
+mod locked;
 mod merge;
 mod place;
 mod rank_sets;
@@ -28,6 +30,8 @@ pub use identity::{
     command_key, frame_key, function_of, process_root_pid, split_process_root, thread_key,
     FrameMatch, JobProcesses, ProcessIdentity,
 };
+pub use late_start::{late_starts, LateStart, ProcessStart, LATE_GAP_SECS};
+pub use locked::{all_wait_on_locks, rlocks_at_wait, HeldBy, LockedProcess};
 pub use merge::{
     merge_dumps, rank_on, HostedProcess, MergedDump, MergedGroup, ProcessPlace, RankStraggler,
 };

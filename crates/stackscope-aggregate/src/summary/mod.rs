@@ -23,8 +23,10 @@ use crate::verdict::{
 /// How many functions the GPU-idle and GPU-busy lists hold.
 mod processes;
 mod the_loop;
+mod waits;
 
 pub use processes::{process_name, ProcessGroupSummary};
+pub use waits::WaitsLeftOut;
 
 pub const TOP_GPU_FUNCTIONS: usize = 10;
 /// Grid step for the cycle search: 10 Hz resolves bursts of a few tenths of a second.
@@ -59,6 +61,10 @@ pub struct Summary {
     /// Stack samples kept.
     pub samples: u64,
     pub idle_samples_skipped: u64,
+    /// Where the waits left out wait, when they outnumber the samples kept in a job with no
+    /// loop (a server's latency): `--idle` counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits_left_out: Option<WaitsLeftOut>,
     pub errors: ErrorCounts,
     pub dropped: u64,
     pub late_ticks: u64,
@@ -148,6 +154,13 @@ pub struct ThreadSummary {
     pub python_thread_id: u64,
     /// Kept samples; a thread seen only idle (and skipped) has 0.
     pub samples: u64,
+    /// For an entry of many threads (a pool of short-lived threads read as one, `thread pool
+    /// process_request_thread`; `[other threads]`): how many threads it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u64>,
+    /// For a pool: the most of its threads alive at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_a_time: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,6 +265,7 @@ impl Aggregator {
             ticks: meta.ticks,
             samples: self.samples,
             idle_samples_skipped: self.idle_skipped,
+            waits_left_out: self.waits_left_out(&roles.threads),
             errors: self.errors.clone(),
             dropped: meta.dropped,
             late_ticks: meta.late_ticks,
@@ -458,23 +472,28 @@ impl Aggregator {
         let mut threads: Vec<ThreadSummary> = Vec::new();
         let mut kinds: std::collections::HashMap<(u32, u64), usize> = Default::default();
         for t in self.threads.iter() {
-            let Some((pid, kind_id, _)) = t.in_kind else {
+            let Some(kind @ (pid, kind_id, _)) = t.in_kind else {
                 threads.push(ThreadSummary {
                     pid: t.pid,
                     name: t.name.clone(),
                     os_thread_id: t.os_thread_id,
                     python_thread_id: t.python_thread_id,
                     samples: t.samples,
+                    threads: None,
+                    at_a_time: None,
                 });
                 continue;
             };
             let at = *kinds.entry((pid, kind_id)).or_insert_with(|| {
+                let (all, at_once) = self.threads.pool_heads(kind);
                 threads.push(ThreadSummary {
                     pid,
-                    name: crate::fold::thread_kind_of(&t.name),
+                    name: crate::fold::kind_label(pid, &t.name),
                     os_thread_id: None,
                     python_thread_id: kind_id,
                     samples: 0,
+                    threads: Some(all),
+                    at_a_time: Some(at_once),
                 });
                 threads.len() - 1
             });
@@ -495,6 +514,8 @@ impl Aggregator {
                 os_thread_id: None,
                 python_thread_id: 0,
                 samples: folded.samples,
+                threads: Some(folded.threads),
+                at_a_time: None,
             });
         }
         threads

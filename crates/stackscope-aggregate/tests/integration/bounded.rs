@@ -111,7 +111,7 @@ fn churning_threads_and_ever_new_stacks_stay_under_the_default_caps() {
     // The threads that ended are one kind of thread, each let go: no thread cap is reached.
     // Kept apart: the threads of the last second (20 ms each, 1 ms a read), not yet seen ending.
     assert!(summary.threads.len() <= 60, "{}", summary.threads.len());
-    assert_eq!(summary.threads[0].name, "Thread-N (worker)");
+    assert_eq!(summary.threads[0].name, "thread pool worker");
     assert!(summary.threads[0].samples > samples * 99 / 100);
     // Those of the first second, before the first one was seen ending, keep a root each,
     // relabelled as the kind; later ones are the kind's from their first sample.

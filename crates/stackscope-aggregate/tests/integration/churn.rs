@@ -22,11 +22,18 @@ struct Job {
 
 impl Job {
     fn new(apart: bool) -> Job {
+        Job::with(AggregateConfig {
+            processes_apart: apart,
+            ..AggregateConfig::default()
+        })
+    }
+
+    /// A job read with `config`, processes as roots and no GPU.
+    fn with(config: AggregateConfig) -> Job {
         let config = AggregateConfig {
             gpu_enabled: false,
             process_root: true,
-            processes_apart: apart,
-            ..AggregateConfig::default()
+            ..config
         };
         Job {
             agg: Aggregator::new(config, Timestamp(0)),
@@ -267,7 +274,11 @@ fn ranks_keep_their_rank_and_each_rank_s_workers_are_its_own() {
 /// A server that starts a thread per request, `alive` at a time, each living `lifetime` reads,
 /// its name not readable at its first `unnamed` reads.
 fn requests(alive: u64, lifetime: u64, requests: u64, unnamed: u64) -> Job {
-    let mut job = Job::new(false);
+    serve(Job::new(false), alive, lifetime, requests, unnamed)
+}
+
+/// [`requests`], read by `job`.
+fn serve(mut job: Job, alive: u64, lifetime: u64, requests: u64, unnamed: u64) -> Job {
     job.process(7, "python serve.py", None, ProcessEventKind::Attached);
     let mut started = 0u64;
     let mut live: Vec<(u64, u64)> = Vec::new();
@@ -301,6 +312,23 @@ fn requests(alive: u64, lifetime: u64, requests: u64, unnamed: u64) -> Job {
 }
 
 #[test]
+fn threads_kept_apart_keep_their_own_roots() {
+    let apart = AggregateConfig {
+        threads_apart: true,
+        ..AggregateConfig::default()
+    };
+    let (agg, summary, _) = serve(Job::with(apart), 2, 5, 300, 0).finish();
+    let roots = thread_roots(&agg);
+    let own = roots
+        .iter()
+        .filter(|(r, _)| r.ends_with(" (process_request_thread)") && r.starts_with("Thread-"))
+        .count();
+    assert_eq!(own, 300, "every request thread its own root: {roots:?}");
+    assert!(roots.iter().all(|(r, _)| !r.starts_with("thread pool")));
+    assert!(summary.threads.iter().all(|t| t.threads.is_none()));
+}
+
+#[test]
 fn a_thread_per_request_is_one_root_and_its_ended_threads_are_let_go() {
     for &(alive, lifetime, n) in &[(1, 5, 3_000), (4, 20, 2_000), (6, 3, 5_000), (2, 200, 100)] {
         let case = format!("{alive} at a time, {lifetime} reads each, {n} requests");
@@ -308,10 +336,22 @@ fn a_thread_per_request_is_one_root_and_its_ended_threads_are_let_go() {
         let roots = thread_roots(&agg);
         let kind: u64 = roots
             .iter()
-            .filter(|(r, _)| r.contains("Thread-N (process_request_thread)"))
+            .filter(|(r, _)| r == "thread pool process_request_thread")
             .map(|(_, n)| n)
             .sum();
         assert_eq!(kind, n * lifetime, "{case}: {roots:?}");
+        // The summary says how many threads the pool had, and how many at a time.
+        let pool = summary
+            .threads
+            .iter()
+            .find(|t| t.name == "thread pool process_request_thread")
+            .expect("the pool's entry");
+        assert_eq!(pool.threads, Some(n), "{case}");
+        let at_a_time = pool.at_a_time.unwrap_or(0);
+        assert!(
+            (alive..=alive + 1).contains(&at_a_time),
+            "{case}: {at_a_time} at a time"
+        );
         assert!(
             roots.iter().all(|(r, _)| !r.contains(OTHER_THREADS)),
             "{case}"
@@ -391,6 +431,42 @@ fn a_worker_killed_is_still_named_among_the_ends() {
 }
 
 #[test]
+fn workers_killed_past_the_names_kept_are_counted_and_said() {
+    let mut job = epochs(2, 5, 10, false, false);
+    for pid in 5_000..5_100 {
+        job.process(
+            pid,
+            "python train.py --epochs 90",
+            None,
+            ProcessEventKind::Attached,
+        );
+        job.read(pid, &main_thread(), "augment_batch");
+        job.agg.handle(Event::Process(ProcessEvent {
+            time: Timestamp(job.now),
+            pid,
+            command_line: String::new(),
+            kind: ProcessEventKind::Exited,
+            rank: RankInfo::default(),
+            how: Some(HowEnded::Killed(9)),
+        }));
+        job.tick();
+    }
+    let (_, summary, _) = job.finish();
+    let killed = summary
+        .processes_ended
+        .iter()
+        .filter(|p| p.pid >= 5_000)
+        .count();
+    assert_eq!(killed, 64, "the newest 64 killed are named");
+    let cap = summary
+        .caps_reached
+        .iter()
+        .find(|c| c.contains("named in processes_ended"))
+        .unwrap_or_else(|| panic!("{:?}", summary.caps_reached));
+    assert!(cap.contains("36 older ones"), "{cap}");
+}
+
+#[test]
 fn threads_not_named_at_first_are_one_kind_until_named() {
     for &(alive, lifetime, unnamed, n) in &[(1, 5, 2, 3_000), (3, 8, 1, 2_000), (2, 3, 3, 2_000)] {
         let case = format!("{alive} at a time, {lifetime} reads each, {unnamed} unnamed, {n}");
@@ -409,7 +485,7 @@ fn threads_not_named_at_first_are_one_kind_until_named() {
         // Every request thread's samples are in the kinds, named or not yet named.
         let kinds: u64 = roots
             .iter()
-            .filter(|(r, _)| r.contains("Thread-N") || r == "thread N")
+            .filter(|(r, _)| r == "thread pool process_request_thread" || r == "thread N")
             .map(|(_, n)| n)
             .sum();
         assert!(

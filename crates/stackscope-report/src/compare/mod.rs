@@ -43,6 +43,7 @@ pub fn read_compared(
         idle_below: None,
         include_idle: None,
         processes_apart: false,
+        threads_apart: false,
     };
     let read = rebuild(dir, &options)?;
     let agg = &read.sink;

@@ -449,6 +449,7 @@ fn a_windows_memory_counters_come_from_the_sample_log() {
         idle_below: None,
         include_idle: None,
         processes_apart: false,
+        threads_apart: false,
     };
     let read = crate::read_trace(dir.path(), &options).expect("read");
     let rss: Vec<(f64, f64)> = counters(&read.sink)

@@ -135,6 +135,10 @@ pub struct PageLane {
     pub thread_id: u64,
     pub active: u64,
     pub idle: u64,
+    /// For a lane of many threads (a pool read as one, a group's thread), the most of them
+    /// alive at once: the page draws the lane's height as the share of them alive.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_a_time: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -279,6 +283,13 @@ fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], summary: &Summary) -> Vec
             .iter()
             .find(|r| r.pid == l.pid && r.python_thread_id == l.python_thread_id)
     };
+    let at_a_time = |l: &stackscope_aggregate::Lane| {
+        summary
+            .threads
+            .iter()
+            .find(|t| t.pid == l.pid && t.python_thread_id == l.python_thread_id)
+            .and_then(|t| t.at_a_time)
+    };
     // Processes in the order of their first role lane: the trainer's, then the feeders'.
     let mut process_order: Vec<u32> = Vec::new();
     let mut by_role: Vec<&ThreadRole> = roles.iter().collect();
@@ -309,6 +320,7 @@ fn lanes_by_role(lanes: &[stackscope_aggregate::Lane], summary: &Summary) -> Vec
                 thread_id: l.python_thread_id,
                 active: l.active,
                 idle: l.idle,
+                at_a_time: at_a_time(l),
             }
         })
         .collect();

@@ -21,6 +21,7 @@ use stackscope_aggregate::{
 
 use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, LANE_CELL, MAX_GPU_POINTS};
 use crate::markup::escape;
+use crate::merge::{runs_of_one_host, runs_of_one_host_line, RecordingSpan};
 use crate::rank_cells::RankCells;
 use crate::ReportError;
 
@@ -224,6 +225,7 @@ fn push_lanes(part: &RankPage<'_>, lanes: &mut Vec<PageLane>) {
             thread_id: lane.thread_id,
             active: lane.active,
             idle: lane.idle,
+            at_a_time: lane.at_a_time,
         });
     }
 }
@@ -299,9 +301,12 @@ fn recording_verdicts(parts: &[RankPage<'_>]) -> Vec<RecordingVerdict> {
 }
 
 /// The recordings' notices, each once and named by whose it is; past `NOTICES_SHOWN` only
-/// counted.
+/// counted. Runs of one host one after another are said first: `compare` is their tool.
 fn merged_notices(parts: &[RankPage<'_>]) -> Vec<String> {
-    let mut notices: Vec<String> = Vec::new();
+    let mut notices: Vec<String> = runs_of_one_host(&spans_of(parts))
+        .map(|host| runs_of_one_host_line(&host))
+        .into_iter()
+        .collect();
     for part in parts {
         for n in &part.page.notices {
             let n = format!("{}: {n}", owner(part.input));
@@ -318,6 +323,18 @@ fn merged_notices(parts: &[RankPage<'_>]) -> Vec<String> {
         ));
     }
     notices
+}
+
+/// When and where each recording was made.
+fn spans_of(parts: &[RankPage<'_>]) -> Vec<RecordingSpan> {
+    parts
+        .iter()
+        .map(|p| RecordingSpan {
+            host: p.input.host.clone(),
+            started_at: p.page.started_at.clone(),
+            duration_secs: p.page.duration_secs,
+        })
+        .collect()
 }
 
 /// A recording's offset on a multiple of the merged width, so each of its buckets falls in

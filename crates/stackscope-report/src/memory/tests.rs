@@ -123,6 +123,7 @@ fn config() -> AggregateConfig {
         process_root: false,
         leave_out_startup: false,
         processes_apart: false,
+        threads_apart: false,
     }
 }
 

@@ -30,6 +30,7 @@ pub fn aggregate_config(header: &LogHeader) -> AggregateConfig {
         process_root: header.process_root,
         leave_out_startup: header.leave_out_startup.unwrap_or(false),
         processes_apart: header.processes_apart,
+        threads_apart: header.threads_apart,
     }
 }
 
@@ -43,6 +44,8 @@ pub struct RebuildOptions {
     pub include_idle: Option<bool>,
     /// Keep like processes apart, whatever the recording did (`--processes-apart`).
     pub processes_apart: bool,
+    /// Keep every thread apart, whatever the recording did (`--threads-apart`).
+    pub threads_apart: bool,
 }
 
 /// A rebuilt recording: hand `sink` (the aggregator) and `meta` to
@@ -217,6 +220,7 @@ fn window_config(
         config.include_idle = include_idle;
     }
     config.processes_apart |= options.processes_apart;
+    config.threads_apart |= options.threads_apart;
     // A log from before the header said: a recording that knows its command's exit started
     // the job itself (`record`).
     if header.leave_out_startup.is_none() {

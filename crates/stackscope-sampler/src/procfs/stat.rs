@@ -83,6 +83,12 @@ impl<'a> StatLine<'a> {
         Some(utime + stime)
     }
 
+    /// When the process started, in clock ticks after the machine booted: the 22nd field of
+    /// the line, the 19th after the command name.
+    pub(crate) fn start_ticks(&self) -> Option<u64> {
+        std::str::from_utf8(self.field(19)?).ok()?.parse().ok()
+    }
+
     /// The parent's pid: the second field after the command name.
     pub(crate) fn parent(&self) -> Option<u32> {
         std::str::from_utf8(self.field(1)?).ok()?.parse().ok()
@@ -127,6 +133,7 @@ mod tests {
         let stat = StatLine::parse(line).expect("a stat line");
         assert_eq!(stat.state(), Some(ProcState(b'S')));
         assert_eq!(stat.cpu_ticks(), Some(100));
+        assert_eq!(stat.start_ticks(), Some(5));
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub fn recording(with_gpu: bool) -> (Aggregator, RecordingMeta) {
             process_root: false,
             leave_out_startup: false,
             processes_apart: false,
+            threads_apart: false,
         },
         START,
     );
@@ -161,6 +162,7 @@ pub fn process_recording() -> (Aggregator, RecordingMeta) {
             process_root: true,
             leave_out_startup: false,
             processes_apart: false,
+            threads_apart: false,
         },
         START,
     );

@@ -161,11 +161,19 @@ fn lookup(
     )
     .ok()?;
     for ((ident, _), name) in wanted.into_iter().zip(strings) {
-        if let Some(name) = name {
+        if let Some(name) = name.filter(|n| plausible_name(n)) {
             out.insert(ident, name);
         }
     }
     Some(out)
+}
+
+/// Whether a name read is one a thread could have been given: a `Thread` that ends while the
+/// lookup reads it frees its `_name`, whose bytes may then be anything (NULs, bytes of other
+/// objects). No program names its threads with control characters, so a name with one is such
+/// a torn read, and the thread stays unnamed until the next lookup.
+fn plausible_name(name: &str) -> bool {
+    !name.is_empty() && !name.chars().any(char::is_control)
 }
 
 /// The value of the entry whose key is the string `wanted`: key headers in one call, the
@@ -380,6 +388,15 @@ fn keys_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_with_control_characters_is_a_torn_read() {
+        assert!(plausible_name("Thread-325 (process_request_thread)"));
+        assert!(plausible_name("ワーカー 1"));
+        assert!(!plausible_name("}\u{cc}\u{9a};\0\0\0\0\u{e0}|\u{5}"));
+        assert!(!plausible_name("worker\n"));
+        assert!(!plausible_name(""));
+    }
 
     /// A thread gone from the interpreter's list is gone from the names at that read, named or
     /// not (here no lookup can find `threading`: every name is unknown).

@@ -499,7 +499,9 @@ impl FastReader {
 impl Drop for FastReader {
     fn drop(&mut self) {
         if self.print_stats {
-            eprintln!(
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "stackscope: reader for pid {} (Python 3.{} layout from {}, {:?}): {}",
                 self.pid,
                 self.layout.minor,
@@ -516,7 +518,9 @@ pub(crate) fn notice_once(message: &str) {
     static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if !said.iter().any(|m| m == message) {
-        eprintln!("{message}");
+        // Not `eprintln!`: a closed standard error (`| head`) must not end the sampling thread.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{message}");
         said.push(message.to_owned());
     }
 }
