@@ -24,6 +24,7 @@ pub mod import_frames;
 mod markup;
 mod memory;
 mod merge;
+mod one_host;
 mod outputs;
 mod rank_cells;
 mod rebuild;
@@ -47,10 +48,10 @@ pub use memory::{
     memory_growth_lines, write_memory_growth_folded, write_memory_timeline_csv, MEMORY_CSV_HEADER,
 };
 pub use merge::{
-    runs_of_one_host, runs_of_one_host_line, write_merged_dump_json, write_merged_dump_text,
-    write_merged_recordings, write_merged_report_html, write_rank_table, MergedFiles, MergedHtml,
-    MergedSummary, RecordingSpan, RANKS_TXT,
+    write_merged_dump_json, write_merged_dump_text, write_merged_recordings,
+    write_merged_report_html, write_rank_table, MergedFiles, MergedHtml, MergedSummary, RANKS_TXT,
 };
+pub use one_host::{runs_of_one_host, runs_of_one_host_line, RecordingSpan};
 pub use outputs::{file_names, write_atomic, write_outputs, write_outputs_with_log, OutputFiles};
 pub use rebuild::{
     aggregate_config, read_trace, rebuild, LogRead, RebuildOptions, RebuildOutcome, TraceOutcome,

@@ -14,6 +14,7 @@ use stackscope_aggregate::{
 use stackscope_event::ThreadState;
 use stackscope_samplelog::LOG_FILE_NAME;
 
+use crate::one_host::runs_of_one_host_line;
 use crate::outputs::{
     write_atomic, FLAMEGRAPH, FLAMEGRAPH_BUSY, FLAMEGRAPH_IDLE, FOLDED, FOLDED_BUSY, FOLDED_IDLE,
     SUMMARY,
@@ -33,48 +34,9 @@ pub struct MergedSummary {
     pub ranks: Vec<RankRow>,
     pub most_different: Option<OddRank>,
     /// The host, when the recordings are runs of that one host one after another
-    /// ([`runs_of_one_host`]).
+    /// ([`crate::one_host::runs_of_one_host`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs_of_one_host: Option<String>,
-}
-
-/// When and where a recording was made, as its summary says (`host`, `started_at`,
-/// `duration_secs`).
-#[derive(Debug, Clone)]
-pub struct RecordingSpan {
-    pub host: String,
-    pub started_at: String,
-    pub duration_secs: f64,
-}
-
-/// The host, when `spans` are recordings of that one host made one after another (none
-/// overlaps another): runs of a job, to compare, rather than the nodes of one job. `None` when
-/// a start time cannot be read.
-pub fn runs_of_one_host(spans: &[RecordingSpan]) -> Option<String> {
-    let (first, rest) = spans.split_first()?;
-    if rest.is_empty() || rest.iter().any(|s| s.host != first.host) {
-        return None;
-    }
-    let mut times = spans
-        .iter()
-        .map(|s| {
-            let start = chrono::DateTime::parse_from_rfc3339(&s.started_at).ok()?;
-            let length = chrono::Duration::milliseconds((s.duration_secs * 1e3) as i64);
-            Some((start, start + length))
-        })
-        .collect::<Option<Vec<_>>>()?;
-    times.sort();
-    let apart = times.windows(2).all(|w| w[0].1 <= w[1].0);
-    apart.then(|| first.host.clone())
-}
-
-/// What merge says of runs of one host, instead of naming a rank that differs from its peers.
-pub fn runs_of_one_host_line(host: &str) -> String {
-    format!(
-        "These recordings are runs of one host ({host}), one after another, not the nodes of one \
-         job: no run is compared with the others as peers. `stackscope compare BEFORE AFTER` is \
-         the tool for two runs, before and after a change."
-    )
 }
 
 /// What [`write_merged_recordings`] wrote.
@@ -333,7 +295,7 @@ pub fn write_merged_dump_json<W: Write>(merged: &MergedDump, mut w: W) -> Result
 }
 
 /// The table of ranks of merged recordings, and the rank that differs most; for runs of one
-/// host (`runs_of`, [`runs_of_one_host`]), that `compare` is the tool for them instead.
+/// host (`runs_of`, [`crate::one_host::runs_of_one_host`]), that `compare` is the tool for them instead.
 pub fn write_rank_table<W: Write>(
     merged: &MergedRecordings,
     runs_of: Option<&str>,
@@ -552,24 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn runs_of_one_host_one_after_another_are_told_from_nodes_of_one_job() {
-        let span = |host: &str, started_at: &str| RecordingSpan {
-            host: host.to_owned(),
-            started_at: started_at.to_owned(),
-            duration_secs: 60.0,
-        };
-        let before = span("box", "2026-01-01T10:00:00+00:00");
-        let after = span("box", "2026-01-01T10:05:00+00:00");
-        let runs = [after.clone(), before.clone()];
-        assert_eq!(runs_of_one_host(&runs).as_deref(), Some("box"));
-        // Two nodes, or two processes of one host recorded at once: one job.
-        let other = span("node-b", "2026-01-01T10:05:00+00:00");
-        assert_eq!(runs_of_one_host(&[before.clone(), other]), None);
-        let overlapping = span("box", "2026-01-01T10:00:30+00:00");
-        assert_eq!(runs_of_one_host(&[before.clone(), overlapping]), None);
-        assert_eq!(runs_of_one_host(std::slice::from_ref(&before)), None);
-        assert_eq!(runs_of_one_host(&[before, span("box", "yesterday")]), None);
-
+    fn the_table_of_runs_of_one_host_points_at_compare() {
         let merged = stackscope_aggregate::merge_recordings(&[]);
         let mut out = Vec::new();
         write_rank_table(&merged, Some("box"), &mut out).expect("table");

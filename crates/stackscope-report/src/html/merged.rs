@@ -21,7 +21,7 @@ use stackscope_aggregate::{
 
 use super::data::{MergedPage, PageBucket, PageData, PageGpu, PageLane, LANE_CELL, MAX_GPU_POINTS};
 use crate::markup::escape;
-use crate::merge::{runs_of_one_host, runs_of_one_host_line, RecordingSpan};
+use crate::one_host::{runs_of_one_host, runs_of_one_host_line, RecordingSpan};
 use crate::rank_cells::RankCells;
 use crate::ReportError;
 
