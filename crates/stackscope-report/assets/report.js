@@ -467,7 +467,11 @@
   lanesEl.appendChild(toggle);
   var ROLE_CLASS = { trainer: 0, dataloader_worker: 1, worker: 2 };
   function laneClass(l) { var c = ROLE_CLASS[l.role]; return c === undefined ? 3 : c; }
-  var laneOrder = D.lanes.map(function (l, i) { return i; }).sort(function (a, b) {
+  // A lane emptied into its pool's (a thread that ended before its kind was one pool) is left
+  // out.
+  var laneOrder = D.lanes.map(function (l, i) { return i; }).filter(function (i) {
+    return D.lanes[i].active + D.lanes[i].idle > 0;
+  }).sort(function (a, b) {
     var la = D.lanes[a], lb = D.lanes[b];
     return (laneClass(la) - laneClass(lb)) || ((la.order || 0) - (lb.order || 0)) ||
       (lb.active - la.active) || (lb.idle - la.idle) || a - b;

@@ -108,6 +108,8 @@ pub struct TimeBuckets {
     lanes: Vec<Lane>,
     lane_ids: HashMap<(u32, u64), u32>,
     other_lane: Option<u32>,
+    /// Lanes emptied into their pool's ([`TimeBuckets::merge_lane`]), to be given again.
+    free_lanes: Vec<u32>,
     /// The bucket counted into last: a new one is made as large as it, so that a bucket
     /// of many threads is not grown step by step.
     latest: Option<u64>,
@@ -123,6 +125,7 @@ impl TimeBuckets {
             lanes: Vec::new(),
             lane_ids: HashMap::default(),
             other_lane: None,
+            free_lanes: Vec::new(),
             latest: None,
         }
     }
@@ -247,6 +250,61 @@ impl TimeBuckets {
         })
     }
 
+    /// Moves an ended thread's lane (`from`, the lane of `(pid, python_thread_id)`) into its
+    /// kind's lane `into`, named `name`: its counts in every bucket and its totals. The emptied
+    /// lane is free for the next thread that needs one, so a pool's threads that ended before
+    /// it was one pool leave one lane, the pool's.
+    pub fn merge_lane(&mut self, from: u32, thread: (u32, u64), into: (u32, u64), name: &str) {
+        let owned = self.lane_ids.get(&thread) == Some(&from);
+        if !owned || Some(from) == self.other_lane {
+            return;
+        }
+        self.lane_ids.remove(&thread);
+        let to = match self.lane_ids.get(&into) {
+            Some(&to) if Some(to) != self.other_lane => to,
+            // The pool has no lane of its own yet (or only the shared one, the lanes being
+            // full): the thread's lane becomes the pool's.
+            _ => {
+                self.lane_ids.insert(into, from);
+                if let Some(lane) = self.lanes.get_mut(from as usize) {
+                    (lane.pid, lane.python_thread_id) = into;
+                    name.clone_into(&mut lane.name);
+                }
+                return;
+            }
+        };
+        if to == from {
+            return;
+        }
+        let Some(lane) = self.lanes.get_mut(from as usize) else {
+            return;
+        };
+        let (active, idle) = (
+            std::mem::take(&mut lane.active),
+            std::mem::take(&mut lane.idle),
+        );
+        if let Some(pool) = self.lanes.get_mut(to as usize) {
+            pool.active += active;
+            pool.idle += idle;
+        }
+        let entries = &mut self.entries;
+        for bucket in self.buckets.values_mut() {
+            let Some(counts) = bucket.lanes.remove(&from) else {
+                continue;
+            };
+            match bucket.lanes.get_mut(&to) {
+                Some(pool) => {
+                    pool.add(&counts);
+                    *entries = entries.saturating_sub(1);
+                }
+                None => {
+                    bucket.lanes.insert(to, counts);
+                }
+            }
+        }
+        self.free_lanes.push(from);
+    }
+
     fn lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {
         if let Some(&id) = self.lane_ids.get(&(pid, python_thread_id)) {
             if let Some(lane) = self.lanes.get_mut(id as usize) {
@@ -256,7 +314,7 @@ impl TimeBuckets {
             }
             return id;
         }
-        let id = if self.lanes.len() + 1 < MAX_LANES {
+        let id = if self.lanes.len() + 1 < MAX_LANES || !self.free_lanes.is_empty() {
             self.push_lane(pid, python_thread_id, name)
         } else if let Some(other) = self.other_lane {
             other
@@ -270,6 +328,18 @@ impl TimeBuckets {
     }
 
     fn push_lane(&mut self, pid: u32, python_thread_id: u64, name: &str) -> u32 {
+        if let Some(id) = self.free_lanes.pop() {
+            if let Some(lane) = self.lanes.get_mut(id as usize) {
+                *lane = Lane {
+                    pid,
+                    python_thread_id,
+                    name: name.to_owned(),
+                    active: 0,
+                    idle: 0,
+                };
+                return id;
+            }
+        }
         let id = self.lanes.len() as u32;
         self.lanes.push(Lane {
             pid,

@@ -81,6 +81,15 @@ impl Aggregator {
         for root in thread.own_roots.into_iter().flatten() {
             self.table.relabel_root(root, &thread.kind);
         }
+        if let Some((lane, (pid, python_thread_id, _))) = thread.own_lane {
+            let (into_pid, into_id, _) = thread.kind_key;
+            self.buckets.merge_lane(
+                lane,
+                (pid, python_thread_id),
+                (into_pid, into_id),
+                &thread.kind,
+            );
+        }
     }
 
     /// Threads and processes let go so far, and the entries kept to tell what ends: what a test

@@ -77,6 +77,10 @@ pub(crate) struct ThreadEnded {
     /// Its own roots (by name, and the one it had before its name was read), to be relabelled
     /// as its kind.
     pub own_roots: [Option<FrameId>; 2],
+    /// Its own lane and the key it had there, to be merged into its kind's lane.
+    pub own_lane: Option<(u32, ThreadKey)>,
+    /// Its kind's entry, whose lane it joins.
+    pub kind_key: ThreadKey,
     /// Its kind's label (`thread pool worker`, `kinds::kind_label`), which its root takes.
     pub kind: String,
 }
@@ -253,6 +257,7 @@ impl ThreadTable {
         self.ends.released.threads += 1;
         let own = thread.in_kind.is_none();
         let own_roots = [thread.root, thread.named_root].map(|r| r.filter(|_| own));
+        let own_lane = thread.lane.filter(|_| own).map(|lane| (lane, key));
         let label = kind_label(thread.owner, &thread.name);
         let entry = self
             .threads
@@ -261,6 +266,8 @@ impl ThreadTable {
         absorb(entry, thread);
         Some(ThreadEnded {
             own_roots,
+            own_lane,
+            kind_key: group,
             kind: label,
         })
     }

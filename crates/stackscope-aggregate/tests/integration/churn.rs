@@ -352,6 +352,24 @@ fn a_thread_per_request_is_one_root_and_its_ended_threads_are_let_go() {
             (alive..=alive + 1).contains(&at_a_time),
             "{case}: {at_a_time} at a time"
         );
+        // One lane for the pool: those of its threads that ended before it was one are in it
+        // (but for those past the lanes' cap, in `[other threads]`).
+        let lanes: Vec<(&str, u64)> = agg
+            .time_buckets()
+            .lanes()
+            .iter()
+            .filter(|l| l.active + l.idle > 0)
+            .map(|l| (l.name.as_str(), l.active + l.idle))
+            .collect();
+        let pool_lane = lanes.iter().find(|(name, _)| *name == pool.name);
+        assert!(
+            pool_lane.is_some_and(|l| l.1 * 10 >= n * lifetime * 9),
+            "{case}: {lanes:?}"
+        );
+        assert!(
+            lanes.iter().all(|(name, _)| !name.starts_with("Thread-")),
+            "{case}: {lanes:?}"
+        );
         assert!(
             roots.iter().all(|(r, _)| !r.contains(OTHER_THREADS)),
             "{case}"
