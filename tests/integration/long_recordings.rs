@@ -556,15 +556,15 @@ fn thread_churn_is_recorded_with_bounded_tables() {
 
     let main = folded.thread_function_total("MainThread", "churn_main");
     assert!(main > 0, "churn_main on MainThread:\n{excerpt}");
-    // The churn threads are one kind, `churn-N`, once one was seen ending.
+    // The churn threads are one pool, `thread pool churn-N`, once one was seen ending.
     let churn: u64 = folded
         .threads()
         .into_iter()
-        .filter(|(t, _)| t.starts_with("churn-"))
+        .filter(|(t, _)| t.starts_with("churn-") || t == "thread pool churn-N")
         .map(|(_, n)| n)
         .sum();
     assert!(
-        churn >= 10 && folded.thread_total("churn-N") > 0,
+        churn >= 10 && folded.thread_total("thread pool churn-N") > 0,
         "only {churn} samples of churn threads in 5 s, or no churn-N:\n{excerpt}"
     );
     let generated = folded
@@ -647,7 +647,7 @@ fn thread_churn_names_each_short_thread_by_its_own_name() {
     run.assert_no_panic();
     let (summary, folded) = assert_complete_outputs(&out.out);
     let excerpt = folded.excerpt();
-    // Once one was seen ending, the churn threads are their kind, `churn-N`: those started
+    // Once one was seen ending, the churn threads are their pool, `thread pool churn-N`: those started
     // before keep their own names, which must not be stale.
     let churn: Vec<(String, u64)> = folded
         .threads()

@@ -530,14 +530,14 @@ fn threads_that_reuse_a_python_thread_id_are_never_one_entry() {
     if idents.iter().any(|i| *i != idents[0]) {
         println!("note: the interpreter did not reuse a thread id here: {done}");
     }
-    // Threads of one kind that ended are folded into the kind (`short-N`) once one was seen
+    // Threads of one kind that ended are folded into the pool (`thread pool short-N`) once one was seen
     // ending; those not yet seen ending keep an entry each. No entry holds two of them: each
     // name has at most one entry, with exactly its folded samples.
     let threads = summary["threads"].as_array().expect("threads");
     let mut named = 0;
     for name in (1..=5)
         .map(|i| format!("short-{i}"))
-        .chain(["short-N".to_owned()])
+        .chain(["thread pool short-N".to_owned()])
     {
         let entries: Vec<&serde_json::Value> = threads
             .iter()
@@ -560,7 +560,7 @@ fn threads_that_reuse_a_python_thread_id_are_never_one_entry() {
     let all: u64 = folded
         .threads()
         .iter()
-        .filter(|(name, _)| name.starts_with("short-"))
+        .filter(|(name, _)| name.starts_with("short-") || name.starts_with("thread pool short-"))
         .map(|(_, n)| n)
         .sum();
     assert_eq!(named, all, "every short thread's samples, once");
