@@ -353,27 +353,12 @@ fn a_code_formatter_going_through_a_tree_of_files_has_no_loop() {
     check_no_loop(fixture.ready_pid(), "format_tree.py");
 }
 
-/// Kills the web server's client (a process outside the server's tree) on drop, if it is
-/// still there and is the fixture's.
-struct Client(Option<u32>);
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("web_server.py") {
-                kill_quietly(pid);
-            }
-        }
-    }
-}
-
 #[test]
 fn a_web_server_answering_requests_has_no_loop() {
     let _serial = serial();
     let fixture = Fixture::start("web_server.py", &["--seconds", "60"]);
     let ready = fixture.ready_json();
-    let _client = Client(ready["client"].as_u64().map(|p| p as u32));
+    let _client = WebClient(ready["client"].as_u64().map(|p| p as u32));
     let pid = ready["pid"].as_u64().expect("the server's pid") as u32;
     assert!(Path::new(&format!("/proc/{pid}")).exists());
     check_no_loop(pid, "web_server.py");

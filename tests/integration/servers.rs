@@ -25,24 +25,10 @@ const POOL: &str = "thread pool process_request_thread";
 /// How far `slow_backend`'s share may be from the server's own measure.
 const SHARE_POINTS: f64 = 0.10;
 
-/// Kills the server's client (a process outside the server's tree) on drop.
-struct Client(Option<u32>);
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains("web_server.py") {
-                kill_quietly(pid);
-            }
-        }
-    }
-}
-
 /// A server under `concurrency` clients at once, its handler waiting `backend_ms` per request.
 struct Server {
     _fixture: Fixture,
-    _client: Client,
+    _client: WebClient,
     pid: u32,
     stats: std::path::PathBuf,
     _dir: tempfile::TempDir,
@@ -69,7 +55,7 @@ impl Server {
             ],
         );
         let ready = fixture.ready_json();
-        let client = Client(ready["client"].as_u64().map(|p| p as u32));
+        let client = WebClient(ready["client"].as_u64().map(|p| p as u32));
         let pid = ready["pid"].as_u64().expect("the server's pid") as u32;
         Server {
             _fixture: fixture,

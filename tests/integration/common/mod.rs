@@ -812,6 +812,21 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Kills `fixtures/web_server.py`'s client (a process outside the server's tree) on drop, if
+/// it is still there and is the fixture's.
+pub struct WebClient(pub Option<u32>);
+
+impl Drop for WebClient {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains("web_server.py") {
+                kill_quietly(pid);
+            }
+        }
+    }
+}
+
 /// Kills a process by pid (SIGKILL) if it is there, ignoring errors: for
 /// grandchildren a test started indirectly.
 pub fn kill_quietly(pid: u32) {
