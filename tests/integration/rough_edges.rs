@@ -84,9 +84,12 @@ fn top_draws_on_a_terminal_that_reports_no_size() {
     );
     let _serial = serial();
     let fixture = Fixture::start("cpu_split.py", &[]);
-    // `script` with no terminal of its own opens one that says it is 0x0.
+    // `script` with no terminal of its own opens one that says it is 0x0. `--foreground` keeps
+    // `top` in the terminal's foreground group whatever shell `script` starts: a shell that does
+    // not exec its last command leaves `timeout` free to make a group of its own, where `top`
+    // is stopped (SIGTTOU) as soon as it sets raw mode.
     let top = format!(
-        "timeout -s TERM 6 {} top --pid {} --gpu off",
+        "timeout --foreground -k 3 -s TERM 6 {} top --pid {} --gpu off; true",
         bin(),
         fixture.pid
     );
