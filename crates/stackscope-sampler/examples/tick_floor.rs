@@ -6,8 +6,9 @@
 //! slept), not the reader's work.
 //!
 //! `cargo run --release --example tick_floor -- PID RATE SECONDS [BYTES]`; prints the CPU time
-//! per tick of the waking thread for three loops, one after the other: sleeping only, adding
-//! the `pread`, adding the copy.
+//! per tick of the waking thread for four loops, one after the other: sleeping only, with the
+//! copy alone (the machine's floor for a sample: `scripts/bench-overhead`'s floor row), with
+//! the `pread` alone, with both.
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ fn main() {
     let mut buf = vec![0u8; bytes.max(1024)];
     for (label, with_pread, with_copy) in [
         ("sleep only", false, false),
+        ("sleep + process_vm_readv", false, true),
         ("sleep + pread", true, false),
         ("sleep + pread + process_vm_readv", true, true),
     ] {

@@ -322,7 +322,7 @@ fn run(
         stats.ticks.fetch_add(1, Ordering::Relaxed);
         let time = Timestamp::now();
         if let Some(ends) = ends.as_mut() {
-            ends.poll();
+            ends.poll_if_due();
         }
         offer_attached(set.rescan(time), ends.as_mut(), out);
         let (gone, any_stopped) = match sample_all(&mut set, &mut stop_checks, time, out) {
@@ -385,6 +385,10 @@ fn remove_gone(
     time: Timestamp,
     out: &mut Output<'_>,
 ) {
+    if let Some(ends) = ends.as_deref_mut().filter(|_| !gone.is_empty()) {
+        // What the kernel said of them since the last poll.
+        ends.poll();
+    }
     for pid in gone {
         stop_checks.remove(&pid);
         if let Some(mut event) = set.remove(pid, time) {

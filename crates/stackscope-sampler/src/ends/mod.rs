@@ -24,6 +24,11 @@ use crate::procfs::StatLine;
 /// exits through them, and only ours are asked about.
 const MAX_EXITS: usize = 4096;
 
+/// A sampler polls at most this often ([`EndWatch::poll_if_due`]): what the kernel says
+/// meanwhile waits in the connector's socket buffer and the kernel log, and a process found
+/// gone is asked about after a poll of its own.
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub struct EndWatch {
     connector: Option<connector::ExitEvents>,
     kmsg: Option<kmsg::KernelLog>,
@@ -36,6 +41,8 @@ pub struct EndWatch {
     /// cgroup had counted when last accounted for.
     followed: HashMap<u32, Option<cgroup::MemoryCgroup>>,
     oom_counted: HashMap<std::path::PathBuf, u64>,
+    /// When [`EndWatch::poll`] last ran.
+    polled: Option<std::time::Instant>,
 }
 
 impl EndWatch {
@@ -49,6 +56,15 @@ impl EndWatch {
             oom_named: HashSet::new(),
             followed: HashMap::new(),
             oom_counted: HashMap::new(),
+            polled: None,
+        }
+    }
+
+    /// [`EndWatch::poll`], if [`POLL_EVERY`] has passed since the last one: a sampler's
+    /// ticks do not each pay for two system calls that nearly always find nothing.
+    pub fn poll_if_due(&mut self) {
+        if self.polled.is_none_or(|at| at.elapsed() >= POLL_EVERY) {
+            self.poll();
         }
     }
 
@@ -71,6 +87,7 @@ impl EndWatch {
     /// Takes in what the kernel said since the last call (cheap: a read that finds nothing
     /// costs one system call each).
     pub fn poll(&mut self) {
+        self.polled = Some(std::time::Instant::now());
         let mut exits = Vec::new();
         if let Some(c) = self.connector.as_mut() {
             c.drain(&mut exits);
@@ -221,6 +238,7 @@ mod tests {
             oom_named: HashSet::new(),
             followed: HashMap::new(),
             oom_counted: HashMap::new(),
+            polled: None,
         };
         let own_cgroup = |watch: &mut EndWatch, pid| {
             let cg = cgroup::MemoryCgroup::at(counter.clone());

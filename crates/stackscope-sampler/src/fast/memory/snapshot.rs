@@ -13,12 +13,12 @@
 
 use crate::fast::layout::{usize_at, word, FrameDesign, Layout};
 use crate::fast::memory::remote::{Batch, Slot};
-use crate::fast::proof::holder::{self, Later, Reads};
+use crate::fast::proof::holder::{self, Copies, Later, Reads};
 use crate::fast::read::stack::{max_extra, Extra, Region};
 
 /// Room copied past the chunk's used part as the thread state last showed it, for the
 /// frames pushed since (a few small frames): most samples then need no second read.
-const SLACK: usize = 1024;
+const SLACK: usize = 512;
 /// At most this much of one chunk is copied (a chunk is usually 16 KiB; one made for a
 /// frame with a huge stack can be larger, and its far frames are read one by one).
 const MAX_COPY: usize = 1 << 20;
@@ -108,7 +108,7 @@ pub(crate) fn plan(
     tstate: usize,
     guess: TsWords,
     extra: &[Extra],
-    check: Option<&mut u64>,
+    check: Option<Copies<'_>>,
     still: bool,
 ) -> Planned {
     let has_frames = guess.cframe != 0;
@@ -117,6 +117,7 @@ pub(crate) fn plan(
         chunk: guess.chunk,
         chunk_len: guess.copy_len(if still && check.is_none() { 0 } else { SLACK }),
         chunk_room: guess.room(),
+        top: guess.top,
         extra: if has_frames { extra } else { &[] },
         max_extra: max_extra(layout),
     };
@@ -130,7 +131,7 @@ pub(crate) fn plan(
         .map(|&e| (e, batch.add(e.addr, e.len)))
         .collect();
     let later = match check {
-        Some(seed) if has_frames => Some(holder::plan(batch, &reads, seed)),
+        Some(copies) if has_frames => Some(holder::plan(batch, &reads, copies)),
         _ => None,
     };
     let tstate_addr = tstate;

@@ -13,7 +13,15 @@
 //! - it reaches the thread's first frame.
 //!
 //! A running thread passes this most of the time (its frames below the innermost do not
-//! change while it runs above them). The random gaps matter: a thread looping over the same
+//! change while it runs above them).
+//!
+//! The later copies hold only the top of the stack: from the frame [`WINDOW_FRAMES`] below
+//! the top of the thread's last stack read whole, to a little past where its thread state
+//! last put the top ([`LATER_SLACK`]). A frame older than that window is not copied again: the
+//! walk's start stayed on the stack at every reading, so the thread did not return below it
+//! while it was read, and only the start and its callers down to the window's floor can have
+//! been caught changing. Where the window does not hold the start and its caller (the stack
+//! shrank since), the check fails and the thread is read again with whole copies. The random gaps matter: a thread looping over the same
 //! calls passes through the same short-lived memory states (a caller already at its next call
 //! while the callee's slot still holds the previous callee) at a fixed period, and copies a
 //! fixed distance apart could all catch the same one. A thread that fails is read again, and
@@ -33,7 +41,17 @@ use crate::fast::read::stack::{Extra, Region, Walk};
 /// one system call (about a microsecond for a stack of a few kilobytes).
 pub(crate) const COPIES: usize = 8;
 /// The random gap between copies is a read of up to this many bytes.
-const MAX_GAP: u64 = 2048;
+const MAX_GAP: u64 = 1024;
+/// The later copies start at the frame this many below the top of the thread's last stack
+/// read whole: that frame and the ones above it are compared in every copy.
+pub(crate) const WINDOW_FRAMES: usize = 3;
+/// The later copies run this far past the top of the chunk's used part as the thread state
+/// last showed it (the first copy runs further, to find frames pushed since): a frame of the
+/// walk above that makes the check fail, and the next read copies the window anew.
+const LATER_SLACK: usize = 256;
+/// A walk leaving the window is checked only if at least its start and the start's caller
+/// were compared.
+const MIN_COMPARED: usize = 2;
 
 /// Where the later copies of a checked thread went in the batch: each copy's current-frame
 /// pointer, and its ranges (the chunk, the extra ranges), the same number for every copy,
@@ -42,6 +60,25 @@ const MAX_GAP: u64 = 2048;
 pub(crate) struct Planned {
     pointers: Vec<Slot>,
     ranges: Vec<(usize, Slot)>,
+    window: Option<Window>,
+}
+
+/// Where the later copies of a thread start in its current chunk, when not at the chunk's
+/// start: frames of the chunk below `floor`, and every frame of an older chunk, are older
+/// than the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    chunk: usize,
+    floor: usize,
+}
+
+/// How a thread read with a check is copied later: the seed of the random gaps between its
+/// copies, and where its later copies start ([`Known::window_floor`], 0: at the chunk's start).
+///
+/// [`Known::window_floor`]: crate::fast::read::thread_model::Known::window_floor
+pub(crate) struct Copies<'a> {
+    pub seed: &'a mut u64,
+    pub window_floor: usize,
 }
 
 /// What a thread's reads look like: the current-frame pointer, the chunk, the extra ranges.
@@ -51,6 +88,8 @@ pub(crate) struct Reads<'a> {
     pub chunk_len: usize,
     /// How much of the chunk may be read from its start (up to its limit).
     pub chunk_room: usize,
+    /// The top of the chunk's used part, as the thread state last showed it.
+    pub top: usize,
     pub extra: &'a [Extra],
     pub max_extra: usize,
 }
@@ -58,32 +97,72 @@ pub(crate) struct Reads<'a> {
 /// Adds the later copies after the first, each followed by a gap of random length: the
 /// chunk's copy runs on past what the walk needs, where the chunk has room, or else a
 /// range of its own is read (ranges cost more than bytes: each is looked up and pinned).
-pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, seed: &mut u64) -> Planned {
-    let extra = &reads.extra[..reads.extra.len().min(reads.max_extra)];
-    let per_copy = usize::from(reads.chunk_len > 0) + extra.len();
+pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, copies: Copies<'_>) -> Planned {
+    let window = window_of(reads, copies.window_floor);
+    // The copy's start in the chunk, and its length without the gap.
+    let (from, len) = match window {
+        Some(w) => {
+            let end = (reads.top + LATER_SLACK).min(reads.chunk + reads.chunk_len);
+            (w.floor - reads.chunk, end - w.floor)
+        }
+        None => (0, reads.chunk_len),
+    };
+    // Older chunks lie below a window: not copied again.
+    let extra: Vec<Extra> = reads.extra[..reads.extra.len().min(reads.max_extra)]
+        .iter()
+        .filter(|e| window.is_none() || !e.chunk)
+        .copied()
+        .collect();
+    let per_copy = usize::from(len > 0) + extra.len();
     let mut pointers = Vec::with_capacity(COPIES - 1);
     let mut ranges = Vec::with_capacity((COPIES - 1) * per_copy);
     for _ in 1..COPIES {
-        let gap = ((next(seed) % MAX_GAP) & !7) as usize;
+        let gap = ((next(copies.seed) % MAX_GAP) & !7) as usize;
         pointers.push(batch.add(reads.pointer, 8));
         let mut gap_read = gap == 0;
-        if reads.chunk_len > 0 {
-            let with_gap = reads.chunk_len + gap;
-            let len = if with_gap <= reads.chunk_room {
+        if len > 0 {
+            let with_gap = from + len + gap;
+            let copied = if with_gap <= reads.chunk_room {
                 gap_read = true;
-                with_gap
+                len + gap
             } else {
-                reads.chunk_len
+                len
             };
-            ranges.push((reads.chunk, batch.add(reads.chunk, len)));
+            let at = reads.chunk + from;
+            ranges.push((at, batch.add(at, copied)));
         }
         ranges.extend(extra.iter().map(|e| (e.addr, batch.add(e.addr, e.len))));
-        if !gap_read && reads.chunk_len > 0 {
+        if !gap_read && len > 0 {
             // Harmless bytes to read: the chunk's own start.
             let _ = batch.add(reads.chunk, gap.min(reads.chunk_len));
         }
     }
-    Planned { pointers, ranges }
+    Planned {
+        pointers,
+        ranges,
+        window,
+    }
+}
+
+/// The window the later copies hold, when the floor lies inside the part of the chunk the
+/// first copy reads (above its start); None: they copy all of it.
+fn window_of(reads: &Reads<'_>, floor: usize) -> Option<Window> {
+    let inside = floor > reads.chunk && floor < reads.top.min(reads.chunk + reads.chunk_len);
+    inside.then_some(Window {
+        chunk: reads.chunk,
+        floor,
+    })
+}
+
+/// Where the later copies of a thread should start next time, from its stack just read
+/// whole: the frame [`WINDOW_FRAMES`] below the top, if it lies in the current chunk (`ts`
+/// its thread state's words); 0 otherwise (the chunk's start).
+pub(crate) fn window_floor(walk: &Walk, chunk: usize, top: usize) -> usize {
+    walk.frames
+        .get(WINDOW_FRAMES)
+        .map(|f| f.addr)
+        .filter(|&a| a > chunk && a < top)
+        .unwrap_or(0)
 }
 
 /// The later readings of a checked thread.
@@ -94,9 +173,9 @@ pub(crate) struct Later {
     /// Each later copy's current-frame pointer as read (None: unreadable).
     pointers: Vec<Option<usize>>,
     /// The later copies' ranges, copy after copy, the same number each: where they start in
-    /// the target and their slots in the batch read (not copied out: seven copies of a
-    /// stack are tens of kilobytes).
+    /// the target and their slots in the batch read (not copied out).
     ranges: Vec<(usize, Slot)>,
+    window: Option<Window>,
 }
 
 impl Later {
@@ -141,6 +220,7 @@ pub(crate) fn collect(
         agrees: false,
         pointers,
         ranges: planned.ranges.clone(),
+        window: planned.window,
     };
     let caller_in_copy = |ranges: &[(usize, Slot)], frame: usize| {
         header_in(batch, layout, ranges, frame).and_then(|h| usize_at(h, layout.fr_previous))
@@ -171,24 +251,50 @@ pub(crate) fn collect(
     (start, later)
 }
 
-/// Whether every frame of the walk reads the same in every later copy (`batch`: the one
-/// the copies were read in).
+/// Whether every frame of the walk down to the later copies' window reads the same in every
+/// later copy (`batch`: the one the copies were read in).
 pub(crate) fn same_frames(layout: &Layout, walk: &Walk, later: &Later, batch: &Batch) -> bool {
-    walk.frames.iter().enumerate().all(|(depth, f)| {
-        let Some(first) = walk.header(f.addr, layout) else {
+    for (depth, f) in walk.frames.iter().enumerate() {
+        if later.below_window(walk, f.addr) {
+            return depth >= MIN_COMPARED;
+        }
+        if !same_in_every_copy(layout, walk, later, batch, depth, f.addr) {
+            return false;
+        }
+    }
+    true
+}
+
+impl Later {
+    /// Whether the frame at `addr` is older than the later copies' window.
+    fn below_window(&self, walk: &Walk, addr: usize) -> bool {
+        self.window
+            .is_some_and(|w| (w.chunk..w.floor).contains(&addr) || walk.in_older_chunk(addr))
+    }
+}
+
+/// Whether the frame at `addr`, `depth` from the top of the walk, reads the same in every
+/// later copy: code, caller and owner, and instruction but for the innermost frame's.
+fn same_in_every_copy(
+    layout: &Layout,
+    walk: &Walk,
+    later: &Later,
+    batch: &Batch,
+    depth: usize,
+    addr: usize,
+) -> bool {
+    let Some(first) = walk.header(addr, layout) else {
+        return false;
+    };
+    later.copies().all(|ranges| {
+        let Some(again) = header_in(batch, layout, ranges, addr) else {
             return false;
         };
-        later.copies().all(|ranges| {
-            let Some(again) = header_in(batch, layout, ranges, f.addr) else {
-                return false;
-            };
-            let same =
-                |offset: usize| first.get(offset..offset + 8) == again.get(offset..offset + 8);
-            same(layout.fr_code)
-                && same(layout.fr_previous)
-                && (depth == 0 || same(layout.fr_prev_instr))
-                && first.get(layout.fr_owner) == again.get(layout.fr_owner)
-        })
+        let same = |offset: usize| first.get(offset..offset + 8) == again.get(offset..offset + 8);
+        same(layout.fr_code)
+            && same(layout.fr_previous)
+            && (depth == 0 || same(layout.fr_prev_instr))
+            && first.get(layout.fr_owner) == again.get(layout.fr_owner)
     })
 }
 
@@ -231,6 +337,7 @@ mod tests {
             Planned {
                 pointers: slots,
                 ranges,
+                window: None,
             },
             batch,
         )
@@ -265,6 +372,114 @@ mod tests {
 
     fn later_from(pointers: &[usize], mem: &[u8]) -> (Planned, Batch) {
         later(pointers, mem, mem.as_ptr() as usize)
+    }
+
+    /// Five frames at these offsets of a chunk, each called by the one before.
+    const FRAMES: [usize; 5] = [32, 160, 288, 416, 544];
+
+    fn five_frames(mem: &mut [u8]) {
+        let base = mem.as_ptr() as usize;
+        for (i, &at) in FRAMES.iter().enumerate() {
+            let previous = if i == 0 { 0 } else { base + FRAMES[i - 1] };
+            frame_at(mem, at, 0xc000 + 0x100 * i as u64, previous as u64);
+        }
+    }
+
+    /// The walk of [`five_frames`] from the innermost, over a copy of `mem`.
+    fn walk_of(mem: &[u8]) -> Walk {
+        let base = mem.as_ptr() as usize;
+        let region = Region {
+            addr: base,
+            bytes: mem.to_vec(),
+        };
+        let mut walk = Walk::new(base + FRAMES[4], region);
+        assert_eq!(walk.advance(&PY311), Ok(None));
+        assert_eq!(walk.frames.len(), 5);
+        walk
+    }
+
+    /// Later copies of `mem` from `floor` (an offset), as [`plan`] lays them out for a window
+    /// there, read after `change` is made to `mem`.
+    fn windowed(mem: &mut [u8], floor: usize, change: impl FnOnce(&mut [u8])) -> (Later, Batch) {
+        let base = mem.as_ptr() as usize;
+        let current = Box::new((base + FRAMES[4]) as u64);
+        change(mem);
+        let mut batch = Batch::default();
+        let (mut pointers, mut ranges) = (Vec::new(), Vec::new());
+        for _ in 1..COPIES {
+            pointers.push(batch.add(&*current as *const u64 as usize, 8));
+            let at = base + floor;
+            ranges.push((at, batch.add(at, mem.len() - floor)));
+        }
+        let mut remote = crate::fast::memory::remote::Remote::new(std::process::id());
+        batch.run(&mut remote).expect("run");
+        let planned = Planned {
+            pointers,
+            ranges,
+            window: Some(Window {
+                chunk: base,
+                floor: base + floor,
+            }),
+        };
+        let (start, later) = collect(&batch, &PY311, &planned, base + FRAMES[4], &[]);
+        assert_eq!(start, base + FRAMES[4]);
+        assert!(later.agrees);
+        (later, batch)
+    }
+
+    fn set_code(mem: &mut [u8], at: usize, code: u64) {
+        let offset = at + PY311.fr_code;
+        mem[offset..offset + 8].copy_from_slice(&code.to_le_bytes());
+    }
+
+    #[test]
+    fn frames_in_the_window_are_compared_and_older_ones_are_not() {
+        let mut mem = vec![0u8; 1024];
+        five_frames(&mut mem);
+        let walk = walk_of(&mem);
+        // The window holds the top three frames; one below it changed: not compared.
+        let (later, batch) = windowed(&mut mem, FRAMES[2], |m| set_code(m, FRAMES[1], 0xf000));
+        assert!(same_frames(&PY311, &walk, &later, &batch));
+        // One inside it changed: the check fails.
+        let (later, batch) = windowed(&mut mem, FRAMES[2], |m| set_code(m, FRAMES[3], 0xf000));
+        assert!(!same_frames(&PY311, &walk, &later, &batch));
+    }
+
+    #[test]
+    fn a_window_without_the_starts_caller_fails_the_check() {
+        let mut mem = vec![0u8; 1024];
+        five_frames(&mut mem);
+        let walk = walk_of(&mem);
+        let (later, batch) = windowed(&mut mem, FRAMES[4], |_| {});
+        assert!(!same_frames(&PY311, &walk, &later, &batch));
+        let (later, batch) = windowed(&mut mem, FRAMES[3], |_| {});
+        assert!(same_frames(&PY311, &walk, &later, &batch));
+    }
+
+    #[test]
+    fn the_window_starts_a_few_frames_below_the_top_inside_the_chunk() {
+        let mut mem = vec![0u8; 1024];
+        five_frames(&mut mem);
+        let walk = walk_of(&mem);
+        let base = mem.as_ptr() as usize;
+        let top = base + 700;
+        // The frame WINDOW_FRAMES below the innermost.
+        let floor = window_floor(&walk, base, top);
+        assert_eq!(floor, base + FRAMES[4 - WINDOW_FRAMES]);
+        // A stack too shallow, or a floor outside the chunk's used part: no window.
+        assert_eq!(window_floor(&walk, base, floor), 0);
+        let reads = |top: usize| Reads {
+            pointer: 0,
+            chunk: base,
+            chunk_len: top - base + 512,
+            chunk_room: 16384,
+            top,
+            extra: &[],
+            max_extra: 0,
+        };
+        assert_eq!(window_of(&reads(top), floor).map(|w| w.floor), Some(floor));
+        assert_eq!(window_of(&reads(top), base), None);
+        assert_eq!(window_of(&reads(base + 100), floor), None);
     }
 
     #[test]

@@ -66,6 +66,7 @@ mod tests {
             tstate,
             ts: TsWords::default(),
             extra: Vec::new(),
+            window_floor: 0,
             codes: Vec::new(),
             sig: 1,
             proof: None,

@@ -17,6 +17,7 @@ use crate::fast::memory::remote::{Batch, Remote, Slot};
 use crate::fast::memory::snapshot::{self, Checked, TsWords};
 use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::{GilWords, Ran};
+use crate::fast::proof::holder::Copies;
 use crate::fast::proof::quiet;
 use crate::fast::proof::still;
 use crate::fast::read::judge::{record, Judged};
@@ -196,7 +197,10 @@ fn plan_thread(
             req.words_only.contains(&i),
         )),
         _ => {
-            let check = with_check.then_some(seed);
+            let check = with_check.then_some(Copies {
+                seed,
+                window_floor: k.window_floor,
+            });
             Plan::Full(snapshot::plan(
                 batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
             ))

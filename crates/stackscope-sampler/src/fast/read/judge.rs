@@ -66,6 +66,11 @@ pub(super) fn record(
         ) {
             remember_walk(known, &w.walk, layout);
         }
+        known.window_floor = match &outcome {
+            Outcome::Done(_) => holder::window_floor(&w.walk, known.ts.chunk, known.ts.top),
+            // A check that failed may have failed for its window: whole copies next time.
+            _ => 0,
+        };
         if let Outcome::Done(frames) = &outcome {
             if req.still_reads {
                 known.proof = proof_of(known.tstate, w, frames, layout);

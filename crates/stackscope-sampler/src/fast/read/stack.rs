@@ -276,6 +276,14 @@ impl Walk {
             .find_map(|r| r.region.get(frame, layout.fr_header_len))
     }
 
+    /// Whether `addr` lies in a chunk older than the current one, as copied for this walk.
+    pub(crate) fn in_older_chunk(&self, addr: usize) -> bool {
+        self.regions
+            .iter()
+            .skip(1)
+            .any(|r| r.chunk && r.region.get(addr, 1).is_some())
+    }
+
     /// Whether the walk ended at the thread's first frame, where every complete stack ends:
     /// the first frame slot of the chunk that has no older one (3.11+). A thread stopped in the middle
     /// of a call or a return can have its current-frame pointer already moved while the new

@@ -23,6 +23,10 @@ pub(crate) struct Known {
     pub ts: TsWords,
     /// Ranges outside its current chunk that its last walk needed.
     pub extra: Vec<Extra>,
+    /// Where the later copies of a check start in its current chunk: the frame a few below
+    /// the top of its last stack read whole (0: not known, the chunk's start;
+    /// [`crate::fast::proof::holder`]).
+    pub window_floor: usize,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
     /// Its Python state as last read ([`crate::fast::read::judge::signature`]; 0: none yet): where the

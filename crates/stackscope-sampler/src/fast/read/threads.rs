@@ -83,6 +83,8 @@ pub(crate) fn rebuild(
             tstate: addr,
             ts,
             extra,
+            // Found again at the thread's next good read.
+            window_floor: 0,
             codes,
             sig,
             proof,
