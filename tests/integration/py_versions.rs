@@ -94,6 +94,7 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
             .max()
             .unwrap_or(0);
         assert_eq!(deepest, 31, "{minor}: down() frames on the busy stack");
+        assert_native_profile(minor, &target);
 
         for extra in [&[][..], &["--locals"], &["--native"]] {
             let mut args = vec!["dump", "--pid"];
@@ -157,6 +158,73 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
             }
         }
     }
+}
+
+/// `attach --native`: our reader reads it from 3.11 (the walk tells where each call of the
+/// eval loop entered; py-spy's reader before), the busy stack keeps its 31 Python frames, and
+/// a sleeper's Python frames have the C library's sleep below them.
+fn assert_native_profile(minor: &str, target: &Target) {
+    let out = OutDir::new();
+    let pid = target.pid();
+    let run = run_stackscope(
+        &[
+            "attach",
+            "--pid",
+            &pid,
+            "--duration",
+            "2",
+            "--rate",
+            "100",
+            "--gpu",
+            "off",
+            "--idle",
+            "--native",
+            "-o",
+            out.arg(),
+        ],
+        TIMEOUT,
+    );
+    run.assert_success();
+    let summary = out.summary();
+    let reader = if minor == "3.10" {
+        "py-spy"
+    } else {
+        "stackscope"
+    };
+    assert_eq!(summary["reader"], reader, "{minor}: --native: {summary:#}");
+    let folded = out.folded();
+    let deepest = folded
+        .of_thread("busy")
+        .map(|s| {
+            s.frames
+                .iter()
+                .filter(|f| f.function.ends_with("down"))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        deepest,
+        31,
+        "{minor}: --native: down() frames\n{}",
+        folded.excerpt()
+    );
+    let asleep_in_c = folded.of_thread("sleeper-0").any(|s| {
+        let at = s
+            .frames
+            .iter()
+            .position(|f| f.function.ends_with("sleeper"));
+        at.is_some_and(|i| {
+            s.frames[i + 1..]
+                .iter()
+                .any(|f| f.function.contains("nanosleep") || f.function.contains("select"))
+        })
+    });
+    assert!(
+        asleep_in_c,
+        "{minor}: --native: no C sleep below sleeper()\n{}",
+        folded.excerpt()
+    );
 }
 
 /// A version only our reader reads (3.15, which py-spy's does not) gets the full hang report

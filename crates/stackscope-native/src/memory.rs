@@ -8,8 +8,10 @@ use nix::unistd::Pid;
 
 use crate::error::NativeError;
 
-/// How much of the stack one read fetches. Most native stacks of a Python thread fit in one
-/// window; a deeper one costs another read per window.
+/// How much of the stack the first read fetches: most native stacks of a Python thread (the
+/// thread's start, the eval loop, a C call or a wait) fit in it. Each further read fetches
+/// [`WINDOW`]: a deep native stack (C recursion, a compiled package) costs a read per window.
+const FIRST_WINDOW: usize = 8 * 1024;
 const WINDOW: usize = 32 * 1024;
 
 /// Reads up to `buf.len()` bytes of `pid`'s memory at `address`; returns how many were read
@@ -104,7 +106,12 @@ impl StackReader {
         if let Some(word) = self.cached(address) {
             return Ok(word);
         }
-        let mut bytes = vec![0u8; WINDOW];
+        let len = if self.windows.is_empty() {
+            FIRST_WINDOW
+        } else {
+            WINDOW
+        };
+        let mut bytes = vec![0u8; len];
         self.reads += 1;
         let read = match read_into(self.pid, address, &mut bytes) {
             Ok(read) if read >= 8 => read,

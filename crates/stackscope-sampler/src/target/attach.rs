@@ -167,9 +167,16 @@ fn choose_reader(
         &options.tuning,
     );
     let fast = match fast {
-        Ok(fast) if (options.locals || options.native) && !fast.reads_deep() => Err(NoFast::Quiet(
-            "its local variables and native frames are read by py-spy's reader".into(),
-        )),
+        // Native frames are merged by the sample's own walk from 3.11; locals need the
+        // deep read (3.13+).
+        Ok(fast)
+            if !fast.reads_deep()
+                && (options.locals || (options.native && !fast.knows_entries())) =>
+        {
+            Err(NoFast::Quiet(
+                "its local variables and native frames are read by py-spy's reader".into(),
+            ))
+        }
         other => other,
     };
     match fast {

@@ -1,11 +1,14 @@
-//! Stacks with what a sample leaves out, read by our own reader: local variables (`dump
-//! --locals`, the hang report) and native frames (`--native`), on the interpreters whose
-//! `_Py_DebugOffsets` describes them (3.13 and later; py-spy's reader reads them before).
+//! Stacks with what a sample leaves out, read by our own reader: local variables and paths
+//! (`dump`, the hang report) on the interpreters whose `_Py_DebugOffsets` describes them
+//! (3.13 and later; py-spy's reader reads them before), and native frames (`--native`) on
+//! every version our reader reads with data stacks (3.11 and later; py-spy's reader before).
 //!
 //! The process is stopped once around everything: the sample's read, the deep read of each
-//! thread's frames ([`crate::fast`]'s `deep`), and each thread's native unwind, which must
-//! all come from one instant to be joined. Whether a thread runs is read from `/proc` before
-//! the stop, since during it every thread reads as stopped.
+//! thread's frames ([`crate::fast`]'s `deep`) where paths or locals are asked for, and each
+//! thread's native unwind, which must all come from one instant to be joined. Merging needs
+//! only which frames entered the eval loop, which the sample's own walk tells: `--native`
+//! alone reads nothing more than a sample does, but for the unwinds. Whether a thread runs is
+//! read from `/proc` before the stop, since during it every thread reads as stopped.
 
 use std::any::Any;
 
@@ -16,32 +19,47 @@ use stackscope_native::{merge, EntryFrame};
 use super::{PythonTarget, ThreadStack};
 use crate::error::{classify_sample_error, SampleFailure};
 use crate::fast::{DeepFrame, DeepThread, ThreadRead};
-use crate::idle;
 use crate::leader::LiveThreadsStop;
 
 impl PythonTarget {
     /// Whether stacks are read by [`read_stacks_deep`](PythonTarget::read_stacks_deep):
     /// locals or native frames were asked for and our reader reads them for this version.
     pub(super) fn reads_deep(&self) -> bool {
-        (self.keep_raw || self.native.is_some())
-            && self.fast.as_ref().is_some_and(|f| f.reads_deep())
+        self.fast.as_ref().is_some_and(|f| {
+            (self.keep_raw && f.reads_deep())
+                || (self.native.is_some()
+                    && (f.reads_deep() || (!self.keep_raw && f.knows_entries())))
+        })
     }
 
     pub(super) fn read_stacks_deep(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
-        let states = idle::states(self.pid);
+        let stops = self.deep_read_stops();
+        let Some(fast) = self.fast.as_mut() else {
+            return Ok(Vec::new());
+        };
+        // Whether a thread runs comes from before the stop, by the reader's own rules.
+        let states = stops.then(|| fast.states_before_stop());
         let stop = self.stop_for_deep_read()?;
         let Some(fast) = self.fast.as_mut() else {
             return Ok(Vec::new());
         };
         // The process is stopped (unless nonblocking was asked for): no copy can be torn.
-        let threads = match fast.read(false) {
+        let read = match states {
+            Some(states) if stop.is_some() => fast.read_stopped(states),
+            _ => fast.read(false),
+        };
+        let threads = match read {
             Ok(threads) => threads,
             Err(e) => {
                 drop(stop);
                 return Err(self.fast_failed(&e));
             }
         };
-        let mut deep = fast.read_deep(self.locals);
+        let mut deep = if self.keep_raw || !fast.knows_entries() {
+            fast.read_deep(self.locals)
+        } else {
+            fast.entry_threads()
+        };
         let native: Vec<Option<stackscope_native::NativeStack>> = threads
             .iter()
             .map(|t| {
@@ -56,11 +74,16 @@ impl PythonTarget {
             .zip(native)
             .map(|(thread, native)| {
                 let frames = matching_deep(&mut deep, &thread);
-                let state = thread.os_thread_id.and_then(|t| states.get(&t).copied());
-                let active = idle::is_active(state, thread.owns_gil);
+                let active = thread.active;
                 self.deep_stack(thread, frames, native, active)
             })
             .collect())
+    }
+
+    /// Whether a deep read stops the process: always to merge native frames, else unless
+    /// the target was attached nonblocking.
+    fn deep_read_stops(&self) -> bool {
+        self.blocking || self.native.is_some()
     }
 
     /// Stops the process (or, its leader gone, its live threads) for a deep read; nothing
@@ -69,7 +92,7 @@ impl PythonTarget {
         let pid = self.pid;
         let failed =
             |e: anyhow::Error| classify_sample_error(pid, &e.context("cannot stop the process"));
-        if !self.blocking && self.native.is_none() {
+        if !self.deep_read_stops() {
             return Ok(None);
         }
         Ok(Some(if self.leader_exited() {
@@ -117,7 +140,12 @@ impl PythonTarget {
             os_thread_id: thread.os_thread_id,
             active,
             owns_gil: thread.owns_gil,
-            frames: raw_frames(&thread.frames, deep.as_deref(), self.locals),
+            // Kept for a dump only: not built for every sample of `--native`.
+            frames: if self.keep_raw {
+                raw_frames(&thread.frames, deep.as_deref(), self.locals)
+            } else {
+                Vec::new()
+            },
             process_info: None,
         };
         self.thread_stack(trace, frames, active)

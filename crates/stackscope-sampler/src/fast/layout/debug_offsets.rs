@@ -269,6 +269,7 @@ fn parse(table: &[u8], minor: u64) -> Result<Layout, Refusal> {
         // 3.13's FRAME_OWNED_BY_CSTACK; 3.14's and 3.15's FRAME_OWNED_BY_INTERPRETER, and
         // the one after it (Include/internal/pycore_frame.h, pycore_interpframe_structs.h).
         owner_shims_from: Some(3),
+        fr_is_entry: None,
         // Py_TAG_BITS of a default (GIL) build.
         code_tag_bits: if minor >= 14 { 3 } else { 0 },
         co_firstlineno: code("firstlineno")?,

@@ -100,6 +100,9 @@ pub(crate) struct Layout {
     /// C-stack frames (4), 3.15's sentinel base frame in the thread state (4). py-spy leaves
     /// them out.
     pub owner_shims_from: Option<u8>,
+    /// 3.11: where a frame says it was the first its call of the eval loop ran (`is_entry`);
+    /// later versions mark that with an entry shim (or a frame with no code) below it.
+    pub fr_is_entry: Option<usize>,
     /// 3.14+: `f_executable` is a `_PyStackRef`, whose low bits are tags (`Py_TAG_BITS`,
     /// Include/internal/pycore_stackref.h): masked off to get the code object. 0 before.
     pub code_tag_bits: usize,
@@ -227,6 +230,7 @@ pub(crate) static PY310: Layout = Layout {
     fr_owner: 108,
     fr_header_len: 112,
     owner_shims_from: None,
+    fr_is_entry: None,
     code_tag_bits: 0,
     co_firstlineno: 40,
     co_filename: 104,
@@ -268,6 +272,8 @@ pub(crate) static PY311: Layout = Layout {
     fr_owner: 69,
     fr_header_len: 72,
     owner_shims_from: None,
+    // `is_entry`, the byte before `owner`.
+    fr_is_entry: Some(68),
     code_tag_bits: 0,
     co_firstlineno: 72,
     co_filename: 112,
@@ -308,6 +314,7 @@ pub(crate) static PY312: Layout = Layout {
     fr_owner: 70,
     fr_header_len: 72,
     owner_shims_from: Some(3),
+    fr_is_entry: None,
     code_tag_bits: 0,
     co_firstlineno: 68,
     co_filename: 112,

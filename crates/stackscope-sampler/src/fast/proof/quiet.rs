@@ -68,6 +68,7 @@ mod tests {
             extra: Vec::new(),
             window_floor: 0,
             codes: Vec::new(),
+            entries: Vec::new(),
             sig: 1,
             proof: None,
             proven_at,

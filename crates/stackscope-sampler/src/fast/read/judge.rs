@@ -101,6 +101,14 @@ fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
     }
     known.extra = extra;
     known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
+    known.entries.clear();
+    if layout.frames == FrameDesign::Chunks {
+        known.entries.extend(walk.frames.iter().map(|f| f.entry));
+        // The thread's first frame was entered from C, as every call from C is.
+        if let Some(outermost) = known.entries.last_mut() {
+            *outermost = true;
+        }
+    }
     // This walk's code objects, then a few of the earlier walks' that it did not use: a leaf
     // call that comes and goes between samples keeps its identity read with the snapshot
     // instead of costing a call of its own after it.

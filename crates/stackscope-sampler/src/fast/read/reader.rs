@@ -6,9 +6,9 @@ use py_spy::PythonSpy;
 use stackscope_event::Frames;
 
 use crate::fast::deep::DeepReader;
-use crate::fast::deep::DeepThread;
+use crate::fast::deep::{DeepFrame, DeepThread};
 use crate::fast::error::ReadError;
-use crate::fast::layout::{common, debug_offsets, GilHolder, Layout};
+use crate::fast::layout::{common, debug_offsets, FrameDesign, GilHolder, Layout};
 use crate::fast::memory::remote::Remote;
 use crate::fast::objects::code::CodeCache;
 use crate::fast::objects::filenames::FileNames;
@@ -61,6 +61,10 @@ pub(crate) struct ThreadRead {
     pub active: bool,
     pub frames: Frames,
 }
+
+/// Each thread's OS state before its caller stopped the process
+/// ([`FastReader::states_before_stop`]).
+pub(crate) struct StatesBefore(Vec<Before>);
 
 pub(crate) struct FastReader {
     pub(in crate::fast) pid: u32,
@@ -227,31 +231,37 @@ impl FastReader {
     /// threads, or the process); without it nothing is stopped.
     pub(crate) fn read(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
         let started = std::time::Instant::now();
-        let out = self.read_inner(blocking);
+        let out = self.read_inner(blocking, None);
         self.stats.read_ns += started.elapsed().as_nanos() as u64;
         out
     }
 
+    /// `caller_stopped`: the threads' states before the caller stopped the process.
     pub(in crate::fast) fn read_inner(
         &mut self,
         blocking: bool,
+        caller_stopped: Option<Vec<Before>>,
     ) -> Result<Vec<ThreadRead>, ReadError> {
         self.stats.samples += 1;
         self.quiet_backoff = self.quiet_backoff.saturating_sub(1);
-        self.fill_os_thread_ids();
+        let stopped_by_caller = caller_stopped.is_some();
+        let stopped = stopped_by_caller;
         // The OS's view first: once we stop a thread, it reads as stopped.
-        let before = self.states_before(std::time::Instant::now());
-        self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
+        let before = match caller_stopped {
+            Some(before) => before,
+            None => self.states_before_read(false),
+        };
         let awake = before
             .iter()
             .any(|b| !b.how.is_reused() && activity::is_awake_or_asleep(b.state));
-        let stop = if blocking && self.strategy == Strategy::StopProcess {
+        let stop = if blocking && !stopped && self.strategy == Strategy::StopProcess {
             Some(self.stop_process()?)
         } else {
             None
         };
-        self.likely_holders = self.likely_holders(&before, blocking && stop.is_none());
-        let mut result = self.read_threads(blocking, stop.is_some(), &before);
+        let stopped = stopped || stop.is_some();
+        self.likely_holders = self.likely_holders(&before, blocking && !stopped);
+        let mut result = self.read_threads(blocking, stopped, &before);
         if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
             // per task): with the whole process stopped the list holds still.
@@ -265,9 +275,37 @@ impl FastReader {
             // Threads new to the list (or to their thread state) during this read.
             self.fill_os_thread_ids();
         }
-        let (out, moved) = self.thread_reads(read, &before);
+        let (out, moved) = self.thread_reads(read, &before, stopped_by_caller);
         self.seen_running = awake || moved;
         Ok(out)
+    }
+
+    /// Each thread's OS state before a read, under the reuse rules, counted. `stopping`: the
+    /// caller stops the process before the read.
+    fn states_before_read(&mut self, stopping: bool) -> Vec<Before> {
+        self.fill_os_thread_ids();
+        let before = self.states_before(std::time::Instant::now(), !stopping);
+        self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
+        before
+    }
+
+    /// For a caller about to stop the whole process: each thread's OS state, read now, since
+    /// during the stop every thread reads as stopped. [`FastReader::read_stopped`] takes it.
+    pub(crate) fn states_before_stop(&mut self) -> StatesBefore {
+        StatesBefore(self.states_before_read(true))
+    }
+
+    /// A read of the process its caller stopped after [`FastReader::states_before_stop`]: no
+    /// thread can run, so none is copied more than once, and each is judged busy or idle by
+    /// its state before the stop.
+    pub(crate) fn read_stopped(
+        &mut self,
+        states: StatesBefore,
+    ) -> Result<Vec<ThreadRead>, ReadError> {
+        let started = std::time::Instant::now();
+        let out = self.read_inner(false, Some(states.0));
+        self.stats.read_ns += started.elapsed().as_nanos() as u64;
+        out
     }
 
     /// The threads to read with a check: the one that held the GIL last time, and those
@@ -297,11 +335,13 @@ impl FastReader {
     }
 
     /// Each thread as read, with its names and whether it is busy; and whether Python ran in
-    /// some thread since the last sample.
+    /// some thread since the last sample. `caller_stopped`: the process is still stopped by
+    /// the caller, and `before` says which threads run.
     pub(in crate::fast) fn thread_reads(
         &mut self,
         read: Read,
         before: &[Before],
+        caller_stopped: bool,
     ) -> (Vec<ThreadRead>, bool) {
         let live: Vec<u64> = self
             .threads
@@ -341,7 +381,12 @@ impl FastReader {
             };
             // Python ran since the last sample: nobody had the process stopped.
             moved |= known.sig != 0 && !same;
-            let state = self.state_after(at.and_then(|j| before.get(j)), tid, owns_gil, same);
+            let state = self.state_after(
+                at.and_then(|j| before.get(j)),
+                tid,
+                (owns_gil, same),
+                caller_stopped,
+            );
             out.push(ThreadRead {
                 thread_id: ts.thread_id,
                 os_thread_id: (self.layout.has_native_thread_id || ts.native_thread_id != 0).then(
@@ -441,6 +486,31 @@ impl FastReader {
     /// Whether [`read_deep`](FastReader::read_deep) can read this interpreter.
     pub(crate) fn reads_deep(&self) -> bool {
         self.layout.objects.is_some()
+    }
+
+    /// Whether each stack read tells which of its frames entered the eval loop
+    /// ([`FastReader::entry_threads`]), so that `--native` needs no deep read (3.11+).
+    pub(crate) fn knows_entries(&self) -> bool {
+        self.layout.frames == FrameDesign::Chunks
+    }
+
+    /// Each known thread's frames as its last stack read had them, with which of them
+    /// entered the eval loop and nothing else of a deep read: what `--native` merges by.
+    pub(crate) fn entry_threads(&self) -> Vec<DeepThread> {
+        self.threads
+            .iter()
+            .map(|k| DeepThread {
+                thread_id: k.ts.thread_id,
+                frames: k
+                    .entries
+                    .iter()
+                    .map(|&entry| DeepFrame {
+                        entry,
+                        ..DeepFrame::default()
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Each known thread's frames, read afresh by the deep read ([`deep`]); with `locals`,

@@ -69,6 +69,10 @@ pub(crate) struct RawFrame {
     pub addr: usize,
     pub code: usize,
     pub prev_instr: usize,
+    /// The first frame its call of the eval loop ran (3.11+; the thread's outermost frame is
+    /// one too, which the walk cannot tell until it ends): where `--native` merges in that
+    /// call's native frames.
+    pub entry: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,24 +178,30 @@ impl Walk {
                 return Err(WalkError::Garbage(previous));
             }
             self.next = previous;
-            if owner
+            let shim = owner
                 .zip(layout.owner_shims_from)
-                .is_some_and(|(o, from)| o >= from)
-            {
-                // An entry shim (or 3.15's base frame): no code of its own.
-                continue;
-            }
-            if code == 0 && layout.minor >= 13 {
-                // 3.13+: a frame with no executable; py-spy leaves it out.
+                .is_some_and(|(o, from)| o >= from);
+            // An entry shim (or 3.15's base frame), and 3.13+'s frames with no executable:
+            // no code of their own, left out as py-spy leaves them out; the frame above
+            // one is the first its call of the eval loop ran.
+            if shim || (code == 0 && layout.minor >= 13) {
+                if let Some(above) = self.frames.last_mut() {
+                    above.entry = true;
+                }
                 continue;
             }
             if code == 0 || code & 7 != 0 {
                 return Err(WalkError::Garbage(code));
             }
+            let entry = layout
+                .fr_is_entry
+                .and_then(|at| header.get(at))
+                .is_some_and(|&b| b != 0);
             self.frames.push(RawFrame {
                 addr,
                 code,
                 prev_instr,
+                entry,
             });
         }
         Ok(None)
@@ -402,6 +412,66 @@ mod tests {
         mem[at + l.fr_prev_instr..at + l.fr_prev_instr + 8]
             .copy_from_slice(&(instr as u64).to_le_bytes());
         let _ = base;
+    }
+
+    /// Writes a frame of `layout` at `at`: its code, caller and owner.
+    fn frame_of(
+        layout: &Layout,
+        mem: &mut [u8],
+        at: usize,
+        code: usize,
+        previous: usize,
+        owner: u8,
+    ) {
+        mem[at + layout.fr_code..at + layout.fr_code + 8]
+            .copy_from_slice(&(code as u64).to_le_bytes());
+        mem[at + layout.fr_previous..at + layout.fr_previous + 8]
+            .copy_from_slice(&(previous as u64).to_le_bytes());
+        mem[at + layout.fr_owner] = owner;
+    }
+
+    fn entries_of(layout: &Layout, mem: Vec<u8>, base: usize, current: usize) -> Vec<bool> {
+        let mut walk = Walk::new(
+            current,
+            Region {
+                addr: base,
+                bytes: mem,
+            },
+        );
+        assert_eq!(walk.advance(layout), Ok(None));
+        walk.frames.iter().map(|f| f.entry).collect()
+    }
+
+    #[test]
+    fn the_frame_above_an_entry_shim_entered_the_eval_loop() {
+        use crate::fast::layout::PY312;
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 1024];
+        // Innermost first: +608 called by +400, which C called (the shim at +304 below it),
+        // called in turn by +96.
+        frame_of(&PY312, &mut mem, 96, 0xa000, 0, 0);
+        frame_of(&PY312, &mut mem, 304, 0, base + 96, 3);
+        frame_of(&PY312, &mut mem, 400, 0xb000, base + 304, 0);
+        frame_of(&PY312, &mut mem, 608, 0xc000, base + 400, 0);
+        assert_eq!(
+            entries_of(&PY312, mem, base, base + 608),
+            [false, true, false]
+        );
+    }
+
+    #[test]
+    fn a_311_frame_says_itself_that_it_entered_the_eval_loop() {
+        let base = 0x10_0000;
+        let mut mem = vec![0u8; 1024];
+        frame(&mut mem, base, 96, 0xa000, 0, 0);
+        frame(&mut mem, base, 304, 0xb000, base + 96, 0);
+        frame(&mut mem, base, 504, 0xc000, base + 304, 0);
+        let is_entry = PY311.fr_is_entry.expect("3.11 has is_entry");
+        mem[304 + is_entry] = 1;
+        assert_eq!(
+            entries_of(&PY311, mem, base, base + 504),
+            [false, true, false]
+        );
     }
 
     #[test]

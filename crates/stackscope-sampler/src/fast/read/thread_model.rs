@@ -29,6 +29,11 @@ pub(crate) struct Known {
     pub window_floor: usize,
     /// The code objects of its last stack: their identity is read with the next snapshot.
     pub codes: Vec<usize>,
+    /// Which frames of its last stack walked were the first their call of the eval loop ran,
+    /// innermost first (3.11+; empty before): what `--native` merges by. The stack it hands
+    /// on is that walk's, or, for a thread proven still, the one of the walk its proof came
+    /// from, which was its last.
+    pub entries: Vec<bool>,
     /// Its Python state as last read ([`crate::fast::read::judge::signature`]; 0: none yet): where the
     /// sample says whether the thread moved, which decides how fresh its OS state must be.
     pub sig: u64,

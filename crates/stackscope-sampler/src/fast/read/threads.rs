@@ -86,6 +86,7 @@ pub(crate) fn rebuild(
             // Found again at the thread's next good read.
             window_floor: 0,
             codes,
+            entries: Vec::new(),
             sig,
             proof,
             // Known good again after this sample's read.
