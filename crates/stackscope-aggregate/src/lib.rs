@@ -11,6 +11,7 @@
 //!
 //! The crate's parts, each depending only on those listed before it:
 //!
+//! - `at_hand.rs`: counts by key with the latest key's at hand, what a thread counts by stack;
 //! - `gpu/`: the GPU state of an instant (the one [`GpuTag`], the idle rule [`is_idle`] with
 //!   [`DEFAULT_IDLE_BELOW`], the SM-activity rule), the [`GpuTagger`], the timeline and the
 //!   GPU statistics;
@@ -28,6 +29,7 @@
 //! Pure: no I/O, no threads, no clock. The binary feeds [`Aggregator::handle`] the events from
 //! the channel; `stackscope-report` turns what it holds into files.
 
+mod at_hand;
 pub mod compare;
 mod compiled;
 mod fold;

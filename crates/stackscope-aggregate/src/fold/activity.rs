@@ -4,8 +4,8 @@
 //! Every sample of a thread counts in its totals, idle or not, and every stack is followed,
 //! waits included: the trainer's waits (for its next batch, on the GPU, for the GIL) are its
 //! step's breakdown (`roles/step.rs`), and any thread may turn out to be the trainer. A thread
-//! that keeps waiting in one place costs one table look-up per sample (the stack table
-//! remembers each thread's last stack).
+//! that keeps waiting in one place is counted there with no look-up: its counts at its latest
+//! stack are kept at hand (`at_hand.rs`), and go back into its table when it moves.
 //!
 //! A waiting sample taken while another thread of the same process held the GIL is counted as
 //! a GIL wait too, with who held it: the GIL's holder is known only from its own sample, taken
@@ -15,6 +15,7 @@ use foldhash::HashMap;
 
 use super::intern::StackId;
 use super::threads::ThreadKey;
+use crate::at_hand::AtHand;
 use crate::gpu::GpuTag;
 
 /// Stacks followed per thread; past it a thread's new stacks count in its totals only.
@@ -124,8 +125,8 @@ struct SampleGil {
 #[derive(Debug, Clone, Default)]
 pub struct Activity {
     pub totals: PhaseCounts,
-    /// By stack, for followed threads.
-    pub stacks: HashMap<StackId, PhaseCounts>,
+    /// By stack, for followed threads; its latest stack's at hand.
+    pub stacks: AtHand<StackId, PhaseCounts>,
     /// Its GIL waits by the thread that held the GIL meanwhile.
     pub gil_holders: HashMap<ThreadKey, u64>,
     /// The stack of its latest sample, to count arrivals (`PhaseCounts::entries`).
@@ -158,11 +159,8 @@ impl Activity {
         let Some(stack) = stack else {
             return;
         };
-        let full = self.stacks.len() >= MAX_STACKS_PER_THREAD;
-        let counts = match self.stacks.get_mut(&stack) {
-            Some(counts) => counts,
-            None if !full => self.stacks.entry(stack).or_default(),
-            None => return,
+        let Some(counts) = self.stacks.at(stack, MAX_STACKS_PER_THREAD) else {
+            return;
         };
         counts.add(tag, running, gil);
         counts.entries += u64::from(entered);
@@ -175,13 +173,8 @@ impl Activity {
     pub fn absorb(&mut self, other: &Activity) {
         self.totals.absorb(&other.totals);
         for (&stack, counts) in &other.stacks {
-            let full = self.stacks.len() >= MAX_STACKS_PER_THREAD;
-            match self.stacks.get_mut(&stack) {
-                Some(mine) => mine.absorb(counts),
-                None if !full => {
-                    self.stacks.insert(stack, *counts);
-                }
-                None => {}
+            if let Some(mine) = self.stacks.get_mut_or_new(stack, MAX_STACKS_PER_THREAD) {
+                mine.absorb(counts);
             }
         }
         for (&holder, &n) in &other.gil_holders {
@@ -234,6 +227,43 @@ mod tests {
         assert_eq!(a.stacks[&2].entries, 1);
         a.count(Some(1), GpuTag::Idle, true, false, None);
         assert_eq!(a.stacks[&1].entries, 2);
+    }
+
+    #[test]
+    fn unchanged_waiting_samples_are_each_counted_while_at_hand_and_after() {
+        let mut a = Activity::default();
+        a.count(Some(7), GpuTag::Busy, true, false, None);
+        for _ in 0..1000 {
+            a.count(Some(3), GpuTag::Idle, false, false, Some((1, 1, 1)));
+        }
+        // Read while the thread still waits there: every sample is in its counts.
+        let waits = a.stacks.get(&3).copied().unwrap_or_default();
+        assert_eq!(waits.gpu_idle.waiting, 1000);
+        assert_eq!(waits.held_elsewhere_not_busy, 1000);
+        assert_eq!(waits.entries, 1);
+        assert_eq!(
+            a.stacks.iter().map(|(_, c)| c.all().total()).sum::<u64>(),
+            1001
+        );
+        // It moves and comes back: the run went into the table, the new one adds to it.
+        a.count(Some(7), GpuTag::Busy, true, false, None);
+        for _ in 0..500 {
+            a.count(Some(3), GpuTag::Unknown, false, false, None);
+        }
+        let waits = a.stacks.get(&3).copied().unwrap_or_default();
+        assert_eq!(
+            (waits.gpu_idle.waiting, waits.gpu_unknown.waiting),
+            (1000, 500)
+        );
+        assert_eq!(waits.entries, 2);
+        assert_eq!(a.stacks.get(&7).map(|c| c.gpu_busy.running), Some(2));
+        assert_eq!(a.totals.all().total(), 1502);
+        assert_eq!(a.gil_holders[&(1, 1, 1)], 1000);
+        // A thread that ends is added to its kind's with the run it was in.
+        let mut kind = Activity::default();
+        kind.absorb(&a);
+        assert_eq!(kind.stacks.get(&3).map(|c| c.all().waiting), Some(1500));
+        assert_eq!(kind.stacks.len(), 2);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The aggregator: the one owner of a recording's state, fed event by event.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use stackscope_event::{Event, GpuSample, SampleErrorKind, StackSample, Timestamp};
+use stackscope_event::{Event, Frames, GpuSample, SampleErrorKind, StackSample, Timestamp};
 
 use serde::{Deserialize, Serialize};
 
@@ -130,6 +131,19 @@ pub struct Aggregator {
     pub(crate) memory: MemoryState,
 }
 
+/// Whether `frames` are a spin wait, remembered with the very frames last asked about: the
+/// sampler hands on one shared stack while a thread stays where it is.
+fn spin_wait_of(last: &mut Option<(Frames, bool)>, frames: &Frames) -> bool {
+    if let Some((seen, spin_wait)) = last {
+        if Arc::ptr_eq(seen, frames) {
+            return *spin_wait;
+        }
+    }
+    let spin_wait = frames.iter().any(|f| is_spin_wait(&f.function, f.native));
+    *last = Some((frames.clone(), spin_wait));
+    spin_wait
+}
+
 /// The thread table, reading short-lived threads as their kind unless kept apart.
 fn thread_table(max: usize, apart: bool) -> ThreadTable {
     let mut table = ThreadTable::new(max);
@@ -251,10 +265,7 @@ impl Aggregator {
         }
         // Whether it works at this read: running, in no spin wait, with no GPU busy that it
         // could be spinning on (the GPU state at its instant, as far as the readings reach).
-        let spin_wait = sample
-            .frames
-            .iter()
-            .any(|f| is_spin_wait(&f.function, f.native));
+        let spin_wait = spin_wait_of(&mut thread.spin_wait, &sample.frames);
         let gpu_busy = self.tagger.tag_at(sample.time).idle() == Some(false);
         let working = works_at_read(running, sample.thread.owns_gil, spin_wait, gpu_busy);
         let key = (sample.pid, sample.thread.python_thread_id);

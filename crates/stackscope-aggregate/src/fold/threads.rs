@@ -46,6 +46,9 @@ pub(crate) struct ThreadStat {
     pub activity: Activity,
     /// Its latest stack, to tell whether it moved.
     pub last_frames: Option<Frames>,
+    /// The very frames of its latest sample and whether they are a spin wait: a thread that
+    /// stays where it is is not read frame by frame again.
+    pub spin_wait: Option<(Frames, bool)>,
     /// What it did with the GIL at each of its samples (`gil/`).
     pub gil: GilCounts,
     /// Where it runs, for whether a wait is one for the GIL.
@@ -151,6 +154,7 @@ impl ThreadTable {
             lane: None,
             activity: Activity::default(),
             last_frames: None,
+            spin_wait: None,
             gil: GilCounts::default(),
             runs_at: RunsAt::default(),
             read_seq: ends.reads_of(pid),

@@ -20,6 +20,7 @@
 //! [`ReadGroups`] holds the samples of the latest read until the read is complete (a sample of
 //! another read, or [`ReadGroups::flush`]), then hands each on with its state and holder.
 
+use crate::at_hand::AtHand;
 use serde::{Deserialize, Serialize};
 use stackscope_event::{Frame, StackSample, Timestamp};
 
@@ -93,7 +94,9 @@ pub const MAX_STACKS_RUN_AT: usize = 4096;
 /// and those that ran, so far.
 #[derive(Debug, Clone)]
 pub struct RunsAt<S> {
-    by_stack: foldhash::HashMap<S, (u32, u32)>,
+    /// By stack, (ran, seen); the latest stack's at hand, so that a thread that stays where it
+    /// is counts there with no look-up.
+    by_stack: AtHand<S, (u32, u32)>,
 }
 
 impl<S> Default for RunsAt<S> {
@@ -104,34 +107,21 @@ impl<S> Default for RunsAt<S> {
     }
 }
 
-impl<S: std::hash::Hash + Eq> RunsAt<S> {
+impl<S: std::hash::Hash + Eq + Copy> RunsAt<S> {
     /// Counts a sample at `stack`; answers whether the thread ran there at least [`RUNS_HERE`]
     /// of its samples before this one.
     /// Adds where another thread ran (one that ended, into its kind's), within the cap.
-    pub fn absorb(&mut self, other: &RunsAt<S>)
-    where
-        S: Copy,
-    {
+    pub fn absorb(&mut self, other: &RunsAt<S>) {
         for (&stack, &(ran, seen)) in &other.by_stack {
-            let full = self.by_stack.len() >= MAX_STACKS_RUN_AT;
-            match self.by_stack.get_mut(&stack) {
-                Some(slot) => {
-                    *slot = (slot.0.saturating_add(ran), slot.1.saturating_add(seen));
-                }
-                None if !full => {
-                    self.by_stack.insert(stack, (ran, seen));
-                }
-                None => {}
+            if let Some(slot) = self.by_stack.get_mut_or_new(stack, MAX_STACKS_RUN_AT) {
+                *slot = (slot.0.saturating_add(ran), slot.1.saturating_add(seen));
             }
         }
     }
 
     pub fn observe(&mut self, stack: S, running: bool) -> bool {
-        let full = self.by_stack.len() >= MAX_STACKS_RUN_AT;
-        let slot = match self.by_stack.get_mut(&stack) {
-            Some(slot) => slot,
-            None if !full => self.by_stack.entry(stack).or_default(),
-            None => return false,
+        let Some(slot) = self.by_stack.at(stack, MAX_STACKS_RUN_AT) else {
+            return false;
         };
         let (ran, seen) = *slot;
         let runs_here = seen > 0 && f64::from(ran) >= RUNS_HERE * f64::from(seen);
@@ -312,6 +302,24 @@ impl GilCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_that_stays_at_a_stack_counts_every_sample_there() {
+        let mut at: RunsAt<u32> = RunsAt::default();
+        assert!(!at.observe(1, true));
+        // 9 waits after one run: 1 of 10 ran, still where it runs.
+        for _ in 0..9 {
+            assert!(at.observe(1, false));
+        }
+        // Another stack and back: the run at stack 1 was kept, the 11th wait tips it.
+        assert!(!at.observe(2, false));
+        assert!(at.observe(1, false));
+        assert!(!at.observe(1, false));
+        let mut kind: RunsAt<u32> = RunsAt::default();
+        kind.absorb(&at);
+        assert_eq!(kind.by_stack.get(&1), Some(&(1, 12)));
+        assert_eq!(kind.by_stack.get(&2), Some(&(0, 1)));
+    }
 
     fn sample(pid: u32, time: u64, thread: u64, running: bool, owns_gil: bool) -> GilSample<u64> {
         GilSample {
