@@ -221,6 +221,12 @@ impl NativeUnwinder {
                     log::debug!("{}: no unwind information, frame pointers only", image.path);
                 }
                 let image = Arc::new(image);
+                // Its symbols made ready now, not at the first sample that meets it: a big
+                // module's symbol table takes tens of milliseconds to sort and demangle, which
+                // would hold up that sample.
+                self.symbolizers
+                    .entry(key.clone())
+                    .or_insert_with(|| Symbolizer::for_image(&image));
                 self.images.insert(key, image.clone());
                 image
             }

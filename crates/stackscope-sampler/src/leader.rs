@@ -63,3 +63,35 @@ impl LiveThreadsStop {
         Ok(LiveThreadsStop { _locks: locks })
     }
 }
+
+/// The threads of a process that run Python stopped (PTRACE_SEIZE + PTRACE_INTERRUPT),
+/// resumed on Drop: enough for a read of their frames and native stacks, which no other
+/// thread touches (a thread must hold a thread state, and so be listed, to run Python).
+/// Stopping the threads already known spares listing `/proc/PID/task` at every sample.
+pub struct ThreadsStop {
+    _locks: Vec<remoteprocess::ThreadLock>,
+}
+
+impl ThreadsStop {
+    /// Stops each of `tids` of `pid`; one that exited meanwhile is skipped.
+    pub fn new(pid: u32, tids: &[u64]) -> std::io::Result<ThreadsStop> {
+        let mut locks = Vec::with_capacity(tids.len());
+        for &tid in tids {
+            let Ok(raw) = remoteprocess::Tid::try_from(tid) else {
+                continue;
+            };
+            let Ok(thread) = remoteprocess::Thread::new(raw) else {
+                continue;
+            };
+            match thread.lock() {
+                Ok(lock) => locks.push(lock),
+                Err(_) if !procfs::thread_alive(pid, tid) => {}
+                Err(e) => return Err(std::io::Error::other(e.to_string())),
+            }
+        }
+        if locks.is_empty() {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(ThreadsStop { _locks: locks })
+    }
+}

@@ -19,7 +19,7 @@ use stackscope_native::{merge, EntryFrame};
 use super::{PythonTarget, ThreadStack};
 use crate::error::{classify_sample_error, SampleFailure};
 use crate::fast::{DeepFrame, DeepThread, ThreadRead};
-use crate::leader::LiveThreadsStop;
+use crate::leader::{LiveThreadsStop, ThreadsStop};
 
 impl PythonTarget {
     /// Whether stacks are read by [`read_stacks_deep`](PythonTarget::read_stacks_deep):
@@ -39,7 +39,25 @@ impl PythonTarget {
         };
         // Whether a thread runs comes from before the stop, by the reader's own rules.
         let states = stops.then(|| fast.states_before_stop());
-        let stop = self.stop_for_deep_read()?;
+        // Native frames alone need only the threads that run Python stopped.
+        let python_only = self.native.is_some() && !self.keep_raw && fast.knows_entries();
+        let tids = if python_only {
+            fast.os_thread_ids()
+        } else {
+            Vec::new()
+        };
+        let stop = if python_only {
+            let pid = self.pid;
+            let stopped = ThreadsStop::new(self.read_pid, &tids).map_err(|e| {
+                classify_sample_error(
+                    pid,
+                    &anyhow::Error::new(e).context("cannot stop the process"),
+                )
+            })?;
+            Some(Box::new(stopped) as Box<dyn Any>)
+        } else {
+            self.stop_for_deep_read()?
+        };
         let Some(fast) = self.fast.as_mut() else {
             return Ok(Vec::new());
         };

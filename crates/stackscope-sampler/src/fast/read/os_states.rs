@@ -11,14 +11,8 @@ impl FastReader {
     /// Each thread's OS state before the read, and which threads this sample takes as still
     /// ([`FastReader::still`]). A thread that slept a moment ago, still does if its Python
     /// state has not changed (checked after the read, [`FastReader::state_after`]) and it was
-    /// not the GIL's holder: its last reading stands. `defer_holder`: the GIL's last holder's
-    /// state is read only after the read, if it no longer holds the GIL (not for a process
-    /// about to be stopped, whose threads then all read as stopped).
-    pub(in crate::fast) fn states_before(
-        &mut self,
-        now: std::time::Instant,
-        defer_holder: bool,
-    ) -> Vec<Before> {
+    /// not the GIL's holder: its last reading stands.
+    pub(in crate::fast) fn states_before(&mut self, now: std::time::Instant) -> Vec<Before> {
         let mut before = Vec::with_capacity(self.threads.len());
         for (i, k) in self.threads.iter().enumerate() {
             let tid = k.ts.native_thread_id;
@@ -26,40 +20,39 @@ impl FastReader {
             let own = self.tids.ours(tid);
             // A thread with a stack on record, under the reuse rules.
             let reusable = self.reuse_states && k.sig != 0;
-            let (state, how, still) =
-                if defer_holder && reusable && k.tstate == self.expected_holder {
-                    // The GIL's holder at the end of the last read is busy by the idle rule if it
-                    // still holds the GIL at the end of this one, whatever the OS says: its state
-                    // is read only if it turns out not to (after the read). On a process with one
-                    // busy thread that saves the only `/proc` read of most samples.
-                    (None, StateFrom::Deferred, false)
-                } else {
-                    let earlier = reusable
-                        .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
-                        .flatten();
-                    match earlier {
-                        Some(state) => {
-                            let audited = if self.audit {
-                                own.and_then(|own| self.activity.peek(own))
-                            } else {
-                                None
-                            };
-                            (Some(state), StateFrom::Reused { audited }, true)
-                        }
-                        None => {
-                            let state = own.and_then(|own| self.activity.state(own));
-                            // Asleep now, as read: as likely where it was as one whose reading is
-                            // reused (every sleeper's reading expires within 100-400 ms, and
-                            // reading them all in full then cost a sample about as much as all
-                            // the others).
-                            (
-                                state,
-                                StateFrom::Read,
-                                reusable && activity::is_asleep(state),
-                            )
-                        }
+            let (state, how, still) = if reusable && k.tstate == self.expected_holder {
+                // The GIL's holder at the end of the last read is busy by the idle rule if it
+                // still holds the GIL at the end of this one, whatever the OS says: its state
+                // is read only if it turns out not to (after the read). On a process with one
+                // busy thread that saves the only `/proc` read of most samples.
+                (None, StateFrom::Deferred, false)
+            } else {
+                let earlier = reusable
+                    .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
+                    .flatten();
+                match earlier {
+                    Some(state) => {
+                        let audited = if self.audit {
+                            own.and_then(|own| self.activity.peek(own))
+                        } else {
+                            None
+                        };
+                        (Some(state), StateFrom::Reused { audited }, true)
                     }
-                };
+                    None => {
+                        let state = own.and_then(|own| self.activity.state(own));
+                        // Asleep now, as read: as likely where it was as one whose reading is
+                        // reused (every sleeper's reading expires within 100-400 ms, and
+                        // reading them all in full then cost a sample about as much as all
+                        // the others).
+                        (
+                            state,
+                            StateFrom::Read,
+                            reusable && activity::is_asleep(state),
+                        )
+                    }
+                }
+            };
             // A proof stands for a while only ([`proof::still::PROOF_FOR`]): past it, the thread is
             // read in full once, which a change no proof sees cannot hide from.
             let still = match how {
@@ -81,7 +74,7 @@ impl FastReader {
     /// The OS state a thread is judged by after the read: `before` (None: a thread new this
     /// sample), read now where that does not stand. `same`: its Python state did not change.
     /// `caller_stopped`: the process is still stopped, where every thread reads as stopped:
-    /// `before` stands.
+    /// `before` stands (unknown for the GIL's last holder, busy if it still holds it).
     pub(in crate::fast) fn state_after(
         &mut self,
         before: Option<&Before>,

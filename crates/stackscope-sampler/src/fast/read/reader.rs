@@ -249,7 +249,7 @@ impl FastReader {
         // The OS's view first: once we stop a thread, it reads as stopped.
         let before = match caller_stopped {
             Some(before) => before,
-            None => self.states_before_read(false),
+            None => self.states_before_read(),
         };
         let awake = before
             .iter()
@@ -280,11 +280,10 @@ impl FastReader {
         Ok(out)
     }
 
-    /// Each thread's OS state before a read, under the reuse rules, counted. `stopping`: the
-    /// caller stops the process before the read.
-    fn states_before_read(&mut self, stopping: bool) -> Vec<Before> {
+    /// Each thread's OS state before a read, under the reuse rules, counted.
+    fn states_before_read(&mut self) -> Vec<Before> {
         self.fill_os_thread_ids();
-        let before = self.states_before(std::time::Instant::now(), !stopping);
+        let before = self.states_before(std::time::Instant::now());
         self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
         before
     }
@@ -292,7 +291,17 @@ impl FastReader {
     /// For a caller about to stop the whole process: each thread's OS state, read now, since
     /// during the stop every thread reads as stopped. [`FastReader::read_stopped`] takes it.
     pub(crate) fn states_before_stop(&mut self) -> StatesBefore {
-        StatesBefore(self.states_before_read(true))
+        StatesBefore(self.states_before_read())
+    }
+
+    /// The OS ids (ours) of the threads the interpreter lists: the ones whose stacks a read
+    /// of a stopped process needs stopped.
+    pub(crate) fn os_thread_ids(&mut self) -> Vec<u64> {
+        let natives: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
+        natives
+            .into_iter()
+            .filter_map(|native| self.tids.ours(native))
+            .collect()
     }
 
     /// A read of the process its caller stopped after [`FastReader::states_before_stop`]: no
