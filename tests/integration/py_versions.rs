@@ -83,16 +83,7 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
                 folded.excerpt()
             );
         }
-        let deepest = folded
-            .of_thread("busy")
-            .map(|s| {
-                s.frames
-                    .iter()
-                    .filter(|f| f.function.ends_with("down"))
-                    .count()
-            })
-            .max()
-            .unwrap_or(0);
+        let deepest = deepest_down(&folded);
         assert_eq!(deepest, 31, "{minor}: down() frames on the busy stack");
         assert_native_profile(minor, &target);
 
@@ -160,6 +151,20 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
     }
 }
 
+/// The most down() frames of a stack of the busy thread: 31 in every whole one.
+fn deepest_down(folded: &common::Folded) -> usize {
+    folded
+        .of_thread("busy")
+        .map(|s| {
+            s.frames
+                .iter()
+                .filter(|f| f.function.ends_with("down"))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// `attach --native`: our reader reads it from 3.11 (the walk tells where each call of the
 /// eval loop entered; py-spy's reader before), the busy stack keeps its 31 Python frames, and
 /// a sleeper's Python frames have the C library's sleep below them.
@@ -193,16 +198,7 @@ fn assert_native_profile(minor: &str, target: &Target) {
     };
     assert_eq!(summary["reader"], reader, "{minor}: --native: {summary:#}");
     let folded = out.folded();
-    let deepest = folded
-        .of_thread("busy")
-        .map(|s| {
-            s.frames
-                .iter()
-                .filter(|f| f.function.ends_with("down"))
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
+    let deepest = deepest_down(&folded);
     assert_eq!(
         deepest,
         31,
