@@ -155,8 +155,9 @@ fn window_of(reads: &Reads<'_>, floor: usize) -> Option<Window> {
 }
 
 /// Where the later copies of a thread should start next time, from its stack just read
-/// whole: the frame [`WINDOW_FRAMES`] below the top, if it lies in the current chunk (`ts`
-/// its thread state's words); 0 otherwise (the chunk's start).
+/// whole: the frame [`WINDOW_FRAMES`] below the top, if it lies in the used part of the
+/// current chunk (from `chunk` to `top`, as the thread state shows them); 0 otherwise (the
+/// chunk's start).
 pub(crate) fn window_floor(walk: &Walk, chunk: usize, top: usize) -> usize {
     walk.frames
         .get(WINDOW_FRAMES)
