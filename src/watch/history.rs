@@ -27,7 +27,7 @@ fn ended_badly(how: stackscope_event::HowEnded) -> bool {
 
 /// A replacement is a process of the same parent that appeared at most this long before the
 /// vanished one was seen gone (a pool replaces its worker within its 100 ms loop; the tree is
-/// rescanned every 500 ms, and may find the new one before we see the old one gone).
+/// walked ten times a second, and may find the new one before we see the old one gone).
 const REPLACED_WITHIN_NANOS: u64 = 2_000_000_000;
 /// Processes that ended kept for the reports: the most recent, what a hang's cause looks at
 /// first (at two workers ended a second, the last two minutes) ...

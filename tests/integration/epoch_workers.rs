@@ -42,7 +42,7 @@ fn group_counts(root: &str) -> Option<(u64, u64)> {
 
 /// Attaches for `secs` to the epoch job, with `extra` arguments; the output directory.
 fn attach_epochs(secs: &str, extra: &[&str]) -> (OutDir, u32) {
-    // Epochs long enough for the tree's rescan (twice a second) and an attach in a debug build
+    // Epochs long enough for the tree's walk (ten times a second) and an attach in a debug build
     // to meet every worker.
     let fixture = Fixture::start("epoch_workers.py", &["--epoch-seconds", "1.5"]);
     let pid = fixture.ready_pid();
@@ -167,4 +167,44 @@ fn processes_apart_keeps_a_root_for_each_worker() {
         "{roots:#?}"
     );
     assert!(roots.len() >= 4, "a root per worker: {roots:#?}");
+}
+
+/// Workers that live a fraction of a second (an epoch of 0.2 s) are found and read: the tree is
+/// walked ten times a second, and attaching never waits for the sampler, nor the sampler for
+/// an attach.
+#[test]
+fn workers_that_live_a_fifth_of_a_second_are_followed() {
+    let out = OutDir::new();
+    let ready = out.tmp.path().join("ready");
+    let stats = out.tmp.path().join("stats.json");
+    let mut cmd = stackscope(&["record", "--gpu", "off", "-o", out.arg(), "--"]);
+    cmd.arg("python3")
+        .arg(fixture_path("process_churn.py"))
+        .arg(&ready)
+        .args(["--workers", "2", "--epoch-seconds", "0.2", "--seconds", "6"])
+        .arg("--stats")
+        .arg(&stats)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    run_with_timeout(cmd, RUN_TIMEOUT).assert_success();
+    let started: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&stats).expect("stats")).expect("stats json");
+    let started = num(&started["processes"], "processes started");
+    assert!(started >= 20.0, "{started} workers in 6 s");
+    let summary = out.summary();
+    // The followed count includes the job's own process.
+    let followed = num(&summary["processes_followed"], "followed") - 1.0;
+    assert!(
+        followed >= 0.6 * started,
+        "{followed} of {started} workers followed"
+    );
+    let group = summary["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find_map(|p| p["group"].as_object())
+        .expect("the workers are one group");
+    assert!(
+        num(&group["processes"], "group processes") >= 0.6 * started,
+        "{group:?}"
+    );
 }

@@ -4,7 +4,8 @@ use std::io::Write;
 use std::path::Path;
 
 use stackscope_aggregate::{
-    FunctionStat, GpuSummary, LoopFoundBy, ProcessSummary, Role, Summary, ThreadRole, TopFunctions,
+    is_group_pid, FunctionStat, GpuSummary, LoopFoundBy, ProcessSummary, Role, Summary, ThreadRole,
+    TopFunctions,
 };
 
 use crate::outputs::{file_names, FLAMEGRAPH, REPORT_HTML};
@@ -282,14 +283,16 @@ pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
         ),
         (Role::Worker, "worker", "workers"),
     ] {
-        let mut pids: Vec<u32> = roles
-            .iter()
-            .filter(|t| t.role == role)
+        let in_role = || roles.iter().filter(|t| t.role == role);
+        // A group of like processes that ended has no pid of its own to show.
+        let grouped = in_role().any(|t| is_group_pid(t.pid));
+        let mut pids: Vec<u32> = in_role()
             .map(|t| t.pid)
+            .filter(|&pid| !is_group_pid(pid))
             .collect();
         pids.sort_unstable();
         pids.dedup();
-        if pids.is_empty() {
+        if pids.is_empty() && !grouped {
             continue;
         }
         let mut shown: Vec<String> = pids
@@ -300,12 +303,19 @@ pub fn roles_line(roles: &[ThreadRole]) -> Option<String> {
         if pids.len() > TEXT_FEEDER_PIDS {
             shown.push(format!("and {} more", pids.len() - TEXT_FEEDER_PIDS));
         }
-        let (name, pid_word) = if pids.len() == 1 {
+        let (name, pid_word) = if pids.len() == 1 && !grouped {
             (one, "pid")
         } else {
             (many, "pids")
         };
-        parts.push(format!("{name} {pid_word} {}", shown.join(", ")));
+        parts.push(match (pids.is_empty(), grouped) {
+            (true, _) => format!("{many} that ended, as one group"),
+            (false, true) => format!(
+                "{name} {pid_word} {} and those that ended, as one group",
+                shown.join(", ")
+            ),
+            (false, false) => format!("{name} {pid_word} {}", shown.join(", ")),
+        });
     }
     let pool: Vec<&ThreadRole> = roles
         .iter()
@@ -467,6 +477,28 @@ mod tests {
         assert_eq!(
             roles_line(&one).as_deref(),
             Some("trainer pid 10 (Thread-2); worker pid 11; 1 helper thread")
+        );
+        // Workers that ended are one group, with a pid of its own that is no process's.
+        let group = stackscope_aggregate::GROUP_PIDS_FROM;
+        let churned = [
+            role(10, 1, "MainThread", Role::Trainer, "loop (MainThread)"),
+            role(31, 1, "MainThread", Role::Worker, "worker"),
+            role(group, 1, "MainThread", Role::Worker, "worker"),
+        ];
+        assert_eq!(
+            roles_line(&churned).as_deref(),
+            Some("loop pid 10 (MainThread); workers pids 31 and those that ended, as one group")
+        );
+        assert_eq!(
+            roles_line(
+                &churned[..1]
+                    .iter()
+                    .chain(&churned[2..])
+                    .cloned()
+                    .collect::<Vec<_>>()
+            )
+            .as_deref(),
+            Some("loop pid 10 (MainThread); workers that ended, as one group")
         );
         assert_eq!(roles_line(&[]), None);
     }

@@ -10,7 +10,7 @@ pub mod cpus;
 mod started;
 pub(crate) mod stat;
 mod waits;
-pub use started::started_secs;
+pub use started::{start_ticks, started_secs};
 pub use stat::ProcState;
 pub(crate) use stat::StatLine;
 pub use waits::waits_without_limit;

@@ -7,9 +7,15 @@ use super::StatLine;
 
 /// When `pid` started, in seconds of the Unix epoch; `None` for a process that is gone.
 pub fn started_secs(pid: u32) -> Option<f64> {
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let ticks = StatLine::parse(&stat)?.start_ticks()?;
+    let ticks = start_ticks(pid)?;
     Some(boot_secs()? as f64 + ticks as f64 / ticks_per_sec()?)
+}
+
+/// When `pid` started, in clock ticks since boot: with the pid, it names one process even
+/// after the pid is reused.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    StatLine::parse(&stat)?.start_ticks()
 }
 
 /// When the machine booted, in seconds of the Unix epoch.
