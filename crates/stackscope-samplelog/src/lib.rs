@@ -76,6 +76,7 @@ mod reader;
 mod record;
 mod replay;
 mod segments;
+pub mod stretch;
 mod sync;
 mod varint;
 mod window;
