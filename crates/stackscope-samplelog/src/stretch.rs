@@ -2,16 +2,18 @@
 //! whoever reads it is measured on a soak of minutes (`scripts/soak-stretch`).
 //!
 //! The events of a log are written again and again, one copy after the other on the clock.
-//! What lived through the whole recording (the job's process and its long-lived threads: seen
-//! in its first and its last tenth) is the same process and thread in every copy; everything
-//! else (threads and processes that came and went) gets new ids in each copy, so the stretched
-//! log churns as the job did, copies times over. A long-lived process is attached in the first
-//! copy and exits in the last.
+//! What lived through the whole recording is the same process and thread in every copy: the
+//! recorded process, a process there from the first tenth that never exited, a thread with
+//! the same name in the first and the last tenth. Everything else (threads and processes that
+//! came and went, pids and thread ids reused) gets new ids in each copy, so the stretched log
+//! churns as the job did, copies times over. A long-lived process is attached in the first
+//! copy and exits in the last; one that came and was still there at a copy's end exits there.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
-use stackscope_event::{Event, ProcessEventKind, Timestamp};
+use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
 
 use crate::{LogError, SampleLogReader, SampleLogWriter, LOG_FILE_NAME};
 
@@ -29,10 +31,30 @@ struct Span {
     last: u64,
     lasting_pids: HashSet<u32>,
     lasting_threads: HashSet<(u32, u64)>,
+    /// Processes that came and were still there at the end: each copy but the last ends them,
+    /// as the next copy starts others in their place.
+    alive_at_end: Vec<u32>,
+}
+
+/// What the survey learns of one pid. Pids are reused over a long recording (`pid_max` is
+/// often 32,768): a pid that exited at some point is not one process throughout.
+#[derive(Default)]
+struct PidSeen {
+    first: u64,
+    exited: bool,
+    /// Whether its last process event is an attach.
+    attached_last: bool,
+}
+
+/// What the survey learns of one thread: its name in the first and in the last tenth.
+#[derive(Default)]
+struct ThreadSeen {
+    early: Option<Option<Arc<str>>>,
+    late: Option<Option<Arc<str>>>,
 }
 
 /// What lived through the recording at `log`; `None` for one without events.
-fn survey(log: &Path) -> Result<Option<Span>, LogError> {
+fn survey(log: &Path, root: u32) -> Result<Option<Span>, LogError> {
     let read = |f: &mut dyn FnMut(&Event)| -> Result<(), LogError> {
         for event in SampleLogReader::open(log)? {
             f(&event?);
@@ -48,47 +70,70 @@ fn survey(log: &Path) -> Result<Option<Span>, LogError> {
         return Ok(None);
     }
     let tenth = (last - first) / 10;
-    let (mut early, mut late) = (Ids::default(), Ids::default());
+    let mut pids: HashMap<u32, PidSeen> = HashMap::new();
+    let mut threads: HashMap<(u32, u64), ThreadSeen> = HashMap::new();
     read(&mut |e| {
         let t = e.time().0;
-        if t <= first + tenth {
-            early.note(e);
-        }
-        if t >= last - tenth {
-            late.note(e);
+        match e {
+            Event::Stack(s) => {
+                pids.entry(s.pid).or_insert_with(|| PidSeen {
+                    first: t,
+                    ..PidSeen::default()
+                });
+                let seen = threads
+                    .entry((s.pid, s.thread.python_thread_id))
+                    .or_default();
+                if t <= first + tenth {
+                    seen.early.get_or_insert_with(|| s.thread.name.clone());
+                }
+                if t >= last - tenth {
+                    seen.late = Some(s.thread.name.clone());
+                }
+            }
+            Event::Process(p) => {
+                let seen = pids.entry(p.pid).or_insert_with(|| PidSeen {
+                    first: t,
+                    ..PidSeen::default()
+                });
+                seen.exited |= p.kind == ProcessEventKind::Exited;
+                seen.attached_last = p.kind == ProcessEventKind::Attached;
+            }
+            _ => {}
         }
     })?;
+    let lasting_pids: HashSet<u32> = pids
+        .iter()
+        .filter(|(&pid, seen)| pid == root || (!seen.exited && seen.first <= first + tenth))
+        .map(|(&pid, _)| pid)
+        .collect();
+    let alive_at_end = pids
+        .iter()
+        .filter(|(pid, seen)| seen.attached_last && !lasting_pids.contains(pid))
+        .map(|(&pid, _)| pid)
+        .collect();
+    // A thread id is reused too: the same name at both ends makes it one thread throughout.
+    let lasting_threads = threads
+        .into_iter()
+        .filter(|(_, seen)| seen.early.is_some() && seen.early == seen.late)
+        .map(|(thread, _)| thread)
+        .collect();
     Ok(Some(Span {
         first,
         last,
-        lasting_pids: early.pids.intersection(&late.pids).copied().collect(),
-        lasting_threads: early.threads.intersection(&late.threads).copied().collect(),
+        lasting_pids,
+        lasting_threads,
+        alive_at_end,
     }))
-}
-
-#[derive(Default)]
-struct Ids {
-    pids: HashSet<u32>,
-    threads: HashSet<(u32, u64)>,
-}
-
-impl Ids {
-    fn note(&mut self, event: &Event) {
-        if let Event::Stack(s) = event {
-            self.pids.insert(s.pid);
-            self.threads.insert((s.pid, s.thread.python_thread_id));
-        }
-    }
 }
 
 /// Writes `output/samples.log`: the events of `input/samples.log` `copies` times over, one
 /// copy after the other on the clock (see the module's docs). Returns the events written.
 pub fn stretch(input: &Path, output: &Path, copies: u32) -> Result<u64, LogError> {
     let log = input.join(LOG_FILE_NAME);
-    let Some(span) = survey(&log)? else {
+    let header = SampleLogReader::open(&log)?.header().clone();
+    let Some(span) = survey(&log, header.pid)? else {
         return Ok(0);
     };
-    let header = SampleLogReader::open(&log)?.header().clone();
     std::fs::create_dir_all(output).map_err(|source| LogError::Create {
         path: output.to_owned(),
         source,
@@ -106,9 +151,37 @@ pub fn stretch(input: &Path, output: &Path, copies: u32) -> Result<u64, LogError
                 written += 1;
             }
         }
+        if copy + 1 < copies {
+            let end = Timestamp(span.last + u64::from(copy) * length + 1);
+            for &pid in &span.alive_at_end {
+                writer.append(&ended(pid, copy, end))?;
+                written += 1;
+            }
+        }
     }
     writer.flush()?;
     Ok(written)
+}
+
+/// The exit of a process of copy `copy` that was still there at its end.
+fn ended(pid: u32, copy: u32, time: Timestamp) -> Event {
+    Event::Process(ProcessEvent {
+        time,
+        pid: moved_pid(pid, copy),
+        command_line: String::new(),
+        kind: ProcessEventKind::Exited,
+        rank: RankInfo::default(),
+        how: None,
+    })
+}
+
+/// A pid that did not last, as copy `copy` has it.
+fn moved_pid(pid: u32, copy: u32) -> u32 {
+    if pid >= PID_STEP {
+        pid
+    } else {
+        pid + copy * PID_STEP
+    }
 }
 
 /// `event` as copy `copy` has it; `None` for the attach or exit of a long-lived process that
@@ -116,10 +189,10 @@ pub fn stretch(input: &Path, output: &Path, copies: u32) -> Result<u64, LogError
 fn moved(mut event: Event, span: &Span, copy: u32, last_copy: bool, length: u64) -> Option<Event> {
     let shift = u64::from(copy) * length;
     let pid_of = |pid: u32| {
-        if span.lasting_pids.contains(&pid) || pid >= PID_STEP {
+        if span.lasting_pids.contains(&pid) {
             pid
         } else {
-            pid + copy * PID_STEP
+            moved_pid(pid, copy)
         }
     };
     match &mut event {

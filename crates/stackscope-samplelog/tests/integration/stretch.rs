@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, Timestamp};
+use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, ThreadInfo, Timestamp};
 use stackscope_samplelog::stretch::stretch;
 use stackscope_samplelog::{SampleLogReader, SampleLogWriter};
 use stackscope_testkit::events;
@@ -11,7 +11,8 @@ use stackscope_testkit::events;
 use crate::common::*;
 
 const MS: u64 = 1_000_000;
-const JOB: u32 = 100;
+/// The recorded process (the header's pid).
+const JOB: u32 = 4242;
 const WORKER: u32 = 200;
 
 fn process(time: u64, pid: u32, kind: ProcessEventKind) -> Event {
@@ -25,45 +26,47 @@ fn process(time: u64, pid: u32, kind: ProcessEventKind) -> Event {
     })
 }
 
-/// One second of a job: its main thread throughout, a short-lived thread in the middle, and a
-/// worker process that starts and ends.
+/// One second of a job: its main thread throughout; a short-lived thread in the middle; a
+/// thread id used at the start and again at the end by another thread; a worker process that
+/// starts and ends, and another with the same pid that starts near the end and is still there.
 fn one_second() -> Vec<Event> {
     let frames = events::frames(&[("step", "job.py", 3)]);
     let main = events::thread(1, Some(JOB.into()), Some("MainThread"), true);
     let short = events::thread(7, Some(777), Some("request-7"), true);
+    let reused_a = events::thread(9, Some(901), Some("request-a"), true);
+    let reused_b = events::thread(9, Some(902), Some("request-b"), true);
     let worker = events::thread(1, Some(WORKER.into()), Some("MainThread"), true);
     let mut out = vec![process(START, JOB, ProcessEventKind::Attached)];
-    for tick in 0..100u64 {
-        let time = START + tick * 10 * MS;
-        out.push(events::stack_of(
-            Timestamp(time),
-            JOB,
-            main.clone(),
+    let mut at = |tick: u64, pid: u32, thread: &ThreadInfo| {
+        events::stack_of(
+            Timestamp(START + tick * 10 * MS),
+            pid,
+            thread.clone(),
             frames.clone(),
-        ));
+        )
+    };
+    for tick in 0..100u64 {
+        out.push(at(tick, JOB, &main));
         if (40..60).contains(&tick) {
-            out.push(events::stack_of(
-                Timestamp(time),
-                JOB,
-                short.clone(),
-                frames.clone(),
-            ));
+            out.push(at(tick, JOB, &short));
         }
-        if (30..70).contains(&tick) {
-            out.push(events::stack_of(
-                Timestamp(time),
-                WORKER,
-                worker.clone(),
-                frames.clone(),
-            ));
+        if (2..5).contains(&tick) {
+            out.push(at(tick, JOB, &reused_a));
+        }
+        if (95..99).contains(&tick) {
+            out.push(at(tick, JOB, &reused_b));
+        }
+        if (5..30).contains(&tick) || tick >= 91 {
+            out.push(at(tick, WORKER, &worker));
         }
     }
+    out.push(process(START + 50 * MS, WORKER, ProcessEventKind::Attached));
+    out.push(process(START + 305 * MS, WORKER, ProcessEventKind::Exited));
     out.push(process(
-        START + 300 * MS,
+        START + 905 * MS,
         WORKER,
         ProcessEventKind::Attached,
     ));
-    out.push(process(START + 700 * MS, WORKER, ProcessEventKind::Exited));
     out.push(process(START + 995 * MS, JOB, ProcessEventKind::Exited));
     out.sort_by_key(Event::time);
     out
@@ -91,6 +94,7 @@ fn a_stretched_recording_repeats_what_came_and_went_with_new_ids() {
     let mut threads = BTreeSet::new();
     let mut pids = BTreeSet::new();
     let mut job_events = Vec::new();
+    let mut worker_exits = 0;
     for event in &read {
         match event {
             Event::Stack(s) => {
@@ -98,15 +102,18 @@ fn a_stretched_recording_repeats_what_came_and_went_with_new_ids() {
                 pids.insert(s.pid);
             }
             Event::Process(p) if p.pid == JOB => job_events.push(p.kind),
+            Event::Process(p) if p.kind == ProcessEventKind::Exited => worker_exits += 1,
             _ => {}
         }
     }
-    // The job and its main thread are one; the short thread and the worker, three each.
+    // The job and its main thread are one; the worker's pid, reused within the recording, is
+    // a new pid in each copy.
     assert_eq!(pids.len(), 1 + 3, "{pids:?}");
     assert!(pids.contains(&JOB));
+    // The short thread and the reused thread id, three each.
     assert_eq!(
         threads.iter().filter(|(pid, _)| *pid == JOB).count(),
-        1 + 3,
+        1 + 3 + 3,
         "{threads:?}"
     );
     assert_eq!(
@@ -114,6 +121,8 @@ fn a_stretched_recording_repeats_what_came_and_went_with_new_ids() {
         [ProcessEventKind::Attached, ProcessEventKind::Exited],
         "the job attaches once and exits once"
     );
+    // Each copy's first worker exits; its second exits at the copy's end, but in the last.
+    assert_eq!(worker_exits, 3 + 2);
     // The copies follow each other: three seconds of the main thread, in order.
     let main_times: Vec<u64> = read
         .iter()
