@@ -16,3 +16,28 @@ pub fn give_back_freed() {
         libc::malloc_trim(0);
     }
 }
+
+/// How often a view that runs for days gives back what it freed: `top` builds its table and
+/// the verdict's aggregate every second, with no checkpoint to trim after.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Gives freed memory back at most every [`TRIM_EVERY`], for loops without checkpoints.
+pub struct PeriodicTrim {
+    last: std::time::Instant,
+}
+
+impl PeriodicTrim {
+    pub fn new() -> PeriodicTrim {
+        PeriodicTrim {
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Trims when the last trim is [`TRIM_EVERY`] old.
+    pub fn when_due(&mut self) {
+        if self.last.elapsed() >= TRIM_EVERY {
+            give_back_freed();
+            self.last = std::time::Instant::now();
+        }
+    }
+}

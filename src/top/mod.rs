@@ -65,6 +65,8 @@ pub struct Live {
     /// `--metrics-addr`'s state and server.
     metrics: Option<MetricsEndpoint>,
     ticks_at_interval_start: u64,
+    /// What the table and the verdict's aggregate freed goes back to the system now and then.
+    trim: crate::heap::PeriodicTrim,
 }
 
 impl Live {
@@ -131,6 +133,7 @@ impl Live {
             all_started: now,
             metrics,
             ticks_at_interval_start: 0,
+            trim: crate::heap::PeriodicTrim::new(),
         };
         live.refresh_status(0.0);
         Ok(live)
@@ -175,6 +178,7 @@ impl Live {
         self.interval_started = Instant::now();
         self.model.end_interval();
         self.refresh_status(secs);
+        self.trim.when_due();
     }
 
     fn refresh_status(&mut self, interval_secs: f64) {

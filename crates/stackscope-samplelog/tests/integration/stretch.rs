@@ -37,7 +37,7 @@ fn one_second() -> Vec<Event> {
     let reused_b = events::thread(9, Some(902), Some("request-b"), true);
     let worker = events::thread(1, Some(WORKER.into()), Some("MainThread"), true);
     let mut out = vec![process(START, JOB, ProcessEventKind::Attached)];
-    let mut at = |tick: u64, pid: u32, thread: &ThreadInfo| {
+    let at = |tick: u64, pid: u32, thread: &ThreadInfo| {
         events::stack_of(
             Timestamp(START + tick * 10 * MS),
             pid,
