@@ -27,6 +27,11 @@ const FIND_INTERVAL: Duration = Duration::from_millis(100);
 /// The most processes followed at once; a fork bomb must not make us attach without end.
 pub(super) const MAX_PROCESSES: usize = procfs::MAX_DESCENDANTS / 4;
 
+/// Targets attached and not yet taken by the sampler (it takes them at every tick). A channel
+/// holds its capacity from the start, a few KB a target: one that does not fit is attached
+/// again at the next walk.
+const FOUND_QUEUE: usize = 16;
+
 /// Attempts at a child that looks like Python but cannot be read yet.
 const MAX_TRIES: u32 = 10;
 
@@ -52,7 +57,7 @@ impl Finder {
     /// Starts walking at once. `None` when the thread cannot be started: the caller then
     /// follows the root alone.
     pub fn start(orders: FindOrders) -> Option<Finder> {
-        let (sender, found) = crossbeam_channel::bounded(MAX_PROCESSES);
+        let (sender, found) = crossbeam_channel::bounded(FOUND_QUEUE);
         let (released, released_here) = crossbeam_channel::bounded(MAX_PROCESSES);
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
