@@ -25,7 +25,7 @@ use crate::target::{PythonTarget, TargetOptions};
 const FIND_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The most processes followed at once; a fork bomb must not make us attach without end.
-pub(super) const MAX_PROCESSES: usize = procfs::MAX_DESCENDANTS / 4;
+const MAX_PROCESSES: usize = procfs::MAX_DESCENDANTS / 4;
 
 /// Targets attached and not yet taken by the sampler (it takes them at every tick). A channel
 /// holds its capacity from the start, a few KB a target: one that does not fit is attached

@@ -1,5 +1,6 @@
 //! The set of processes one sampler reads: the target alone, or with `--subprocesses` the
-//! target and every Python process below it, as they come and go.
+//! target and every Python process below it, as they come and go. New ones are found and
+//! attached to by the finder, on a thread of its own (`finder.rs`).
 
 mod finder;
 
