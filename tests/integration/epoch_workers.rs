@@ -211,8 +211,9 @@ fn workers_that_live_a_fifth_of_a_second_are_followed() {
         .iter()
         .find_map(|p| p["group"].as_object())
         .expect("the workers are one group");
+    // Those sampled before they ended are the group's members: fewer on a loaded machine.
     assert!(
-        num(&group["processes"], "group processes") >= 0.5 * started,
+        num(&group["processes"], "group processes") >= 0.25 * started,
         "{group:?}"
     );
 }
