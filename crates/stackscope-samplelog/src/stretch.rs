@@ -46,49 +46,36 @@ struct PidSeen {
     attached_last: bool,
 }
 
-/// What the survey learns of one thread: its name in the first and in the last tenth.
-#[derive(Default)]
+/// What the survey learns of one thread: when it was first and last seen, with its name then.
 struct ThreadSeen {
-    early: Option<Option<Arc<str>>>,
-    late: Option<Option<Arc<str>>>,
+    first: (u64, Option<Arc<str>>),
+    last: (u64, Option<Arc<str>>),
 }
 
-/// What lived through the recording at `log`; `None` for one without events.
+/// What lived through the recording at `log`, in one read of it; `None` for one without events.
 fn survey(log: &Path, root: u32) -> Result<Option<Span>, LogError> {
-    let read = |f: &mut dyn FnMut(&Event)| -> Result<(), LogError> {
-        for event in SampleLogReader::open(log)? {
-            f(&event?);
-        }
-        Ok(())
-    };
     let (mut first, mut last) = (u64::MAX, 0u64);
-    read(&mut |e| {
-        first = first.min(e.time().0);
-        last = last.max(e.time().0);
-    })?;
-    if first > last {
-        return Ok(None);
-    }
-    let tenth = (last - first) / 10;
     let mut pids: HashMap<u32, PidSeen> = HashMap::new();
     let mut threads: HashMap<(u32, u64), ThreadSeen> = HashMap::new();
-    read(&mut |e| {
+    for event in SampleLogReader::open(log)? {
+        let e = event?;
         let t = e.time().0;
-        match e {
+        first = first.min(t);
+        last = last.max(t);
+        match &e {
             Event::Stack(s) => {
                 pids.entry(s.pid).or_insert_with(|| PidSeen {
                     first: t,
                     ..PidSeen::default()
                 });
-                let seen = threads
+                let now = (t, s.thread.name.clone());
+                threads
                     .entry((s.pid, s.thread.python_thread_id))
-                    .or_default();
-                if t <= first + tenth {
-                    seen.early.get_or_insert_with(|| s.thread.name.clone());
-                }
-                if t >= last - tenth {
-                    seen.late = Some(s.thread.name.clone());
-                }
+                    .and_modify(|seen| seen.last = now.clone())
+                    .or_insert_with(|| ThreadSeen {
+                        first: now.clone(),
+                        last: now,
+                    });
             }
             Event::Process(p) => {
                 let seen = pids.entry(p.pid).or_insert_with(|| PidSeen {
@@ -100,7 +87,11 @@ fn survey(log: &Path, root: u32) -> Result<Option<Span>, LogError> {
             }
             _ => {}
         }
-    })?;
+    }
+    if first > last {
+        return Ok(None);
+    }
+    let tenth = (last - first) / 10;
     let lasting_pids: HashSet<u32> = pids
         .iter()
         .filter(|(&pid, seen)| pid == root || (!seen.exited && seen.first <= first + tenth))
@@ -111,10 +102,15 @@ fn survey(log: &Path, root: u32) -> Result<Option<Span>, LogError> {
         .filter(|(pid, seen)| seen.attached_last && !lasting_pids.contains(pid))
         .map(|(&pid, _)| pid)
         .collect();
-    // A thread id is reused too: the same name at both ends makes it one thread throughout.
+    // A thread id is reused too: seen in the first and the last tenth under the same name, it
+    // is one thread throughout.
     let lasting_threads = threads
         .into_iter()
-        .filter(|(_, seen)| seen.early.is_some() && seen.early == seen.late)
+        .filter(|(_, seen)| {
+            seen.first.0 <= first + tenth
+                && seen.last.0 >= last - tenth
+                && seen.first.1 == seen.last.1
+        })
         .map(|(thread, _)| thread)
         .collect();
     Ok(Some(Span {

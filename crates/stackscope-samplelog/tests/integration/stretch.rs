@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use stackscope_event::{Event, ProcessEvent, ProcessEventKind, RankInfo, ThreadInfo, Timestamp};
+use stackscope_event::{Event, ProcessEventKind, ThreadInfo, Timestamp};
 use stackscope_samplelog::stretch::stretch;
 use stackscope_samplelog::{SampleLogReader, SampleLogWriter};
 use stackscope_testkit::events;
@@ -16,14 +16,7 @@ const JOB: u32 = 4242;
 const WORKER: u32 = 200;
 
 fn process(time: u64, pid: u32, kind: ProcessEventKind) -> Event {
-    Event::Process(ProcessEvent {
-        time: Timestamp(time),
-        pid,
-        command_line: format!("python3 job.py {pid}"),
-        kind,
-        rank: RankInfo::default(),
-        how: None,
-    })
+    events::process(Timestamp(time), pid, &format!("python3 job.py {pid}"), kind)
 }
 
 /// One second of a job: its main thread throughout; a short-lived thread in the middle; a
