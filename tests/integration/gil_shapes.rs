@@ -204,8 +204,8 @@ fn check(name: &str, shape: &GilShape, summary: &Value, stats: &Value) {
     );
     let context = format!(
         "{name}: {shape:?}\n{own}\nstep {step}\nstep_gil_holder {holder}\nverdict {verdict}\n\
-         utilization {}\ngil {}",
-        gpu["devices"], summary["gil"]
+         utilization {}\ngil {}\nreader {}",
+        gpu["devices"], summary["gil"], summary["reader"]
     );
     eprintln!(
         "{name}: step.gil_wait {:.2} ({own}), class {class}, holder {} {}",

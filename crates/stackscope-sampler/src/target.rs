@@ -103,6 +103,8 @@ pub struct PythonTarget {
     /// Our own reader, for the versions it knows (with locals and native frames from 3.13,
     /// before which py-spy reads those); py-spy's reader otherwise.
     fast: Option<FastReader>,
+    /// When our reader is tried again, where a first read of ours failed at attach.
+    fast_retry: Option<attach::FastRetry>,
     /// Samples in a row the fast reader failed for a misfit of its layout; past a limit
     /// py-spy's reader takes over.
     misfits: Misfits,
@@ -285,6 +287,7 @@ impl PythonTarget {
     }
 
     fn read_stacks_uncached_names(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        self.retry_fast_reader();
         if self.reads_deep() {
             return self.read_stacks_deep();
         }

@@ -51,7 +51,8 @@ impl PythonTarget {
         check_supported_version(pid, spy.version.major, spy.version.minor)?;
         let version = spy.version.to_string();
         let origins = Origins::of_process(read_pid, spy.version.major, spy.version.minor);
-        let fast = choose_reader(pid, read_pid, &mut spy, options, reader, leader_exited)?;
+        let (fast, fast_retry) =
+            choose_reader(pid, read_pid, &mut spy, options, reader, leader_exited)?;
         let command_line = procfs::command_line(read_pid).unwrap_or_default();
         let native = if options.native {
             Some(
@@ -82,6 +83,7 @@ impl PythonTarget {
                 ..StringCache::default()
             },
             fast,
+            fast_retry,
             misfits: Misfits::default(),
             os_tids: None,
             tids: TidMap::new(pid),
@@ -147,7 +149,8 @@ fn spy_config(options: &TargetOptions, leader_exited: bool) -> Config {
 /// Our reader for the target, or None for py-spy's: ours wherever it reads the version
 /// (with locals or native frames, where the interpreter describes them: 3.13+). A version
 /// no reader reads is refused with one line; one whose `_Py_DebugOffsets` ours does not know
-/// gets one notice where py-spy's takes over.
+/// gets one notice where py-spy's takes over. A first read of ours that failed in a way that
+/// comes and goes (a process caught starting) is tried again later ([`FastRetry`]).
 fn choose_reader(
     pid: u32,
     read_pid: u32,
@@ -155,9 +158,40 @@ fn choose_reader(
     options: &TargetOptions,
     reader: ReaderChoice,
     leader_exited: bool,
-) -> Result<Option<FastReader>, AttachError> {
+) -> Result<(Option<FastReader>, Option<FastRetry>), AttachError> {
     let version = spy.version.to_string();
     let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
+    match fast_reader_for(read_pid, spy, options, reader, leader_exited) {
+        Ok(fast) => Ok((Some(fast), None)),
+        Err(NoFast::Transient(_)) if py_spy_reads => Ok((None, Some(FastRetry::first()))),
+        Err(why) if py_spy_reads => {
+            if let NoFast::Refused(why) = why {
+                crate::fast::notice_once(&format!(
+                    "stackscope: Python {version}: {why}; its stacks are read by py-spy's reader"
+                ));
+            }
+            Ok((None, None))
+        }
+        Err(NoFast::Refused(why) | NoFast::Quiet(why) | NoFast::Transient(why)) => {
+            Err(AttachError::Other {
+                pid,
+                message: format!(
+                    "Python {version}: {why}, and py-spy's reader does not read this version"
+                ),
+            })
+        }
+    }
+}
+
+/// Our reader, where it reads what `options` ask for: native frames are merged by the
+/// sample's own walk from 3.11; locals need the deep read (3.13+).
+fn fast_reader_for(
+    read_pid: u32,
+    spy: &mut PythonSpy,
+    options: &TargetOptions,
+    reader: ReaderChoice,
+    leader_exited: bool,
+) -> Result<FastReader, NoFast> {
     let fast = open_fast_reader(
         read_pid,
         spy,
@@ -165,36 +199,86 @@ fn choose_reader(
         leader_exited,
         reader,
         &options.tuning,
-    );
-    let fast = match fast {
-        // Native frames are merged by the sample's own walk from 3.11; locals need the
-        // deep read (3.13+).
-        Ok(fast)
-            if !fast.reads_deep()
-                && (options.locals || (options.native && !fast.knows_entries())) =>
-        {
-            Err(NoFast::Quiet(
-                "its local variables and native frames are read by py-spy's reader".into(),
-            ))
+    )?;
+    if !fast.reads_deep() && (options.locals || (options.native && !fast.knows_entries())) {
+        return Err(NoFast::Quiet(
+            "its local variables and native frames are read by py-spy's reader".into(),
+        ));
+    }
+    Ok(fast)
+}
+
+/// When our reader is tried again for a target that py-spy's reads because our first read
+/// failed in a way that comes and goes: a process caught while its interpreter starts, or
+/// while threads start as we look. Without it such a target would keep the slower reader for
+/// as long as it is watched, days for a training job.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FastRetry {
+    at: Instant,
+    tries: u32,
+}
+
+impl FastRetry {
+    /// Tries after the first, each after twice the wait of the one before: the last about
+    /// 25 s after attaching.
+    const TRIES: u32 = 8;
+    const FIRST_WAIT: Duration = Duration::from_millis(100);
+
+    pub(super) fn first() -> FastRetry {
+        FastRetry {
+            at: Instant::now() + FastRetry::FIRST_WAIT,
+            tries: 1,
         }
-        other => other,
-    };
-    match fast {
-        Ok(fast) => Ok(Some(fast)),
-        Err(why) if py_spy_reads => {
-            if let NoFast::Refused(why) = why {
-                crate::fast::notice_once(&format!(
-                    "stackscope: Python {version}: {why}; its stacks are read by py-spy's reader"
-                ));
+    }
+
+    /// A try due now.
+    #[cfg(test)]
+    pub(super) fn due_now() -> FastRetry {
+        FastRetry {
+            at: Instant::now(),
+            tries: 1,
+        }
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.at
+    }
+
+    /// The try after this one, or None when this was the last.
+    fn next(self) -> Option<FastRetry> {
+        (self.tries < FastRetry::TRIES).then(|| FastRetry {
+            at: Instant::now() + FastRetry::FIRST_WAIT * (1 << self.tries),
+            tries: self.tries + 1,
+        })
+    }
+}
+
+impl PythonTarget {
+    /// Opens our reader for a target py-spy's reads, when a try is due ([`FastRetry`]).
+    pub(super) fn retry_fast_reader(&mut self) {
+        let Some(retry) = self.fast_retry else {
+            return;
+        };
+        if self.fast.is_some() || !retry.due() {
+            return;
+        }
+        let options = self.options();
+        let leader_exited = self.leader_exited();
+        let reader = self.tuning.reader;
+        match fast_reader_for(
+            self.read_pid,
+            &mut self.spy,
+            &options,
+            reader,
+            leader_exited,
+        ) {
+            Ok(fast) => {
+                self.fast = Some(fast);
+                self.fast_retry = None;
             }
-            Ok(None)
+            Err(NoFast::Transient(_)) => self.fast_retry = retry.next(),
+            Err(_) => self.fast_retry = None,
         }
-        Err(NoFast::Refused(why) | NoFast::Quiet(why)) => Err(AttachError::Other {
-            pid,
-            message: format!(
-                "Python {version}: {why}, and py-spy's reader does not read this version"
-            ),
-        }),
     }
 }
 
@@ -226,7 +310,9 @@ fn open_fast_reader(
         Err(Unread::Refused(why)) => return Err(NoFast::Refused(why)),
         Err(Unread::NoLayout) => return Err(NoFast::Quiet("no layout for it".into())),
         Err(Unread::Failed(e)) => {
-            return Err(NoFast::Quiet(format!("stackscope's reader failed: {e}")))
+            return Err(NoFast::Transient(format!(
+                "stackscope's reader failed: {e}"
+            )))
         }
     };
     let py_spy_reads = spy.version.minor <= PY_SPY_NEWEST_MINOR;
@@ -249,7 +335,7 @@ fn open_fast_reader(
             return Ok(fast);
         }
     }
-    Err(NoFast::Quiet(
+    Err(NoFast::Transient(
         "stackscope's reader did not read the threads py-spy's did".into(),
     ))
 }
@@ -259,9 +345,11 @@ enum NoFast {
     /// A `_Py_DebugOffsets` our reader does not know: said once where py-spy's reader takes
     /// over.
     Refused(String),
-    /// Asked for, or a version or first read our reader cannot read: said only where no
-    /// reader is left.
+    /// Asked for, or a version our reader cannot read: said only where no reader is left.
     Quiet(String),
+    /// A first read that failed, or did not see the threads py-spy's reader saw: tried again
+    /// ([`FastRetry`]); said only where no reader is left.
+    Transient(String),
 }
 
 /// Finds the interpreter. A process caught mid-start (just exec'd, still mapping libraries)
@@ -296,4 +384,25 @@ fn new_spy(pid: u32, config: &Config) -> anyhow::Result<PythonSpy> {
             .unwrap_or_else(|| "a panic".to_owned());
         Err(anyhow::anyhow!("py-spy failed reading the process: {why}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_reader_is_tried_again_a_bounded_number_of_times_each_wait_twice_the_last() {
+        let mut retry = Some(FastRetry::first());
+        let mut waits = Vec::new();
+        while let Some(r) = retry {
+            waits.push(r.at.saturating_duration_since(Instant::now()));
+            retry = r.next();
+        }
+        assert_eq!(waits.len(), FastRetry::TRIES as usize);
+        let last = waits.last().copied().unwrap_or_default();
+        assert!(
+            last > Duration::from_secs(12) && last <= Duration::from_secs(13),
+            "{waits:?}"
+        );
+    }
 }

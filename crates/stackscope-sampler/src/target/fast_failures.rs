@@ -75,3 +75,18 @@ fn a_burst_of_transient_failures_keeps_our_reader_and_misfits_give_it_up() {
     let stacks = target.read_stacks().expect("py-spy's reader reads");
     assert_eq!(stacks.len(), 2);
 }
+
+#[test]
+fn a_target_whose_first_read_of_ours_failed_gets_our_reader_when_a_try_is_due() {
+    let sleeper = Sleeper::start();
+    let pid = sleeper.0.id();
+    let mut target = PythonTarget::attach(pid, &TargetOptions::default()).expect("attach");
+    // As attach leaves a target caught while its interpreter started.
+    target.fast = None;
+    target.fast_retry = Some(attach::FastRetry::due_now());
+    assert_eq!(target.reader(), "py-spy");
+    let stacks = target.read_stacks().expect("a read");
+    assert_eq!(stacks.len(), 2);
+    assert_eq!(target.reader(), "stackscope");
+    assert!(target.fast_retry.is_none());
+}
