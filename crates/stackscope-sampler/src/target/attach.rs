@@ -327,17 +327,30 @@ fn open_fast_reader(
         let Ok(theirs) = spy.get_stack_traces() else {
             continue;
         };
-        let mut a: Vec<u64> = ours.iter().map(|t| t.thread_id).collect();
-        let mut b: Vec<u64> = theirs.iter().map(|t| t.thread_id).collect();
-        a.sort_unstable();
-        b.sort_unstable();
-        if a == b {
+        let a: Vec<u64> = ours.iter().map(|t| t.thread_id).collect();
+        let b: Vec<u64> = theirs.iter().map(|t| t.thread_id).collect();
+        if same_threads(&a, &b) {
             return Ok(fast);
         }
     }
     Err(NoFast::Transient(
         "stackscope's reader did not read the threads py-spy's did".into(),
     ))
+}
+
+/// Whether two reads of a process's thread list, ours and py-spy's a moment apart, name the
+/// same threads, but for those that started or ended between them: a server that starts a
+/// thread per request changes a few threads between any two reads. A layout that does not fit
+/// the build reads other threads altogether (or one, or none), far more than a quarter apart.
+fn same_threads(ours: &[u64], theirs: &[u64]) -> bool {
+    let ours: std::collections::HashSet<u64> = ours.iter().copied().collect();
+    let theirs: std::collections::HashSet<u64> = theirs.iter().copied().collect();
+    if ours == theirs {
+        return true;
+    }
+    let both = ours.intersection(&theirs).count();
+    let either = ours.union(&theirs).count();
+    both > 0 && (either - both) * 4 <= either
 }
 
 /// Why a target has no reader of ours.
@@ -389,6 +402,22 @@ fn new_spy(pid: u32, config: &Config) -> anyhow::Result<PythonSpy> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_lists_agree_but_for_a_few_that_came_or_went() {
+        let list: Vec<u64> = (1..=16).collect();
+        assert!(same_threads(&list, &list));
+        assert!(same_threads(&[], &[]));
+        // A thread per request: one ended and one started between the reads.
+        let mut churned = list[1..].to_vec();
+        churned.push(99);
+        assert!(same_threads(&list, &churned));
+        // A layout that does not fit: other threads, one of them, or none.
+        assert!(!same_threads(&list, &[1_000, 2_000, 3_000]));
+        assert!(!same_threads(&list, &[1]));
+        assert!(!same_threads(&list, &[]));
+        assert!(!same_threads(&[1, 2], &[1, 3]));
+    }
 
     #[test]
     fn our_reader_is_tried_again_a_bounded_number_of_times_each_wait_twice_the_last() {
