@@ -47,23 +47,7 @@ fn every_installed_version_is_read_by_our_reader_without_its_sleepers() {
     for (minor, python) in &pythons {
         let target = Target::start(python);
         let out = OutDir::new();
-        let run = run_stackscope(
-            &[
-                "attach",
-                "--pid",
-                &target.pid(),
-                "--duration",
-                "2",
-                "--rate",
-                "100",
-                "--gpu",
-                "off",
-                "-o",
-                out.arg(),
-            ],
-            TIMEOUT,
-        );
-        run.assert_success();
+        attach_for_two_seconds(&target.pid(), &[], &out);
         let summary = out.summary();
         assert_eq!(summary["reader"], "stackscope", "{minor}: {summary:#}");
         let version = summary["python_version"].as_str().unwrap_or("");
@@ -165,31 +149,31 @@ fn deepest_down(folded: &common::Folded) -> usize {
         .unwrap_or(0)
 }
 
+/// `attach --pid PID --duration 2 --rate 100 --gpu off` with `extra`, into `out`; it succeeds.
+fn attach_for_two_seconds(pid: &str, extra: &[&str], out: &OutDir) {
+    let mut args = vec![
+        "attach",
+        "--pid",
+        pid,
+        "--duration",
+        "2",
+        "--rate",
+        "100",
+        "--gpu",
+        "off",
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["-o", out.arg()]);
+    run_stackscope(&args, TIMEOUT).assert_success();
+}
+
 /// `attach --native`: our reader reads it from 3.11 (the walk tells where each call of the
 /// eval loop entered; py-spy's reader before), the busy stack keeps its 31 Python frames, and
 /// a sleeper's Python frames have the C library's sleep below them.
 fn assert_native_profile(minor: &str, target: &Target) {
     let out = OutDir::new();
     let pid = target.pid();
-    let run = run_stackscope(
-        &[
-            "attach",
-            "--pid",
-            &pid,
-            "--duration",
-            "2",
-            "--rate",
-            "100",
-            "--gpu",
-            "off",
-            "--idle",
-            "--native",
-            "-o",
-            out.arg(),
-        ],
-        TIMEOUT,
-    );
-    run.assert_success();
+    attach_for_two_seconds(&pid, &["--idle", "--native"], &out);
     let summary = out.summary();
     let reader = if minor == "3.10" {
         "py-spy"
