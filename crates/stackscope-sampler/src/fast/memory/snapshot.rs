@@ -12,16 +12,11 @@
 //! is copied several times, to be checked ([`holder`]).
 
 use crate::fast::layout::{usize_at, word, FrameDesign, Layout};
+use crate::fast::memory::extent::{Extra, Reads};
 use crate::fast::memory::remote::{Batch, Slot};
-use crate::fast::proof::holder::{self, Copies, Later, Reads};
-use crate::fast::read::stack::{max_extra, Extra, Region};
+use crate::fast::proof::holder::{self, Copies, Later};
+use crate::fast::read::stack::Region;
 
-/// Room copied past the chunk's used part as the thread state last showed it, for the
-/// frames pushed since (a few small frames): most samples then need no second read.
-const SLACK: usize = 512;
-/// At most this much of one chunk is copied (a chunk is usually 16 KiB; one made for a
-/// frame with a huge stack can be larger, and its far frames are read one by one).
-const MAX_COPY: usize = 1 << 20;
 /// The words of a thread state the reader uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct TsWords {
@@ -66,22 +61,6 @@ impl TsWords {
             limit: at(layout.ts_datastack_limit)?,
         })
     }
-
-    /// The bytes of the current chunk to copy: its used part, and `slack` past it.
-    fn copy_len(&self, slack: usize) -> usize {
-        if self.chunk == 0 || self.top < self.chunk || self.limit < self.top {
-            return 0;
-        }
-        (self.top - self.chunk + slack).min(self.room())
-    }
-
-    /// How much of the current chunk may be copied from its start: up to its limit.
-    fn room(&self) -> usize {
-        if self.chunk == 0 || self.limit < self.chunk {
-            return 0;
-        }
-        (self.limit - self.chunk).min(MAX_COPY)
-    }
 }
 
 /// Where one thread's ranges went in the batch.
@@ -100,8 +79,8 @@ pub(crate) struct Planned {
 /// addresses of its current-frame pointer and chunk, and `extra` for the ranges outside the
 /// chunk its last walk needed. `check`: a seed for the gaps between the copies of a thread
 /// read with a check. `still`: the thread is expected not to have moved (asleep at its last
-/// reading, its Python state unchanged): its chunk is copied without slack, about half the
-/// bytes of a shallow stack; one that did push frames is read again.
+/// reading, its Python state unchanged). How much of each is copied is decided in
+/// [`extent`](crate::fast::memory::extent).
 pub(crate) fn plan(
     batch: &mut Batch,
     layout: &Layout,
@@ -112,22 +91,13 @@ pub(crate) fn plan(
     still: bool,
 ) -> Planned {
     let has_frames = guess.cframe != 0;
-    let reads = Reads {
-        pointer: guess.cframe + layout.cframe_current_frame,
-        chunk: guess.chunk,
-        chunk_len: guess.copy_len(if still && check.is_none() { 0 } else { SLACK }),
-        chunk_room: guess.room(),
-        top: guess.top,
-        extra: if has_frames { extra } else { &[] },
-        max_extra: max_extra(layout),
-    };
+    let reads = Reads::of(layout, &guess, extra, still, check.is_some());
     let current = has_frames.then(|| batch.add(reads.pointer, 8));
     let chunk =
-        (has_frames && reads.chunk_len > 0).then(|| batch.add(guess.chunk, reads.chunk_len));
+        (has_frames && reads.chunk_len > 0).then(|| batch.add(reads.chunk, reads.chunk_len));
     let extra = reads
-        .extra
+        .first_extra()
         .iter()
-        .take(max_extra(layout))
         .map(|&e| (e, batch.add(e.addr, e.len)))
         .collect();
     let later = match check {
@@ -270,6 +240,7 @@ fn extra_regions(batch: &Batch, planned: &Planned) -> Vec<(Region, bool)> {
 mod tests {
     use super::*;
     use crate::fast::layout::PY311;
+    use crate::fast::memory::extent::SLACK;
     use crate::fast::memory::remote::Remote;
 
     /// A fake thread state and chunk in our own memory.
@@ -333,24 +304,5 @@ mod tests {
             check(&batch, &PY311, &planned),
             Checked::Again(fresh) if fresh == fake.words()
         ));
-    }
-
-    #[test]
-    fn the_copy_never_runs_past_the_chunk() {
-        let words = TsWords {
-            chunk: 0x1000,
-            top: 0x1000 + 16000,
-            limit: 0x1000 + 16384,
-            ..TsWords::default()
-        };
-        assert_eq!(words.copy_len(SLACK), 16384);
-        assert_eq!(words.copy_len(0), 16000);
-        let torn = TsWords {
-            chunk: 0x1000,
-            top: 0x10,
-            limit: 0x2000,
-            ..TsWords::default()
-        };
-        assert_eq!(torn.copy_len(SLACK), 0);
     }
 }

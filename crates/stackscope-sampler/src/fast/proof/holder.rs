@@ -2,7 +2,8 @@
 //! stopping it, and telling whether the copy is a stack it had.
 //!
 //! The thread's current-frame pointer and its frames are copied [`COPIES`] times in the same
-//! system call, with reads of random length in between. A walk counts only if
+//! system call, with reads of random length in between (what each copy holds is decided in
+//! [`extent`]). A walk counts only if
 //!
 //! - it starts from a frame that stayed on the stack through all the copies: at each later
 //!   reading of the pointer, that frame is the current one or the caller of the current one
@@ -15,40 +16,24 @@
 //! A running thread passes this most of the time (its frames below the innermost do not
 //! change while it runs above them).
 //!
-//! The later copies hold only the top of the stack: from the frame [`WINDOW_FRAMES`] below
-//! the top of the thread's last stack read whole, to a little past where its thread state
-//! last put the top ([`LATER_SLACK`]). A frame older than that window is not copied again: the
-//! walk's start stayed on the stack at every reading, so the thread did not return below it
-//! while it was read, and only the start and its callers down to the window's floor can have
-//! been caught changing. Where the window does not hold the start and its caller (the stack
-//! shrank since), the check fails and the thread is read again with whole copies. The random gaps matter: a thread looping over the same
-//! calls passes through the same short-lived memory states (a caller already at its next call
+//! The later copies hold only the top of the stack: from the frame
+//! [`extent::WINDOW_FRAMES`] below the top of the thread's last stack read whole, to a little
+//! past where its thread state last put the top ([`extent::LATER_SLACK`]). A frame older than
+//! that window is not copied again: the walk's start stayed on the stack at every reading, so
+//! the thread did not return below it while it was read, and only the start and its callers
+//! down to the window's floor can have been caught changing. Where the window does not hold
+//! the start and its caller (the stack shrank since), the check fails and the thread is read
+//! again with whole copies. The random gaps matter: a thread looping over the same calls
+//! passes through the same short-lived memory states (a caller already at its next call
 //! while the callee's slot still holds the previous callee) at a fixed period, and copies a
 //! fixed distance apart could all catch the same one. A thread that fails is read again, and
 //! stopped if it keeps failing.
 
 use crate::fast::layout::{usize_at, Layout};
+use crate::fast::memory::extent::{self, Reads, Window, COPIES};
 use crate::fast::memory::remote::{Batch, Slot};
-use crate::fast::read::stack::{Extra, Region, Walk};
+use crate::fast::read::stack::{Region, Walk};
 
-/// Copies of a checked thread's frames, the first included. A torn view (a caller already at
-/// its next call while the callee's slot still holds the callee that returned) passes only if
-/// every copy catches the same one, and each copy divides the odds by 10 to 20: on the
-/// adversarial fixture of tests/integration/reader_consistency.rs (a thread calling two
-/// one-line functions in turn, as fast as Python goes, 3.12.1, debug build) torn stacks were
-/// 1.7e-3 of reads with 2 copies, 9.4e-5 with 3, 1.3e-5 with 4 (one in 77,000 reads, and one
-/// in a CI run), and none in 305,675 reads with 8. Each copy costs one more range of the batch's
-/// one system call (about a microsecond for a stack of a few kilobytes).
-pub(crate) const COPIES: usize = 8;
-/// The random gap between copies is a read of up to this many bytes.
-const MAX_GAP: u64 = 1024;
-/// The later copies start at the frame this many below the top of the thread's last stack
-/// read whole: that frame and the ones above it are compared in every copy.
-pub(crate) const WINDOW_FRAMES: usize = 3;
-/// The later copies run this far past the top of the chunk's used part as the thread state
-/// last showed it (the first copy runs further, to find frames pushed since): a frame of the
-/// walk above that makes the check fail, and the next read copies the window anew.
-const LATER_SLACK: usize = 256;
 /// A walk leaving the window is checked only if at least its start and the start's caller
 /// were compared.
 const MIN_COMPARED: usize = 2;
@@ -63,15 +48,6 @@ pub(crate) struct Planned {
     window: Option<Window>,
 }
 
-/// Where the later copies of a thread start in its current chunk, when not at the chunk's
-/// start: frames of the chunk below `floor`, and every frame of an older chunk, are older
-/// than the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Window {
-    chunk: usize,
-    floor: usize,
-}
-
 /// How a thread read with a check is copied later: the seed of the random gaps between its
 /// copies, and where its later copies start ([`Known::window_floor`], 0: at the chunk's start).
 ///
@@ -81,89 +57,31 @@ pub(crate) struct Copies<'a> {
     pub window_floor: usize,
 }
 
-/// What a thread's reads look like: the current-frame pointer, the chunk, the extra ranges.
-pub(crate) struct Reads<'a> {
-    pub pointer: usize,
-    pub chunk: usize,
-    pub chunk_len: usize,
-    /// How much of the chunk may be read from its start (up to its limit).
-    pub chunk_room: usize,
-    /// The top of the chunk's used part, as the thread state last showed it.
-    pub top: usize,
-    pub extra: &'a [Extra],
-    pub max_extra: usize,
-}
-
-/// Adds the later copies after the first, each followed by a gap of random length: the
-/// chunk's copy runs on past what the walk needs, where the chunk has room, or else a
-/// range of its own is read (ranges cost more than bytes: each is looked up and pinned).
+/// Adds the later copies after the first, each followed by a gap of random length, as
+/// [`extent::later_copy`] and [`extent::later_ranges`] lay them out.
 pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, copies: Copies<'_>) -> Planned {
-    let window = window_of(reads, copies.window_floor);
-    // The copy's start in the chunk, and its length without the gap.
-    let (from, len) = match window {
-        Some(w) => {
-            let end = (reads.top + LATER_SLACK).min(reads.chunk + reads.chunk_len);
-            (w.floor - reads.chunk, end - w.floor)
-        }
-        None => (0, reads.chunk_len),
-    };
-    // Older chunks lie below a window: not copied again.
-    let extra: Vec<Extra> = reads.extra[..reads.extra.len().min(reads.max_extra)]
-        .iter()
-        .filter(|e| window.is_none() || !e.chunk)
-        .copied()
-        .collect();
-    let per_copy = usize::from(len > 0) + extra.len();
+    let later = extent::later_copy(reads, copies.window_floor);
+    let extra = extent::later_extra(reads, &later);
+    let per_copy = usize::from(later.len > 0) + extra.len();
     let mut pointers = Vec::with_capacity(COPIES - 1);
     let mut ranges = Vec::with_capacity((COPIES - 1) * per_copy);
     for _ in 1..COPIES {
-        let gap = ((next(copies.seed) % MAX_GAP) & !7) as usize;
+        let gap = extent::gap(copies.seed);
         pointers.push(batch.add(reads.pointer, 8));
-        let mut gap_read = gap == 0;
-        if len > 0 {
-            let with_gap = from + len + gap;
-            let copied = if with_gap <= reads.chunk_room {
-                gap_read = true;
-                len + gap
-            } else {
-                len
-            };
-            let at = reads.chunk + from;
-            ranges.push((at, batch.add(at, copied)));
+        let read = extent::later_ranges(reads, &later, gap);
+        if let Some(c) = read.chunk {
+            ranges.push((c.addr, batch.add(c.addr, c.len)));
         }
         ranges.extend(extra.iter().map(|e| (e.addr, batch.add(e.addr, e.len))));
-        if !gap_read && len > 0 {
-            // Harmless bytes to read: the chunk's own start.
-            let _ = batch.add(reads.chunk, gap.min(reads.chunk_len));
+        if let Some(g) = read.gap {
+            let _ = batch.add(g.addr, g.len);
         }
     }
     Planned {
         pointers,
         ranges,
-        window,
+        window: later.window,
     }
-}
-
-/// The window the later copies hold, when the floor lies inside the part of the chunk the
-/// first copy reads (above its start); None: they copy all of it.
-fn window_of(reads: &Reads<'_>, floor: usize) -> Option<Window> {
-    let inside = floor > reads.chunk && floor < reads.top.min(reads.chunk + reads.chunk_len);
-    inside.then_some(Window {
-        chunk: reads.chunk,
-        floor,
-    })
-}
-
-/// Where the later copies of a thread should start next time, from its stack just read
-/// whole: the frame [`WINDOW_FRAMES`] below the top, if it lies in the used part of the
-/// current chunk (from `chunk` to `top`, as the thread state shows them); 0 otherwise (the
-/// chunk's start).
-pub(crate) fn window_floor(walk: &Walk, chunk: usize, top: usize) -> usize {
-    walk.frames
-        .get(WINDOW_FRAMES)
-        .map(|f| f.addr)
-        .filter(|&a| a > chunk && a < top)
-        .unwrap_or(0)
 }
 
 /// The later readings of a checked thread.
@@ -297,16 +215,6 @@ fn same_in_every_copy(
             && (depth == 0 || same(layout.fr_prev_instr))
             && first.get(layout.fr_owner) == again.get(layout.fr_owner)
     })
-}
-
-/// xorshift64: cheap, and random enough to break a phase lock.
-fn next(seed: &mut u64) -> u64 {
-    let mut x = *seed | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *seed = x;
-    x
 }
 
 #[cfg(test)]
@@ -455,39 +363,5 @@ mod tests {
         assert!(!same_frames(&PY311, &walk, &later, &batch));
         let (later, batch) = windowed(&mut mem, FRAMES[3], |_| {});
         assert!(same_frames(&PY311, &walk, &later, &batch));
-    }
-
-    #[test]
-    fn the_window_starts_a_few_frames_below_the_top_inside_the_chunk() {
-        let mut mem = vec![0u8; 1024];
-        five_frames(&mut mem);
-        let walk = walk_of(&mem);
-        let base = mem.as_ptr() as usize;
-        let top = base + 700;
-        // The frame WINDOW_FRAMES below the innermost.
-        let floor = window_floor(&walk, base, top);
-        assert_eq!(floor, base + FRAMES[4 - WINDOW_FRAMES]);
-        // A stack too shallow, or a floor outside the chunk's used part: no window.
-        assert_eq!(window_floor(&walk, base, floor), 0);
-        let reads = |top: usize| Reads {
-            pointer: 0,
-            chunk: base,
-            chunk_len: top - base + 512,
-            chunk_room: 16384,
-            top,
-            extra: &[],
-            max_extra: 0,
-        };
-        assert_eq!(window_of(&reads(top), floor).map(|w| w.floor), Some(floor));
-        assert_eq!(window_of(&reads(top), base), None);
-        assert_eq!(window_of(&reads(base + 100), floor), None);
-    }
-
-    #[test]
-    fn gaps_vary() {
-        let mut seed = 42;
-        let gaps: std::collections::HashSet<u64> =
-            (0..100).map(|_| (next(&mut seed) % MAX_GAP) & !7).collect();
-        assert!(gaps.len() > 50);
     }
 }

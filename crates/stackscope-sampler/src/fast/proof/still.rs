@@ -32,6 +32,7 @@
 //! is right again (docs/performance.md).
 
 use crate::fast::layout::{usize_at, Layout};
+use crate::fast::memory::extent::{self, Merged, Span};
 use crate::fast::memory::remote::{Batch, Slot};
 use crate::fast::memory::snapshot::TsWords;
 use crate::fast::proof::gil::Ran;
@@ -60,15 +61,6 @@ pub(crate) struct Planned {
     pointer: Pointer,
     header: Option<Slot>,
 }
-
-/// Thread states at most this far apart are read as one range: less than a page, so that
-/// every page of the range holds one of them and is mapped wherever they are. Copying the
-/// gap must cost less than the range it saves: here a range (its page pinned) costs about
-/// as much as copying 700 bytes of the target's memory (perf, docs/performance.md). 3.11's
-/// thread states, 1.2-1.3 KiB apart when started one after another, are read one by one.
-const MAX_GAP: usize = 512;
-/// The longest range made of thread states.
-const MAX_SPAN: usize = 64 * 1024;
 
 enum Pointer {
     /// A range of its own (on the thread's C stack).
@@ -122,29 +114,22 @@ pub(crate) fn plan(
     }
 }
 
-/// Adds the thread states of `still` threads to `batch`: those at most [`MAX_GAP`] apart as
-/// one range.
+/// Adds the thread states of `still` threads to `batch`: those near each other as one range
+/// ([`extent::TSTATES`]: a range costs about as much as copying 700 bytes).
 pub(crate) fn add_tstates(batch: &mut Batch, mut still: Vec<&mut Planned>) {
     still.sort_by_key(|p| p.tstate_addr);
+    let spans = still.iter().map(|p| Span {
+        addr: p.tstate_addr,
+        len: p.tstate_len,
+    });
+    let runs: Vec<Merged> = extent::merge_near(spans, extent::TSTATES).collect();
     let mut i = 0;
-    while i < still.len() {
-        let start = still[i].tstate_addr;
-        let mut end = start + still[i].tstate_len;
-        let mut j = i + 1;
-        while j < still.len() {
-            let next = &still[j];
-            let next_end = end.max(next.tstate_addr + next.tstate_len);
-            if next.tstate_addr > end + MAX_GAP || next_end - start > MAX_SPAN {
-                break;
-            }
-            end = next_end;
-            j += 1;
+    for run in runs {
+        let slot = batch.add(run.span.addr, run.span.len);
+        for p in still.iter_mut().skip(i).take(run.parts) {
+            p.tstate = Some((slot, p.tstate_addr - run.span.addr));
         }
-        let slot = batch.add(start, end - start);
-        for p in &mut still[i..j] {
-            p.tstate = Some((slot, p.tstate_addr - start));
-        }
-        i = j;
+        i += run.parts;
     }
 }
 

@@ -13,6 +13,7 @@ use stackscope_event::Frames;
 
 use crate::fast::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
 use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::memory::extent;
 use crate::fast::memory::remote::{Batch, Remote, Slot};
 use crate::fast::memory::snapshot::{self, Checked, TsWords};
 use crate::fast::objects::code::{CodeCache, CodeId};
@@ -396,7 +397,7 @@ fn walk(
             .iter()
             .map(|(_, need)| {
                 let frame = round.add(need.frame, layout.fr_header_len);
-                let chunk = need.chunk.map(|c| round.add(c, common::MIN_CHUNK_BYTES));
+                let chunk = need.chunk.map(|c| round.add(c, extent::OLDER_CHUNK_COPY));
                 (frame, chunk)
             })
             .collect();

@@ -6,6 +6,7 @@ use stackscope_event::Frames;
 
 use crate::fast::layout::{FrameDesign, Layout};
 use crate::fast::memory::addrmap::AddrMap;
+use crate::fast::memory::extent;
 use crate::fast::memory::remote::Batch;
 use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::Ran;
@@ -14,7 +15,7 @@ use crate::fast::proof::still;
 use crate::fast::read::part::{Part, Walking};
 use crate::fast::read::recent;
 use crate::fast::read::request::Request;
-use crate::fast::read::stack::{self, RawFrame, Walk};
+use crate::fast::read::stack::{RawFrame, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, Proof};
 
 /// What a walk is judged by: the first batch (the later copies of checked threads), the
@@ -67,7 +68,7 @@ pub(super) fn record(
             remember_walk(known, &w.walk, layout);
         }
         known.window_floor = match &outcome {
-            Outcome::Done(_) => holder::window_floor(&w.walk, known.ts.chunk, known.ts.top),
+            Outcome::Done(_) => extent::window_floor(&w.walk.frames, known.ts.chunk, known.ts.top),
             // A check that failed may have failed for its window: whole copies next time.
             _ => 0,
         };
@@ -88,7 +89,7 @@ fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
         // 3.10: a frame that came and went (a leaf call's, made again at the same address
         // from its code object's spare frame) is likely there next time: keep a few of the
         // last ranges this walk did not use.
-        let keep = (extra.len() + RECENT_FRAMES).min(stack::max_extra(layout));
+        let keep = (extra.len() + RECENT_FRAMES).min(extent::max_extra(layout));
         for e in &known.extra {
             if extra.len() >= keep {
                 break;
@@ -97,7 +98,7 @@ fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
                 extra.push(*e);
             }
         }
-        extra = stack::coalesce(extra);
+        extra = extent::coalesce(extra);
     }
     known.extra = extra;
     known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);

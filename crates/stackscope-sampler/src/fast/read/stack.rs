@@ -9,6 +9,7 @@
 //! first reaches below it.
 
 use crate::fast::layout::{self, common, i32_at, usize_at, FrameDesign, Layout};
+use crate::fast::memory::extent::{max_extra, Extra};
 
 /// A copied range of the target's memory.
 #[derive(Debug, Clone)]
@@ -26,29 +27,6 @@ impl Region {
     /// For a region copied from a chunk's start: the chunk before it.
     fn previous_chunk(&self) -> Option<usize> {
         usize_at(&self.bytes, common::CHUNK_PREVIOUS).filter(|&p| p != 0)
-    }
-}
-
-/// A range to copy ahead, as the last walk of a thread used it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Extra {
-    pub addr: usize,
-    pub len: usize,
-    /// A data-stack chunk (from its start), rather than one frame.
-    pub chunk: bool,
-}
-
-/// At most this many extra ranges (frames and older chunks outside the current chunk,
-/// remembered from the last sample) are read with a thread.
-pub(crate) const MAX_EXTRA: usize = 64;
-/// 3.10, where every frame is its own object and so its own range: py-spy's depth limit.
-pub(crate) const MAX_EXTRA_OBJECTS: usize = 4096;
-
-/// The bound on extra ranges for a layout.
-pub(crate) fn max_extra(layout: &Layout) -> usize {
-    match layout.frames {
-        FrameDesign::Chunks => MAX_EXTRA,
-        FrameDesign::Objects => MAX_EXTRA_OBJECTS,
     }
 }
 
@@ -208,8 +186,9 @@ impl Walk {
     }
 
     /// Hands over what was read for a [`Need`]: the frame's header and, if asked for, the
-    /// older chunk's first [`common::MIN_CHUNK_BYTES`] (which holds all of a chunk but one
-    /// made for a single huge frame; frames past it are read one by one).
+    /// older chunk's first [`OLDER_CHUNK_COPY`] bytes (frames past them are read one by one).
+    ///
+    /// [`OLDER_CHUNK_COPY`]: crate::fast::memory::extent::OLDER_CHUNK_COPY
     pub(crate) fn supply(&mut self, need: Need, frame: Option<Vec<u8>>, chunk: Option<Vec<u8>>) {
         if let (Some(addr), Some(bytes)) = (need.chunk, chunk) {
             self.add_region(Region { addr, bytes }, true);
@@ -333,34 +312,6 @@ impl Walk {
             .take(max_extra(layout))
             .collect()
     }
-}
-
-/// The longest range [`coalesce`] makes.
-const MAX_COALESCED: usize = 64 * 1024;
-/// Ranges at most this far apart are merged: less than a page, so every page of a merged
-/// range holds one of its parts.
-const MAX_GAP: usize = 1024;
-
-/// Merges frame ranges that overlap or lie within [`MAX_GAP`] of each other into one range
-/// (3.10's frame objects, mostly a few hundred bytes apart): one iovec instead of one per
-/// frame, which is most of the kernel's cost of a read, without copying much more. Every
-/// page of a merged range holds one of its parts, so it is mapped wherever they were.
-pub(crate) fn coalesce(mut ranges: Vec<Extra>) -> Vec<Extra> {
-    ranges.sort_by_key(|e| e.addr);
-    let mut out: Vec<Extra> = Vec::with_capacity(ranges.len());
-    for e in ranges {
-        if let Some(last) = out.last_mut() {
-            let last_end = last.addr + last.len;
-            let near = e.addr <= last_end + MAX_GAP;
-            let end = last_end.max(e.addr + e.len);
-            if !last.chunk && !e.chunk && near && end - last.addr <= MAX_COALESCED {
-                last.len = end - last.addr;
-                continue;
-            }
-        }
-        out.push(e);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -518,35 +469,6 @@ mod tests {
         assert_eq!(outside, [(0x8_0000, true), (0x50_0000, false)]);
         let codes: Vec<usize> = walk.frames.iter().map(|f| f.code).collect();
         assert_eq!(codes, [0xc000, 0xd000, 0xe000]);
-    }
-
-    #[test]
-    fn near_frames_are_read_as_one_range_and_far_ones_apart() {
-        let frame = |addr: usize| Extra {
-            addr,
-            len: 112,
-            chunk: false,
-        };
-        let merged = coalesce(vec![
-            frame(0x10_0400),
-            frame(0x10_0000),
-            frame(0x10_0800),
-            frame(0x10_0420),
-            frame(0x50_0000),
-        ]);
-        assert_eq!(
-            merged,
-            [
-                Extra {
-                    addr: 0x10_0000,
-                    len: 0x800 + 112,
-                    chunk: false
-                },
-                frame(0x50_0000)
-            ]
-        );
-        // Frames further apart are read apart.
-        assert_eq!(coalesce(vec![frame(0x10_0000), frame(0x10_2000)]).len(), 2);
     }
 
     #[test]

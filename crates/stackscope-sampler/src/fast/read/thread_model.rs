@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use stackscope_event::Frames;
 
+use crate::fast::memory::extent::Extra;
 use crate::fast::memory::snapshot::TsWords;
 use crate::fast::proof::gil::GilWords;
 use crate::fast::proof::switches::OffCpu;
 use crate::fast::read::recent::RecentStacks;
-use crate::fast::read::stack::Extra;
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
