@@ -123,13 +123,15 @@ pub(crate) fn add_tstates(batch: &mut Batch, mut still: Vec<&mut Planned>) {
         len: p.tstate_len,
     });
     let runs: Vec<Merged> = extent::merge_near(spans, extent::TSTATES).collect();
-    let mut i = 0;
+    let mut rest = still.as_mut_slice();
     for run in runs {
         let slot = batch.add(run.span.addr, run.span.len);
-        for p in still.iter_mut().skip(i).take(run.parts) {
+        let n = run.parts.min(rest.len());
+        let (these, after) = std::mem::take(&mut rest).split_at_mut(n);
+        for p in these {
             p.tstate = Some((slot, p.tstate_addr - run.span.addr));
         }
-        i += run.parts;
+        rest = after;
     }
 }
 
