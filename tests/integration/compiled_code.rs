@@ -21,6 +21,19 @@ def compress_all():
 compress_all()
 "#;
 
+/// A job that does its work in Python, its loop's body spread over four lines of like cost.
+const IN_PYTHON: &str = r#"def spread():
+    acc = 0
+    while True:
+        for i in range(200):
+            a = i * i
+            b = a + i
+            c = b ^ a
+            acc = (acc + c) & 0xFFFF
+
+spread()
+"#;
+
 fn record_script(out: &OutDir, script: &std::path::Path, extra: &[&str]) -> Run {
     let mut cmd = stackscope(&["record", "--duration", "2", "--gpu", "off", "-o", out.arg()]);
     cmd.args(extra).arg("--").arg("python3").arg(script);
@@ -59,14 +72,10 @@ fn time_below_one_python_line_names_the_line_and_native() {
     );
 
     // Pure Python that moves from line to line: nothing to point at.
+    let script = tmp.path().join("in_python.py");
+    fs::write(&script, IN_PYTHON).expect("script");
     let out = OutDir::new();
-    let ready = out.tmp.path().join("ready");
-    let mut cmd = stackscope(&["record", "--duration", "2", "--gpu", "off", "-o", out.arg()]);
-    cmd.arg("--")
-        .arg("python3")
-        .arg(fixture_path("cpu_split.py"))
-        .arg(&ready);
-    let run = run_with_timeout(cmd, RUN_TIMEOUT);
+    let run = record_script(&out, &script, &[]);
     run.assert_duration_ended();
     assert!(
         out.summary()["compiled_code"].is_null(),
