@@ -91,6 +91,17 @@ fn samples_under_process(folded: &Folded, pid: u32, function: &str) -> u64 {
 
 #[test]
 fn record_subprocesses_follows_python_started_late_by_a_shell_script() {
+    follows_python_started_late_by_a_shell_script(Some);
+}
+
+/// In a PID namespace of its own the kernel's process events name other pids than the ones
+/// stackscope sees, so its finder walks the tree on the clock alone: it still finds the child.
+#[test]
+fn record_subprocesses_in_a_pid_namespace_finds_children_on_the_clock() {
+    follows_python_started_late_by_a_shell_script(|cmd| in_pid_namespace(&cmd));
+}
+
+fn follows_python_started_late_by_a_shell_script(wrap: impl Fn(Command) -> Option<Command>) {
     let _serial = serial();
     let out = OutDir::new();
     let ready = out.tmp.path().join("ready");
@@ -109,6 +120,9 @@ fn record_subprocesses_follows_python_started_late_by_a_shell_script() {
         .arg("1")
         .arg("cpu_split.py")
         .env("PYTHONDONTWRITEBYTECODE", "1");
+    let Some(cmd) = wrap(cmd) else {
+        return;
+    };
     let run = run_with_timeout(cmd, FINISH);
     // --duration ended the recording as asked: 0, whatever the shell made of its SIGINT.
     run.assert_duration_ended();

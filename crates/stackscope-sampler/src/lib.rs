@@ -20,6 +20,7 @@ mod leader;
 pub mod namespace;
 mod origin;
 mod permission;
+mod proc_events;
 pub mod procfs;
 mod root;
 mod sampler;

@@ -164,6 +164,40 @@ pub fn stackscope(args: &[&str]) -> Command {
     cmd
 }
 
+/// `cmd` run in a PID and mount namespace of its own (`unshare`, root), with its environment;
+/// None, with a line saying why, where that cannot be.
+pub fn in_pid_namespace(cmd: &Command) -> Option<Command> {
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    });
+    let works = root
+        && Command::new("unshare")
+            .args(["--pid", "--fork", "--mount", "--mount-proc", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if !works {
+        eprintln!("skipping: needs root and unshare --pid --mount");
+        return None;
+    }
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(v) => wrapped.env(key, v),
+            None => wrapped.env_remove(key),
+        };
+    }
+    Some(wrapped)
+}
+
 /// The marker of a `record` run, if `cmd` is one.
 fn marker_of(cmd: &Command) -> Option<String> {
     cmd.get_envs()

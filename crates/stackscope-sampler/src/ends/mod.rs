@@ -11,13 +11,13 @@
 //! what it would have told is `unknown`.
 
 mod cgroup;
-mod connector;
 mod kmsg;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use stackscope_event::{HowEnded, OomEvidence};
 
+use crate::proc_events::{ProcEvent, ProcEvents, PROC_EVENT_EXIT};
 use crate::procfs::StatLine;
 
 /// Exits remembered from the kernel's events, most recent last: every process of the machine
@@ -30,7 +30,7 @@ const MAX_EXITS: usize = 4096;
 const POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct EndWatch {
-    connector: Option<connector::ExitEvents>,
+    connector: Option<ProcEvents>,
     kmsg: Option<kmsg::KernelLog>,
     /// Wait statuses by pid, from the events and zombies seen.
     exits: HashMap<u32, i32>,
@@ -49,7 +49,7 @@ impl EndWatch {
     /// Opens what can be opened; never fails.
     pub fn open() -> EndWatch {
         EndWatch {
-            connector: connector::ExitEvents::open(),
+            connector: ProcEvents::open(PROC_EVENT_EXIT),
             kmsg: kmsg::KernelLog::open(),
             exits: HashMap::new(),
             order: VecDeque::new(),
@@ -90,7 +90,11 @@ impl EndWatch {
         self.polled = Some(std::time::Instant::now());
         let mut exits = Vec::new();
         if let Some(c) = self.connector.as_mut() {
-            c.drain(&mut exits);
+            // A thread's exit (its pid is not the group's) is no process's.
+            c.drain(|event| match event {
+                ProcEvent::Exit { pid, tgid, status } if pid == tgid => exits.push((pid, status)),
+                _ => {}
+            });
         }
         for (pid, status) in exits {
             self.remember(pid, status);

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
@@ -19,10 +18,7 @@ use crate::error::AttachError;
 use crate::procfs;
 use crate::target::{PythonTarget, TargetOptions};
 
-/// How often the tree is walked for new processes. A walk reads one `children` file per
-/// thread of the processes below the root, off the sampler's thread: ten walks a second find
-/// a worker that lives a fifth of a second.
-const FIND_INTERVAL: Duration = Duration::from_millis(100);
+use super::cue::{Cue, Waker};
 
 /// The most processes followed at once; a fork bomb must not make us attach without end.
 const MAX_PROCESSES: usize = procfs::MAX_DESCENDANTS / 4;
@@ -50,6 +46,7 @@ pub(super) struct Finder {
     found: Receiver<PythonTarget>,
     released: Sender<u32>,
     stop: Arc<AtomicBool>,
+    waker: Waker,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -61,14 +58,17 @@ impl Finder {
         let (released, released_here) = crossbeam_channel::bounded(MAX_PROCESSES);
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
+        let cue = Cue::open();
+        let waker = cue.waker();
         let handle = std::thread::Builder::new()
             .name("stackscope-finder".into())
-            .spawn(move || Walker::new(orders, sender, released_here).run(&thread_stop))
+            .spawn(move || Walker::new(orders, sender, released_here).run(cue, &thread_stop))
             .ok()?;
         Some(Finder {
             found,
             released,
             stop,
+            waker,
             handle: Some(handle),
         })
     }
@@ -91,7 +91,7 @@ impl Drop for Finder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(handle) = self.handle.take() {
-            handle.thread().unpark();
+            self.waker.wake();
             // A walk ends within one attach: the thread is never left behind.
             let _ = handle.join();
         }
@@ -150,21 +150,31 @@ impl Walker {
         }
     }
 
-    fn run(mut self, stop: &AtomicBool) {
+    fn run(mut self, mut cue: Cue, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
-            if !self.walk(stop) {
+            let below = self.below_root();
+            cue.walked(below.iter().copied().chain([self.orders.root]));
+            if !self.walk(below, stop) {
                 return;
             }
-            std::thread::park_timeout(FIND_INTERVAL);
+            cue.wait(self.retrying());
         }
     }
 
-    /// One walk of the tree; `false` once the sampler is gone.
-    fn walk(&mut self, stop: &AtomicBool) -> bool {
+    /// Whether a child that looked like Python could not be read yet and is to be tried
+    /// again.
+    fn retrying(&self) -> bool {
+        self.unreadable
+            .values()
+            .any(|u| !u.not_python && u.tries < MAX_TRIES)
+    }
+
+    /// One walk of the tree, over `below` (as [`Walker::below_root`] found it); `false` once
+    /// the sampler is gone.
+    fn walk(&mut self, below: Vec<u32>, stop: &AtomicBool) -> bool {
         for pid in self.released.try_iter() {
             self.followed.remove(&pid);
         }
-        let below = self.below_root();
         self.forget_gone(&below);
         for pid in below {
             if stop.load(Ordering::Relaxed) {

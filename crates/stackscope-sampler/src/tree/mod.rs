@@ -2,6 +2,7 @@
 //! target and every Python process below it, as they come and go. New ones are found and
 //! attached to by the finder, on a thread of its own (`finder.rs`).
 
+mod cue;
 mod finder;
 
 use stackscope_event::{ProcessEvent, ProcessEventKind, Timestamp};
