@@ -11,6 +11,7 @@
 //! | `STACKSCOPE_IDLE_AUDIT`    | `0` off, anything else on                | off            |
 //! | `STACKSCOPE_STILL_READS`   | `0` off, anything else on                | on             |
 //! | `STACKSCOPE_SWITCH_RINGS`  | `0` off, anything else on                | on             |
+//! | `STACKSCOPE_PROVEN_STACKS` | `0` off, anything else on                | on             |
 //!
 //! What each one does: [`ReaderTuning`]'s fields (docs/performance.md measures them).
 
@@ -47,6 +48,7 @@ fn reader_tuning_from(var: impl Fn(&str) -> Option<OsString>) -> ReaderTuning {
         idle_audit: switch("STACKSCOPE_IDLE_AUDIT", false),
         still_reads: switch("STACKSCOPE_STILL_READS", true),
         switch_rings: switch("STACKSCOPE_SWITCH_RINGS", true),
+        proven_stacks: switch("STACKSCOPE_PROVEN_STACKS", true),
     }
 }
 
@@ -106,5 +108,7 @@ mod tests {
         assert!(!tuning(&[("STACKSCOPE_STILL_READS", "0")]).still_reads);
         assert!(!tuning(&[("STACKSCOPE_SWITCH_RINGS", "0")]).switch_rings);
         assert!(tuning(&[("STACKSCOPE_SWITCH_RINGS", "")]).switch_rings);
+        assert!(!tuning(&[("STACKSCOPE_PROVEN_STACKS", "0")]).proven_stacks);
+        assert!(tuning(&[("STACKSCOPE_PROVEN_STACKS", "1")]).proven_stacks);
     }
 }

@@ -180,6 +180,8 @@ impl PythonTarget {
             bets_lost: s.quiet_misses,
             ring_proven: s.switch_proven,
             rings_refused: s.rings_refused,
+            vouched: s.vouched,
+            vouch_misses: s.vouch_misses,
         })
     }
 
@@ -497,6 +499,10 @@ pub struct IdleAudit {
     pub bets_lost: u64,
     pub ring_proven: u64,
     pub rings_refused: u64,
+    /// Threads that may have run during their read, kept on a stack a sound read of them
+    /// gave; likely holders read without later copies that had to be read again with them.
+    pub vouched: u64,
+    pub vouch_misses: u64,
 }
 
 /// Hands out one shared copy of each function and file name, so that a stack costs pointers

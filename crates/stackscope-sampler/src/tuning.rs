@@ -61,6 +61,10 @@ pub struct ReaderTuning {
     /// Each sleeping thread gets a context-switch ring (`perf_event_open`) whose look renews
     /// its reused state without a `schedstat` read. Default: on.
     pub switch_rings: bool,
+    /// A thread that may have run while it was copied is kept, without the later copies that
+    /// check it, when its stack is one that a sound read of it gave before (3.11+). Default:
+    /// on (off reads the GIL's likely holder with its later copies every sample).
+    pub proven_stacks: bool,
 }
 
 impl ReaderTuning {
@@ -73,6 +77,7 @@ impl ReaderTuning {
         idle_audit: false,
         still_reads: true,
         switch_rings: true,
+        proven_stacks: true,
     };
 }
 

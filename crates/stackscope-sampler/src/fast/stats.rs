@@ -50,6 +50,11 @@ pub(crate) struct ReaderStats {
     pub quiet_misses: u64,
     /// Time spent reading still threads again after lost bets.
     pub quiet_miss_ns: u64,
+    /// Threads that may have run, kept on a stack a sound read gave
+    /// ([`super::proof::vouch`]), and likely holders read without later copies that had to be
+    /// read again with them.
+    pub vouched: u64,
+    pub vouch_misses: u64,
     /// Threads of lost bets shown still by their switch rings instead ([`super::proof::switches`]),
     /// and rings opened and refused.
     pub switch_proven: u64,
@@ -73,7 +78,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -95,6 +100,8 @@ impl fmt::Display for ReaderStats {
             per(self.switch_proven),
             self.rings_opened,
             self.rings_refused,
+            per(self.vouched),
+            self.vouch_misses,
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,

@@ -74,6 +74,7 @@ mod tests {
             proven_at,
             recent: Default::default(),
             off_cpu: None,
+            vouch: Default::default(),
         }
     }
 

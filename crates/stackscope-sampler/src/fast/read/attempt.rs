@@ -21,6 +21,7 @@ use crate::fast::proof::gil::{GilWords, Ran};
 use crate::fast::proof::holder::Copies;
 use crate::fast::proof::quiet;
 use crate::fast::proof::still;
+use crate::fast::proof::vouch;
 use crate::fast::read::judge::{record, Judged};
 use crate::fast::read::part::{Part, Plan, Walking};
 use crate::fast::read::request::{Check, Request};
@@ -53,6 +54,10 @@ pub(crate) struct WalkStats {
     pub unchanged: u64,
     /// Still threads taken as still on the GIL's word, nothing of them read ([`quiet`]).
     pub quiet: u64,
+    /// Threads that may have run, kept on a stack a sound read gave ([`vouch`]).
+    pub vouched: u64,
+    /// Likely holders read without later copies whose stack no sound read had given.
+    pub vouch_misses: u64,
 }
 
 /// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
@@ -86,7 +91,7 @@ pub(crate) fn attempt(
         ran: &bracket.ran,
         ran_late: &ran_late,
     };
-    record(codes, threads, &walks, &mut parts, req, &judged);
+    record(codes, threads, &walks, &mut parts, req, &judged, stats);
     remote.recycle(batch);
     Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
 }
@@ -128,12 +133,18 @@ fn plan(
         .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
     let mut parts: Vec<Part> = which
         .iter()
-        .map(|&i| Part {
-            i,
-            plan: plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed),
-            state: None,
-            outcome: None,
-            read_late: false,
+        .map(|&i| {
+            let (plan, skipped_copies) =
+                plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed);
+            Part {
+                i,
+                plan,
+                state: None,
+                outcome: None,
+                read_late: false,
+                skipped_copies,
+                vouched: false,
+            }
         })
         .collect();
     // The code objects the threads ran last time, most likely still on their stacks: their
@@ -170,7 +181,9 @@ fn plan(
 }
 
 /// How thread `k` (the `i`th of the list; `is_still` this sample) is read: taken as still on
-/// the GIL's word, for its proof alone, or copied in full (with a check for a likely holder).
+/// the GIL's word, for its proof alone, or copied in full (with a check for a likely holder,
+/// but for one whose stacks a sound read gave: [`vouch`]). Answers the plan, and whether a
+/// likely holder's later copies were left out.
 fn plan_thread(
     batch: &mut Batch,
     k: &Known,
@@ -178,7 +191,7 @@ fn plan_thread(
     i: usize,
     req: &Request<'_>,
     seed: &mut u64,
-) -> Plan {
+) -> (Plan, bool) {
     let layout = req.layout;
     let bracket = !req.stopped;
     let with_check = !req.stopped
@@ -188,23 +201,21 @@ fn plan_thread(
         };
     match &k.proof {
         Some(_) if req.quiet && !with_check && bracket && quiet::possible(k, is_still) => {
-            Plan::Quiet
+            (Plan::Quiet, false)
         }
-        Some(proof) if is_still && !with_check => Plan::Still(still::plan(
-            batch,
-            layout,
-            k.tstate,
-            proof,
-            req.words_only.contains(&i),
-        )),
+        Some(proof) if is_still && !with_check => {
+            let words_only = req.words_only.contains(&i);
+            let plan = still::plan(batch, layout, k.tstate, proof, words_only);
+            (Plan::Still(plan), false)
+        }
         _ => {
-            let check = with_check.then_some(Copies {
+            let skips = with_check && vouch::skips_copies(k, req);
+            let check = (with_check && !skips).then_some(Copies {
                 seed,
                 window_floor: k.window_floor,
             });
-            Plan::Full(snapshot::plan(
-                batch, layout, k.tstate, k.ts, &k.extra, check, is_still,
-            ))
+            let plan = snapshot::plan(batch, layout, k.tstate, k.ts, &k.extra, check, is_still);
+            (Plan::Full(plan), skips)
         }
     }
 }
@@ -506,7 +517,8 @@ fn finish(
         if matches!(outcome, Some(Outcome::Broken(_))) && bracket.ran.may_have_run(k.tstate) {
             outcome = Some(Outcome::Ran(Frames::default()));
         }
-        let good = bracketed && matches!(outcome, Some(Outcome::Done(_)));
+        // A stack kept on a sound read's word is good for this sample, not for a bet later.
+        let good = bracketed && !part.vouched && matches!(outcome, Some(Outcome::Done(_)));
         k.proven_at = if good { bracket.after } else { None };
         states.push(part.state);
         outcomes.push(outcome.unwrap_or(Outcome::Again));

@@ -12,6 +12,8 @@ use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::Ran;
 use crate::fast::proof::holder;
 use crate::fast::proof::still;
+use crate::fast::proof::vouch;
+use crate::fast::read::attempt::WalkStats;
 use crate::fast::read::part::{Part, Walking};
 use crate::fast::read::recent;
 use crate::fast::read::request::Request;
@@ -37,6 +39,7 @@ pub(super) fn record(
     parts: &mut [Part],
     req: &Request<'_>,
     judged: &Judged<'_>,
+    stats: &mut WalkStats,
 ) {
     let layout = req.layout;
     for w in walks {
@@ -46,21 +49,28 @@ pub(super) fn record(
         }
         let known = &mut threads[part.i];
         known.proof = None;
-        let checked_ok = passes_check(layout, w, judged.batch)
-            && instructions_in_code(layout, judged.ids, &w.walk.frames);
-        let may_have_run = (judged.ran.may_have_run(known.tstate) && !checked_ok)
-            || (part.read_late && judged.ran_late.may_have_run(known.tstate));
-        let outcome =
-            match recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent) {
-                Ok(frames) if may_have_run => Outcome::Ran(frames),
-                Ok(frames) if req.stopped && !w.walk.ends_at_first_frame(layout) => {
-                    Outcome::Midway(frames)
-                }
-                Ok(frames) => Outcome::Done(frames),
-                // A thread that ran can read as anything: read it again, stopped.
-                Err(_) if may_have_run => Outcome::Ran(Frames::default()),
-                Err(why) => Outcome::Broken(why),
-            };
+        let in_code = instructions_in_code(layout, judged.ids, &w.walk.frames);
+        let checked_ok = passes_check(layout, w, judged.batch) && in_code;
+        let ran_late = part.read_late && judged.ran_late.may_have_run(known.tstate);
+        // Sound: a stack the thread had as copied, torn or not.
+        let sound = (!judged.ran.may_have_run(known.tstate) || checked_ok) && !ran_late;
+        let named = recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent);
+        let complete = w.walk.ends_at_first_frame(layout);
+        part.vouched = !sound
+            && !ran_late
+            && vouch::may_vouch(layout, req, complete, in_code)
+            && named.as_ref().is_ok_and(|f| known.recent.is_proven(f));
+        let may_have_run = !sound && !part.vouched;
+        let outcome = match named {
+            Ok(frames) if may_have_run => Outcome::Ran(frames),
+            Ok(frames) if req.stopped && !complete => Outcome::Midway(frames),
+            Ok(frames) => Outcome::Done(frames),
+            // A thread that ran can read as anything: read it again, stopped.
+            Err(_) if may_have_run => Outcome::Ran(Frames::default()),
+            Err(why) => Outcome::Broken(why),
+        };
+        count_vouch(stats, part, may_have_run);
+        vouch::after_read(known, part.skipped_copies, may_have_run);
         if matches!(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
@@ -73,12 +83,22 @@ pub(super) fn record(
             _ => 0,
         };
         if let Outcome::Done(frames) = &outcome {
-            if req.still_reads {
+            if sound {
+                known.recent.prove(frames);
+            }
+            if req.still_reads && !part.vouched {
                 known.proof = proof_of(known.tstate, w, frames, layout);
             }
         }
         part.outcome = Some(outcome);
     }
+}
+
+/// Counts a read kept on a sound read's word, and a likely holder read without later copies
+/// that must be read again (`may_have_run`).
+fn count_vouch(stats: &mut WalkStats, part: &Part, may_have_run: bool) {
+    stats.vouched += u64::from(part.vouched);
+    stats.vouch_misses += u64::from(part.skipped_copies && may_have_run);
 }
 
 /// Records in `known` what its walk tells the next read: the ranges outside its chunk, its

@@ -18,6 +18,11 @@ pub(super) struct Part {
     pub(super) outcome: Option<Outcome>,
     /// Its walk needed frames read after the snapshot.
     pub(super) read_late: bool,
+    /// Read as the GIL's likely holder without its later copies
+    /// ([`crate::fast::proof::vouch`]).
+    pub(super) skipped_copies: bool,
+    /// Kept, though it may have run, on a stack a sound read gave: good for this sample only.
+    pub(super) vouched: bool,
 }
 
 /// A thread's walk in progress.

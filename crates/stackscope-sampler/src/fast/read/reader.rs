@@ -95,6 +95,8 @@ pub(crate) struct FastReader {
     /// Whether a still thread is read only for what proves it did not move ([`still`]);
     /// [`ReaderTuning::still_reads`] off copies its frames every sample (for comparisons).
     pub(in crate::fast) still_reads: bool,
+    /// [`ReaderTuning::proven_stacks`].
+    pub(in crate::fast) proven_stacks: bool,
     /// Samples to go before still threads are again taken as still on the GIL's word
     /// ([`quiet`]) after a sample where that did not hold.
     pub(in crate::fast) quiet_backoff: u32,
@@ -195,6 +197,7 @@ impl FastReader {
             reuse_states: strategy == Strategy::StopGilHolders && tuning.idle_reuse,
             audit: tuning.idle_audit,
             still_reads: tuning.still_reads,
+            proven_stacks: tuning.proven_stacks,
             print_stats: tuning.stats,
             quiet_backoff: 0,
             quiet_losses: 0,
@@ -468,6 +471,7 @@ impl FastReader {
             still_reads: self.still_reads,
             quiet,
             words_only,
+            vouch: self.proven_stacks && with_list && !stopped,
         };
         attempt(
             &mut self.remote,
@@ -566,6 +570,8 @@ impl FastReader {
         s.late_rounds = self.walk_stats.rounds;
         s.unchanged = self.walk_stats.unchanged;
         s.quiet = self.walk_stats.quiet;
+        s.vouched = self.walk_stats.vouched;
+        s.vouch_misses = self.walk_stats.vouch_misses;
         s.code_hits = self.codes.hits;
         s.code_misses = self.codes.misses;
         s.code_replaced = self.codes.replaced;

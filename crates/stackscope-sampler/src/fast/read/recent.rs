@@ -83,17 +83,18 @@ pub(crate) struct SeenFrame {
 /// How many distinct stacks a thread's [`RecentStacks`] keeps: a busy loop goes round a few.
 const RECENT_STACKS: usize = 8;
 
-/// A thread's last few distinct stacks, newest first. Each holds its strings, so an address
-/// in it cannot name another string while it is here.
+/// A thread's last few distinct stacks, newest first, each with whether a sound read gave it
+/// (one that cannot be torn: [`crate::fast::proof::vouch`]). Each holds its strings, so an
+/// address in it cannot name another string while it is here.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RecentStacks {
-    stacks: Vec<Frames>,
+    stacks: Vec<(Frames, bool)>,
 }
 
 impl RecentStacks {
     /// The stack that is `seen`, frame for frame, if it is one of these.
     pub(crate) fn find(&mut self, seen: &[SeenFrame]) -> Option<Frames> {
-        let pos = self.stacks.iter().position(|stack| {
+        let pos = self.stacks.iter().position(|(stack, _)| {
             stack.len() == seen.len()
                 && stack.iter().zip(seen).all(|(f, s)| {
                     f.line == s.line
@@ -103,14 +104,34 @@ impl RecentStacks {
         })?;
         // Newest first: a loop's stacks stay near the front.
         self.stacks[..=pos].rotate_right(1);
-        Some(self.stacks[0].clone())
+        Some(self.stacks[0].0.clone())
     }
 
+    /// Keeps `stack`, not yet known to be sound.
     pub(crate) fn remember(&mut self, stack: &Frames) {
         if self.stacks.len() == RECENT_STACKS {
             self.stacks.pop();
         }
-        self.stacks.insert(0, stack.clone());
+        self.stacks.insert(0, (stack.clone(), false));
+    }
+
+    /// Marks `stack` (one handed out by [`name`], this very one) as given by a sound read.
+    pub(crate) fn prove(&mut self, stack: &Frames) {
+        if let Some(entry) = self.stacks.iter_mut().find(|(s, _)| Arc::ptr_eq(s, stack)) {
+            entry.1 = true;
+        }
+    }
+
+    /// Whether `stack` (one handed out by [`name`]) was given by a sound read.
+    pub(crate) fn is_proven(&self, stack: &Frames) -> bool {
+        self.stacks
+            .iter()
+            .any(|(s, proven)| *proven && Arc::ptr_eq(s, stack))
+    }
+
+    /// Whether any of these stacks was given by a sound read.
+    pub(crate) fn any_proven(&self) -> bool {
+        self.stacks.iter().any(|(_, proven)| *proven)
     }
 }
 
@@ -155,6 +176,32 @@ mod tests {
         // One frame fewer is another stack.
         let shorter: Frames = vec![run.clone()].into();
         assert!(recent.find(&seen(&shorter)).is_none());
+    }
+
+    #[test]
+    fn a_stack_is_sound_once_proven_and_only_that_very_stack() {
+        let at_10: Frames = vec![Frame::python("spin", "a.py", 10)].into();
+        let at_11: Frames = vec![Frame::python("spin", "a.py", 11)].into();
+        let mut recent = RecentStacks::default();
+        recent.remember(&at_10);
+        recent.remember(&at_11);
+        assert!(!recent.any_proven());
+        recent.prove(&at_10);
+        assert!(recent.is_proven(&at_10));
+        assert!(!recent.is_proven(&at_11));
+        assert!(recent.any_proven());
+        // An equal stack of its own strings is another stack, never proven by this one.
+        let copy: Frames = vec![Frame::python("spin", "a.py", 10)].into();
+        assert!(!recent.is_proven(&copy));
+        recent.prove(&copy);
+        assert!(!recent.is_proven(&copy));
+        // Found again, it keeps its mark; pushed out, it is gone with it.
+        let again = recent.find(&seen(&at_10)).expect("known");
+        assert!(recent.is_proven(&again));
+        for line in 0..RECENT_STACKS as u32 {
+            recent.remember(&vec![Frame::python("f", "b.py", line)].into());
+        }
+        assert!(!recent.any_proven());
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub(crate) struct Request<'a> {
     /// their proofs were last good: only their thread states are read
     /// ([`still::plan`](crate::fast::proof::still::plan)).
     pub words_only: &'a [usize],
+    /// Whether a copy that may be torn is kept when its stack is one a sound read of its
+    /// thread gave, and the likely holders are then read without later copies
+    /// ([`vouch`](crate::fast::proof::vouch)): the sample's first read, not stopped.
+    pub vouch: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use crate::fast::memory::extent::Extra;
 use crate::fast::memory::snapshot::TsWords;
 use crate::fast::proof::gil::GilWords;
 use crate::fast::proof::switches::OffCpu;
+use crate::fast::proof::vouch;
 use crate::fast::read::recent::RecentStacks;
 
 /// A thread as the reader knows it between samples.
@@ -51,6 +52,9 @@ pub(crate) struct Known {
     /// no later than a read that found its stack good: while the ring has not moved, that
     /// stack stands ([`crate::fast::proof::switches`]).
     pub off_cpu: Option<(u64, OffCpu)>,
+    /// How its reads as the GIL's expected holder without later copies have gone
+    /// ([`crate::fast::proof::vouch`]).
+    pub vouch: vouch::Record,
 }
 
 impl Known {

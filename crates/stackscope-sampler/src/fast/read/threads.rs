@@ -93,6 +93,8 @@ pub(crate) fn rebuild(
             proven_at: None,
             recent,
             off_cpu,
+            // A rebuilt list: the old backoff no longer says much.
+            vouch: Default::default(),
         });
         addr = ts.next;
     }
