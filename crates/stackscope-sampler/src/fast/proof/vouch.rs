@@ -36,7 +36,7 @@
 //! later only: 3.10's frames are objects of their own, freed and reused, and are always
 //! checked.
 
-use crate::fast::layout::{FrameDesign, Layout};
+use crate::fast::layout::FrameDesign;
 use crate::fast::read::request::Request;
 use crate::fast::read::thread_model::Known;
 
@@ -84,22 +84,25 @@ impl Record {
     }
 }
 
-/// Whether the likely holder `k` is read without later copies this time: the reader allows it
-/// ([`crate::ReaderTuning::proven_stacks`], the sample's first read), the interpreter's frames
-/// live in chunks, the thread has a stack a sound read gave, and its last miss is
-/// backoff is over.
+/// Whether this read may keep a copy on its stack's word at all: the reader allows it
+/// ([`crate::ReaderTuning::proven_stacks`], the sample's first read) and the interpreter's
+/// frames live in chunks (3.11+).
+fn allowed(req: &Request<'_>) -> bool {
+    req.vouch && req.layout.frames == FrameDesign::Chunks
+}
+
+/// Whether the likely holder `k` is read without later copies this time: it may be
+/// ([`allowed`]), the thread has a stack a sound read gave, and its record says a try is
+/// worth it ([`Record`]).
 pub(crate) fn skips_copies(k: &Known, req: &Request<'_>) -> bool {
-    req.vouch
-        && req.layout.frames == FrameDesign::Chunks
-        && k.vouch.worth_a_try()
-        && k.recent.any_proven()
+    allowed(req) && k.vouch.worth_a_try() && k.recent.any_proven()
 }
 
 /// Whether a copy that may be torn can be kept on its stack's word, before the stack is
-/// looked up: the interpreter's frames live in chunks, the reader allows it, the walk reached
-/// the thread's first frame, and every frame's instruction lies in its own code (`in_code`).
-pub(crate) fn may_vouch(layout: &Layout, req: &Request<'_>, complete: bool, in_code: bool) -> bool {
-    req.vouch && layout.frames == FrameDesign::Chunks && complete && in_code
+/// looked up: it may be ([`allowed`]), the walk reached the thread's first frame
+/// (`complete`), and every frame's instruction lies in its own code (`in_code`).
+pub(crate) fn may_vouch(req: &Request<'_>, complete: bool, in_code: bool) -> bool {
+    allowed(req) && complete && in_code
 }
 
 /// Counts one of the thread's reads: a try (`skipped_copies`) found or `missed`, or a read

@@ -58,7 +58,7 @@ pub(super) fn record(
         let complete = w.walk.ends_at_first_frame(layout);
         part.vouched = !sound
             && !ran_late
-            && vouch::may_vouch(layout, req, complete, in_code)
+            && vouch::may_vouch(req, complete, in_code)
             && named.as_ref().is_ok_and(|f| known.recent.is_proven(f));
         let may_have_run = !sound && !part.vouched;
         let outcome = match named {

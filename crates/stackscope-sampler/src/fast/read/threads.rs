@@ -93,7 +93,7 @@ pub(crate) fn rebuild(
             proven_at: None,
             recent,
             off_cpu,
-            // A rebuilt list: the old backoff no longer says much.
+            // A rebuilt list starts its record of tries afresh.
             vouch: Default::default(),
         });
         addr = ts.next;
