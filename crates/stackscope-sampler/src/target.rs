@@ -182,6 +182,8 @@ impl PythonTarget {
             rings_refused: s.rings_refused,
             vouched: s.vouched,
             vouch_misses: s.vouch_misses,
+            returned_kept: s.returned_kept,
+            proving_stops: s.proving_stops,
         })
     }
 
@@ -503,6 +505,10 @@ pub struct IdleAudit {
     /// gave; likely holders read without later copies that had to be read again with them.
     pub vouched: u64,
     pub vouch_misses: u64,
+    /// Checked reads kept with the callee that returned during their later copies on top;
+    /// threads stopped to prove such stacks.
+    pub returned_kept: u64,
+    pub proving_stops: u64,
 }
 
 /// Hands out one shared copy of each function and file name, so that a stack costs pointers

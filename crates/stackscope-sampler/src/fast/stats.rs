@@ -55,6 +55,10 @@ pub(crate) struct ReaderStats {
     /// read again with them.
     pub vouched: u64,
     pub vouch_misses: u64,
+    /// Checked reads kept with the callee that returned during their later copies on top, and
+    /// stops made to prove such stacks ([`super::proof::vouch::ProvingStops`]).
+    pub returned_kept: u64,
+    pub proving_stops: u64,
     /// Threads of lost bets shown still by their switch rings instead ([`super::proof::switches`]),
     /// and rings opened and refused.
     pub switch_proven: u64,
@@ -78,7 +82,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
-             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), {:.2} with a returned callee on top ({} proving stops), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -102,6 +106,8 @@ impl fmt::Display for ReaderStats {
             self.rings_refused,
             per(self.vouched),
             self.vouch_misses,
+            per(self.returned_kept),
+            self.proving_stops,
             self.idle_disagreed,
             self.idle_decisions,
             self.rereads,

@@ -16,4 +16,5 @@ mod reader_consistency;
 mod reader_differential;
 mod reader_strategies;
 mod shared_stacks;
+mod short_calls;
 mod still_proofs;

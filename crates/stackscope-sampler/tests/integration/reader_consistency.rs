@@ -239,8 +239,9 @@ fn shapes_hold(code: &str) {
         // 3.11+: stacks kept on a sound read's word, without later copies, were among those
         // whose shapes were checked above (3.10's frames are always checked).
         eprintln!(
-            "{python}: {} stacks kept on a sound read's word, {} tries missed",
-            audit.vouched, audit.vouch_misses
+            "{python}: {} stacks kept on a sound read's word, {} tries missed, {} kept with \
+             a returned callee on top, {} proving stops",
+            audit.vouched, audit.vouch_misses, audit.returned_kept, audit.proving_stops
         );
         if !target.python_version().starts_with("3.10") {
             assert!(audit.vouched > 0, "{python}: {audit:?}");

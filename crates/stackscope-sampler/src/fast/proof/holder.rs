@@ -89,6 +89,10 @@ pub(crate) fn plan(batch: &mut Batch, reads: &Reads<'_>, copies: Copies<'_>) -> 
 pub(crate) struct Later {
     /// Whether the walk's start stayed on the stack through every reading.
     pub agrees: bool,
+    /// The frame that was current at the first reading, when it returned during the later
+    /// ones and the walk starts at its caller: the thread was in it when it was copied
+    /// ([`crate::fast::proof::vouch`] says when it is kept).
+    pub returned: Option<usize>,
     /// Each later copy's current-frame pointer as read (None: unreadable).
     pointers: Vec<Option<usize>>,
     /// The later copies' ranges, copy after copy, the same number each: where they start in
@@ -137,6 +141,7 @@ pub(crate) fn collect(
         .collect();
     let mut later = Later {
         agrees: false,
+        returned: None,
         pointers,
         ranges: planned.ranges.clone(),
         window: planned.window,
@@ -161,8 +166,9 @@ pub(crate) fn collect(
         .and_then(|h| usize_at(h, layout.fr_previous));
     let (start, agrees) = if stays(current) {
         (current, true)
-    } else if returned_to.is_some_and(|c| c != 0 && stays(c)) {
-        (returned_to.unwrap_or(current), true)
+    } else if let Some(caller) = returned_to.filter(|&c| c != 0 && stays(c)) {
+        later.returned = Some(current);
+        (caller, true)
     } else {
         (current, false)
     };
@@ -268,11 +274,14 @@ mod tests {
         let (start, later) = collect(&batch, &PY311, &planned, caller, &first);
         assert_eq!(start, caller);
         assert!(later.agrees);
-        // The callee was current first and had returned by the second reading: its caller.
+        assert_eq!(later.returned, None);
+        // The callee was current first and had returned by the second reading: its caller,
+        // and the callee named as the frame the thread was in when the read began.
         let (planned, batch) = later_from(&[caller, caller], &mem);
         let (start, later) = collect(&batch, &PY311, &planned, callee, &first);
         assert_eq!(start, caller);
         assert!(later.agrees);
+        assert_eq!(later.returned, Some(callee));
         // Something else entirely: no agreement.
         let (planned, batch) = later_from(&[base + 400, caller], &mem);
         let (_, later) = collect(&batch, &PY311, &planned, callee, &first);

@@ -75,6 +75,7 @@ mod tests {
             recent: Default::default(),
             off_cpu: None,
             vouch: Default::default(),
+            proving: Default::default(),
         }
     }
 

@@ -36,8 +36,12 @@
 //! later only: 3.10's frames are objects of their own, freed and reused, and are always
 //! checked.
 
-use crate::fast::layout::FrameDesign;
+use std::time::{Duration, Instant};
+
+use crate::fast::layout::{FrameDesign, Layout};
+use crate::fast::proof::holder::Later;
 use crate::fast::read::request::Request;
+use crate::fast::read::stack::{RawFrame, Walk};
 use crate::fast::read::thread_model::Known;
 
 /// The tries a thread's record weighs: past them, the record is halved.
@@ -105,10 +109,115 @@ pub(crate) fn may_vouch(req: &Request<'_>, complete: bool, in_code: bool) -> boo
     allowed(req) && complete && in_code
 }
 
+/// The frame the thread was in when the read began (its current-frame pointer was read
+/// first), when that frame had returned by the time its frames were copied: as copied, its
+/// code object 0 where the frame no longer has one (3.14+ clears it as the frame returns).
+/// That is a checked read's frame that returned to the walk's `start` during the later
+/// readings ([`Later::returned`]); or, read without later copies, the frame at `start`
+/// itself when it has no code (the walk passes over it, to its caller).
+///
+/// The later copies keep a stack only if its innermost frame stays through all of them,
+/// and a frame copied a moment after the pointer was read may have returned meanwhile; so
+/// without this a call shorter than that (a small function called in a loop) would seldom
+/// be on top of a read: its time would go to its caller. The stack with it on top is kept
+/// when a sound read gave that stack ([`may_keep_returned`]).
+pub(crate) fn returned_callee(
+    layout: &Layout,
+    walk: &Walk,
+    later: Option<&Later>,
+    start: usize,
+) -> Option<RawFrame> {
+    match later.and_then(|l| l.returned) {
+        Some(callee) => walk.frame_at(callee, Some(start), layout),
+        None => walk.frame_at(start, None, layout).filter(|f| f.code == 0),
+    }
+}
+
+/// Whether a sound read's stack with the frame it returned from on top may be kept: the
+/// reader allows it ([`crate::ReaderTuning::proven_stacks`], the sample's first read), and
+/// the frame's instruction lies in its own code (`in_code`). The stack is then kept if it is,
+/// frame for frame, one a sound read gave: a torn view (the caller already past the call
+/// while the callee's slot still holds it; 3.10: a frame object freed and made again) names
+/// a stack no sound read saw, but for the same call again on the same line. Unlike
+/// [`may_vouch`], 3.10 too: the caller, and the frames under it, passed the check.
+pub(crate) fn may_keep_returned(req: &Request<'_>, in_code: bool) -> bool {
+    req.vouch && in_code
+}
+
 /// Counts one of the thread's reads: a try (`skipped_copies`) found or `missed`, or a read
 /// with later copies.
 pub(crate) fn after_read(k: &mut Known, skipped_copies: bool, missed: bool) {
     k.vouch.count(skipped_copies, !missed);
+}
+
+/// At most one proving of a thread begins in this long: a stop costs the thread a few
+/// hundred microseconds, and proves the stack it lands in.
+pub(crate) const PROVING_EVERY: Duration = Duration::from_millis(250);
+
+/// Stops of one proving, at most, one a sample: until one proves a stack not proven before.
+/// A stop lands anywhere in the thread's loop, most often in a stack already proven; one
+/// landing in a call on top a third of the time misses it four times in a row one time in
+/// five. Stops in one sample would land where the first did: a thread let go runs again only
+/// after the reader's next wait, when it shares the reader's CPU.
+pub(crate) const PROVING_TRIES: u8 = 4;
+
+/// Stops of a thread that prove its stacks with a short call on top: a stack a read saw with
+/// a callee that returned meanwhile on top ([`returned_callee`]), which no sound read gave
+/// yet, is given to the caller for that sample, and the thread is stopped (now and then) and
+/// read, which proves whatever stack the stop lands in. A callee on top a fair share of the
+/// time is soon proven, and from then on kept ([`may_keep_returned`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ProvingStops {
+    wanted: bool,
+    /// When the last proving began.
+    last: Option<Instant>,
+    /// Stops left to the proving under way (0: none).
+    tries_left: u8,
+    /// A sound read proved a stack not proven before, since the last stop.
+    learned: bool,
+}
+
+impl ProvingStops {
+    /// A read saw a stack with a returned callee on top that no sound read gave.
+    pub(crate) fn want(&mut self) {
+        self.wanted = true;
+    }
+
+    /// A sound read of the thread proved a stack not proven before.
+    pub(crate) fn learned(&mut self) {
+        self.learned = true;
+    }
+
+    /// Whether the thread is to be stopped now (`may`: stops are ours to make this sample):
+    /// one was wanted since the last answer, and a proving is under way, or none began in
+    /// [`PROVING_EVERY`]. Each answer takes the want.
+    pub(crate) fn due(&mut self, now: Instant, may: bool) -> bool {
+        let wanted = std::mem::take(&mut self.wanted);
+        if !(may && wanted) {
+            return false;
+        }
+        if self.tries_left > 0 {
+            return true;
+        }
+        let spaced = self
+            .last
+            .is_none_or(|t| now.duration_since(t) >= PROVING_EVERY);
+        if spaced {
+            self.last = Some(now);
+            self.tries_left = PROVING_TRIES;
+            self.learned = false;
+        }
+        spaced
+    }
+
+    /// The thread was stopped and read: the proving ends when that proved a new stack, or
+    /// its tries are spent.
+    pub(crate) fn stopped(&mut self) {
+        self.tries_left = match std::mem::take(&mut self.learned) {
+            true => 0,
+            false => self.tries_left.saturating_sub(1),
+        };
+    }
 }
 
 #[cfg(test)]
@@ -144,5 +253,33 @@ mod tests {
         }
         assert!(three_in_four.worth_a_try(), "{three_in_four:?}");
         assert!(!one_in_two.worth_a_try(), "{one_in_two:?}");
+    }
+
+    #[test]
+    fn provings_are_spaced_and_stop_once_a_stop_proves_a_new_stack() {
+        let mut p = ProvingStops::default();
+        let t0 = Instant::now();
+        assert!(!p.due(t0, true), "not wanted");
+        p.want();
+        assert!(!p.due(t0, false), "not ours to stop");
+        assert!(!p.due(t0, true), "the want went with the answer");
+        // A proving: stops while wanted, one a sample, until its tries are spent.
+        for _ in 0..PROVING_TRIES {
+            p.want();
+            assert!(p.due(t0, true));
+            p.stopped();
+        }
+        p.want();
+        assert!(
+            !p.due(t0 + PROVING_EVERY / 2, true),
+            "too soon for the next"
+        );
+        // The next, once due, ends at the first stop that proves a new stack.
+        p.want();
+        assert!(p.due(t0 + PROVING_EVERY, true));
+        p.learned();
+        p.stopped();
+        p.want();
+        assert!(!p.due(t0 + PROVING_EVERY, true), "proven");
     }
 }

@@ -58,6 +58,8 @@ pub(crate) struct WalkStats {
     pub vouched: u64,
     /// Likely holders read without later copies whose stack no sound read had given.
     pub vouch_misses: u64,
+    /// Checked reads kept with the callee that returned during their later copies on top.
+    pub returned_kept: u64,
 }
 
 /// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
@@ -358,12 +360,14 @@ fn check_copy(
             for (region, is_chunk) in extra {
                 walk.add_region(region, is_chunk);
             }
+            let returned = vouch::returned_callee(layout, &walk, later.as_ref(), current_frame);
             let walking = Walking {
                 pos,
                 walk,
                 later,
                 ts,
                 start: current_frame,
+                returned,
             };
             (Some(ts), Ok(walking))
         }
@@ -447,11 +451,11 @@ fn read_late(
     let (id_start, id_end) = layout.code_identity_range();
     let mut late = Batch::default();
     let mut late_codes: AddrMap<Slot> = AddrMap::default();
-    for Walking { pos, walk, .. } in walks {
-        if parts[*pos].outcome.is_some() {
+    for w in walks {
+        if parts[w.pos].outcome.is_some() {
             continue;
         }
-        for f in &walk.frames {
+        for f in w.frames() {
             if !bracket.ids.contains_key(&f.code) {
                 late_codes
                     .entry(f.code)
@@ -488,8 +492,8 @@ fn load_codes(
     ids: &AddrMap<Option<CodeId>>,
 ) -> std::io::Result<()> {
     let mut missing: Vec<(usize, CodeId)> = Vec::new();
-    for Walking { walk, .. } in walks {
-        for f in &walk.frames {
+    for w in walks {
+        for f in w.frames() {
             if let Some(Some(id)) = ids.get(&f.code) {
                 if codes.get(f.code, id).is_none() && !missing.iter().any(|(a, _)| *a == f.code) {
                     missing.push((f.code, *id));

@@ -56,11 +56,31 @@ pub(super) fn record(
         let sound = (!judged.ran.may_have_run(known.tstate) || checked_ok) && !ran_late;
         let named = recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent);
         let complete = w.walk.ends_at_first_frame(layout);
-        part.vouched = !sound
-            && !ran_late
-            && vouch::may_vouch(req, complete, in_code)
-            && named.as_ref().is_ok_and(|f| known.recent.is_proven(f));
+        let may_vouch = !sound && !ran_late && vouch::may_vouch(req, complete, in_code);
+        // The frame the thread was in when the read began, returned since: the stack with
+        // it on top, when a sound read gave that stack.
+        let with_returned = match (&w.returned, &named) {
+            (Some(callee), Ok(_)) if sound || may_vouch => {
+                keep_returned(codes, known, w, *callee, req, judged)
+            }
+            _ => None,
+        };
+        let vouched_as = match &named {
+            Ok(frames) if may_vouch => with_returned
+                .as_ref()
+                .map(|(stack, _)| stack.clone())
+                .or_else(|| known.recent.proven_for(frames)),
+            _ => None,
+        };
+        part.vouched = vouched_as.is_some();
         let may_have_run = !sound && !part.vouched;
+        let kept_returned = sound && with_returned.is_some();
+        count_vouch(stats, part, may_have_run, kept_returned);
+        part.vouched |= kept_returned;
+        let callee = with_returned.as_ref().map(|(_, callee)| *callee);
+        let named = vouched_as
+            .or(with_returned.map(|(stack, _)| stack))
+            .map_or(named, Ok);
         let outcome = match named {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
             Ok(frames) if req.stopped && !complete => Outcome::Midway(frames),
@@ -69,13 +89,12 @@ pub(super) fn record(
             Err(_) if may_have_run => Outcome::Ran(Frames::default()),
             Err(why) => Outcome::Broken(why),
         };
-        count_vouch(stats, part, may_have_run);
         vouch::after_read(known, part.skipped_copies, may_have_run);
         if matches!(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
         ) {
-            remember_walk(known, &w.walk, layout);
+            remember_walk(known, &w.walk, callee.as_ref(), layout);
         }
         known.window_floor = match &outcome {
             Outcome::Done(_) => extent::window_floor(&w.walk.frames, known.ts.chunk, known.ts.top),
@@ -83,8 +102,8 @@ pub(super) fn record(
             _ => 0,
         };
         if let Outcome::Done(frames) = &outcome {
-            if sound {
-                known.recent.prove(frames);
+            if sound && known.recent.prove(frames) {
+                known.proving.learned();
             }
             if req.still_reads && !part.vouched {
                 known.proof = proof_of(known.tstate, w, frames, layout);
@@ -94,16 +113,67 @@ pub(super) fn record(
     }
 }
 
-/// Counts a read kept on a sound read's word, and a likely holder read without later copies
-/// that must be read again (`may_have_run`).
-fn count_vouch(stats: &mut WalkStats, part: &Part, may_have_run: bool) {
+/// The stack of read `w` with `callee` on top, the frame the thread was in when the read
+/// began ([`vouch::returned_callee`]), and that frame with its code object: when that stack
+/// is one a sound read gave ([`vouch::may_keep_returned`]). One no sound read gave has the
+/// thread stopped soon to prove what it runs ([`vouch::ProvingStops`]).
+fn keep_returned(
+    codes: &mut CodeCache,
+    known: &mut Known,
+    w: &Walking,
+    callee: RawFrame,
+    req: &Request<'_>,
+    judged: &Judged<'_>,
+) -> Option<(Frames, RawFrame)> {
+    let layout = req.layout;
+    let callee = with_code(layout, judged.ids, callee);
+    if !vouch::may_keep_returned(req, callee.is_some()) {
+        return None;
+    }
+    let callee = callee?;
+    let mut raw = Vec::with_capacity(w.walk.frames.len() + 1);
+    raw.push(callee);
+    raw.extend_from_slice(&w.walk.frames);
+    let found = recent::find_proven(layout, codes, judged.ids, &raw, &known.recent);
+    if found.is_none() {
+        known.proving.want();
+    }
+    found.map(|stack| (stack, callee))
+}
+
+/// `frame` with its code object, when its instruction lies in it: the frame's own, or, for a
+/// frame whose code object was cleared as it returned (3.14+), the one of the code objects
+/// read for this attempt whose bytecode holds its instruction.
+fn with_code(layout: &Layout, ids: &AddrMap<Option<CodeId>>, frame: RawFrame) -> Option<RawFrame> {
+    if frame.code != 0 {
+        return instructions_in_code(layout, ids, std::slice::from_ref(&frame)).then_some(frame);
+    }
+    if layout.frames != FrameDesign::Chunks {
+        return None;
+    }
+    let mut holders = ids.iter().filter_map(|(&code, id)| {
+        let id = id.as_ref()?;
+        instruction_in(layout, code, id, frame.prev_instr).then_some(code)
+    });
+    let code = holders.next()?;
+    holders
+        .next()
+        .is_none()
+        .then_some(RawFrame { code, ..frame })
+}
+
+/// Counts a read kept on a sound read's word, a likely holder read without later copies
+/// that must be read again (`may_have_run`), and a stack kept with the callee its read
+/// returned from on top (`kept_returned`).
+fn count_vouch(stats: &mut WalkStats, part: &Part, may_have_run: bool, kept_returned: bool) {
     stats.vouched += u64::from(part.vouched);
+    stats.returned_kept += u64::from(kept_returned);
     stats.vouch_misses += u64::from(part.skipped_copies && may_have_run);
 }
 
 /// Records in `known` what its walk tells the next read: the ranges outside its chunk, its
 /// signature, and the code objects to check ahead.
-fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
+fn remember_walk(known: &mut Known, walk: &Walk, callee: Option<&RawFrame>, layout: &Layout) {
     let mut extra = walk.outside_ranges(layout);
     if layout.frames == FrameDesign::Objects {
         // 3.10: a frame that came and went (a leaf call's, made again at the same address
@@ -124,7 +194,10 @@ fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
     known.sig = signature(&walk.frames) ^ walk.chunk_digest(known.ts.top);
     known.entries.clear();
     if layout.frames == FrameDesign::Chunks {
-        known.entries.extend(walk.frames.iter().map(|f| f.entry));
+        // The stack handed on has the callee it returned from on top, when it was kept.
+        known
+            .entries
+            .extend(callee.into_iter().chain(&walk.frames).map(|f| f.entry));
         // The thread's first frame was entered from C, as every call from C is.
         if let Some(outermost) = known.entries.last_mut() {
             *outermost = true;
@@ -134,7 +207,7 @@ fn remember_walk(known: &mut Known, walk: &Walk, layout: &Layout) {
     // call that comes and goes between samples keeps its identity read with the snapshot
     // instead of costing a call of its own after it.
     let earlier = std::mem::take(&mut known.codes);
-    for f in &walk.frames {
+    for f in callee.into_iter().chain(&walk.frames) {
         if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
             known.codes.push(f.code);
         }
@@ -220,8 +293,14 @@ fn instructions_in_code(
             let lasti = f.prev_instr as isize;
             return (-1..1 << 26).contains(&lasti);
         }
-        let start = f.code + layout.co_code_adaptive;
-        let end = start.saturating_add(2 * id.units() as usize);
-        f.prev_instr + 2 >= start && f.prev_instr < end
+        instruction_in(layout, f.code, id, f.prev_instr)
     })
+}
+
+/// Whether `instr` lies in the bytecode of the code object at `code` (or one unit before it:
+/// not started yet). 3.11+.
+fn instruction_in(layout: &Layout, code: usize, id: &CodeId, instr: usize) -> bool {
+    let start = code + layout.co_code_adaptive;
+    let end = start.saturating_add(2 * id.units() as usize);
+    instr + 2 >= start && instr < end
 }

@@ -4,7 +4,7 @@
 use crate::fast::memory::snapshot::{self, TsWords};
 use crate::fast::proof::holder::Later;
 use crate::fast::proof::still;
-use crate::fast::read::stack::Walk;
+use crate::fast::read::stack::{RawFrame, Walk};
 use crate::fast::read::thread_model::Outcome;
 
 /// One thread's part of an attempt, from its plan to its outcome.
@@ -36,6 +36,9 @@ pub(super) struct Walking {
     pub(super) ts: TsWords,
     /// Where the walk started: the current-frame pointer as read.
     pub(super) start: usize,
+    /// The frame the thread was in when it was copied, when it returned to the walk's start
+    /// during the later readings ([`crate::fast::proof::vouch::returned_callee`]).
+    pub(super) returned: Option<RawFrame>,
 }
 
 /// One thread's part of an attempt.
@@ -46,4 +49,13 @@ pub(super) enum Plan {
     Still(still::Planned),
     /// A still thread taken as still if the GIL shows no switch: nothing read.
     Quiet,
+}
+
+impl Walking {
+    /// The frames whose code objects this walk needs known: the walk's, and the frame it
+    /// returned from, if it still names its code object.
+    pub(super) fn frames(&self) -> impl Iterator<Item = &RawFrame> {
+        let returned = self.returned.iter().filter(|f| f.code != 0);
+        self.walk.frames.iter().chain(returned)
+    }
 }

@@ -572,6 +572,7 @@ impl FastReader {
         s.quiet = self.walk_stats.quiet;
         s.vouched = self.walk_stats.vouched;
         s.vouch_misses = self.walk_stats.vouch_misses;
+        s.returned_kept = self.walk_stats.returned_kept;
         s.code_hits = self.codes.hits;
         s.code_misses = self.codes.misses;
         s.code_replaced = self.codes.replaced;

@@ -21,9 +21,52 @@ pub(crate) fn name(
     raw: &[RawFrame],
     recent: &mut RecentStacks,
 ) -> Result<Frames, String> {
-    // First each frame's names (by address) and line, with no reference counted: a busy
-    // thread is most often back at a stack it had, and handing that on costs one count
-    // instead of two per frame, on counts the consumer's thread drops on its own core.
+    let seen = see(layout, codes, ids, raw)?;
+    if let Some(stack) = recent.find(&seen) {
+        return Ok(stack);
+    }
+    let mut out = Vec::with_capacity(seen.len());
+    for s in &seen {
+        // Found good by the first pass, a moment ago.
+        let names = codes.checked(s.code).and_then(|info| info.names.as_ref());
+        let Some(names) = names else {
+            return Err("Failed to copy PyCodeObject".to_owned());
+        };
+        out.push(Frame {
+            function: names.function.clone(),
+            file: names.file.clone(),
+            line: s.line,
+            native: false,
+            origin: names.origin,
+        });
+    }
+    let stack: Frames = out.into();
+    recent.remember(&stack);
+    Ok(stack)
+}
+
+/// The stack a sound read gave that is `raw`'s ([`RecentStacks::proven_for`]), if any; nothing
+/// is remembered of `raw` otherwise.
+pub(crate) fn find_proven(
+    layout: &Layout,
+    codes: &mut CodeCache,
+    ids: &AddrMap<Option<CodeId>>,
+    raw: &[RawFrame],
+    recent: &RecentStacks,
+) -> Option<Frames> {
+    let seen = see(layout, codes, ids, raw).ok()?;
+    recent.proven_for(&seen)
+}
+
+/// Each frame's names (by address) and line, with no reference counted: a busy thread is
+/// most often back at a stack it had, and handing that on costs one count instead of two per
+/// frame, on counts the consumer's thread drops on its own core.
+fn see(
+    layout: &Layout,
+    codes: &mut CodeCache,
+    ids: &AddrMap<Option<CodeId>>,
+    raw: &[RawFrame],
+) -> Result<Vec<SeenFrame>, String> {
     let mut seen: Vec<SeenFrame> = Vec::with_capacity(raw.len());
     for f in raw {
         let Some(Some(id)) = ids.get(&f.code) else {
@@ -48,27 +91,7 @@ pub(crate) fn name(
             line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
         });
     }
-    if let Some(stack) = recent.find(&seen) {
-        return Ok(stack);
-    }
-    let mut out = Vec::with_capacity(seen.len());
-    for s in &seen {
-        // Found good by the first pass, a moment ago.
-        let names = codes.checked(s.code).and_then(|info| info.names.as_ref());
-        let Some(names) = names else {
-            return Err("Failed to copy PyCodeObject".to_owned());
-        };
-        out.push(Frame {
-            function: names.function.clone(),
-            file: names.file.clone(),
-            line: s.line,
-            native: false,
-            origin: names.origin,
-        });
-    }
-    let stack: Frames = out.into();
-    recent.remember(&stack);
-    Ok(stack)
+    Ok(seen)
 }
 
 /// One frame of a walk, named: its strings by address (alive as long as the code cache or a
@@ -78,6 +101,47 @@ pub(crate) struct SeenFrame {
     pub function: *const str,
     pub file: *const str,
     pub line: u32,
+}
+
+/// A frame as stacks are compared: its strings by address, and its line.
+pub(crate) trait FrameKey {
+    fn key(&self) -> (*const str, *const str, u32);
+}
+
+impl FrameKey for SeenFrame {
+    fn key(&self) -> (*const str, *const str, u32) {
+        (self.function, self.file, self.line)
+    }
+}
+
+impl FrameKey for Frame {
+    fn key(&self) -> (*const str, *const str, u32) {
+        (
+            Arc::as_ptr(&self.function),
+            Arc::as_ptr(&self.file),
+            self.line,
+        )
+    }
+}
+
+/// Which lines two stacks compared must share.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    All,
+    /// All but the second frame's, the innermost frame's caller's.
+    ButCallers,
+}
+
+/// Whether `stack` is `other`, frame for frame: the same strings (by address), and the same
+/// `lines`.
+fn same<K: FrameKey>(stack: &[Frame], other: &[K], lines: Lines) -> bool {
+    stack.len() == other.len()
+        && stack.iter().zip(other).enumerate().all(|(i, (f, o))| {
+            let (function, file, line) = o.key();
+            std::ptr::addr_eq(Arc::as_ptr(&f.function), function)
+                && std::ptr::addr_eq(Arc::as_ptr(&f.file), file)
+                && (f.line == line || (i == 1 && lines == Lines::ButCallers))
+        })
 }
 
 /// How many distinct stacks a thread's [`RecentStacks`] keeps: a busy loop goes round a few.
@@ -94,35 +158,59 @@ pub(crate) struct RecentStacks {
 impl RecentStacks {
     /// The stack that is `seen`, frame for frame, if it is one of these.
     pub(crate) fn find(&mut self, seen: &[SeenFrame]) -> Option<Frames> {
-        let pos = self.stacks.iter().position(|(stack, _)| {
-            stack.len() == seen.len()
-                && stack.iter().zip(seen).all(|(f, s)| {
-                    f.line == s.line
-                        && std::ptr::addr_eq(Arc::as_ptr(&f.function), s.function)
-                        && std::ptr::addr_eq(Arc::as_ptr(&f.file), s.file)
-                })
-        })?;
+        let pos = self
+            .stacks
+            .iter()
+            .position(|(stack, _)| same(stack, seen, Lines::All))?;
         // Newest first: a loop's stacks stay near the front.
         self.stacks[..=pos].rotate_right(1);
         Some(self.stacks[0].0.clone())
     }
 
-    /// Keeps `stack`, not yet known to be sound.
+    /// The stack a sound read gave that is `stack`: `stack` itself, or else the only one that
+    /// is `stack` but for its caller's line (its second frame's), if there is just one.
+    ///
+    /// A read whose innermost frame was the thread's current frame when the read began (its
+    /// current-frame pointer, read first) had the thread inside that call then, so its caller
+    /// was at the call; its frames are copied a moment later, when the callee may have
+    /// returned (its slot still holding it) and the caller moved on. The caller's line is then
+    /// the one at which a sound read saw it call that function.
+    pub(crate) fn proven_for<K: FrameKey>(&self, stack: &[K]) -> Option<Frames> {
+        let proven = || self.stacks.iter().filter(|(_, proven)| *proven);
+        if let Some((s, _)) = proven().find(|(s, _)| same(s, stack, Lines::All)) {
+            return Some(s.clone());
+        }
+        if stack.len() < 2 {
+            return None;
+        }
+        let mut like = proven().filter(|(s, _)| same(s, stack, Lines::ButCallers));
+        let (first, _) = like.next()?;
+        like.next().is_none().then(|| first.clone())
+    }
+
+    /// Keeps `stack`, not yet known to be sound, in place of the oldest that no sound read
+    /// gave (else the oldest): torn reads name stacks of their own, and must not push out
+    /// the ones that keep later reads ([`crate::fast::proof::vouch`]).
     pub(crate) fn remember(&mut self, stack: &Frames) {
         if self.stacks.len() == RECENT_STACKS {
-            self.stacks.pop();
+            let oldest_unproven = self.stacks.iter().rposition(|(_, proven)| !proven);
+            self.stacks
+                .remove(oldest_unproven.unwrap_or(RECENT_STACKS - 1));
         }
         self.stacks.insert(0, (stack.clone(), false));
     }
 
-    /// Marks `stack` (one handed out by [`name`], this very one) as given by a sound read.
-    pub(crate) fn prove(&mut self, stack: &Frames) {
-        if let Some(entry) = self.stacks.iter_mut().find(|(s, _)| Arc::ptr_eq(s, stack)) {
-            entry.1 = true;
+    /// Marks `stack` (one handed out by [`name`], this very one) as given by a sound read;
+    /// answers whether it was not before.
+    pub(crate) fn prove(&mut self, stack: &Frames) -> bool {
+        match self.stacks.iter_mut().find(|(s, _)| Arc::ptr_eq(s, stack)) {
+            Some(entry) => !std::mem::replace(&mut entry.1, true),
+            None => false,
         }
     }
 
     /// Whether `stack` (one handed out by [`name`]) was given by a sound read.
+    #[cfg(test)]
     pub(crate) fn is_proven(&self, stack: &Frames) -> bool {
         self.stacks
             .iter()
@@ -195,13 +283,72 @@ mod tests {
         assert!(!recent.is_proven(&copy));
         recent.prove(&copy);
         assert!(!recent.is_proven(&copy));
-        // Found again, it keeps its mark; pushed out, it is gone with it.
+        // Found again, it keeps its mark.
         let again = recent.find(&seen(&at_10)).expect("known");
         assert!(recent.is_proven(&again));
-        for line in 0..RECENT_STACKS as u32 {
-            recent.remember(&vec![Frame::python("f", "b.py", line)].into());
+        // Stacks no sound read gave (a torn read's among them) push out their like first.
+        let torn: Vec<Frames> = (0..RECENT_STACKS as u32)
+            .map(|line| vec![Frame::python("f", "b.py", line)].into())
+            .collect();
+        for stack in &torn {
+            recent.remember(stack);
         }
-        assert!(!recent.any_proven());
+        assert!(
+            recent.is_proven(&at_10),
+            "a proven stack outlives unproven ones"
+        );
+        assert!(
+            recent.find(&seen(&torn[0])).is_none(),
+            "the oldest unproven went"
+        );
+        // Once all are proven, the oldest goes.
+        for stack in &torn[1..] {
+            recent.prove(stack);
+        }
+        recent.remember(&vec![Frame::python("g", "b.py", 1)].into());
+        assert!(!recent.is_proven(&at_10));
+    }
+
+    #[test]
+    fn a_callers_line_is_taken_from_the_one_proven_stack_that_calls_the_same_way() {
+        let (leaf, run) = (
+            Frame::python("leaf", "a.py", 2),
+            Frame::python("run", "a.py", 9),
+        );
+        let spin = |line| Frame {
+            line,
+            ..Frame::python("spin", "a.py", 0)
+        };
+        let share = |stack: &[&Frame], line: u32| -> Frames {
+            // The same strings as the others: frames compare by the strings' addresses.
+            let mut frames: Vec<Frame> = stack.iter().map(|f| (*f).clone()).collect();
+            frames[1].line = line;
+            frames.into()
+        };
+        let base = spin(10);
+        let called_at_10 = share(&[&leaf, &base, &run], 10);
+        let torn_at_11 = share(&[&leaf, &base, &run], 11);
+        let mut recent = RecentStacks::default();
+        recent.remember(&called_at_10);
+        // Not proven: nothing stands in for it.
+        assert!(recent.proven_for(&torn_at_11[..]).is_none());
+        recent.prove(&called_at_10);
+        let found = recent
+            .proven_for(&torn_at_11[..])
+            .expect("the caller's line at the call");
+        assert!(Arc::ptr_eq(&found, &called_at_10));
+        let found = recent.proven_for(&called_at_10[..]).expect("itself");
+        assert!(Arc::ptr_eq(&found, &called_at_10));
+        // Called from two lines: which one is not known.
+        let called_at_12 = share(&[&leaf, &base, &run], 12);
+        recent.remember(&called_at_12);
+        recent.prove(&called_at_12);
+        assert!(recent.proven_for(&torn_at_11[..]).is_none());
+        // Only the caller's line may differ: not the callee's, nor the frames under.
+        let mut deeper: Vec<Frame> = called_at_10.to_vec();
+        deeper[2].line = 3;
+        let deeper: Frames = deeper.into();
+        assert!(recent.proven_for(&deeper[..]).is_none());
     }
 
     #[test]

@@ -99,6 +99,7 @@ impl FastReader {
         if !self.finish(blocking, process_stopped, again, ran, &mut results)? {
             return Ok(None);
         }
+        self.proving_stops(blocking && !process_stopped, &mut results);
         let frames = results
             .into_iter()
             .map(|r| r.ok_or(ReadError::Torn))
@@ -182,6 +183,29 @@ impl FastReader {
             }
             !still
         });
+    }
+
+    /// Threads whose reads saw a stack with a short call on top that no sound read gave, due
+    /// a stop to prove what they run ([`crate::fast::proof::vouch::ProvingStops`]; `may`: stops are ours to
+    /// make): each is stopped and read, and the sample takes that read (where a stop lands
+    /// does not depend on what the thread runs). One that cannot be stopped, or read whole
+    /// stopped, keeps its read.
+    fn proving_stops(&mut self, may: bool, results: &mut [Option<Frames>]) {
+        let now = std::time::Instant::now();
+        let due: Vec<usize> = (0..self.threads.len())
+            .filter(|&i| self.threads[i].proving.due(now, may))
+            .collect();
+        for i in due {
+            let live = results.get(i).cloned().flatten();
+            self.stats.proving_stops += 1;
+            let stopped = self.stop_and_read(&[i], results);
+            self.threads[i].proving.stopped();
+            if !stopped.is_ok_and(|unstoppable| unstoppable.is_empty()) {
+                if let Some(slot) = results.get_mut(i) {
+                    *slot = live;
+                }
+            }
+        }
     }
 
     /// What is left: threads never read whole (`again`) and threads that may have run

@@ -76,6 +76,69 @@ pub(crate) const MAX_FRAMES: usize = 4096;
 /// of that chunk unused so that the chunk is never freed).
 const FIRST_FRAME_OFFSET: usize = common::CHUNK_HEADER + 8;
 
+/// One frame header, parsed.
+struct FrameHeader {
+    previous: usize,
+    /// Its code object (0: none).
+    code: usize,
+    prev_instr: usize,
+    /// It is an entry shim (or 3.15's base frame): no code of its own.
+    shim: bool,
+    entry: bool,
+}
+
+impl FrameHeader {
+    /// Parses the header copied from `addr`; a link no live frame can hold is garbage.
+    fn parse(header: &[u8], layout: &Layout, addr: usize) -> Result<FrameHeader, WalkError> {
+        let field = |offset| usize_at(header, offset).ok_or(WalkError::Garbage(addr));
+        // A tagged stack reference (3.14+): the tags are not part of the address.
+        let code = field(layout.fr_code)? & !layout.code_tag_bits;
+        let previous = field(layout.fr_previous)?;
+        let prev_instr = match layout.frames {
+            FrameDesign::Chunks => field(layout.fr_prev_instr)?,
+            // `f_lasti`, kept with its sign (-1: not started).
+            FrameDesign::Objects => i32_at(header, layout.fr_prev_instr)
+                .ok_or(WalkError::Garbage(addr))? as isize
+                as usize,
+        };
+        if previous & 7 != 0 {
+            return Err(WalkError::Garbage(previous));
+        }
+        let shim = header
+            .get(layout.fr_owner)
+            .copied()
+            .zip(layout.owner_shims_from)
+            .is_some_and(|(o, from)| o >= from);
+        let entry = layout
+            .fr_is_entry
+            .and_then(|at| header.get(at))
+            .is_some_and(|&b| b != 0);
+        Ok(FrameHeader {
+            previous,
+            code,
+            prev_instr,
+            shim,
+            entry,
+        })
+    }
+
+    /// Whether the walk passes over it: an entry shim (or 3.15's base frame), or 3.13+'s
+    /// frames with no executable (3.14 clears a frame's executable when it returns): no code
+    /// of their own, left out as py-spy leaves them out.
+    fn passed_over(&self, layout: &Layout) -> bool {
+        self.shim || (self.code == 0 && layout.minor >= 13)
+    }
+
+    fn raw(&self, addr: usize) -> RawFrame {
+        RawFrame {
+            addr,
+            code: self.code,
+            prev_instr: self.prev_instr,
+            entry: self.entry,
+        }
+    }
+}
+
 pub(crate) struct Walk {
     pub frames: Vec<RawFrame>,
     /// Frame headers read so far, shims included.
@@ -135,54 +198,43 @@ impl Walk {
             if self.visited > MAX_FRAMES {
                 return Err(WalkError::TooDeep);
             }
-            let field = |offset| usize_at(header, offset).ok_or(WalkError::Garbage(addr));
-            // A tagged stack reference (3.14+): the tags are not part of the address.
-            let code = field(layout.fr_code)? & !layout.code_tag_bits;
-            let previous = field(layout.fr_previous)?;
-            let prev_instr = match layout.frames {
-                FrameDesign::Chunks => field(layout.fr_prev_instr)?,
-                // `f_lasti`, kept with its sign (-1: not started).
-                FrameDesign::Objects => i32_at(header, layout.fr_prev_instr)
-                    .ok_or(WalkError::Garbage(addr))?
-                    as isize as usize,
-            };
-            let owner = header.get(layout.fr_owner).copied();
+            let parsed = FrameHeader::parse(header, layout, addr)?;
             if layout.frames == FrameDesign::Objects {
                 self.last_in_generator = usize_at(header, layout::FRAME_OBJECT_GEN)
                     .ok_or(WalkError::Garbage(addr))?
                     != 0;
             }
-            if previous & 7 != 0 {
-                return Err(WalkError::Garbage(previous));
-            }
-            self.next = previous;
-            let shim = owner
-                .zip(layout.owner_shims_from)
-                .is_some_and(|(o, from)| o >= from);
-            // An entry shim (or 3.15's base frame), and 3.13+'s frames with no executable:
-            // no code of their own, left out as py-spy leaves them out; the frame above
-            // one is the first its call of the eval loop ran.
-            if shim || (code == 0 && layout.minor >= 13) {
+            self.next = parsed.previous;
+            // The frame above one passed over is the first its call of the eval loop ran.
+            if parsed.passed_over(layout) {
                 if let Some(above) = self.frames.last_mut() {
                     above.entry = true;
                 }
                 continue;
             }
-            if code == 0 || code & 7 != 0 {
-                return Err(WalkError::Garbage(code));
+            if parsed.code == 0 || parsed.code & 7 != 0 {
+                return Err(WalkError::Garbage(parsed.code));
             }
-            let entry = layout
-                .fr_is_entry
-                .and_then(|at| header.get(at))
-                .is_some_and(|&b| b != 0);
-            self.frames.push(RawFrame {
-                addr,
-                code,
-                prev_instr,
-                entry,
-            });
+            self.frames.push(parsed.raw(addr));
         }
         Ok(None)
+    }
+
+    /// The frame at `addr` as copied, if it is not a shim and was called by `caller` (when
+    /// given): its code object is 0 where the frame has none (3.14+ clears it when the frame
+    /// returns, and only its instruction tells whose it was).
+    pub(crate) fn frame_at(
+        &self,
+        addr: usize,
+        caller: Option<usize>,
+        layout: &Layout,
+    ) -> Option<RawFrame> {
+        if addr & 7 != 0 {
+            return None;
+        }
+        let parsed = FrameHeader::parse(self.header(addr, layout)?, layout, addr).ok()?;
+        let called = caller.is_none_or(|c| parsed.previous == c);
+        (called && !parsed.shim && parsed.code & 7 == 0).then(|| parsed.raw(addr))
     }
 
     /// Hands over what was read for a [`Need`]: the frame's header and, if asked for, the

@@ -55,6 +55,9 @@ pub(crate) struct Known {
     /// How its reads as the GIL's expected holder without later copies have gone
     /// ([`crate::fast::proof::vouch`]).
     pub vouch: vouch::Record,
+    /// Whether to stop it to prove a stack with a short call on top, and when it was last
+    /// stopped for that ([`crate::fast::proof::vouch::ProvingStops`]).
+    pub proving: vouch::ProvingStops,
 }
 
 impl Known {

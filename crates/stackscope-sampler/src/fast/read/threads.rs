@@ -95,6 +95,7 @@ pub(crate) fn rebuild(
             off_cpu,
             // A rebuilt list starts its record of tries afresh.
             vouch: Default::default(),
+            proving: Default::default(),
         });
         addr = ts.next;
     }
