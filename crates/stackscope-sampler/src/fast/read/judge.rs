@@ -57,30 +57,13 @@ pub(super) fn record(
         let named = recent::name(layout, codes, judged.ids, &w.walk.frames, &mut known.recent);
         let complete = w.walk.ends_at_first_frame(layout);
         let may_vouch = !sound && !ran_late && vouch::may_vouch(req, complete, in_code);
-        // The frame the thread was in when the read began, returned since: the stack with
-        // it on top, when a sound read gave that stack.
-        let with_returned = match (&w.returned, &named) {
-            (Some(callee), Ok(_)) if sound || may_vouch => {
-                keep_returned(codes, known, w, *callee, req, judged)
-            }
-            _ => None,
-        };
-        let vouched_as = match &named {
-            Ok(frames) if may_vouch => with_returned
-                .as_ref()
-                .map(|(stack, _)| stack.clone())
-                .or_else(|| known.recent.proven_for(frames)),
-            _ => None,
-        };
-        part.vouched = vouched_as.is_some();
-        let may_have_run = !sound && !part.vouched;
-        let kept_returned = sound && with_returned.is_some();
+        let kept = keep(codes, known, w, named, sound, may_vouch, req, judged);
+        part.vouched = kept.vouched;
+        let may_have_run = !sound && !kept.vouched;
+        let kept_returned = sound && kept.callee.is_some();
         count_vouch(stats, part, may_have_run, kept_returned);
         part.vouched |= kept_returned;
-        let callee = with_returned.as_ref().map(|(_, callee)| *callee);
-        let named = vouched_as
-            .or(with_returned.map(|(stack, _)| stack))
-            .map_or(named, Ok);
+        let (named, callee) = (kept.named, kept.callee);
         let outcome = match named {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
             Ok(frames) if req.stopped && !complete => Outcome::Midway(frames),
@@ -110,6 +93,54 @@ pub(super) fn record(
             }
         }
         part.outcome = Some(outcome);
+    }
+}
+
+/// The stack a read keeps, and on whose word.
+struct Kept {
+    named: Result<Frames, String>,
+    /// Kept, though the thread may have run, on a stack a sound read gave ([`vouch`]).
+    vouched: bool,
+    /// The frame the thread was in when the read began, kept on top.
+    callee: Option<RawFrame>,
+}
+
+/// The stack read `w` keeps: `named` (its walk's), or, with the frame the thread was in
+/// when the read began on top ([`keep_returned`]), or for a read that may be torn
+/// (`may_vouch`), the stack a sound read gave that it names ([`RecentStacks::proven_for`]).
+///
+/// [`RecentStacks::proven_for`]: crate::fast::read::recent::RecentStacks::proven_for
+#[allow(clippy::too_many_arguments)]
+fn keep(
+    codes: &mut CodeCache,
+    known: &mut Known,
+    w: &Walking,
+    named: Result<Frames, String>,
+    sound: bool,
+    may_vouch: bool,
+    req: &Request<'_>,
+    judged: &Judged<'_>,
+) -> Kept {
+    let with_callee = match (&w.returned, &named) {
+        (Some(callee), Ok(_)) if sound || may_vouch => {
+            keep_returned(codes, known, w, *callee, req, judged)
+        }
+        _ => None,
+    };
+    let vouched_as = match &named {
+        Ok(frames) if may_vouch => with_callee
+            .as_ref()
+            .map(|(stack, _)| stack.clone())
+            .or_else(|| known.recent.proven_for(frames)),
+        _ => None,
+    };
+    let callee = with_callee.as_ref().map(|(_, callee)| *callee);
+    Kept {
+        vouched: vouched_as.is_some(),
+        named: vouched_as
+            .or(with_callee.map(|(stack, _)| stack))
+            .map_or(named, Ok),
+        callee,
     }
 }
 
