@@ -126,11 +126,38 @@ pub(crate) fn returned_callee(
     walk: &Walk,
     later: Option<&Later>,
     start: usize,
-) -> Option<RawFrame> {
-    match later.and_then(|l| l.returned) {
-        Some(callee) => walk.frame_at(callee, Some(start), layout),
-        None => walk.frame_at(start, None, layout).filter(|f| f.code == 0),
+) -> Option<Returned> {
+    if let Some(callee) = later.and_then(|l| l.returned) {
+        let (frame, caller) = walk.frame_at(callee, layout).filter(|&(_, c)| c == start)?;
+        return Some(Returned {
+            frames: vec![frame],
+            caller,
+        });
     }
+    // Cleared frames from the current one down (3.14+): each returned since, the callers
+    // of the inner ones among them.
+    let mut frames = Vec::new();
+    let mut at = start;
+    while let Some((frame, caller)) = walk.frame_at(at, layout).filter(|(f, _)| f.code == 0) {
+        frames.push(frame);
+        if frames.len() > MAX_RETURNED {
+            return None;
+        }
+        at = caller;
+    }
+    (!frames.is_empty()).then_some(Returned { frames, caller: at })
+}
+
+/// Cleared frames followed down from the current one, at most.
+const MAX_RETURNED: usize = 4;
+
+/// The frames the thread was in when its read began, returned since ([`returned_callee`]),
+/// innermost first, and the address of the outermost one's caller. Its stack is that
+/// caller's walk with them on top, when the walk starts at that caller.
+#[derive(Debug, Clone)]
+pub(crate) struct Returned {
+    pub frames: Vec<RawFrame>,
+    pub caller: usize,
 }
 
 /// Whether a sound read's stack with the frame it returned from on top may be kept: the
@@ -150,9 +177,14 @@ pub(crate) fn after_read(k: &mut Known, skipped_copies: bool, missed: bool) {
     k.vouch.count(skipped_copies, !missed);
 }
 
-/// At most one proving of a thread begins in this long: a stop costs the thread a few
-/// hundred microseconds, and proves the stack it lands in.
+/// At most one proving of a thread begins in this long, after one that proved a new stack:
+/// a stop costs the thread a few hundred microseconds, and proves the stack it lands in.
 pub(crate) const PROVING_EVERY: Duration = Duration::from_millis(250);
+
+/// After a proving that proved nothing new, the next waits twice as long, up to this: a
+/// loop whose stacks stay unproven (a short call of a share too small for a stop to land in
+/// it often) is stopped a few times a minute, not a few times a second.
+pub(crate) const PROVING_EVERY_MAX: Duration = Duration::from_secs(8);
 
 /// Stops of one proving, at most, one a sample: until one proves a stack not proven before.
 /// A stop lands anywhere in the thread's loop, most often in a stack already proven; one
@@ -173,6 +205,8 @@ pub(crate) struct ProvingStops {
     last: Option<Instant>,
     /// Stops left to the proving under way (0: none).
     tries_left: u8,
+    /// How long after the last proving began the next may (0: [`PROVING_EVERY`]).
+    spacing: Duration,
     /// A sound read proved a stack not proven before, since the last stop.
     learned: bool,
 }
@@ -199,9 +233,8 @@ impl ProvingStops {
         if self.tries_left > 0 {
             return true;
         }
-        let spaced = self
-            .last
-            .is_none_or(|t| now.duration_since(t) >= PROVING_EVERY);
+        let spacing = self.spacing.max(PROVING_EVERY);
+        let spaced = self.last.is_none_or(|t| now.duration_since(t) >= spacing);
         if spaced {
             self.last = Some(now);
             self.tries_left = PROVING_TRIES;
@@ -210,13 +243,19 @@ impl ProvingStops {
         spaced
     }
 
-    /// The thread was stopped and read: the proving ends when that proved a new stack, or
-    /// its tries are spent.
+    /// The thread was stopped and read: the proving ends when that proved a new stack (the
+    /// next may begin after [`PROVING_EVERY`]), or its tries are spent (the next waits twice
+    /// as long as this one did, up to [`PROVING_EVERY_MAX`]).
     pub(crate) fn stopped(&mut self) {
-        self.tries_left = match std::mem::take(&mut self.learned) {
-            true => 0,
-            false => self.tries_left.saturating_sub(1),
-        };
+        if std::mem::take(&mut self.learned) {
+            self.tries_left = 0;
+            self.spacing = PROVING_EVERY;
+            return;
+        }
+        self.tries_left = self.tries_left.saturating_sub(1);
+        if self.tries_left == 0 {
+            self.spacing = (self.spacing.max(PROVING_EVERY) * 2).min(PROVING_EVERY_MAX);
+        }
     }
 }
 
@@ -269,17 +308,34 @@ mod tests {
             assert!(p.due(t0, true));
             p.stopped();
         }
+        // It proved nothing: the next waits twice as long.
         p.want();
-        assert!(
-            !p.due(t0 + PROVING_EVERY / 2, true),
-            "too soon for the next"
-        );
-        // The next, once due, ends at the first stop that proves a new stack.
+        assert!(!p.due(t0 + PROVING_EVERY, true), "too soon for the next");
+        let t1 = t0 + 2 * PROVING_EVERY;
         p.want();
-        assert!(p.due(t0 + PROVING_EVERY, true));
+        assert!(p.due(t1, true));
+        // That one ends at the first stop that proves a new stack,
         p.learned();
         p.stopped();
         p.want();
-        assert!(!p.due(t0 + PROVING_EVERY, true), "proven");
+        assert!(!p.due(t1, true), "proven");
+        // and the next may begin a quarter second later.
+        let mut last = t1 + PROVING_EVERY;
+        p.want();
+        assert!(p.due(last, true));
+        // Provings that prove nothing space out, up to the longest spacing.
+        let mut spacing = PROVING_EVERY;
+        for _ in 0..8 {
+            for _ in 0..PROVING_TRIES {
+                p.stopped();
+            }
+            spacing = (spacing * 2).min(PROVING_EVERY_MAX);
+            p.want();
+            assert!(!p.due(last + spacing - Duration::from_millis(1), true));
+            last += spacing;
+            p.want();
+            assert!(p.due(last, true));
+        }
+        assert_eq!(spacing, PROVING_EVERY_MAX);
     }
 }

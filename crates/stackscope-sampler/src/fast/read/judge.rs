@@ -12,7 +12,7 @@ use crate::fast::objects::code::{CodeCache, CodeId};
 use crate::fast::proof::gil::Ran;
 use crate::fast::proof::holder;
 use crate::fast::proof::still;
-use crate::fast::proof::vouch;
+use crate::fast::proof::vouch::{self, Returned};
 use crate::fast::read::attempt::WalkStats;
 use crate::fast::read::part::{Part, Walking};
 use crate::fast::read::recent;
@@ -60,10 +60,10 @@ pub(super) fn record(
         let kept = keep(codes, known, w, named, sound, may_vouch, req, judged);
         part.vouched = kept.vouched;
         let may_have_run = !sound && !kept.vouched;
-        let kept_returned = sound && kept.callee.is_some();
+        let kept_returned = sound && !kept.callees.is_empty();
         count_vouch(stats, part, may_have_run, kept_returned);
         part.vouched |= kept_returned;
-        let (named, callee) = (kept.named, kept.callee);
+        let (named, callees) = (kept.named, kept.callees);
         let outcome = match named {
             Ok(frames) if may_have_run => Outcome::Ran(frames),
             Ok(frames) if req.stopped && !complete => Outcome::Midway(frames),
@@ -77,7 +77,7 @@ pub(super) fn record(
             outcome,
             Outcome::Done(_) | Outcome::Ran(_) | Outcome::Midway(_)
         ) {
-            remember_walk(known, &w.walk, callee.as_ref(), layout);
+            remember_walk(known, &w.walk, &callees, layout);
         }
         known.window_floor = match &outcome {
             Outcome::Done(_) => extent::window_floor(&w.walk.frames, known.ts.chunk, known.ts.top),
@@ -101,8 +101,8 @@ struct Kept {
     named: Result<Frames, String>,
     /// Kept, though the thread may have run, on a stack a sound read gave ([`vouch`]).
     vouched: bool,
-    /// The frame the thread was in when the read began, kept on top.
-    callee: Option<RawFrame>,
+    /// The frames the thread was in when the read began, kept on top (innermost first).
+    callees: Vec<RawFrame>,
 }
 
 /// The stack read `w` keeps: `named` (its walk's), or, with the frame the thread was in
@@ -123,7 +123,7 @@ fn keep(
 ) -> Kept {
     let with_callee = match (&w.returned, &named) {
         (Some(callee), Ok(_)) if sound || may_vouch => {
-            keep_returned(codes, known, w, *callee, req, judged)
+            keep_returned(codes, known, w, callee, req, judged)
         }
         _ => None,
     };
@@ -131,45 +131,69 @@ fn keep(
         Ok(frames) if may_vouch => with_callee
             .as_ref()
             .map(|(stack, _)| stack.clone())
-            .or_else(|| known.recent.proven_for(frames)),
+            .or_else(|| known.recent.proven_for(frames, 1)),
         _ => None,
     };
-    let callee = with_callee.as_ref().map(|(_, callee)| *callee);
+    let callees = with_callee
+        .as_ref()
+        .map(|(_, callees)| callees.clone())
+        .unwrap_or_default();
     Kept {
         vouched: vouched_as.is_some(),
         named: vouched_as
             .or(with_callee.map(|(stack, _)| stack))
             .map_or(named, Ok),
-        callee,
+        callees,
     }
 }
 
-/// The stack of read `w` with `callee` on top, the frame the thread was in when the read
-/// began ([`vouch::returned_callee`]), and that frame with its code object: when that stack
-/// is one a sound read gave ([`vouch::may_keep_returned`]). One no sound read gave has the
-/// thread stopped soon to prove what it runs ([`vouch::ProvingStops`]).
+/// The stack of read `w` with the frames the thread was in when the read began on top
+/// ([`vouch::returned_callee`]), and those frames with their code objects: when that stack is
+/// one a sound read gave, but for the lines of the frames under the innermost that returned
+/// since ([`vouch::may_keep_returned`]). One no sound read gave has the thread stopped soon to
+/// prove what it runs ([`vouch::ProvingStops`]).
 fn keep_returned(
     codes: &mut CodeCache,
     known: &mut Known,
     w: &Walking,
-    callee: RawFrame,
+    returned: &Returned,
     req: &Request<'_>,
     judged: &Judged<'_>,
-) -> Option<(Frames, RawFrame)> {
+) -> Option<(Frames, Vec<RawFrame>)> {
     let layout = req.layout;
-    let callee = with_code(layout, judged.ids, callee);
-    if !vouch::may_keep_returned(req, callee.is_some()) {
+    // The walk must start at their caller (not pass over it).
+    if w.walk.frames.first().map(|f| f.addr) != Some(returned.caller) {
         return None;
     }
-    let callee = callee?;
-    let mut raw = Vec::with_capacity(w.walk.frames.len() + 1);
-    raw.push(callee);
+    let callees: Option<Vec<RawFrame>> = returned
+        .frames
+        .iter()
+        .map(|&f| with_code(layout, judged.ids, f))
+        .collect();
+    if !vouch::may_keep_returned(req, callees.is_some()) {
+        // A cleared frame whose code object is none of those read: a stop walks the
+        // thread, and its code objects are read with the next samples.
+        if req.vouch && returned.frames.iter().any(|f| f.code == 0) {
+            known.proving.want();
+        }
+        return None;
+    }
+    let callees = callees?;
+    let mut raw = Vec::with_capacity(w.walk.frames.len() + callees.len());
+    raw.extend_from_slice(&callees);
     raw.extend_from_slice(&w.walk.frames);
-    let found = recent::find_proven(layout, codes, judged.ids, &raw, &known.recent);
+    let found = recent::find_proven(
+        layout,
+        codes,
+        judged.ids,
+        &raw,
+        callees.len(),
+        &known.recent,
+    );
     if found.is_none() {
         known.proving.want();
     }
-    found.map(|stack| (stack, callee))
+    found.map(|stack| (stack, callees))
 }
 
 /// `frame` with its code object, when its instruction lies in it: the frame's own, or, for a
@@ -204,7 +228,7 @@ fn count_vouch(stats: &mut WalkStats, part: &Part, may_have_run: bool, kept_retu
 
 /// Records in `known` what its walk tells the next read: the ranges outside its chunk, its
 /// signature, and the code objects to check ahead.
-fn remember_walk(known: &mut Known, walk: &Walk, callee: Option<&RawFrame>, layout: &Layout) {
+fn remember_walk(known: &mut Known, walk: &Walk, callees: &[RawFrame], layout: &Layout) {
     let mut extra = walk.outside_ranges(layout);
     if layout.frames == FrameDesign::Objects {
         // 3.10: a frame that came and went (a leaf call's, made again at the same address
@@ -228,7 +252,7 @@ fn remember_walk(known: &mut Known, walk: &Walk, callee: Option<&RawFrame>, layo
         // The stack handed on has the callee it returned from on top, when it was kept.
         known
             .entries
-            .extend(callee.into_iter().chain(&walk.frames).map(|f| f.entry));
+            .extend(callees.iter().chain(&walk.frames).map(|f| f.entry));
         // The thread's first frame was entered from C, as every call from C is.
         if let Some(outermost) = known.entries.last_mut() {
             *outermost = true;
@@ -238,7 +262,7 @@ fn remember_walk(known: &mut Known, walk: &Walk, callee: Option<&RawFrame>, layo
     // call that comes and goes between samples keeps its identity read with the snapshot
     // instead of costing a call of its own after it.
     let earlier = std::mem::take(&mut known.codes);
-    for f in callee.into_iter().chain(&walk.frames) {
+    for f in callees.iter().chain(&walk.frames) {
         if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
             known.codes.push(f.code);
         }

@@ -4,6 +4,7 @@
 use crate::fast::memory::snapshot::{self, TsWords};
 use crate::fast::proof::holder::Later;
 use crate::fast::proof::still;
+use crate::fast::proof::vouch::Returned;
 use crate::fast::read::stack::{RawFrame, Walk};
 use crate::fast::read::thread_model::Outcome;
 
@@ -38,7 +39,7 @@ pub(super) struct Walking {
     pub(super) start: usize,
     /// The frame the thread was in when it was copied, when it returned to the walk's start
     /// during the later readings ([`crate::fast::proof::vouch::returned_callee`]).
-    pub(super) returned: Option<RawFrame>,
+    pub(super) returned: Option<Returned>,
 }
 
 /// One thread's part of an attempt.
@@ -55,7 +56,11 @@ impl Walking {
     /// The frames whose code objects this walk needs known: the walk's, and the frame it
     /// returned from, if it still names its code object.
     pub(super) fn frames(&self) -> impl Iterator<Item = &RawFrame> {
-        let returned = self.returned.iter().filter(|f| f.code != 0);
+        let returned = self
+            .returned
+            .iter()
+            .flat_map(|r| &r.frames)
+            .filter(|f| f.code != 0);
         self.walk.frames.iter().chain(returned)
     }
 }

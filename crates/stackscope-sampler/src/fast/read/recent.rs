@@ -45,17 +45,19 @@ pub(crate) fn name(
     Ok(stack)
 }
 
-/// The stack a sound read gave that is `raw`'s ([`RecentStacks::proven_for`]), if any; nothing
-/// is remembered of `raw` otherwise.
+/// The stack a sound read gave that is `raw`'s, but for the lines of its innermost frame's
+/// `callers` first callers ([`RecentStacks::proven_for`]), if any; nothing is remembered of
+/// `raw` otherwise.
 pub(crate) fn find_proven(
     layout: &Layout,
     codes: &mut CodeCache,
     ids: &AddrMap<Option<CodeId>>,
     raw: &[RawFrame],
+    callers: usize,
     recent: &RecentStacks,
 ) -> Option<Frames> {
     let seen = see(layout, codes, ids, raw).ok()?;
-    recent.proven_for(&seen)
+    recent.proven_for(&seen, callers)
 }
 
 /// Each frame's names (by address) and line, with no reference counted: a busy thread is
@@ -124,28 +126,25 @@ impl FrameKey for Frame {
     }
 }
 
-/// Which lines two stacks compared must share.
+/// How many of the innermost frame's callers' lines two stacks compared may differ in (the
+/// second frame's line, the third's, and so on): 0, all lines the same.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Lines {
-    All,
-    /// All but the second frame's, the innermost frame's caller's.
-    ButCallers,
-}
+struct Relaxed(usize);
 
 /// Whether `stack` is `other`, frame for frame: the same strings (by address), and the same
 /// `lines`.
-fn same<K: FrameKey>(stack: &[Frame], other: &[K], lines: Lines) -> bool {
+fn same<K: FrameKey>(stack: &[Frame], other: &[K], relaxed: Relaxed) -> bool {
     stack.len() == other.len()
         && stack.iter().zip(other).enumerate().all(|(i, (f, o))| {
             let (function, file, line) = o.key();
             std::ptr::addr_eq(Arc::as_ptr(&f.function), function)
                 && std::ptr::addr_eq(Arc::as_ptr(&f.file), file)
-                && (f.line == line || (i == 1 && lines == Lines::ButCallers))
+                && (f.line == line || (1..=relaxed.0).contains(&i))
         })
 }
 
 /// How many distinct stacks a thread's [`RecentStacks`] keeps: a busy loop goes round a few.
-const RECENT_STACKS: usize = 8;
+const RECENT_STACKS: usize = 16;
 
 /// A thread's last few distinct stacks, newest first, each with whether a sound read gave it
 /// (one that cannot be torn: [`crate::fast::proof::vouch`]). Each holds its strings, so an
@@ -161,29 +160,31 @@ impl RecentStacks {
         let pos = self
             .stacks
             .iter()
-            .position(|(stack, _)| same(stack, seen, Lines::All))?;
+            .position(|(stack, _)| same(stack, seen, Relaxed(0)))?;
         // Newest first: a loop's stacks stay near the front.
         self.stacks[..=pos].rotate_right(1);
         Some(self.stacks[0].0.clone())
     }
 
     /// The stack a sound read gave that is `stack`: `stack` itself, or else the only one that
-    /// is `stack` but for its caller's line (its second frame's), if there is just one.
+    /// is `stack` but for the lines of its innermost frame's `callers` first callers (the
+    /// second frame's, and so on), if there is just one.
     ///
     /// A read whose innermost frame was the thread's current frame when the read began (its
     /// current-frame pointer, read first) had the thread inside that call then, so its caller
     /// was at the call; its frames are copied a moment later, when the callee may have
     /// returned (its slot still holding it) and the caller moved on. The caller's line is then
-    /// the one at which a sound read saw it call that function.
-    pub(crate) fn proven_for<K: FrameKey>(&self, stack: &[K]) -> Option<Frames> {
+    /// the one at which a sound read saw it call that function; and so for callers of the
+    /// caller that returned too.
+    pub(crate) fn proven_for<K: FrameKey>(&self, stack: &[K], callers: usize) -> Option<Frames> {
         let proven = || self.stacks.iter().filter(|(_, proven)| *proven);
-        if let Some((s, _)) = proven().find(|(s, _)| same(s, stack, Lines::All)) {
+        if let Some((s, _)) = proven().find(|(s, _)| same(s, stack, Relaxed(0))) {
             return Some(s.clone());
         }
-        if stack.len() < 2 {
+        if stack.len() < 2 || callers == 0 {
             return None;
         }
-        let mut like = proven().filter(|(s, _)| same(s, stack, Lines::ButCallers));
+        let mut like = proven().filter(|(s, _)| same(s, stack, Relaxed(callers)));
         let (first, _) = like.next()?;
         like.next().is_none().then(|| first.clone())
     }
@@ -331,24 +332,24 @@ mod tests {
         let mut recent = RecentStacks::default();
         recent.remember(&called_at_10);
         // Not proven: nothing stands in for it.
-        assert!(recent.proven_for(&torn_at_11[..]).is_none());
+        assert!(recent.proven_for(&torn_at_11[..], 1).is_none());
         recent.prove(&called_at_10);
         let found = recent
-            .proven_for(&torn_at_11[..])
+            .proven_for(&torn_at_11[..], 1)
             .expect("the caller's line at the call");
         assert!(Arc::ptr_eq(&found, &called_at_10));
-        let found = recent.proven_for(&called_at_10[..]).expect("itself");
+        let found = recent.proven_for(&called_at_10[..], 1).expect("itself");
         assert!(Arc::ptr_eq(&found, &called_at_10));
         // Called from two lines: which one is not known.
         let called_at_12 = share(&[&leaf, &base, &run], 12);
         recent.remember(&called_at_12);
         recent.prove(&called_at_12);
-        assert!(recent.proven_for(&torn_at_11[..]).is_none());
+        assert!(recent.proven_for(&torn_at_11[..], 1).is_none());
         // Only the caller's line may differ: not the callee's, nor the frames under.
         let mut deeper: Vec<Frame> = called_at_10.to_vec();
         deeper[2].line = 3;
         let deeper: Frames = deeper.into();
-        assert!(recent.proven_for(&deeper[..]).is_none());
+        assert!(recent.proven_for(&deeper[..], 1).is_none());
     }
 
     #[test]

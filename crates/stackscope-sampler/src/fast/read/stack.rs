@@ -220,21 +220,15 @@ impl Walk {
         Ok(None)
     }
 
-    /// The frame at `addr` as copied, if it is not a shim and was called by `caller` (when
-    /// given): its code object is 0 where the frame has none (3.14+ clears it when the frame
-    /// returns, and only its instruction tells whose it was).
-    pub(crate) fn frame_at(
-        &self,
-        addr: usize,
-        caller: Option<usize>,
-        layout: &Layout,
-    ) -> Option<RawFrame> {
+    /// The frame at `addr` as copied, and its caller's address, if it is not a shim: its
+    /// code object is 0 where the frame has none (3.14+ clears it when the frame returns, and
+    /// only its instruction tells whose it was).
+    pub(crate) fn frame_at(&self, addr: usize, layout: &Layout) -> Option<(RawFrame, usize)> {
         if addr & 7 != 0 {
             return None;
         }
         let parsed = FrameHeader::parse(self.header(addr, layout)?, layout, addr).ok()?;
-        let called = caller.is_none_or(|c| parsed.previous == c);
-        (called && !parsed.shim && parsed.code & 7 == 0).then(|| parsed.raw(addr))
+        (!parsed.shim && parsed.code & 7 == 0).then(|| (parsed.raw(addr), parsed.previous))
     }
 
     /// Hands over what was read for a [`Need`]: the frame's header and, if asked for, the
