@@ -62,8 +62,11 @@ pub struct ReaderTuning {
     /// its reused state without a `schedstat` read. Default: on.
     pub switch_rings: bool,
     /// A thread that may have run while it was copied is kept, without the later copies that
-    /// check it, when its stack is one that a sound read of it gave before (3.11+). Default:
-    /// on (off reads the GIL's likely holder with its later copies every sample).
+    /// check it, when its stack is one that a sound read of it gave before (3.11+); a short
+    /// call the thread was in when the read began is kept on top on the same word, and a
+    /// thread whose such stacks no sound read gave is stopped now and then to prove them.
+    /// Default: on (off reads the GIL's likely holder with its later copies every sample, and
+    /// gives a call that returned meanwhile to its caller).
     pub proven_stacks: bool,
 }
 

@@ -145,10 +145,12 @@ fn short_calls_of_many_shapes_get_their_share() {
             if callees > 1 {
                 continue;
             }
-            for (function, &st) in stopped.iter().filter(|(_, &v)| v >= 0.15) {
+            // A share near a fifth, of 300 reads, is known to about 0.023 either way: the
+            // bounds are three standard deviations of the difference away.
+            for (function, &st) in stopped.iter().filter(|(_, &v)| v >= 0.2) {
                 let l = live.get(function).copied().unwrap_or(0.0);
                 assert!(
-                    l > st * 0.6 && l < st * 1.5,
+                    l > st * 0.5 && l < st * 1.6,
                     "{what}: {function} on top in {l:.2} of live reads against {st:.2} stopped"
                 );
             }

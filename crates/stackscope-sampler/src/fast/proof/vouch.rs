@@ -35,6 +35,14 @@
 //! [`RETRY`] reads, since a stack proven meanwhile can make it worth trying again. 3.11 and
 //! later only: 3.10's frames are objects of their own, freed and reused, and are always
 //! checked.
+//!
+//! A read also keeps the frames its thread was in when the read began, when they had
+//! returned by the time they were copied ([`returned_callee`]): the current-frame pointer is
+//! read first and the frames a microsecond later, and a short call in a tight loop has often
+//! returned by then. The stack with them on top is kept when a sound read gave it, but for the
+//! lines of their callers (which were at the calls then). Such a stack is seldom proven by
+//! the later copies, so a thread whose reads name one no sound read gave is stopped now and
+//! then to prove what it runs ([`ProvingStops`]); 3.10 too.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +78,12 @@ impl Record {
         let pays =
             u16::from(self.hits) * u16::from(WINDOW) >= u16::from(MIN_HITS) * u16::from(self.tries);
         learning || pays || self.since >= RETRY
+    }
+
+    /// A stack of the thread was proven that no sound read gave before: what its tries found
+    /// so far says less of the next ones, which start learning again.
+    pub(crate) fn renew(&mut self) {
+        *self = Record::default();
     }
 
     /// One read of the thread: a try found or missed, or a read with later copies.

@@ -87,6 +87,7 @@ pub(super) fn record(
         if let Outcome::Done(frames) = &outcome {
             if sound && known.recent.prove(frames) {
                 known.proving.learned();
+                known.vouch.renew();
             }
             if req.still_reads && !part.vouched {
                 known.proof = proof_of(known.tstate, w, frames, layout);
