@@ -186,10 +186,12 @@ impl FastReader {
     }
 
     /// Threads whose reads saw a stack with a short call on top that no sound read gave, due
-    /// a stop to prove what they run ([`crate::fast::proof::vouch::ProvingStops`]; `may`: stops are ours to
-    /// make): each is stopped and read, and the sample takes that read (where a stop lands
-    /// does not depend on what the thread runs). One that cannot be stopped, or read whole
-    /// stopped, keeps its read.
+    /// a stop to prove what they run ([`ProvingStops`]; `may`: stops are ours to make): each
+    /// is stopped and read, and the sample takes that read (where a stop lands does not
+    /// depend on what the thread runs). One that cannot be stopped, or read whole stopped,
+    /// keeps its read.
+    ///
+    /// [`ProvingStops`]: crate::fast::proof::vouch::ProvingStops
     fn proving_stops(&mut self, may: bool, results: &mut [Option<Frames>]) {
         let now = std::time::Instant::now();
         let due: Vec<usize> = (0..self.threads.len())
