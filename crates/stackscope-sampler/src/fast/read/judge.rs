@@ -132,7 +132,7 @@ fn keep(
         Ok(frames) if may_vouch => with_callee
             .as_ref()
             .map(|(stack, _)| stack.clone())
-            .or_else(|| known.recent.proven_for(frames, 1)),
+            .or_else(|| known.recent.proven_for(frames, 0)),
         _ => None,
     };
     let callees = with_callee
