@@ -148,8 +148,12 @@ pub(crate) fn returned_callee(
             caller,
         });
     }
-    // Cleared frames from the current one down (3.14+): each returned since, the callers
-    // of the inner ones among them.
+    // Cleared frames from the current one down (3.14+, which clears a frame's code object
+    // as it returns; 3.13's frames with no code object are entry frames, not returned ones):
+    // each returned since, the callers of the inner ones among them.
+    if layout.minor < 14 {
+        return None;
+    }
     let mut frames = Vec::new();
     let mut at = start;
     while let Some((frame, caller)) = walk.frame_at(at, layout).filter(|(f, _)| f.code == 0) {
