@@ -134,7 +134,7 @@ pub(crate) fn may_vouch(req: &Request<'_>, complete: bool, in_code: bool) -> boo
 /// and a frame copied a moment after the pointer was read may have returned meanwhile; so
 /// without this a call shorter than that (a small function called in a loop) would seldom
 /// be on top of a read: its time would go to its caller. The stack with it on top is kept
-/// when a sound read gave that stack ([`may_keep_returned`]).
+/// when a sound read gave that stack ([`keeps_returned`]).
 pub(crate) fn returned_callee(
     layout: &Layout,
     walk: &Walk,
@@ -178,15 +178,15 @@ pub(crate) struct Returned {
     pub caller: usize,
 }
 
-/// Whether a sound read's stack with the frame it returned from on top may be kept: the
-/// reader allows it ([`crate::ReaderTuning::proven_stacks`], the sample's first read), and
-/// the frame's instruction lies in its own code (`in_code`). The stack is then kept if it is,
-/// frame for frame, one a sound read gave: a torn view (the caller already past the call
-/// while the callee's slot still holds it; 3.10: a frame object freed and made again) names
-/// a stack no sound read saw, but for the same call again on the same line. Unlike
-/// [`may_vouch`], 3.10 too: the caller, and the frames under it, passed the check.
-pub(crate) fn may_keep_returned(req: &Request<'_>, in_code: bool) -> bool {
-    req.vouch && in_code
+/// Whether a read may keep the frames it returned from on top at all: the reader allows it
+/// ([`crate::ReaderTuning::proven_stacks`], the sample's first read). Each frame must then lie
+/// in its own code, and the stack must be, frame for frame, one a sound read gave (but for the
+/// lines of their callers): a torn view (the caller already past the call while the callee's
+/// slot still holds it; 3.10: a frame object freed and made again) names a stack no sound
+/// read saw, but for the same call again. Unlike [`may_vouch`], 3.10 too: the caller, and
+/// the frames under it, passed the check.
+pub(crate) fn keeps_returned(req: &Request<'_>) -> bool {
+    req.vouch
 }
 
 /// Counts one of the thread's reads: a try (`skipped_copies`) found or `missed`, or a read
@@ -215,7 +215,7 @@ pub(crate) const PROVING_TRIES: u8 = 4;
 /// a callee that returned meanwhile on top ([`returned_callee`]), which no sound read gave
 /// yet, is given to the caller for that sample, and the thread is stopped (now and then) and
 /// read, which proves whatever stack the stop lands in. A callee on top a fair share of the
-/// time is soon proven, and from then on kept ([`may_keep_returned`]).
+/// time is soon proven, and from then on kept ([`keeps_returned`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ProvingStops {
     wanted: bool,
@@ -251,8 +251,9 @@ impl ProvingStops {
         if self.tries_left > 0 {
             return true;
         }
-        let spacing = self.spacing.max(PROVING_EVERY);
-        let spaced = self.last.is_none_or(|t| now.duration_since(t) >= spacing);
+        let spaced = self
+            .last
+            .is_none_or(|t| now.duration_since(t) >= self.spacing());
         if spaced {
             self.last = Some(now);
             self.tries_left = PROVING_TRIES;
@@ -272,8 +273,13 @@ impl ProvingStops {
         }
         self.tries_left = self.tries_left.saturating_sub(1);
         if self.tries_left == 0 {
-            self.spacing = (self.spacing.max(PROVING_EVERY) * 2).min(PROVING_EVERY_MAX);
+            self.spacing = (self.spacing() * 2).min(PROVING_EVERY_MAX);
         }
+    }
+
+    /// How long after the last proving began the next may.
+    fn spacing(&self) -> Duration {
+        self.spacing.max(PROVING_EVERY)
     }
 }
 

@@ -132,7 +132,7 @@ fn keep(
         Ok(frames) if may_vouch => with_callee
             .as_ref()
             .map(|(stack, _)| stack.clone())
-            .or_else(|| known.recent.proven_for(frames, 0)),
+            .or_else(|| known.recent.is_proven(frames).then(|| frames.clone())),
         _ => None,
     };
     let callees = with_callee
@@ -151,7 +151,7 @@ fn keep(
 /// The stack of read `w` with the frames the thread was in when the read began on top
 /// ([`vouch::returned_callee`]), and those frames with their code objects: when that stack is
 /// one a sound read gave, but for the lines of the frames under the innermost that returned
-/// since ([`vouch::may_keep_returned`]). One no sound read gave has the thread stopped soon to
+/// since ([`vouch::keeps_returned`]). One no sound read gave has the thread stopped soon to
 /// prove what it runs ([`vouch::ProvingStops`]).
 fn keep_returned(
     codes: &mut CodeCache,
@@ -166,20 +166,22 @@ fn keep_returned(
     if w.walk.frames.first().map(|f| f.addr) != Some(returned.caller) {
         return None;
     }
+    if !vouch::keeps_returned(req) {
+        return None;
+    }
     let callees: Option<Vec<RawFrame>> = returned
         .frames
         .iter()
         .map(|&f| with_code(layout, judged.ids, f))
         .collect();
-    if !vouch::may_keep_returned(req, callees.is_some()) {
+    let Some(callees) = callees else {
         // A cleared frame whose code object is none of those read: a stop walks the
         // thread, and its code objects are read with the next samples.
-        if req.vouch && returned.frames.iter().any(|f| f.code == 0) {
+        if returned.frames.iter().any(|f| f.code == 0) {
             known.proving.want();
         }
         return None;
-    }
-    let callees = callees?;
+    };
     let mut raw = Vec::with_capacity(w.walk.frames.len() + callees.len());
     raw.extend_from_slice(&callees);
     raw.extend_from_slice(&w.walk.frames);

@@ -211,7 +211,6 @@ impl RecentStacks {
     }
 
     /// Whether `stack` (one handed out by [`name`]) was given by a sound read.
-    #[cfg(test)]
     pub(crate) fn is_proven(&self, stack: &Frames) -> bool {
         self.stacks
             .iter()
