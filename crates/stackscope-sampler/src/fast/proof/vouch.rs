@@ -58,7 +58,12 @@ pub(crate) const WINDOW: u8 = 16;
 /// as a checked one) and a hit saves the later copies (about half of one), so tries pay from
 /// two found in three; three in four leaves a margin.
 pub(crate) const MIN_HITS: u8 = 12;
-/// A thread whose tries do not pay is tried once in this many reads.
+/// A thread whose tries do not pay is tried again after this many reads, then twice as
+/// many after each retry that misses, up to [`RETRY`]: a run of misses (a stretch of stacks
+/// not proven yet) ends soon, while a thread whose stacks are seldom found is soon tried
+/// seldom.
+pub(crate) const RETRY_FIRST: u8 = 4;
+/// A thread whose tries do not pay is tried once in this many reads, at the least.
 pub(crate) const RETRY: u8 = 32;
 
 /// How a thread's reads without later copies have gone lately.
@@ -68,6 +73,8 @@ pub(crate) struct Record {
     hits: u8,
     /// Reads since the last try.
     since: u8,
+    /// Reads to wait before the next retry, while tries do not pay (0: [`RETRY_FIRST`]).
+    wait: u8,
 }
 
 impl Record {
@@ -75,9 +82,7 @@ impl Record {
     /// tries, while they pay, and one in [`RETRY`] reads when they do not.
     fn worth_a_try(&self) -> bool {
         let learning = self.tries < WINDOW / 4;
-        let pays =
-            u16::from(self.hits) * u16::from(WINDOW) >= u16::from(MIN_HITS) * u16::from(self.tries);
-        learning || pays || self.since >= RETRY
+        learning || self.pays() || self.since >= self.wait.max(RETRY_FIRST)
     }
 
     /// A stack of the thread was proven that no sound read gave before: what its tries found
@@ -87,18 +92,37 @@ impl Record {
     }
 
     /// One read of the thread: a try found or missed, or a read with later copies.
+    ///
+    /// A retry (a try made while tries did not pay) that finds its stack forgives half the
+    /// misses on record, and one that misses doubles the wait for the next: misses come in
+    /// runs (a stretch of stacks not yet proven, whose sound reads then prove them), and
+    /// without that a thread found nineteen times in twenty would, after a run of four
+    /// misses, be read with its later copies for the next hundred reads and more.
     fn count(&mut self, tried: bool, found: bool) {
         if !tried {
             self.since = self.since.saturating_add(1);
             return;
         }
+        let retry = !self.pays() && self.tries >= WINDOW / 4;
         self.since = 0;
         self.tries += 1;
         self.hits += u8::from(found);
+        if retry && found {
+            self.tries -= (self.tries - self.hits) / 2;
+            self.wait = RETRY_FIRST;
+        } else if retry {
+            self.wait = self.wait.max(RETRY_FIRST).saturating_mul(2).min(RETRY);
+        }
         if self.tries >= WINDOW {
             self.tries /= 2;
             self.hits /= 2;
         }
+    }
+
+    /// Whether the tries on record found their stacks often enough to go on ([`MIN_HITS`] in
+    /// [`WINDOW`]).
+    fn pays(&self) -> bool {
+        u16::from(self.hits) * u16::from(WINDOW) >= u16::from(MIN_HITS) * u16::from(self.tries)
     }
 }
 
@@ -297,12 +321,15 @@ mod tests {
         }
         assert!(!r.worth_a_try(), "{r:?}");
         // Read with later copies until a retry is due.
-        for _ in 0..RETRY {
+        for _ in 0..RETRY_FIRST {
             assert!(!r.worth_a_try());
             r.count(false, false);
         }
         assert!(r.worth_a_try());
-        // Hits bring tries back for good.
+        // A retry that finds its stack brings tries back at once, after a short run of misses.
+        r.count(true, true);
+        assert!(r.worth_a_try(), "{r:?}");
+        // Hits keep them.
         for _ in 0..3 * WINDOW {
             r.count(true, true);
         }
@@ -316,6 +343,42 @@ mod tests {
         }
         assert!(three_in_four.worth_a_try(), "{three_in_four:?}");
         assert!(!one_in_two.worth_a_try(), "{one_in_two:?}");
+    }
+
+    /// The share of `reads` reads that are tries, for a thread whose try `n` would find its
+    /// stack when `finds(n)`.
+    fn share_tried(reads: u32, finds: impl Fn(u32) -> bool) -> f64 {
+        let mut r = Record::default();
+        let mut tried = 0;
+        for n in 0..reads {
+            let attempt = r.worth_a_try();
+            tried += u32::from(attempt);
+            r.count(attempt, finds(n));
+        }
+        f64::from(tried) / f64::from(reads)
+    }
+
+    /// A number that looks random, from `n`.
+    fn scatter(n: u32) -> u32 {
+        n.wrapping_mul(0x9E37_79B9).rotate_left(13).wrapping_mul(0x85EB_CA6B) >> 7
+    }
+
+    #[test]
+    fn runs_of_misses_pause_tries_briefly_and_poor_finders_stay_checked() {
+        // Found 19 reads in 20, the misses in runs of `run` (a stretch of new stacks).
+        for run in [1, 2, 4, 6] {
+            let share = share_tried(4000, |n| n % (20 * run) >= run);
+            assert!(share > 0.9, "runs of {run}: {share}");
+        }
+        // Found one read in `k`, spread out or in one run: tries seldom pay, and are made
+        // seldom.
+        for k in [2, 3, 4, 8] {
+            let spread = share_tried(4000, |n| scatter(n) % k == 0);
+            let bunched = share_tried(4000, |n| n % (8 * k) < 8);
+            assert!(spread < 0.25, "one in {k}: {spread}");
+            assert!(bunched < 0.25, "one in {k}, bunched: {bunched}");
+
+        }
     }
 
     #[test]

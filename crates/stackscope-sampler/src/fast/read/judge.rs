@@ -132,7 +132,8 @@ fn keep(
         Ok(frames) if may_vouch => with_callee
             .as_ref()
             .map(|(stack, _)| stack.clone())
-            .or_else(|| known.recent.is_proven(frames).then(|| frames.clone())),
+            .or_else(|| known.recent.is_proven(frames).then(|| frames.clone()))
+            .or_else(|| keep_stale_top(codes, known, w, req, judged)),
         _ => None,
     };
     let callees = with_callee
@@ -193,10 +194,45 @@ fn keep_returned(
         callees.len(),
         &known.recent,
     );
-    if found.is_none() {
+    if found.as_ref().is_none_or(|f| f.relaxed) {
         known.proving.want();
     }
-    found.map(|stack| (stack, callees))
+    found.map(|f| (f.stack, callees))
+}
+
+/// For a copy that may be torn and names no stack a sound read gave: the stack it names
+/// with its innermost frame taken for one that returned since the current-frame pointer
+/// named it (before 3.14 a returned frame's slot still holds it, whole), when a sound read
+/// gave that stack but for the caller's line (its caller has moved on from the call).
+/// Else the read is made again with later copies, at the cost of a second system call.
+///
+/// The copy of the frames under the innermost is one stack the thread had (they do not
+/// change while their callees run); the pointer had the thread in the innermost frame's
+/// call a microsecond before. A caller that makes the call from two lines, one not proven
+/// yet, is given the proven one, so a relaxed match asks for the thread to be stopped now and
+/// then to prove what it runs ([`vouch::ProvingStops`], whose spacing bounds the stops).
+fn keep_stale_top(
+    codes: &mut CodeCache,
+    known: &mut Known,
+    w: &Walking,
+    req: &Request<'_>,
+    judged: &Judged<'_>,
+) -> Option<Frames> {
+    if w.returned.is_some() || w.walk.frames.first().map(|f| f.addr) != Some(w.start) {
+        return None;
+    }
+    let found = recent::find_proven(
+        req.layout,
+        codes,
+        judged.ids,
+        &w.walk.frames,
+        1,
+        &known.recent,
+    )?;
+    if found.relaxed {
+        known.proving.want();
+    }
+    Some(found.stack)
 }
 
 /// `frame` with its code object, when its instruction lies in it: the frame's own, or, for a

@@ -55,9 +55,19 @@ pub(crate) fn find_proven(
     raw: &[RawFrame],
     callers: usize,
     recent: &RecentStacks,
-) -> Option<Frames> {
+) -> Option<Proven> {
     let seen = see(layout, codes, ids, raw).ok()?;
     recent.proven_for(&seen, callers)
+}
+
+/// A stack a sound read gave, found for a read ([`RecentStacks::proven_for`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Proven {
+    pub stack: Frames,
+    /// Found with its callers' lines relaxed: the read's differ. A caller that makes the call
+    /// from two lines, one of them not proven yet, reads as the proven one until a sound read
+    /// gives the other ([`crate::fast::proof::vouch::ProvingStops`]).
+    pub relaxed: bool,
 }
 
 /// Each frame's names (by address) and line, with no reference counted: a busy thread is
@@ -176,17 +186,23 @@ impl RecentStacks {
     /// returned (its slot still holding it) and the caller moved on. The caller's line is then
     /// the one at which a sound read saw it call that function; and so for callers of the
     /// caller that returned too.
-    pub(crate) fn proven_for<K: FrameKey>(&self, stack: &[K], callers: usize) -> Option<Frames> {
+    pub(crate) fn proven_for<K: FrameKey>(&self, stack: &[K], callers: usize) -> Option<Proven> {
         let proven = || self.stacks.iter().filter(|(_, proven)| *proven);
         if let Some((s, _)) = proven().find(|(s, _)| same(s, stack, Relaxed(0))) {
-            return Some(s.clone());
+            return Some(Proven {
+                stack: s.clone(),
+                relaxed: false,
+            });
         }
         if stack.len() < 2 || callers == 0 {
             return None;
         }
         let mut like = proven().filter(|(s, _)| same(s, stack, Relaxed(callers)));
         let (first, _) = like.next()?;
-        like.next().is_none().then(|| first.clone())
+        like.next().is_none().then(|| Proven {
+            stack: first.clone(),
+            relaxed: true,
+        })
     }
 
     /// Keeps `stack`, not yet known to be sound, in place of the oldest that no sound read
@@ -336,9 +352,9 @@ mod tests {
         let found = recent
             .proven_for(&torn_at_11[..], 1)
             .expect("the caller's line at the call");
-        assert!(Arc::ptr_eq(&found, &called_at_10));
+        assert!(Arc::ptr_eq(&found.stack, &called_at_10) && found.relaxed);
         let found = recent.proven_for(&called_at_10[..], 1).expect("itself");
-        assert!(Arc::ptr_eq(&found, &called_at_10));
+        assert!(Arc::ptr_eq(&found.stack, &called_at_10) && !found.relaxed);
         // Called from two lines: which one is not known.
         let called_at_12 = share(&[&leaf, &base, &run], 12);
         recent.remember(&called_at_12);
