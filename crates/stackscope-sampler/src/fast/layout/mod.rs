@@ -350,6 +350,16 @@ impl Layout {
     pub(crate) fn code_identity_range(&self) -> (usize, usize) {
         (common::OB_TYPE, self.co_linetable + 8)
     }
+
+    /// 3.11 to 3.13: where a frame keeps the depth of its value stack (`int stacktop`, right
+    /// after its instruction pointer). The eval loop sets it to -1 while the frame runs
+    /// (`_PyFrame_GetStackPointer`), C calls included, and saves the depth when the frame
+    /// calls a Python function or returns. 3.14 keeps a pointer there instead, and clears a
+    /// returning frame's code object.
+    pub(crate) fn fr_stacktop(&self) -> Option<usize> {
+        let saved_depth = self.frames == FrameDesign::Chunks && (11..=13).contains(&self.minor);
+        saved_depth.then_some(self.fr_prev_instr + 8)
+    }
 }
 
 /// Reads a little-endian word at `offset`; `None` past the end (a short or torn copy).

@@ -46,7 +46,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::fast::layout::{FrameDesign, Layout};
+use crate::fast::layout::{i32_at, FrameDesign, Layout};
 use crate::fast::proof::holder::Later;
 use crate::fast::read::request::Request;
 use crate::fast::read::stack::{RawFrame, Walk};
@@ -188,6 +188,21 @@ pub(crate) fn returned_callee(
         at = caller;
     }
     (!frames.is_empty()).then_some(Returned { frames, caller: at })
+}
+
+/// Whether the frame at `start`, as copied, had stopped running: 3.11 to 3.13 keep its
+/// value stack's depth at -1 while it runs and save it when it returns (or calls a Python
+/// function: then the pointer, read first, would have named the callee, unless the call was
+/// made in the microsecond between). Such a frame's slot still holds it whole, and its caller
+/// may have moved on from the call. Not known for other versions (3.14+ clear a returning
+/// frame's code object instead: [`returned_callee`]).
+pub(crate) fn stopped_running(layout: &Layout, walk: &Walk, start: usize) -> bool {
+    let Some(offset) = layout.fr_stacktop() else {
+        return false;
+    };
+    walk.header(start, layout)
+        .and_then(|header| i32_at(header, offset))
+        .is_some_and(|depth| depth >= 0)
 }
 
 /// Cleared frames followed down from the current one, at most.
@@ -360,7 +375,10 @@ mod tests {
 
     /// A number that looks random, from `n`.
     fn scatter(n: u32) -> u32 {
-        n.wrapping_mul(0x9E37_79B9).rotate_left(13).wrapping_mul(0x85EB_CA6B) >> 7
+        n.wrapping_mul(0x9E37_79B9)
+            .rotate_left(13)
+            .wrapping_mul(0x85EB_CA6B)
+            >> 7
     }
 
     #[test]
@@ -377,7 +395,6 @@ mod tests {
             let bunched = share_tried(4000, |n| n % (8 * k) < 8);
             assert!(spread < 0.25, "one in {k}: {spread}");
             assert!(bunched < 0.25, "one in {k}, bunched: {bunched}");
-
         }
     }
 

@@ -200,17 +200,19 @@ fn keep_returned(
     found.map(|f| (f.stack, callees))
 }
 
-/// For a copy that may be torn and names no stack a sound read gave: the stack it names
-/// with its innermost frame taken for one that returned since the current-frame pointer
-/// named it (before 3.14 a returned frame's slot still holds it, whole), when a sound read
-/// gave that stack but for the caller's line (its caller has moved on from the call).
-/// Else the read is made again with later copies, at the cost of a second system call.
+/// For a copy that may be torn and names no stack a sound read gave, whose innermost frame
+/// had stopped running when copied ([`vouch::stopped_running`]: 3.11 to 3.13, whose
+/// returned frames keep their slots whole): the stack it names when a sound read gave it but
+/// for the caller's line (the caller moved on from the call after the current-frame pointer,
+/// read first, named the callee). Else the read is made again with later copies, at the cost
+/// of a second system call.
 ///
 /// The copy of the frames under the innermost is one stack the thread had (they do not
-/// change while their callees run); the pointer had the thread in the innermost frame's
-/// call a microsecond before. A caller that makes the call from two lines, one not proven
-/// yet, is given the proven one, so a relaxed match asks for the thread to be stopped now and
-/// then to prove what it runs ([`vouch::ProvingStops`], whose spacing bounds the stops).
+/// change while their callees run). A frame still running must match line for line: a
+/// function called from two lines, one not proven yet, would otherwise be given to the
+/// proven one for good. A caller that made a call that returned from two lines is given the
+/// proven one too, so a relaxed match asks for the thread to be stopped now and then to
+/// prove what it runs ([`vouch::ProvingStops`], whose spacing bounds the stops).
 fn keep_stale_top(
     codes: &mut CodeCache,
     known: &mut Known,
@@ -218,7 +220,11 @@ fn keep_stale_top(
     req: &Request<'_>,
     judged: &Judged<'_>,
 ) -> Option<Frames> {
-    if w.returned.is_some() || w.walk.frames.first().map(|f| f.addr) != Some(w.start) {
+    let starts_there = w.walk.frames.first().map(|f| f.addr) == Some(w.start);
+    if w.returned.is_some()
+        || !starts_there
+        || !vouch::stopped_running(req.layout, &w.walk, w.start)
+    {
         return None;
     }
     let found = recent::find_proven(
