@@ -391,7 +391,7 @@ mod tests {
         // Found one read in `k`, spread out or in one run: tries seldom pay, and are made
         // seldom.
         for k in [2, 3, 4, 8] {
-            let spread = share_tried(4000, |n| scatter(n) % k == 0);
+            let spread = share_tried(4000, |n| scatter(n).is_multiple_of(k));
             let bunched = share_tried(4000, |n| n % (8 * k) < 8);
             assert!(spread < 0.25, "one in {k}: {spread}");
             assert!(bunched < 0.25, "one in {k}, bunched: {bunched}");
