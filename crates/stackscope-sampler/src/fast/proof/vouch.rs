@@ -79,10 +79,14 @@ pub(crate) struct Record {
 
 impl Record {
     /// Whether the next read of the thread, as the GIL's expected holder, is a try: its first
-    /// tries, while they pay, and one in [`RETRY`] reads when they do not.
+    /// tries, while they pay, and a retry now and then when they do not ([`RETRY_FIRST`]).
     fn worth_a_try(&self) -> bool {
-        let learning = self.tries < WINDOW / 4;
-        learning || self.pays() || self.since >= self.wait.max(RETRY_FIRST)
+        self.learning() || self.pays() || self.since >= self.wait.max(RETRY_FIRST)
+    }
+
+    /// Whether the thread's first tries are still being made, whatever they find.
+    fn learning(&self) -> bool {
+        self.tries < WINDOW / 4
     }
 
     /// A stack of the thread was proven that no sound read gave before: what its tries found
@@ -103,7 +107,7 @@ impl Record {
             self.since = self.since.saturating_add(1);
             return;
         }
-        let retry = !self.pays() && self.tries >= WINDOW / 4;
+        let retry = !self.pays() && !self.learning();
         self.since = 0;
         self.tries += 1;
         self.hits += u8::from(found);
