@@ -12,6 +12,7 @@
 //! | `STACKSCOPE_STILL_READS`   | `0` off, anything else on                | on             |
 //! | `STACKSCOPE_SWITCH_RINGS`  | `0` off, anything else on                | on             |
 //! | `STACKSCOPE_PROVEN_STACKS` | `0` off, anything else on                | on             |
+//! | `STACKSCOPE_CODE_TRUST`    | `0` off, anything else on                | on             |
 //!
 //! What each one does: [`ReaderTuning`]'s fields (docs/performance.md measures them).
 
@@ -49,6 +50,7 @@ fn reader_tuning_from(var: impl Fn(&str) -> Option<OsString>) -> ReaderTuning {
         still_reads: switch("STACKSCOPE_STILL_READS", true),
         switch_rings: switch("STACKSCOPE_SWITCH_RINGS", true),
         proven_stacks: switch("STACKSCOPE_PROVEN_STACKS", true),
+        code_trust: switch("STACKSCOPE_CODE_TRUST", true),
     }
 }
 

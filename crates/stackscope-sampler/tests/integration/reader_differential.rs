@@ -366,3 +366,86 @@ fn both_readers_agree_while_code_objects_come_and_go() {
         );
     }
 }
+
+/// Code made at run time, one function at a time: each freed before the next is made, which
+/// then most often takes the freed object's address, under another name and file. The
+/// thread waits inside each while it is read.
+const CODE_AT_ONE_ADDRESS: &str = r#"
+import os, sys
+
+def hold():
+    sys.stdin.readline()
+
+def make(i):
+    ns = {"hold": hold}
+    src = "\n" * (i % 3) + "def gen_%d():\n    hold()\n" % (i % 10)
+    exec(compile(src, "<gen-%d>" % i, "exec"), ns)
+    # Popped: a function left in its own globals is a cycle, freed only by the collector.
+    return ns.pop("gen_%d" % (i % 10))
+
+print("ready", os.getpid(), flush=True)
+i = 0
+while True:
+    f = make(i)
+    print("in", i, id(f.__code__), flush=True)
+    f()
+    del f
+    i += 1
+"#;
+
+/// The generated frame on the main thread's stack, once the thread is in it.
+fn generated_frame(target: &mut PythonTarget) -> (String, String, u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stacks = target.read_stacks().expect("our reader reads the fixture");
+        let found = stacks.iter().flat_map(|s| s.frames.iter()).find_map(|f| {
+            f.function
+                .starts_with("gen_")
+                .then(|| (f.function.to_string(), f.file.to_string(), f.line))
+        });
+        if let Some(frame) = found {
+            return frame;
+        }
+        assert!(std::time::Instant::now() < deadline, "never inside gen_");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn code_made_at_run_time_is_named_anew_at_a_reused_address() {
+    for python in pythons() {
+        let mut fixture = Fixture::code(CODE_AT_ONE_ADDRESS)
+            .python(&python)
+            .stdin()
+            .start();
+        let mut target =
+            PythonTarget::attach(fixture.pid, &TargetOptions::default()).expect("attach");
+        let mut addresses = std::collections::HashSet::new();
+        let mut reused = 0;
+        for _ in 0..12 {
+            let line = fixture.read_line(Duration::from_secs(10));
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let (i, address): (usize, u64) = match words.as_slice() {
+                ["in", i, a] => (i.parse().expect("i"), a.parse().expect("address")),
+                _ => panic!("{python}: unexpected line {line:?}"),
+            };
+            reused += usize::from(!addresses.insert(address));
+            // Read twice: the second read finds the code object known and found good.
+            for _ in 0..2 {
+                let (function, file, line) = generated_frame(&mut target);
+                let want = (
+                    format!("gen_{}", i % 10),
+                    format!("<gen-{i}>"),
+                    2 + (i % 3) as u32,
+                );
+                assert_eq!((function, file, line), want, "{python}: function {i}");
+            }
+            fixture.send("next");
+        }
+        // Else this test would not test what it says.
+        assert!(
+            reused >= 3,
+            "{python}: an address was reused {reused} times of 12"
+        );
+    }
+}

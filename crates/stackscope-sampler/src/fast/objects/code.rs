@@ -3,11 +3,20 @@
 //! A frame names its code object by address; the name, file and line table behind it are the
 //! bulk of what py-spy copies for every frame of every sample. Here they are copied once. An
 //! address can be reused once the code object is freed (code built at run time: `exec`,
-//! `compile`, reloaded modules), so each sample reads a few identity fields of every code
-//! object its stacks use, all in one system call, and compares them with what the cache holds.
+//! `compile`, reloaded modules), so a few identity fields of every code object a stack uses
+//! are read, with the stack's own copy, and compared with what the cache holds.
+//!
+//! Read every sample, those fields were half the pages a steady sample pinned (each code
+//! object on a page of its own). Code made at run time and thrown away lives briefly; code
+//! that has held its address for [`CodeCache::SETTLED_AFTER`] is a module's, freed only when
+//! the module goes. So an entry found good over that long is trusted for
+//! [`CodeCache::TRUST_FOR`] after each check, and read again after that, or at once when a
+//! frame's instruction lies outside it ([`CodeCache::doubt`]). Only settled code freed and its
+//! address taken by other code within that moment is named as the old until the next check.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use stackscope_event::FileOrigin;
 
@@ -73,6 +82,10 @@ pub(crate) struct CodeInfo {
     /// None for code py-spy leaves out of stacks (3.13-style shims with no file name).
     pub names: Option<CodeNames>,
     pub lines: LineTable,
+    /// When it was first cached, and when its identity was last read and found the same
+    /// (None: doubted, read it next time).
+    loaded: Instant,
+    verified: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +99,9 @@ pub(crate) struct CodeNames {
 
 pub(crate) struct CodeCache {
     codes: AddrMap<CodeInfo>,
+    /// How long an entry found good is trusted without reading its identity again (zero:
+    /// read every time).
+    trust_for: Duration,
     functions: HashMap<String, Arc<str>>,
     files: FileNames,
     pub hits: u64,
@@ -102,9 +118,24 @@ impl CodeCache {
     const MAX_CODES: usize = 20_000;
     const MAX_NAMES: usize = 50_000;
 
-    pub(crate) fn new(files: FileNames) -> CodeCache {
+    /// How long a code object's identity, once read and found the same, is taken as read:
+    /// twenty samples at 100 Hz. The longest a reused address is named after its old code.
+    pub(crate) const TRUST_FOR: Duration = Duration::from_millis(200);
+
+    /// How long a code object must have been found at its address before it is trusted at
+    /// all: code made and dropped at run time (`exec` in a loop) is read every time.
+    pub(crate) const SETTLED_AFTER: Duration = Duration::from_secs(2);
+
+    /// A cache whose entries are trusted for [`CodeCache::TRUST_FOR`] when `trust`, or
+    /// checked every sample.
+    pub(crate) fn new(files: FileNames, trust: bool) -> CodeCache {
         CodeCache {
             codes: AddrMap::default(),
+            trust_for: if trust {
+                Self::TRUST_FOR
+            } else {
+                Duration::ZERO
+            },
             functions: HashMap::new(),
             files,
             hits: 0,
@@ -141,6 +172,38 @@ impl CodeCache {
         }
     }
 
+    /// The identity of the entry at `addr` when it is settled (found good over
+    /// [`CodeCache::SETTLED_AFTER`]) and was last found good less than
+    /// [`CodeCache::TRUST_FOR`] before `now`: it need not be read this time.
+    pub(crate) fn trusted(&self, addr: usize, now: Instant) -> Option<CodeId> {
+        let info = self.codes.get(&addr)?;
+        let at = info.verified?;
+        let settled = at.saturating_duration_since(info.loaded) >= Self::SETTLED_AFTER;
+        (settled && now.saturating_duration_since(at) < self.trust_for).then_some(info.id)
+    }
+
+    /// Takes in the identity read at `addr` at `now`: an entry it matches is trusted from
+    /// then; one it does not match is dropped (another object lives there now).
+    pub(crate) fn note_read(&mut self, addr: usize, id: Option<&CodeId>, now: Instant) {
+        let Some(info) = self.codes.get_mut(&addr) else {
+            return;
+        };
+        if id == Some(&info.id) {
+            info.verified = Some(now);
+        } else if id.is_some() {
+            self.replaced += 1;
+            self.codes.remove(&addr);
+        }
+    }
+
+    /// Says the entry at `addr` may not be the object there now (a frame's instruction lies
+    /// outside its bytecode): its identity is read the next time it is met.
+    pub(crate) fn doubt(&mut self, addr: usize) {
+        if let Some(info) = self.codes.get_mut(&addr) {
+            info.verified = None;
+        }
+    }
+
     /// The entry at `addr`, as [`CodeCache::get`] last found it good this sample (not
     /// counted again).
     pub(crate) fn checked(&self, addr: usize) -> Option<&CodeInfo> {
@@ -155,6 +218,7 @@ impl CodeCache {
         remote: &mut Remote,
         layout: &Layout,
         missing: &[(usize, CodeId)],
+        now: Instant,
     ) -> std::io::Result<()> {
         if missing.is_empty() {
             return Ok(());
@@ -212,6 +276,8 @@ impl CodeCache {
                     id: *id,
                     names,
                     lines,
+                    loaded: now,
+                    verified: Some(now),
                 },
             );
         }
@@ -358,4 +424,83 @@ fn read_tables(remote: &mut Remote, addrs: &[usize]) -> std::io::Result<Vec<Tabl
             },
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::origin::Origins;
+
+    fn id(n: u64) -> CodeId {
+        CodeId([n, 10, 0, 0, 1, 0x100 + n, 0x200 + n, 0x300 + n, 0x400 + n])
+    }
+
+    /// A cache holding `id(1)` at 0x1000, first cached at `loaded`.
+    fn cache_with(trust: bool, loaded: Instant) -> CodeCache {
+        let mut codes = CodeCache::new(FileNames::new(1, false, Origins::default()), trust);
+        codes.codes.insert(
+            0x1000,
+            CodeInfo {
+                id: id(1),
+                names: None,
+                lines: LineTable::refused(),
+                loaded,
+                verified: Some(loaded),
+            },
+        );
+        codes
+    }
+
+    #[test]
+    fn code_found_good_over_a_while_is_trusted_for_a_moment_after_each_check() {
+        let t0 = Instant::now();
+        let mut codes = cache_with(true, t0);
+        // Freshly cached: read every time, however recent the check.
+        assert_eq!(codes.trusted(0x1000, t0), None);
+        let step = Duration::from_millis(50);
+        let mut now = t0;
+        while now < t0 + CodeCache::SETTLED_AFTER {
+            now += step;
+            codes.note_read(0x1000, Some(&id(1)), now);
+            if now.saturating_duration_since(t0) < CodeCache::SETTLED_AFTER {
+                assert_eq!(codes.trusted(0x1000, now + step), None, "{now:?}");
+            }
+        }
+        // Settled: trusted until TRUST_FOR after the last check, not after.
+        assert_eq!(codes.trusted(0x1000, now), Some(id(1)));
+        assert_eq!(
+            codes.trusted(0x1000, now + CodeCache::TRUST_FOR / 2),
+            Some(id(1))
+        );
+        assert_eq!(codes.trusted(0x1000, now + CodeCache::TRUST_FOR), None);
+        // A frame whose instruction lies outside it: read at once.
+        codes.doubt(0x1000);
+        assert_eq!(codes.trusted(0x1000, now), None);
+        codes.note_read(0x1000, Some(&id(1)), now);
+        assert_eq!(codes.trusted(0x1000, now), Some(id(1)));
+        // An unknown address is never trusted.
+        assert_eq!(codes.trusted(0x2000, now), None);
+    }
+
+    #[test]
+    fn another_object_read_at_the_address_drops_the_entry_and_an_unreadable_one_keeps_it() {
+        let t0 = Instant::now();
+        let later = t0 + CodeCache::SETTLED_AFTER * 2;
+        let mut codes = cache_with(true, t0);
+        codes.note_read(0x1000, None, later);
+        assert_eq!(codes.len(), 1, "a failed read says nothing of the object");
+        assert_eq!(codes.trusted(0x1000, later), None, "nor renews the trust");
+        codes.note_read(0x1000, Some(&id(2)), later);
+        assert_eq!((codes.len(), codes.replaced), (0, 1));
+        assert_eq!(codes.trusted(0x1000, later), None);
+    }
+
+    #[test]
+    fn with_trust_off_every_code_object_is_read_every_time() {
+        let t0 = Instant::now();
+        let mut codes = cache_with(false, t0);
+        let later = t0 + CodeCache::SETTLED_AFTER * 2;
+        codes.note_read(0x1000, Some(&id(1)), later);
+        assert_eq!(codes.trusted(0x1000, later), None);
+    }
 }

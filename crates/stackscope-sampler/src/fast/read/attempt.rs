@@ -9,6 +9,8 @@
 //! it runs), and the walk reaching its first frame. Otherwise it is handed back as
 //! [`Outcome::Ran`], to be read again (with a check), and at last stopped.
 
+use std::time::Instant;
+
 use stackscope_event::Frames;
 
 use crate::fast::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
@@ -77,16 +79,18 @@ pub(crate) fn attempt(
     stats: &mut WalkStats,
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
+    let now = Instant::now();
     let mut batch = remote.batch();
-    let (mut parts, ranges) = plan(&mut batch, threads, still, which, req);
+    let (mut parts, ranges) = plan(&mut batch, codes, now, threads, still, which, req);
     batch.run(remote)?;
     let mut bracket = Bracket::read(&batch, layout, &ranges);
+    bracket.note_ids(codes, &ranges.code_ids, now);
     let (mut walks, quiet_failed) =
         check(&batch, layout, threads, still, &mut parts, &bracket, stats);
     // The batch stays until the checks are done: the later copies are read in it.
     walk(remote, layout, &mut walks, &mut parts, stats)?;
-    let ran_late = read_late(remote, req, &walks, &parts, &mut bracket)?;
-    load_codes(remote, codes, layout, &walks, &bracket.ids)?;
+    let ran_late = read_late(remote, codes, now, req, &walks, &parts, &mut bracket)?;
+    load_codes(remote, codes, layout, &walks, &bracket.ids, now)?;
     let judged = Judged {
         batch: &batch,
         ids: &bracket.ids,
@@ -103,8 +107,11 @@ struct Ranges {
     gil_before: Option<Slot>,
     /// The list head, and the word that names the GIL's holder.
     list: Option<(Slot, Option<Slot>)>,
-    /// The identity of the code objects the threads ran last time.
+    /// The identity of the code objects the threads ran last time, but for those the cache
+    /// trusts ([`CodeCache::trusted`]).
     code_ids: AddrMap<Slot>,
+    /// Those, as the cache holds them.
+    trusted: AddrMap<CodeId>,
     gil_after: Option<Slot>,
 }
 
@@ -113,6 +120,8 @@ struct Ranges {
 /// kernel copies the ranges in that order).
 fn plan(
     batch: &mut Batch,
+    codes: &CodeCache,
+    now: Instant,
     threads: &[Known],
     still: &StillThreads,
     which: &[usize],
@@ -151,17 +160,27 @@ fn plan(
         .collect();
     // The code objects the threads ran last time, most likely still on their stacks: their
     // identity comes with the snapshot, so a steady sample needs no second call. (A still
-    // thread's stack comes with its names: a code object on a stack cannot be freed.)
+    // thread's stack comes with its names: a code object on a stack cannot be freed.) Those
+    // the cache found good a moment ago are not read at all.
     let (id_start, id_end) = layout.code_identity_range();
     let mut code_ids: AddrMap<Slot> = AddrMap::default();
+    let mut trusted: AddrMap<CodeId> = AddrMap::default();
     for part in &parts {
         if matches!(part.plan, Plan::Still(_) | Plan::Quiet) {
             continue;
         }
         for &code in &threads[part.i].codes {
-            code_ids
-                .entry(code)
-                .or_insert_with(|| batch.add(code + id_start, id_end - id_start));
+            if code_ids.contains_key(&code) || trusted.contains_key(&code) {
+                continue;
+            }
+            match codes.trusted(code, now) {
+                Some(id) => {
+                    trusted.insert(code, id);
+                }
+                None => {
+                    code_ids.insert(code, batch.add(code + id_start, id_end - id_start));
+                }
+            }
         }
     }
     let still_plans: Vec<&mut still::Planned> = parts
@@ -177,6 +196,7 @@ fn plan(
         gil_before,
         list,
         code_ids,
+        trusted,
         gil_after,
     };
     (parts, ranges)
@@ -255,11 +275,12 @@ impl Bracket {
                     GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
                 }
             });
-        let ids = ranges
+        let read = ranges
             .code_ids
             .iter()
-            .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))))
-            .collect();
+            .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))));
+        let trusted = ranges.trusted.iter().map(|(&addr, &id)| (addr, Some(id)));
+        let ids = read.chain(trusted).collect();
         Bracket {
             before,
             after,
@@ -267,6 +288,16 @@ impl Bracket {
             head,
             gil_holder,
             ids,
+        }
+    }
+}
+
+impl Bracket {
+    /// Tells the cache what the identities read at `read` (not those it trusted) found.
+    fn note_ids(&self, codes: &mut CodeCache, read: &AddrMap<Slot>, now: Instant) {
+        for addr in read.keys() {
+            let id = self.ids.get(addr).and_then(Option::as_ref);
+            codes.note_read(*addr, id, now);
         }
     }
 }
@@ -442,6 +473,8 @@ fn walk(
 /// threads that can have run until then.
 fn read_late(
     remote: &mut Remote,
+    codes: &mut CodeCache,
+    now: Instant,
     req: &Request<'_>,
     walks: &[Walking],
     parts: &[Part],
@@ -456,10 +489,16 @@ fn read_late(
             continue;
         }
         for f in w.frames() {
-            if !bracket.ids.contains_key(&f.code) {
-                late_codes
-                    .entry(f.code)
-                    .or_insert_with(|| late.add(f.code + id_start, id_end - id_start));
+            if bracket.ids.contains_key(&f.code) || late_codes.contains_key(&f.code) {
+                continue;
+            }
+            match codes.trusted(f.code, now) {
+                Some(id) => {
+                    bracket.ids.insert(f.code, Some(id));
+                }
+                None => {
+                    late_codes.insert(f.code, late.add(f.code + id_start, id_end - id_start));
+                }
             }
         }
     }
@@ -479,6 +518,7 @@ fn read_late(
             .ids
             .insert(addr, late.get(slot).and_then(|b| CodeId::parse(layout, b)));
     }
+    bracket.note_ids(codes, &late_codes, now);
     Ok(ran_late)
 }
 
@@ -490,6 +530,7 @@ fn load_codes(
     layout: &Layout,
     walks: &[Walking],
     ids: &AddrMap<Option<CodeId>>,
+    now: Instant,
 ) -> std::io::Result<()> {
     let mut missing: Vec<(usize, CodeId)> = Vec::new();
     for w in walks {
@@ -501,7 +542,7 @@ fn load_codes(
             }
         }
     }
-    codes.load(remote, layout, &missing)
+    codes.load(remote, layout, &missing, now)
 }
 
 /// The attempt's answer: a broken walk of a thread that may have run followed torn links

@@ -50,6 +50,9 @@ pub(super) fn record(
         let known = &mut threads[part.i];
         known.proof = None;
         let in_code = instructions_in_code(layout, judged.ids, &w.walk.frames);
+        if !in_code {
+            doubt_codes_outside(codes, layout, judged.ids, &w.walk.frames);
+        }
         let checked_ok = passes_check(layout, w, judged.batch) && in_code;
         let ran_late = part.read_late && judged.ran_late.may_have_run(known.tstate);
         // Sound: a stack the thread had as copied, torn or not.
@@ -395,6 +398,21 @@ fn instructions_in_code(
         }
         instruction_in(layout, f.code, id, f.prev_instr)
     })
+}
+
+/// Has the cache read again the identity of each code object a frame's instruction lies
+/// outside of: one it trusted may be another object's by now.
+fn doubt_codes_outside(
+    codes: &mut CodeCache,
+    layout: &Layout,
+    ids: &AddrMap<Option<CodeId>>,
+    frames: &[RawFrame],
+) {
+    for f in frames {
+        if !instructions_in_code(layout, ids, std::slice::from_ref(f)) {
+            codes.doubt(f.code);
+        }
+    }
 }
 
 /// Whether `instr` lies in the bytecode of the code object at `code` (or one unit before it:

@@ -181,11 +181,14 @@ impl FastReader {
                 .map_err(|e| Unread::Failed(ReadError::stop(e)))?,
             threads: Vec::new(),
             still: StillThreads::default(),
-            codes: CodeCache::new(FileNames::new(
-                pid,
-                spy.dockerized,
-                Origins::of_process(pid, spy.version.major, spy.version.minor),
-            )),
+            codes: CodeCache::new(
+                FileNames::new(
+                    pid,
+                    spy.dockerized,
+                    Origins::of_process(pid, spy.version.major, spy.version.minor),
+                ),
+                tuning.code_trust,
+            ),
             names: ThreadNames::new(),
             activity: Activity::new(pid, tuning.switch_rings),
             strategy,
