@@ -97,6 +97,9 @@ pub struct PythonTarget {
     /// Set with `native`: the process's modules, unwind tables and symbols, cached.
     native: Option<NativeUnwinder>,
     names: IdentOwners,
+    /// The idents of the last read's threads, sorted: a read with the same threads has none
+    /// ended to release.
+    live_idents: Vec<u64>,
     /// Each live thread's name as py-spy's reader reads it, shared from sample to sample.
     thread_names: NamesByIdent,
     strings: StringCache,
@@ -258,6 +261,11 @@ impl PythonTarget {
         let mut live: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
         live.sort_unstable();
         live.dedup();
+        if live == self.live_idents {
+            // The same threads as last time: nothing ended, and the tables (large and cold
+            // after a period's sleep) need not be walked.
+            return;
+        }
         let alive = |ident: &u64| live.binary_search(ident).is_ok();
         self.names.release(&live);
         self.thread_names.release(&live);
@@ -265,6 +273,7 @@ impl PythonTarget {
         // lookup of names, which a target whose threads all have names never needs.
         self.spy.python_thread_names.retain(|ident, _| alive(ident));
         self.spy.python_thread_ids.retain(|ident, _| alive(ident));
+        self.live_idents = live;
     }
 
     /// How often this target's caches of its code reached their caps since the last call

@@ -77,6 +77,7 @@ impl PythonTarget {
             tuning: options.tuning,
             native,
             names: IdentOwners::default(),
+            live_idents: Vec::new(),
             thread_names: NamesByIdent::default(),
             strings: StringCache {
                 origins,
