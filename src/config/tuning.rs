@@ -112,5 +112,7 @@ mod tests {
         assert!(tuning(&[("STACKSCOPE_SWITCH_RINGS", "")]).switch_rings);
         assert!(!tuning(&[("STACKSCOPE_PROVEN_STACKS", "0")]).proven_stacks);
         assert!(tuning(&[("STACKSCOPE_PROVEN_STACKS", "1")]).proven_stacks);
+        assert!(!tuning(&[("STACKSCOPE_CODE_TRUST", "0")]).code_trust);
+        assert!(tuning(&[("STACKSCOPE_CODE_TRUST", "1")]).code_trust);
     }
 }
