@@ -330,8 +330,9 @@ fn run(
         if let Some(ends) = ends.as_mut() {
             ends.poll_if_due();
         }
-        if Instant::now() >= rescan_due {
-            rescan_due = Instant::now() + RESCAN_EVERY;
+        let now = Instant::now();
+        if now >= rescan_due {
+            rescan_due = now + RESCAN_EVERY;
             offer_attached(set.rescan(time), ends.as_mut(), out);
         }
         let (gone, any_stopped) = match sample_all(&mut set, &mut stop_checks, time, out) {

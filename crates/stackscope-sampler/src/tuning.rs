@@ -68,9 +68,10 @@ pub struct ReaderTuning {
     /// Default: on (off reads the GIL's likely holder with its later copies every sample, and
     /// gives a call that returned meanwhile to its caller).
     pub proven_stacks: bool,
-    /// A code object's identity, once read and found the same as the cache's, is not read
-    /// again for a moment (`CodeCache::TRUST_FOR`, 200 ms), nor while its frames' instructions
-    /// lie in it. Default: on (off reads every code object a stack uses, every sample).
+    /// A code object found unchanged at its address for 2 s has its identity read once every
+    /// 200 ms (`CodeCache::SETTLED_AFTER`, `TRUST_FOR`), and at once when a frame's
+    /// instruction lies outside it. Default: on (off reads every code object a stack uses,
+    /// every sample).
     pub code_trust: bool,
 }
 

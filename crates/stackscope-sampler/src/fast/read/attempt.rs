@@ -162,7 +162,6 @@ fn plan(
     // identity comes with the snapshot, so a steady sample needs no second call. (A still
     // thread's stack comes with its names: a code object on a stack cannot be freed.) Those
     // the cache found good a moment ago are not read at all.
-    let (id_start, id_end) = layout.code_identity_range();
     let mut code_ids: AddrMap<Slot> = AddrMap::default();
     let mut trusted: AddrMap<CodeId> = AddrMap::default();
     for part in &parts {
@@ -173,12 +172,12 @@ fn plan(
             if code_ids.contains_key(&code) || trusted.contains_key(&code) {
                 continue;
             }
-            match codes.trusted(code, now) {
-                Some(id) => {
+            match trusted_or_read(codes, now, layout, batch, code) {
+                Ok(id) => {
                     trusted.insert(code, id);
                 }
-                None => {
-                    code_ids.insert(code, batch.add(code + id_start, id_end - id_start));
+                Err(slot) => {
+                    code_ids.insert(code, slot);
                 }
             }
         }
@@ -290,9 +289,7 @@ impl Bracket {
             ids,
         }
     }
-}
 
-impl Bracket {
     /// Tells the cache what the identities read at `read` (not those it trusted) found.
     fn note_ids(&self, codes: &mut CodeCache, read: &AddrMap<Slot>, now: Instant) {
         for addr in read.keys() {
@@ -300,6 +297,21 @@ impl Bracket {
             codes.note_read(*addr, id, now);
         }
     }
+}
+
+/// The identity of the code object at `code` as the cache holds it, when the cache trusts it
+/// ([`CodeCache::trusted`]); else the range of `batch` that reads it.
+fn trusted_or_read(
+    codes: &CodeCache,
+    now: Instant,
+    layout: &Layout,
+    batch: &mut Batch,
+    code: usize,
+) -> Result<CodeId, Slot> {
+    codes.trusted(code, now).ok_or_else(|| {
+        let (start, end) = layout.code_identity_range();
+        batch.add(code + start, end - start)
+    })
 }
 
 fn gil_words(batch: &Batch, slot: Option<Slot>) -> Option<GilWords> {
@@ -481,7 +493,6 @@ fn read_late(
     bracket: &mut Bracket,
 ) -> std::io::Result<Ran> {
     let layout = req.layout;
-    let (id_start, id_end) = layout.code_identity_range();
     let mut late = Batch::default();
     let mut late_codes: AddrMap<Slot> = AddrMap::default();
     for w in walks {
@@ -492,12 +503,12 @@ fn read_late(
             if bracket.ids.contains_key(&f.code) || late_codes.contains_key(&f.code) {
                 continue;
             }
-            match codes.trusted(f.code, now) {
-                Some(id) => {
+            match trusted_or_read(codes, now, layout, &mut late, f.code) {
+                Ok(id) => {
                     bracket.ids.insert(f.code, Some(id));
                 }
-                None => {
-                    late_codes.insert(f.code, late.add(f.code + id_start, id_end - id_start));
+                Err(slot) => {
+                    late_codes.insert(f.code, slot);
                 }
             }
         }
