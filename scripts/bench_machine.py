@@ -9,8 +9,8 @@ run as the profilers: a figure is judged against the machine it was taken on.
 
 reader_stats(binary, pid, rate, seconds): stackscope attached with
 STACKSCOPE_READER_STATS=1 (which times each system call, so it runs apart from
-the timed stretches): the bytes it read per sample, its process_vm_readv calls
-and its /proc stat reads per sample.
+the timed stretches): the bytes it read per sample, its process_vm_readv calls and
+the ranges they read, and its /proc stat reads per sample.
 """
 import os
 import re
@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK_FLOOR = os.path.join(ROOT, "target", "release", "examples", "tick_floor")
 FLOOR_BYTES = 512
 STATS = re.compile(
-    r"(\d+) samples, ([\d.]+) memory reads and ([\d.]+) stat reads per sample \((\d+) bytes\)"
+    r"(\d+) samples, ([\d.]+) memory reads and ([\d.]+) stat reads per sample "
+    r"\((\d+) bytes(?: in ([\d.]+) ranges)?\)"
 )
 
 
@@ -52,8 +53,8 @@ def floor(pid, rate, seconds):
 
 
 def reader_stats(binary, pid, rate, seconds):
-    """{"bytes": per sample, "reads": process_vm_readv calls per sample, "stat_reads": per
-    sample}, or None when the reader printed no statistics (py-spy's reader)."""
+    """{"bytes": per sample, "reads": process_vm_readv calls per sample, "ranges": the
+    iovecs of those calls per sample, "stat_reads": per sample}, or None when the reader printed no statistics (py-spy's reader)."""
     env = dict(os.environ, STACKSCOPE_READER_STATS="1")
     with tempfile.TemporaryDirectory(prefix="bench-stats-") as out:
         run = subprocess.run(
@@ -68,4 +69,6 @@ def reader_stats(binary, pid, rate, seconds):
         "bytes": float(m.group(4)),
         "reads": float(m.group(2)),
         "stat_reads": float(m.group(3)),
+        # A build before the ranges were counted says none.
+        "ranges": float(m.group(5)) if m.group(5) else None,
     }

@@ -17,6 +17,7 @@ mod origin;
 pub mod producer;
 mod rank;
 mod snapshot;
+pub mod wakeups;
 
 pub use clock::Timestamp;
 pub use ending::{signal_name, HowEnded, OomEvidence, ProcessEnded};

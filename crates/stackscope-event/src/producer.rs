@@ -16,6 +16,12 @@
 //! - **The schedule** is fixed-rate: poll `n` is due at `start + n × interval`. A poll that
 //!   falls behind (a slow driver call, a suspended process) resumes the schedule from now rather
 //!   than catch up in a burst.
+//! - **Late by design**: a poll may come up to [`Schedule::slack`] (a tenth of the interval)
+//!   after it is due. The kernel then ends the thread's wait with another timer that fires in
+//!   that window (the sampler's next tick, on a CPU already awake) rather than wake a sleeping
+//!   CPU for it alone: on a VM such a wake-up costs tens of microseconds, and at 100 Hz the
+//!   memory poller's own wake-ups were 7% of the whole process's CPU per sample
+//!   (docs/performance.md, "What waking costs").
 //! - **Borrowed resources**: the body receives a [`Ticker`] and calls [`Ticker::run`] itself, so
 //!   what it sets up before (an NVML library and the device handles that borrow it) lives on
 //!   the thread's own stack for the whole loop, and is torn down after, in the body's order.
@@ -94,7 +100,15 @@ impl Schedule {
             ..self
         }
     }
+
+    /// How late a poll may come: a tenth of the interval, so the rate holds within 10%.
+    pub fn slack(&self) -> Duration {
+        self.interval / SLACK_SHARE
+    }
 }
+
+/// The share of its interval a poll may come late by ([`Schedule::slack`]).
+const SLACK_SHARE: u32 = 10;
 
 /// What the body says after a poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +254,8 @@ impl Ticker {
         F: FnMut(&mut Tick<'_>) -> Flow,
     {
         let interval = self.schedule.interval;
+        // Best effort: a kernel that refuses keeps its default (50 µs), which only costs CPU.
+        let _ = crate::wakeups::let_waits_end_late(self.schedule.slack());
         let mut next = Instant::now();
         if self.schedule.first == FirstPoll::AfterInterval {
             next += interval;

@@ -185,3 +185,31 @@ fn batched_polls_go_out_together_and_the_last_at_once() {
         1
     );
 }
+
+/// A producer's waits may end a tenth of its interval late, so the kernel can fold its
+/// wake-ups into another timer's: the thread's slack says so while it polls.
+#[test]
+fn polls_may_come_a_tenth_of_the_interval_late() {
+    let (sender, _receiver) = crossbeam_channel::bounded(64);
+    let stop = stop_flag();
+    let schedule = Schedule::every(Duration::from_millis(40), FirstPoll::Now);
+    assert_eq!(schedule.slack(), Duration::from_millis(4));
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let seen_inside = Arc::clone(&seen);
+    let producer = Producer::spawn(
+        "test-slack",
+        schedule,
+        sender,
+        stop.clone(),
+        move |ticker| {
+            ticker.run(|_tick| {
+                *seen_inside.lock().expect("lock") = crate::wakeups::current_slack();
+                Flow::Stop
+            })
+        },
+    )
+    .expect("spawn");
+    stop.store(true, Ordering::SeqCst);
+    producer.join();
+    assert_eq!(*seen.lock().expect("lock"), Some(Duration::from_millis(4)));
+}

@@ -25,6 +25,8 @@ pub(crate) struct ReaderStats {
     pub errors: u64,
     pub list_rebuilds: u64,
     pub syscalls: u64,
+    /// The ranges (iovecs) those calls read.
+    pub ranges: u64,
     pub bytes: u64,
     pub stat_reads: u64,
     /// Thread states taken from an earlier stat read (a sleeping thread whose Python state
@@ -81,7 +83,7 @@ impl fmt::Display for ReaderStats {
         let per = |n: u64| n as f64 / self.samples.max(1) as f64;
         write!(
             f,
-            "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes), \
+            "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes in {:.1} ranges), \
              {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), {:.2} with a returned callee on top ({} proving stops), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
@@ -93,6 +95,7 @@ impl fmt::Display for ReaderStats {
             per(self.syscalls),
             per(self.stat_reads),
             per(self.bytes),
+            per(self.ranges),
             per(self.stat_reused),
             per(self.stat_renewed),
             per(self.ring_renewed),

@@ -26,7 +26,7 @@ use crate::fast::proof::still;
 use crate::fast::proof::vouch;
 use crate::fast::read::judge::{record, Judged};
 use crate::fast::read::part::{Part, Plan, Walking};
-use crate::fast::read::request::{Check, Request};
+use crate::fast::read::request::{Check, Globals, Request};
 use crate::fast::read::stack::{Need, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, StillThreads};
 
@@ -129,15 +129,7 @@ fn plan(
 ) -> (Vec<Part>, Ranges) {
     let layout = req.layout;
     let bracket = !req.stopped;
-    let gil_before = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
-    let list = req.with_list.then(|| {
-        let head = batch.add(req.globals.head_ptr, 8);
-        let holder = match layout.gil_holder {
-            GilHolder::TstateCurrent => Some(batch.add(req.globals.tstate_current, 8)),
-            GilHolder::LastHolderWhileLocked => Some(batch.add(req.globals.gil, common::GIL_LEN)),
-        };
-        (head, holder)
-    });
+    let (gil_before, list) = plan_globals(batch, layout, req.globals, bracket, req.with_list);
     // Gaps between the copies of checked threads: random, not repeatable.
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -199,6 +191,31 @@ fn plan(
         gil_after,
     };
     (parts, ranges)
+}
+
+/// The process-wide words a read starts with: the GIL's (when `bracket`), then the list head
+/// and the word that names the GIL's holder (when `with_list`). Where the GIL's words name the
+/// holder (3.12+), those just read for the bracket serve: the same bytes an iovec sooner, and
+/// an iovec (a page pinned again) less.
+fn plan_globals(
+    batch: &mut Batch,
+    layout: &Layout,
+    globals: &Globals,
+    bracket: bool,
+    with_list: bool,
+) -> (Option<Slot>, Option<(Slot, Option<Slot>)>) {
+    let gil_before = bracket.then(|| batch.add(globals.gil, common::GIL_LEN));
+    let list = with_list.then(|| {
+        let head = batch.add(globals.head_ptr, 8);
+        let holder = match layout.gil_holder {
+            GilHolder::TstateCurrent => batch.add(globals.tstate_current, 8),
+            GilHolder::LastHolderWhileLocked => {
+                gil_before.unwrap_or_else(|| batch.add(globals.gil, common::GIL_LEN))
+            }
+        };
+        (head, Some(holder))
+    });
+    (gil_before, list)
 }
 
 /// How thread `k` (the `i`th of the list; `is_still` this sample) is read: taken as still on
@@ -606,3 +623,6 @@ fn max_rounds(layout: &Layout) -> usize {
 fn broken(why: &str) -> Outcome {
     Outcome::Broken(why.to_owned())
 }
+
+#[cfg(test)]
+mod tests;

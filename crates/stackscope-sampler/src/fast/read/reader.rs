@@ -562,6 +562,7 @@ impl FastReader {
     pub(crate) fn stats(&self) -> ReaderStats {
         let mut s = self.stats.clone();
         s.syscalls = self.remote.syscalls;
+        s.ranges = self.remote.ranges;
         s.syscall_ns = self.remote.syscall_ns;
         s.bytes = self.remote.bytes;
         s.stat_reads = self.activity.reads;
