@@ -7,12 +7,13 @@
 //! reused that quickly: an ident seen with a new OS thread id is a new thread, whose name must
 //! be looked up again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use stackscope_event::ThreadInfo;
 
 use crate::caps::CapHits;
+// Looked up for every thread at every read: hashed by a multiply, not SipHash.
+use crate::fast::ByTid as ByIdent;
 
 /// The name `threading` gives Python's main thread.
 pub const MAIN_THREAD_NAME: &str = "MainThread";
@@ -42,7 +43,7 @@ const MAX_TRACKED: usize = 65_536;
 #[derive(Default)]
 pub struct IdentOwners {
     /// The OS thread each Python ident belonged to when last seen.
-    owner: HashMap<u64, u64>,
+    owner: ByIdent<u64>,
     caps: CapHits,
 }
 
@@ -98,7 +99,7 @@ impl IdentOwners {
 /// (`Thread-123456 (worker)`) does not leave a name behind per thread it ever had.
 #[derive(Default)]
 pub struct NamesByIdent {
-    names: HashMap<u64, Arc<str>>,
+    names: ByIdent<Arc<str>>,
 }
 
 impl NamesByIdent {

@@ -309,21 +309,29 @@ fn remember_walk(known: &mut Known, walk: &Walk, callees: &[RawFrame], layout: &
     // This walk's code objects, then a few of the earlier walks' that it did not use: a leaf
     // call that comes and goes between samples keeps its identity read with the snapshot
     // instead of costing a call of its own after it.
-    let earlier = std::mem::take(&mut known.codes);
+    // Built behind the earlier list in the same vector, which then drops its front: no
+    // allocation a sample once the vector has grown.
+    let codes = &mut known.codes;
+    let earlier = codes.len();
     for f in callees.iter().chain(&walk.frames) {
-        if !known.codes.contains(&f.code) && known.codes.len() < MAX_CODES_AHEAD {
-            known.codes.push(f.code);
-        }
-    }
-    let keep = (known.codes.len() + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
-    for code in earlier {
-        if known.codes.len() >= keep {
+        if codes.len() - earlier >= MAX_CODES_AHEAD {
             break;
         }
-        if !known.codes.contains(&code) {
-            known.codes.push(code);
+        if !codes[earlier..].contains(&f.code) {
+            codes.push(f.code);
         }
     }
+    let keep = (codes.len() - earlier + EARLIER_CODES_AHEAD).min(MAX_CODES_AHEAD);
+    for i in 0..earlier {
+        if codes.len() - earlier >= keep {
+            break;
+        }
+        let code = codes[i];
+        if !codes[earlier..].contains(&code) {
+            codes.push(code);
+        }
+    }
+    codes.drain(..earlier);
 }
 
 /// A stack read whole from one copy (no check's later copies) is what later still reads

@@ -13,7 +13,8 @@ impl FastReader {
     /// state has not changed (checked after the read, [`FastReader::state_after`]) and it was
     /// not the GIL's holder: its last reading stands.
     pub(in crate::fast) fn states_before(&mut self, now: std::time::Instant) -> Vec<Before> {
-        let mut before = Vec::with_capacity(self.threads.len());
+        let mut before = std::mem::take(&mut self.spare_before);
+        before.clear();
         for (i, k) in self.threads.iter().enumerate() {
             let tid = k.ts.native_thread_id;
             // Our id for it (they differ for a process in a container).

@@ -74,6 +74,9 @@ pub(crate) struct FastReader {
     pub(in crate::fast) remote: Remote,
     pub(in crate::fast) process: remoteprocess::Process,
     pub(in crate::fast) threads: Vec<Known>,
+    /// The last read's list of states before it, emptied: the next fills it without
+    /// allocating.
+    pub(in crate::fast) spare_before: Vec<Before>,
     /// Which of `threads` this sample takes as still (set before each sample's read).
     pub(in crate::fast) still: StillThreads,
     pub(in crate::fast) codes: CodeCache,
@@ -191,6 +194,7 @@ impl FastReader {
             ),
             names: ThreadNames::new(),
             activity: Activity::new(pid, tuning.switch_rings),
+            spare_before: Vec::new(),
             strategy,
             expected_holder: gil.map_or(0, |g| g.last_holder),
             likely_holders: Vec::new(),
@@ -283,6 +287,7 @@ impl FastReader {
         }
         let (out, moved) = self.thread_reads(read, &before, stopped_by_caller);
         self.seen_running = awake || moved;
+        self.spare_before = before;
         Ok(out)
     }
 
