@@ -1,6 +1,5 @@
 //! The sampling thread: reads the target at a fixed rate and streams events, never blocking.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,6 +13,7 @@ use crate::caps::CapHits;
 use crate::cputime::{Phase, TickCosts};
 use crate::ends::EndWatch;
 use crate::error::SampleFailure;
+use crate::fast::PidMap;
 use crate::procfs;
 use crate::root::Root;
 use crate::target::{PythonTarget, TargetOptions};
@@ -303,7 +303,7 @@ fn run(
         .collect();
     offer_attached(attached, ends.as_mut(), out);
     // Each target's stat file, kept open: asked every sample whether someone stopped it.
-    let mut stop_checks: HashMap<u32, procfs::StopCheck> = HashMap::new();
+    let mut stop_checks: PidMap<procfs::StopCheck> = PidMap::default();
     let mut costs = TickCosts::new(config.options.tuning.stats);
     let mut rescan_due = Instant::now();
     loop {
@@ -364,7 +364,7 @@ fn run(
 /// someone else; `Err` with why when sampling cannot go on.
 fn sample_all(
     set: &mut ProcessSet,
-    stop_checks: &mut HashMap<u32, procfs::StopCheck>,
+    stop_checks: &mut PidMap<procfs::StopCheck>,
     time: Timestamp,
     out: &mut Output<'_>,
 ) -> Result<(Vec<u32>, bool), String> {
@@ -389,7 +389,7 @@ fn sample_all(
 /// Lets the processes gone go, each told with how it ended.
 fn remove_gone(
     set: &mut ProcessSet,
-    stop_checks: &mut HashMap<u32, procfs::StopCheck>,
+    stop_checks: &mut PidMap<procfs::StopCheck>,
     gone: Vec<u32>,
     mut ends: Option<&mut EndWatch>,
     time: Timestamp,

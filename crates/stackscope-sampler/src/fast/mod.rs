@@ -57,7 +57,7 @@ mod test_threads;
 
 pub(crate) use deep::{DeepFrame, DeepThread};
 pub(crate) use error::{Misfits, ReadError};
-pub(crate) use memory::addrmap::TidMap as ByTid;
+pub(crate) use memory::addrmap::{PidMap, TidMap as ByTid};
 use read::os_states::os_state;
 pub(crate) use read::ostid::OsTids;
 use read::reader::Read;

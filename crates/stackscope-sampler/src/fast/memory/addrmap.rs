@@ -13,6 +13,9 @@ pub(crate) type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 /// The same, keyed by thread ids (looked up for every thread, every sample).
 pub(crate) type TidMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
+/// The same, keyed by process ids (looked up for every process, every sample).
+pub(crate) type PidMap<V> = HashMap<u32, V, BuildHasherDefault<AddrHasher>>;
+
 #[derive(Default)]
 pub(crate) struct AddrHasher(u64);
 
@@ -28,6 +31,10 @@ impl Hasher for AddrHasher {
     }
 
     fn write_u64(&mut self, n: u64) {
+        self.write_usize(n as usize);
+    }
+
+    fn write_u32(&mut self, n: u32) {
         self.write_usize(n as usize);
     }
 

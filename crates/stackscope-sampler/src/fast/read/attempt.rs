@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use stackscope_event::Frames;
 
-use crate::fast::layout::{common, usize_at, FrameDesign, GilHolder, Layout};
+use crate::fast::layout::{common, FrameDesign, GilHolder, Layout};
 use crate::fast::memory::addrmap::AddrMap;
 use crate::fast::memory::extent;
 use crate::fast::memory::remote::{Batch, Remote, Slot};
@@ -29,6 +29,10 @@ use crate::fast::read::part::{Part, Plan, Walking};
 use crate::fast::read::request::{Check, Globals, Request};
 use crate::fast::read::stack::{Need, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, StillThreads};
+
+mod bracket;
+
+use bracket::{gil_words, Bracket};
 
 pub(crate) struct Attempt {
     /// `interp->threads.head`, when the list was read.
@@ -154,8 +158,12 @@ fn plan(
     // identity comes with the snapshot, so a steady sample needs no second call. (A still
     // thread's stack comes with its names: a code object on a stack cannot be freed.) Those
     // the cache found good a moment ago are not read at all.
+    // Sized once: most of them are trusted once settled, the rest read; grown insert by
+    // insert, the maps were rehashed two or three times a sample.
+    let codes_known: usize = parts.iter().map(|p| threads[p.i].codes.len()).sum();
     let mut code_ids: AddrMap<Slot> = AddrMap::default();
-    let mut trusted: AddrMap<CodeId> = AddrMap::default();
+    let mut trusted: AddrMap<CodeId> =
+        AddrMap::with_capacity_and_hasher(codes_known, Default::default());
     for part in &parts {
         if matches!(part.plan, Plan::Still(_) | Plan::Quiet) {
             continue;
@@ -258,64 +266,6 @@ fn plan_thread(
     }
 }
 
-/// What the first batch says of the process as a whole.
-struct Bracket {
-    /// The GIL's words before and after the copies (None: not bracketed, or not read).
-    before: Option<GilWords>,
-    after: Option<GilWords>,
-    /// The threads that can have run during the copies.
-    ran: Ran,
-    head: Option<usize>,
-    gil_holder: Option<usize>,
-    /// Code objects' identities, as read (None: unreadable).
-    ids: AddrMap<Option<CodeId>>,
-}
-
-impl Bracket {
-    fn read(batch: &Batch, layout: &Layout, ranges: &Ranges) -> Bracket {
-        let before = gil_words(batch, ranges.gil_before);
-        let after = gil_words(batch, ranges.gil_after);
-        let ran = if ranges.gil_before.is_some() {
-            Ran::between(before, after)
-        } else {
-            Ran::NONE
-        };
-        let head = ranges.list.and_then(|(h, _)| usize_at(batch.get(h)?, 0));
-        let gil_holder = ranges
-            .list
-            .and_then(|(_, g)| g)
-            .and_then(|g| batch.get(g))
-            .and_then(|b| match layout.gil_holder {
-                GilHolder::TstateCurrent => usize_at(b, 0),
-                GilHolder::LastHolderWhileLocked => {
-                    GilWords::parse(b).map(|g| if g.locked == 1 { g.last_holder } else { 0 })
-                }
-            });
-        let read = ranges
-            .code_ids
-            .iter()
-            .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))));
-        let trusted = ranges.trusted.iter().map(|(&addr, &id)| (addr, Some(id)));
-        let ids = read.chain(trusted).collect();
-        Bracket {
-            before,
-            after,
-            ran,
-            head,
-            gil_holder,
-            ids,
-        }
-    }
-
-    /// Tells the cache what the identities read at `read` (not those it trusted) found.
-    fn note_ids(&self, codes: &mut CodeCache, read: &AddrMap<Slot>, now: Instant) {
-        for addr in read.keys() {
-            let id = self.ids.get(addr).and_then(Option::as_ref);
-            codes.note_read(*addr, id, now);
-        }
-    }
-}
-
 /// The identity of the code object at `code` as the cache holds it, when the cache trusts it
 /// ([`CodeCache::trusted`]); else the range of `batch` that reads it.
 fn trusted_or_read(
@@ -329,10 +279,6 @@ fn trusted_or_read(
         let (start, end) = layout.code_identity_range();
         batch.add(code + start, end - start)
     })
-}
-
-fn gil_words(batch: &Batch, slot: Option<Slot>) -> Option<GilWords> {
-    slot.and_then(|s| batch.get(s)).and_then(GilWords::parse)
 }
 
 /// Checks each thread's copy: a thread taken as still on the GIL's word is done or lost its
