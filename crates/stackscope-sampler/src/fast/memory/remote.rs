@@ -6,10 +6,18 @@
 //! pointer read from a torn frame) fails alone: the kernel stops at the first range it cannot
 //! read, and the batch carries on from the one after it.
 
+use std::cell::RefCell;
 use std::io;
 
 /// At most this many ranges in one call (`IOV_MAX` on Linux).
 const MAX_IOVECS: usize = 1024;
+
+/// Copies of a range's bytes kept for the next sample ([`Batch::copy`]): a sample's chunk
+/// copy (5 KB at 31 frames) is past the allocator's per-thread cache, and allocating and
+/// freeing it each sample took more than the copy.
+const SPARE_COPIES: usize = 16;
+/// A copy this large is not kept (a deep stack's rare whole chunk).
+const SPARE_MAX: usize = 256 << 10;
 
 /// Calls of at most this many ranges (a steady sample's: 7 to 10) pass their iovecs from the
 /// stack rather than a fresh allocation.
@@ -42,6 +50,8 @@ pub(crate) struct Batch {
     used: usize,
     /// The ranges of one call, kept with the batch so that a recycled one allocates nothing.
     window: Vec<usize>,
+    /// Buffers for [`Batch::copy`], handed back with [`Batch::take_back`].
+    spare: RefCell<Vec<Vec<u8>>>,
 }
 
 /// The process we read, and how many system calls reading it took.
@@ -149,6 +159,24 @@ impl Batch {
             return None;
         }
         self.buf.get(r.offset..r.offset + r.len)
+    }
+
+    /// The bytes of a range read in full, as a vector of their own (a region a walk keeps),
+    /// in a buffer handed back earlier where there is one.
+    pub(crate) fn copy(&self, slot: Slot) -> Option<Vec<u8>> {
+        let bytes = self.get(slot)?;
+        let mut out = self.spare.borrow_mut().pop().unwrap_or_default();
+        out.clear();
+        out.extend_from_slice(bytes);
+        Some(out)
+    }
+
+    /// Keeps a copy's buffer for the next [`Batch::copy`] (a few, and none too large).
+    pub(crate) fn take_back(&mut self, bytes: Vec<u8>) {
+        let spare = self.spare.get_mut();
+        if spare.len() < SPARE_COPIES && bytes.capacity() <= SPARE_MAX {
+            spare.push(bytes);
+        }
     }
 
     /// Reads every range. Ranges that cannot be read are left failed; the error is only for
@@ -309,5 +337,32 @@ mod tests {
             assert_eq!(batch.get(s), Some(&v.to_le_bytes()[..]));
         }
         assert_eq!(remote.syscalls, 3);
+    }
+
+    /// A region's copy reuses a buffer handed back, holds the range's bytes whatever the
+    /// buffer held before, and a buffer too large to keep is let go.
+    #[test]
+    fn copies_reuse_the_buffers_handed_back() {
+        let a = [7u8; 300];
+        let b = [3u8; 40];
+        let mut remote = Remote::new(std::process::id());
+        let mut batch = remote.batch();
+        let sa = batch.add(a.as_ptr() as usize, a.len());
+        let sb = batch.add(b.as_ptr() as usize, b.len());
+        batch.run(&mut remote).expect("read");
+        let first = batch.copy(sa).expect("copied");
+        assert_eq!(first, a);
+        let at = first.as_ptr();
+        batch.take_back(first);
+        let second = batch.copy(sb).expect("copied");
+        assert_eq!((second.as_ptr(), &second[..]), (at, &b[..]));
+        // Too large to keep: the next copy gets a buffer of its own.
+        batch.take_back(vec![0; SPARE_MAX + 1]);
+        assert_eq!(batch.copy(sb).expect("copied").capacity(), b.len());
+        // Kept across a recycle.
+        batch.take_back(second);
+        remote.recycle(batch);
+        let batch = remote.batch();
+        assert!(batch.spare.borrow().len() == 1);
     }
 }

@@ -169,10 +169,10 @@ pub(crate) fn check(batch: &Batch, layout: &Layout, planned: &Planned) -> Checke
             }),
         };
     }
-    let chunk = match planned.chunk.map(|s| batch.get(s)) {
+    let chunk = match planned.chunk.map(|s| batch.copy(s)) {
         Some(Some(bytes)) => Region {
             addr: guess.chunk,
-            bytes: bytes.to_vec(),
+            bytes,
         },
         Some(None) => return Checked::Again(ts),
         // No chunk to copy (a thread whose only frame is a generator's, resumed from C):
@@ -229,7 +229,7 @@ fn extra_regions(batch: &Batch, planned: &Planned) -> Vec<(Region, bool)> {
         .filter_map(|&(e, slot)| {
             let region = Region {
                 addr: e.addr,
-                bytes: batch.get(slot)?.to_vec(),
+                bytes: batch.copy(slot)?,
             };
             Some((region, e.chunk))
         })

@@ -102,6 +102,9 @@ pub(crate) fn attempt(
         ran_late: &ran_late,
     };
     record(codes, threads, &walks, &mut parts, req, &judged, stats);
+    for bytes in walks.into_iter().flat_map(|w| w.walk.into_bytes()) {
+        batch.take_back(bytes);
+    }
     remote.recycle(batch);
     Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
 }

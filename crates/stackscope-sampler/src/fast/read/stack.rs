@@ -288,6 +288,11 @@ impl Walk {
         (a ^ b.rotate_left(29)).wrapping_mul(K)
     }
 
+    /// The bytes of every region the walk copied, for the next sample's copies to reuse.
+    pub(crate) fn into_bytes(self) -> impl Iterator<Item = Vec<u8>> {
+        self.regions.into_iter().map(|c| c.region.bytes)
+    }
+
     pub(crate) fn add_region(&mut self, region: Region, chunk: bool) {
         if chunk && Some(region.addr) == self.older_chunk {
             self.older_chunk = region.previous_chunk();
