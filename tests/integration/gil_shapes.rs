@@ -66,17 +66,22 @@ struct GilShape {
 
 /// The reference shape: before each step the loop runs its own Python (here 45 ms of wall time,
 /// about half of it waiting for the GIL), tells the (fake) GPU busy (a file write), launches for
-/// 5 ms, then waits about 55 ms on the GPU and tells it idle (a file write whose GIL waits the
-/// job counts as its GPU wait, as a job timing its own GPU call does). A metrics thread spins in pure Python.
-/// The GPU is busy under 60% of the time.
+/// 5 ms, then waits about 45 ms on the GPU and tells it idle (a file write whose GIL waits the
+/// job counts as its GPU wait, as a job timing its own GPU call does). A metrics thread spins
+/// in pure Python. The GPU is busy about half the time, clear of the 60% past which a loop
+/// that mostly waits on its GPU may read as GPU-bound by the readings' error alone.
 const REFERENCE: GilShape = GilShape {
     loop_thread: "main",
     helper: Helper::Spin,
     helpers: 1,
     python_ms: 45,
     launch_ms: 5,
-    step_ms: 55,
+    step_ms: 45,
 };
+
+/// The fake GPU's readings 20 ms apart: a mean over 8 s of them is off by about 2 points
+/// ([`fake_nvml_following_every`]).
+const READING_MS: u32 = 20;
 
 impl GilShape {
     fn args(&self) -> Vec<String> {
@@ -133,7 +138,10 @@ fn record(python: &Path, shape: &GilShape) -> (Value, Value) {
         .args(["--seconds", "8", "--stats"])
         .arg(&stats)
         .args(shape.args())
-        .env("STACKSCOPE_FAKE_NVML", fake_nvml_following(&gpu_file));
+        .env(
+            "STACKSCOPE_FAKE_NVML",
+            fake_nvml_following_every(&gpu_file, READING_MS),
+        );
     let run = run_with_timeout(cmd, RUN_TIMEOUT);
     run.assert_success();
     let summary = out.summary();
@@ -208,8 +216,11 @@ fn check(name: &str, shape: &GilShape, summary: &Value, stats: &Value) {
         gpu["devices"], summary["gil"], summary["reader"]
     );
     eprintln!(
-        "{name}: step.gil_wait {:.2} ({own}), class {class}, holder {} {}",
+        "{name}: step.gil_wait {:.2} ({own}), mean utilization {:.1}, class {class}, holder {} {}",
         step["gil_wait"].as_f64().unwrap_or(f64::NAN),
+        gpu["devices"][0]["mean_utilization"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
         text(&holder["thread"]),
         text(&holder["frame"])
     );

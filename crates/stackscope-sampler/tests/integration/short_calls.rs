@@ -62,9 +62,23 @@ type Shares = std::collections::BTreeMap<String, f64>;
 /// Each function's share of `READS` reads, a few milliseconds apart, as the innermost frame of
 /// the spinning thread; each read with the process stopped by the test (`process`), or while
 /// it runs.
+///
+/// A read counts only when the thread ran since the last one counted: on a loaded machine the
+/// fixture waits for a CPU for milliseconds at a time, and reads in such a wait all see the
+/// one moment it was preempted at, which would weigh that moment as many.
 fn shares(target: &mut PythonTarget, process: Option<&remoteprocess::Process>) -> Shares {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
-    for _ in 0..READS {
+    let pid = target.pid();
+    let mut ran = CpuTime::of(pid);
+    let mut counted = 0;
+    for _ in 0..READS * 4 {
+        if counted == READS {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        if !ran.moved() {
+            continue;
+        }
         let lock = process.map(|p| p.lock().expect("stop the fixture"));
         let stacks = target.read_stacks().expect("read");
         drop(lock);
@@ -78,12 +92,48 @@ fn shares(target: &mut PythonTarget, process: Option<&remoteprocess::Process>) -
             .map(|f| f.function.to_string())
             .unwrap_or_default();
         *counts.entry(top).or_default() += 1;
-        std::thread::sleep(Duration::from_millis(2));
+        counted += 1;
     }
+    assert!(
+        counted * 2 > READS,
+        "the fixture ran before only {counted} reads"
+    );
     counts
         .into_iter()
-        .map(|(k, v)| (k, v as f64 / READS as f64))
+        .map(|(k, v)| (k, v as f64 / counted as f64))
         .collect()
+}
+
+/// A thread's time on a CPU (`/proc/PID/task/TID/schedstat`), to tell whether it ran between
+/// two reads.
+struct CpuTime {
+    path: String,
+    last: u64,
+}
+
+impl CpuTime {
+    /// The main thread of `pid` (the fixtures spin on it).
+    fn of(pid: u32) -> Self {
+        let path = format!("/proc/{pid}/task/{pid}/schedstat");
+        let last = Self::read(&path);
+        CpuTime { path, last }
+    }
+
+    fn read(path: &str) -> u64 {
+        let text = std::fs::read_to_string(path).expect("the fixture's schedstat");
+        text.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("schedstat's first field")
+    }
+
+    /// Whether the thread ran since the last call that said so.
+    fn moved(&mut self) -> bool {
+        let now = Self::read(&self.path);
+        let moved = now != self.last;
+        self.last = now;
+        moved
+    }
 }
 
 /// Reads a while first, as a recording does: the stacks with short calls on top are found
