@@ -101,3 +101,60 @@ fn check(python: &str, options: &TargetOptions) {
         );
     }
 }
+
+/// The GIL's last holder asleep: every thread of this fixture sleeps, the one that ran Python
+/// last among them. With locals every read stops the process, so no read brackets the GIL
+/// and the holder the reader expects stays the one it found at attach: that thread's state
+/// must be read before the stop like any other's, not left to a moment after the read when
+/// every thread reads as stopped (it read as unknown, hence busy, in every read).
+#[test]
+fn the_gil_s_last_holder_asleep_is_idle_with_locals() {
+    const LAST_TO_RUN: &str = r#"
+import os, threading, time
+
+go = threading.Event()
+
+def last_to_run():
+    go.wait()
+    print("ready", os.getpid(), flush=True)
+    while True:
+        time.sleep(3600)
+
+threading.Thread(target=last_to_run, name="last_to_run", daemon=True).start()
+go.set()
+while True:
+    time.sleep(3600)
+"#;
+    let _serial = crate::common::serial();
+    let options = TargetOptions {
+        locals: true,
+        ..TargetOptions::default()
+    };
+    for python in pythons() {
+        let fixture = Fixture::start_code(&python, LAST_TO_RUN);
+        let mut target = PythonTarget::attach(fixture.pid, &options).expect("attach");
+        let mut seen: HashMap<String, (u32, u32)> = HashMap::new();
+        for _ in 0..30 {
+            let stacks = target.read_stacks().expect("read");
+            for s in stacks {
+                let name = s.thread.name.as_deref().unwrap_or_default().to_owned();
+                let e = seen.entry(name).or_default();
+                e.0 += u32::from(s.thread.active);
+                e.1 += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let reader = target.reader();
+        eprintln!("{python} (reader {reader}): (active, seen) {seen:?}");
+        for name in ["MainThread", "last_to_run"] {
+            let (active, n) = seen.get(name).copied().unwrap_or_default();
+            assert_eq!(n, 30, "{python}: thread {name} seen {n} times");
+            // A stop wakes a sleeper for a moment; on a loaded machine it may still be
+            // runnable at the next read now and then, never in most reads.
+            assert!(
+                active * 5 <= n,
+                "{python} ({reader}): sleeping thread {name} active in {active} of {n} reads"
+            );
+        }
+    }
+}

@@ -259,7 +259,7 @@ impl FastReader {
         // The OS's view first: once we stop a thread, it reads as stopped.
         let before = match caller_stopped {
             Some(before) => before,
-            None => self.states_before_read(),
+            None => self.states_before_read(true),
         };
         let awake = before
             .iter()
@@ -291,10 +291,11 @@ impl FastReader {
         Ok(out)
     }
 
-    /// Each thread's OS state before a read, under the reuse rules, counted.
-    fn states_before_read(&mut self) -> Vec<Before> {
+    /// Each thread's OS state before a read, under the reuse rules, counted
+    /// ([`FastReader::states_before`]).
+    fn states_before_read(&mut self, defer_holder: bool) -> Vec<Before> {
         self.fill_os_thread_ids();
-        let before = self.states_before(std::time::Instant::now());
+        let before = self.states_before(std::time::Instant::now(), defer_holder);
         self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
         before
     }
@@ -302,7 +303,9 @@ impl FastReader {
     /// For a caller about to stop the whole process: each thread's OS state, read now, since
     /// during the stop every thread reads as stopped. [`FastReader::read_stopped`] takes it.
     pub(crate) fn states_before_stop(&mut self) -> StatesBefore {
-        StatesBefore(self.states_before_read())
+        // The GIL's last holder too: a read of a stopped process brackets no GIL, so the
+        // holder it would be judged by is the one the reader expected, maybe long ago.
+        StatesBefore(self.states_before_read(false))
     }
 
     /// The OS ids (ours) of the threads the interpreter lists: the ones whose stacks a read
