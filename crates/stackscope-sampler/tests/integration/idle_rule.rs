@@ -59,12 +59,7 @@ fn check(python: &str, options: &TargetOptions) {
     while Instant::now() < deadline || reads < 40 {
         if let Ok(stacks) = target.read_stacks() {
             reads += 1;
-            for s in stacks {
-                let name = s.thread.name.as_deref().unwrap_or_default().to_owned();
-                let e = seen.entry(name).or_default();
-                e.0 += u32::from(s.thread.active);
-                e.1 += 1;
-            }
+            tally(&mut seen, stacks);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -135,13 +130,7 @@ while True:
         let mut target = PythonTarget::attach(fixture.pid, &options).expect("attach");
         let mut seen: HashMap<String, (u32, u32)> = HashMap::new();
         for _ in 0..30 {
-            let stacks = target.read_stacks().expect("read");
-            for s in stacks {
-                let name = s.thread.name.as_deref().unwrap_or_default().to_owned();
-                let e = seen.entry(name).or_default();
-                e.0 += u32::from(s.thread.active);
-                e.1 += 1;
-            }
+            tally(&mut seen, target.read_stacks().expect("read"));
             std::thread::sleep(Duration::from_millis(10));
         }
         let reader = target.reader();
@@ -156,5 +145,15 @@ while True:
                 "{python} ({reader}): sleeping thread {name} active in {active} of {n} reads"
             );
         }
+    }
+}
+
+/// Counts each thread of a read in `seen` by name: (reads that called it active, reads).
+fn tally(seen: &mut HashMap<String, (u32, u32)>, stacks: Vec<stackscope_sampler::ThreadStack>) {
+    for s in stacks {
+        let name = s.thread.name.as_deref().unwrap_or_default().to_owned();
+        let e = seen.entry(name).or_default();
+        e.0 += u32::from(s.thread.active);
+        e.1 += 1;
     }
 }
