@@ -236,12 +236,12 @@ fn a_short_call_gets_its_share_of_a_running_threads_samples() {
             live > stopped * 0.6 && live < stopped * 1.5,
             "{python}: leaf on top in {live:.2} of live reads against {stopped:.2} stopped"
         );
-        // The stops that prove stacks are few. A proving is at most four stops; provings
+        // The stops that prove stacks are few. A proving is at most six stops; provings
         // begin at most a quarter second apart, and twice as far apart after each that proved
         // nothing new: over these 3 s of reads (the loop's stacks proven within the first
         // second), no more than six provings, against a stop in every read were the stops
         // not spaced.
-        assert!(audit.proving_stops <= 24, "{python}: {audit:?}");
+        assert!(audit.proving_stops <= 36, "{python}: {audit:?}");
         drop(target);
         assert!(
             !stackscope_sampler::procfs::is_stopped(fixture.pid),
