@@ -207,6 +207,45 @@ fn percent_after(text: &str, marker: &str) -> Option<u64> {
         .then(|| digits.parse().ok())?
 }
 
+/// A window inside a real job's start-up, where the trainer imports its modules from inside
+/// its `main` (the H100 recording's first 10 s): an import is start-up work, not the loop's
+/// data, though importlib's frames are named for loading (`_find_and_load`, `_load_unlocked`).
+/// The imports are most of the trainer's samples there, and count as its own Python.
+#[test]
+fn a_window_in_start_up_reads_imports_as_the_jobs_own_work() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let recording = copy_recording("dataloader-2-workers-record", tmp.path());
+    let out = tmp.path().join("start-up");
+    let run = run_stackscope(
+        &[
+            "report",
+            recording.to_str().expect("utf-8"),
+            "-o",
+            out.to_str().expect("utf-8"),
+            "--from",
+            "0",
+            "--to",
+            "10",
+        ],
+        RUN_TIMEOUT,
+    );
+    run.assert_success();
+    let summary = read_summary(&out);
+    let step = &summary["gpu"]["step"];
+    let part = |name: &str| num(&step[name], name);
+    let own = part("python") + part("other_wait");
+    assert!(
+        own > 0.5 && part("inline_load") < 0.05,
+        "imports read as the loop's data: {step}\n{}",
+        run.stdout
+    );
+    let verdict = summary["gpu"]["verdict"]["text"].as_str().unwrap_or_default();
+    assert!(
+        !verdict.contains("importlib") && !verdict.contains("_find_and_load"),
+        "{verdict}"
+    );
+}
+
 /// One mean utilization per device per window: the terminal's "GPU mean utilization" line, the
 /// verdict, summary.json (the device's and the devices') and report.html's data say the same
 /// number, on windows of a real recording whose start-up the verdict leaves out.

@@ -21,6 +21,11 @@
 //!   (`.item()`, a copy) with the GIL elsewhere while the GPU is busy is the GPU's;
 //! - `other_wait`: any other wait (sleeps, locks, events);
 //! - `python`: any other running sample (the step's own Python, launching kernels).
+//!
+//! A sample inside an import made inside the loop (importlib's frames) is start-up work, not
+//! the step's data: a module's loader and its `_find_and_load` are named for loading, and an
+//! import may wait on a queue (a compile pool's), but neither is the loop's input. Such a
+//! sample is `python` when it runs and `other_wait` when it waits.
 
 use std::collections::HashMap;
 
@@ -363,6 +368,16 @@ fn kind_of(
         })
         .collect();
     let keys: Vec<(&str, &str, FileOrigin)> = keyed.iter().map(|&(_, k)| k).collect();
+    // Inside the loop: frames after the loop's own (all of them when no frame is the loop's).
+    let inside = loop_at.and_then(|l| l.inside(table, frames)).unwrap_or(0);
+    let inner: Vec<(&str, &str, FileOrigin)> = keyed
+        .iter()
+        .filter(|&&(i, _)| i >= inside)
+        .map(|&(_, k)| k)
+        .collect();
+    if inner.iter().any(|&(_, file, _)| is_import(file)) {
+        return StackKind::Plain;
+    }
     if keys
         .iter()
         .any(|&(function, file, _)| is_handoff(function, file))
@@ -378,13 +393,6 @@ fn kind_of(
     {
         return StackKind::GpuSync;
     }
-    // Inside the loop: frames after the loop's own (all of them when no frame is the loop's).
-    let inside = loop_at.and_then(|l| l.inside(table, frames)).unwrap_or(0);
-    let inner: Vec<(&str, &str, FileOrigin)> = keyed
-        .iter()
-        .filter(|&&(i, _)| i >= inside)
-        .map(|&(_, k)| k)
-        .collect();
     if inner
         .iter()
         .any(|&(function, file, _)| is_data_path(function, file))
@@ -415,6 +423,14 @@ pub(super) fn is_gpu_sync(function: &str, origin: FileOrigin) -> bool {
             || lower.starts_with("cumemcpydtoh"))
 }
 
+/// Python's import system: `importlib`'s bootstrap, frozen (`<frozen importlib._bootstrap>`,
+/// `..._external>`) or from its source files.
+fn is_import(file: &str) -> bool {
+    file.starts_with("<frozen importlib.")
+        || file.ends_with("importlib/_bootstrap.py")
+        || file.ends_with("importlib/_bootstrap_external.py")
+}
+
 /// The loop's own data path: the iterator protocol, torch's data package, or a function named
 /// for loading (a word of its name starts with one of [`LOAD_WORDS`]).
 fn is_data_path(function: &str, file: &str) -> bool {
@@ -441,6 +457,15 @@ mod tests {
         assert!(!is_data_path("spread_thread", "job.py"));
         assert!(!is_data_path("train_step", "job.py"));
         assert!(!is_data_path("save_checkpoint", "job.py"));
+    }
+
+    #[test]
+    fn the_import_system_is_known_by_its_files() {
+        assert!(is_import("<frozen importlib._bootstrap>"));
+        assert!(is_import("<frozen importlib._bootstrap_external>"));
+        assert!(is_import("/usr/lib/python3.10/importlib/_bootstrap.py"));
+        assert!(!is_import("importlib_metadata/__init__.py"));
+        assert!(!is_import("train.py"));
     }
 
     #[test]
