@@ -6,7 +6,8 @@
 //!
 //! - `input_wait`: it is inside a hand-off from other threads or processes: a queue's `get`,
 //!   a pipe or connection's receive, a future's result, a pool's results (`handoff.rs`), or
-//!   anywhere in the loader call that makes those hand-offs (under the loader's `__next__`);
+//!   anywhere in the loader call that makes those hand-offs again and again (under the
+//!   loader's `__next__`);
 //! - `gpu_wait`: it is inside a GPU synchronisation (a `synchronize` frame, CUDA's blocking
 //!   copies and NCCL waits in native frames), or it waits, neither in a hand-off nor a lock,
 //!   while the GPU is busy (`.item()` and `.cpu()` have no Python frame of their own);
@@ -32,7 +33,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use stackscope_event::FileOrigin;
 
-use super::handoff::is_handoff;
+use super::handoff::{is_handoff, MIN_ENTRIES};
 use crate::fold::{Activity, FrameId, FunctionId, StackTable};
 
 /// The loop is where the call path at least this share of the trainer's samples share from
@@ -335,19 +336,30 @@ fn step_entry(table: &StackTable, frames: &[FrameId], loop_at: Option<Loop>) -> 
 }
 
 /// The calls through which the loop gets its batches from feeders: the step entries of its
-/// hand-off stacks (`DataLoader.__next__`, the job's own loader's `__next__`). All the time in
-/// them is input time, the hand-off's own Python included (unpickling, submitting the next
-/// task).
+/// hand-off stacks (`DataLoader.__next__`, the job's own loader's `__next__`), entered again
+/// and again as a loop enters its hand-off ([`MIN_ENTRIES`]). All the time in them is input
+/// time, the hand-off's own Python included (unpickling, submitting the next task). A call
+/// that made one hand-off is not one: in a job's start-up, where what holds every sample is
+/// the module and not a loop, `main` waits once for its first batch.
 fn loader_calls(table: &StackTable, activity: &Activity, loop_at: Option<Loop>) -> Vec<FunctionId> {
-    let mut calls: Vec<FunctionId> = activity
-        .stacks
-        .keys()
-        .filter_map(|&stack| table.stacks().get(stack as usize))
-        .filter(|entry| kind_of(table, &entry.frames, loop_at, &[]) == StackKind::Handoff)
-        .filter_map(|entry| step_entry(table, &entry.frames, loop_at))
+    let mut entries: HashMap<FunctionId, u64> = HashMap::new();
+    for (&stack, counts) in &activity.stacks {
+        let Some(entry) = table.stacks().get(stack as usize) else {
+            continue;
+        };
+        if kind_of(table, &entry.frames, loop_at, &[]) != StackKind::Handoff {
+            continue;
+        }
+        if let Some(call) = step_entry(table, &entry.frames, loop_at) {
+            *entries.entry(call).or_default() += counts.entries;
+        }
+    }
+    let mut calls: Vec<FunctionId> = entries
+        .into_iter()
+        .filter(|&(_, n)| n >= MIN_ENTRIES)
+        .map(|(call, _)| call)
         .collect();
     calls.sort_unstable();
-    calls.dedup();
     calls
 }
 
