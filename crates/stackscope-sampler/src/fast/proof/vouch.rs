@@ -250,10 +250,10 @@ pub(crate) const PROVING_EVERY_MAX: Duration = Duration::from_secs(8);
 /// Stops of one proving, at most, one a sample: until one proves a stack not proven before.
 /// A stop lands anywhere in the thread's loop, most often in a stack already proven; one
 /// landing in a call on top a fifth of the time misses it six times in a row one time in
-/// four (four times in a row, two times in five: with four tries, of three one-line callees
-/// called in turn, one went unproven through a test's first 3 s of reads, its samples given
-/// to its caller). Stops in one sample would land where the first did: a thread let go runs again only
-/// after the reader's next wait, when it shares the reader's CPU.
+/// four, and four times in a row two times in five: enough that, of three one-line callees
+/// called in turn, one could stay unproven through a recording's first seconds, its samples
+/// given to its caller. Stops in one sample would land where the first did: a thread let go
+/// runs again only after the reader's next wait, when it shares the reader's CPU.
 pub(crate) const PROVING_TRIES: u8 = 6;
 
 /// Stops of a thread that prove its stacks with a short call on top: a stack a read saw with

@@ -27,40 +27,40 @@ impl FastReader {
             let own = self.tids.ours(tid);
             // A thread with a stack on record, under the reuse rules.
             let reusable = self.reuse_states && k.sig != 0;
-            let (state, how, still) =
-                if defer_holder && reusable && k.tstate == self.expected_holder {
-                    // The GIL's holder at the end of the last read is busy by the idle rule if it
-                    // still holds the GIL at the end of this one, whatever the OS says: its state
-                    // is read only if it turns out not to (after the read). On a process with one
-                    // busy thread that saves the only `/proc` read of most samples.
-                    (None, StateFrom::Deferred, false)
-                } else {
-                    let earlier = reusable
-                        .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
-                        .flatten();
-                    match earlier {
-                        Some(state) => {
-                            let audited = if self.audit {
-                                own.and_then(|own| self.activity.peek(own))
-                            } else {
-                                None
-                            };
-                            (Some(state), StateFrom::Reused { audited }, true)
-                        }
-                        None => {
-                            let state = own.and_then(|own| self.activity.state(own));
-                            // Asleep now, as read: as likely where it was as one whose reading is
-                            // reused (every sleeper's reading expires within 100-400 ms, and
-                            // reading them all in full then cost a sample about as much as all
-                            // the others).
-                            (
-                                state,
-                                StateFrom::Read,
-                                reusable && activity::is_asleep(state),
-                            )
-                        }
+            // The GIL's holder at the end of the last read is busy by the idle rule if it still
+            // holds the GIL at the end of this one, whatever the OS says: its state is read only if
+            // it turns out not to (after the read). On a process with one busy thread that saves
+            // the only `/proc` read of most samples.
+            let deferred = defer_holder && reusable && k.tstate == self.expected_holder;
+            let (state, how, still) = if deferred {
+                (None, StateFrom::Deferred, false)
+            } else {
+                let earlier = reusable
+                    .then(|| own.and_then(|own| self.activity.recent_sleep(own, now)))
+                    .flatten();
+                match earlier {
+                    Some(state) => {
+                        let audited = if self.audit {
+                            own.and_then(|own| self.activity.peek(own))
+                        } else {
+                            None
+                        };
+                        (Some(state), StateFrom::Reused { audited }, true)
                     }
-                };
+                    None => {
+                        let state = own.and_then(|own| self.activity.state(own));
+                        // Asleep now, as read: as likely where it was as one whose reading is
+                        // reused (every sleeper's reading expires within 100-400 ms, and
+                        // reading them all in full then cost a sample about as much as all
+                        // the others).
+                        (
+                            state,
+                            StateFrom::Read,
+                            reusable && activity::is_asleep(state),
+                        )
+                    }
+                }
+            };
             // A proof stands for a while only ([`proof::still::PROOF_FOR`]): past it, the thread is
             // read in full once, which a change no proof sees cannot hide from.
             let still = match how {
