@@ -38,6 +38,10 @@ pub(crate) struct ReaderStats {
     pub stat_renewed: u64,
     pub ring_renewed: u64,
     pub sched_reads: u64,
+    /// States told by switch rings instead of a stat reading, and (with
+    /// [`crate::ReaderTuning::idle_audit`]) those a fresh reading contradicted.
+    pub ring_states: u64,
+    pub ring_disagreed: u64,
     /// With [`crate::ReaderTuning::idle_audit`]: idle decisions made, and how many differ from the
     /// decision a fresh stat read would have given.
     pub idle_decisions: u64,
@@ -84,7 +88,7 @@ impl fmt::Display for ReaderStats {
         write!(
             f,
             "{} samples, {:.2} memory reads and {:.2} stat reads per sample ({:.0} bytes in {:.1} ranges), \
-             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), {:.2} with a returned callee on top ({} proving stops), idle audit {} of {} decisions differ, \
+             {:.2} stat readings reused ({:.2} renewed, {:.2} of them by switch rings; {:.2} schedstat reads), {:.2} states told by switch rings ({} audited wrong), {:.2} stacks found unchanged and {:.2} proven by the GIL per sample ({} bets lost, {:.1} us each, {:.2} threads a sample shown still by switch rings, {} rings, {} refused), {:.2} stacks a sample kept on a sound read's word ({} misses), {:.2} with a returned callee on top ({} proving stops), idle audit {} of {} decisions differ, \
              {} re-reads, {} threads stopped alone ({} caught mid-call), {} unverified, \
              {} process stops, {} torn, \
              {} errors, \
@@ -100,6 +104,8 @@ impl fmt::Display for ReaderStats {
             per(self.stat_renewed),
             per(self.ring_renewed),
             per(self.sched_reads),
+            per(self.ring_states),
+            self.ring_disagreed,
             per(self.unchanged),
             per(self.quiet),
             self.quiet_misses,

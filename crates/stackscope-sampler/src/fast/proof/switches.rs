@@ -65,6 +65,8 @@ const FLAG_CONTEXT_SWITCH: u64 = 1 << 26;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_RECORD_SWITCH: u32 = 14;
 const PERF_RECORD_MISC_SWITCH_OUT: u16 = 1 << 13;
+/// Set on a switch out by preemption (the thread still runnable), from Linux 4.17 on.
+const PERF_RECORD_MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 /// `data_head`'s place in the ring's header page (`struct perf_event_mmap_page`).
 const DATA_HEAD_OFFSET: usize = 1024;
 /// Each record is its header alone: type, misc, size.
@@ -141,6 +143,17 @@ impl Ring {
     /// The ring's head (bytes written so far) and whether its latest record is a switch
     /// out: the thread off every CPU as of that record.
     fn latest(&self) -> (u64, bool) {
+        let (head, record) = self.latest_record();
+        let out = match record {
+            Some(Record::Switch { out, .. }) => out,
+            Some(Record::Other) => false,
+            None => self.off_at_open,
+        };
+        (head, out)
+    }
+
+    /// The ring's head, and its latest record (None: there is none yet).
+    fn latest_record(&self) -> (u64, Option<Record>) {
         // SAFETY: the header page is mapped for as long as the ring lives; `data_head` is a
         // naturally aligned u64 the kernel updates, read as a volatile load.
         let head = unsafe {
@@ -149,7 +162,7 @@ impl Ring {
         // The records before `head` are complete once we have seen it.
         fence(Ordering::Acquire);
         if head < RECORD_LEN {
-            return (head, self.off_at_open);
+            return (head, None);
         }
         let at = ((head - RECORD_LEN) % self.page as u64) as usize;
         // SAFETY: `at` is 8-aligned and at least 8 bytes before the end of the one data page
@@ -159,9 +172,40 @@ impl Ring {
         };
         let kind = u32::from_ne_bytes([record[0], record[1], record[2], record[3]]);
         let misc = u16::from_ne_bytes([record[4], record[5]]);
-        let out = kind == PERF_RECORD_SWITCH && misc & PERF_RECORD_MISC_SWITCH_OUT != 0;
-        (head, out)
+        let record = if kind == PERF_RECORD_SWITCH {
+            Record::Switch {
+                out: misc & PERF_RECORD_MISC_SWITCH_OUT != 0,
+                preempted: misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0,
+            }
+        } else {
+            Record::Other
+        };
+        (head, Some(record))
     }
+}
+
+/// A ring's latest record, as far as it matters here.
+#[derive(Debug, Clone, Copy)]
+enum Record {
+    Switch {
+        out: bool,
+        preempted: bool,
+    },
+    /// The thread's exit (or the start of one of its own).
+    Other,
+}
+
+/// Where a thread is, as the latest switch of its ring tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// Switched in, and not out since: on a CPU now. Its stat would say `R`.
+    OnCpu,
+    /// Switched out by preemption: runnable, waiting for a CPU. Its stat would say `R`.
+    Preempted,
+    /// Switched out of its own accord: asleep (`S`, `D`, ...) or stopped (`t`, `T`), which
+    /// only its stat tells apart; or woken since and still waiting for a CPU (`R`), which
+    /// no record tells, for as long as that wait lasts.
+    Blocked,
 }
 
 impl Drop for Ring {
@@ -188,11 +232,30 @@ fn seen_off_cpu(pid: u32, tid: u64) -> bool {
     }
 }
 
+/// Whether the running kernel's release is at least `major.minor` (false where it cannot be
+/// told).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
 /// The rings of the threads watched, by our id of each thread.
 pub(crate) struct SwitchRings {
     pid: u32,
     rings: TidMap<Option<Ring>>,
     enabled: bool,
+    /// Whether a switch out says if it was a preemption (Linux 4.17 and later): before,
+    /// a preempted thread's record reads as one that blocked.
+    tells_preemption: bool,
     /// Rings opened, and threads that could not have one.
     pub opened: u64,
     pub refused: u64,
@@ -206,6 +269,7 @@ impl SwitchRings {
             pid,
             rings: TidMap::default(),
             enabled,
+            tells_preemption: enabled && kernel_at_least(4, 17),
             opened: 0,
             refused: 0,
         }
@@ -214,12 +278,32 @@ impl SwitchRings {
     /// If thread `tid` is off every CPU now (as of its latest switch), that moment; its ring
     /// is opened on first use (None for a thread that cannot have one).
     pub(crate) fn off_cpu(&mut self, tid: u64) -> Option<OffCpu> {
+        let (head, out) = self.ring(tid)?.latest();
+        out.then_some(OffCpu(head))
+    }
+
+    /// Where thread `tid` is now, as its latest switch tells it; its ring is opened on first
+    /// use. None: no ring, no switch since it was opened, or a switch out on a kernel that
+    /// does not say whether it was a preemption.
+    pub(crate) fn seen(&mut self, tid: u64) -> Option<Seen> {
+        let tells_preemption = self.tells_preemption;
+        match self.ring(tid)?.latest_record().1? {
+            Record::Switch { out: false, .. } => Some(Seen::OnCpu),
+            Record::Switch {
+                preempted: true, ..
+            } => Some(Seen::Preempted),
+            Record::Switch { .. } => tells_preemption.then_some(Seen::Blocked),
+            Record::Other => None,
+        }
+    }
+
+    /// Thread `tid`'s ring, opened on first use (None for a thread that cannot have one).
+    fn ring(&mut self, tid: u64) -> Option<&Ring> {
         if !self.enabled {
             return None;
         }
         let pid = self.pid;
-        let ring = self
-            .rings
+        self.rings
             .entry(tid)
             .or_insert_with(|| match Ring::open(tid) {
                 Ok(mut ring) => {
@@ -233,9 +317,8 @@ impl SwitchRings {
                     self.refused += 1;
                     None
                 }
-            });
-        let (head, out) = ring.as_ref()?.latest();
-        out.then_some(OffCpu(head))
+            })
+            .as_ref()
     }
 
     /// Whether thread `tid` has stayed off every CPU since `then`: its ring has not moved.
@@ -329,5 +412,42 @@ mod tests {
         drop(go);
         thread.join().unwrap();
         assert!(!rings.still_off(tid, then), "it ran to its end");
+    }
+
+    /// A thread that spins is on a CPU (or preempted from one) by its ring; once it sleeps
+    /// again, it has blocked.
+    #[test]
+    fn a_ring_tells_a_running_thread_from_a_blocked_one() {
+        let (tid, go, thread) = crate::fast::test_threads::sleeper();
+        let mut rings = SwitchRings::new(std::process::id(), true);
+        std::thread::sleep(Duration::from_millis(20));
+        // Asleep since before its ring: no switch to tell by.
+        assert_eq!(rings.seen(tid), None);
+        assert_eq!(rings.refused, 0, "perf_event_open refused");
+        go.send(()).unwrap();
+        // It spins for 20 ms once it is switched in.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut on = None;
+        while on.is_none() && std::time::Instant::now() < deadline {
+            on = rings
+                .seen(tid)
+                .filter(|s| matches!(s, Seen::OnCpu | Seen::Preempted));
+        }
+        assert!(on.is_some(), "never seen on a CPU");
+        std::thread::sleep(Duration::from_millis(60));
+        if rings.tells_preemption {
+            assert_eq!(rings.seen(tid), Some(Seen::Blocked));
+        } else {
+            assert_eq!(rings.seen(tid), None);
+        }
+        drop(go);
+        thread.join().unwrap();
+        assert_eq!(rings.seen(tid), None, "its exit is its latest record");
+    }
+
+    #[test]
+    fn preemption_is_told_from_linux_4_17() {
+        assert!(kernel_at_least(2, 6));
+        assert!(!kernel_at_least(999, 0));
     }
 }

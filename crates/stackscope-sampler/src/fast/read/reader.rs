@@ -211,6 +211,9 @@ impl FastReader {
             seen_running: false,
             tids: TidMap::new(pid),
         };
+        reader.activity.audit = reader.audit;
+        // A state told by a ring stands for a reading, as a reused one does.
+        reader.activity.ring_states_on = reader.reuse_states;
         reader.threads = threads::rebuild(&mut reader.remote, layout, &reader.globals, &[], None)
             .map_err(Unread::Failed)?;
         reader.fill_os_thread_ids();
@@ -564,6 +567,7 @@ impl FastReader {
     /// Turns the idle audit on or off (see the `audit` field).
     pub(crate) fn set_audit(&mut self, on: bool) {
         self.audit = on;
+        self.activity.audit = on;
     }
 
     /// The counters so far, with the reads they took.
@@ -577,6 +581,8 @@ impl FastReader {
         s.stat_renewed = self.activity.renewed;
         s.ring_renewed = self.activity.ring_renewed;
         s.sched_reads = self.activity.sched_reads;
+        s.ring_states = self.activity.ring_states;
+        s.ring_disagreed = self.activity.ring_disagreed;
         s.rings_opened = self.activity.switches.opened;
         s.rings_refused = self.activity.switches.refused;
         s.late_rounds = self.walk_stats.rounds;
