@@ -129,6 +129,11 @@ impl Activity {
             _ => return self.state(tid),
         };
         self.ring_states += 1;
+        // The reading on record is older than what the ring told: reused, it would hide a
+        // thread that ran since (its CPU time moved unread). The next reading starts anew.
+        if let Some(entry) = self.files.get_mut(&tid) {
+            entry.last = None;
+        }
         if self.audit
             && self
                 .peek(tid)
