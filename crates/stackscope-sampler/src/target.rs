@@ -179,6 +179,8 @@ impl PythonTarget {
             reused: s.stat_reused,
             decisions: s.idle_decisions,
             disagreed: s.idle_disagreed,
+            ring_states: s.ring_states,
+            ring_disagreed: s.ring_disagreed,
             unchanged: s.unchanged,
             bets_lost: s.quiet_misses,
             ring_proven: s.switch_proven,
@@ -501,6 +503,10 @@ pub struct IdleAudit {
     pub reused: u64,
     pub decisions: u64,
     pub disagreed: u64,
+    /// States told by switch rings instead of a reading, and those a fresh reading
+    /// contradicted (runs, or not).
+    pub ring_states: u64,
+    pub ring_disagreed: u64,
     /// Stacks of still threads taken from their last read, after a read of what proves they
     /// did not move.
     pub unchanged: u64,
