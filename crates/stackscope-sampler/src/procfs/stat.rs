@@ -15,8 +15,6 @@ pub struct ProcState(pub(crate) u8);
 impl ProcState {
     /// Running or runnable (`R`).
     pub(crate) const RUNNING: ProcState = ProcState(b'R');
-    /// Asleep, interruptibly (`S`).
-    pub(crate) const ASLEEP: ProcState = ProcState(b'S');
 
     /// The letter itself.
     pub fn letter(self) -> char {

@@ -111,22 +111,19 @@ impl Activity {
         }
     }
 
-    /// The state of thread `tid` now: told by its switch ring where that is enough, read
-    /// ([`Activity::state`]) otherwise. A cold `stat` reading costs about 30 µs on the
-    /// project's VM, a ring's latest record a load. A thread on a CPU, or preempted from one,
-    /// is `R`, as its stat would say. One that switched out of its own accord is asleep or
-    /// stopped, which only its stat tells apart: where the caller needs no more than whether
-    /// it runs (`runs_only`: one that does not hold the GIL is idle either way, by the idle
-    /// rule), it is taken as asleep (the error: a thread woken a moment ago and still waiting
-    /// for a CPU, which its stat would show `R`).
-    pub(crate) fn state_now(&mut self, tid: u64, runs_only: bool) -> Option<ProcState> {
+    /// The state of thread `tid` now: told by its switch ring where that tells it as its
+    /// `stat` would, read ([`Activity::state`]) otherwise. A cold `stat` reading costs about
+    /// 30 µs on the project's VM, a ring's latest record a load. A thread on a CPU, or
+    /// preempted from one, is `R`. One that switched out of its own accord is asleep or
+    /// stopped, or woken since and waiting for a CPU (`R` again, which no record tells): only
+    /// its `stat` says which, so it is read.
+    pub(crate) fn state_now(&mut self, tid: u64) -> Option<ProcState> {
         if !self.ring_states_on {
             return self.state(tid);
         }
         let told = match self.switches.seen(tid) {
             Some(Seen::OnCpu | Seen::Preempted) => ProcState::RUNNING,
-            Some(Seen::Blocked) if runs_only => ProcState::ASLEEP,
-            _ => return self.state(tid),
+            Some(Seen::Blocked) | None => return self.state(tid),
         };
         self.ring_states += 1;
         // The reading on record is older than what the ring told: reused, it would hide a
@@ -360,36 +357,31 @@ mod tests {
         assert!(activity.files.is_empty());
     }
 
-    /// A thread on a CPU is `R` by its ring, no reading made; one that blocked is asleep by
-    /// its ring only where whether it runs is all that is asked, and read otherwise.
+    /// A thread on a CPU is `R` by its ring, no reading made; one that blocked is read.
     #[test]
-    fn a_ring_stands_for_a_reading_where_it_tells_enough() {
+    fn a_ring_stands_for_a_reading_where_it_tells_as_much() {
         let mut activity = Activity::new(std::process::id(), true);
         let (tid, go, thread) = sleeper();
         std::thread::sleep(Duration::from_millis(20));
-        // Its ring, opened while it sleeps, has seen it switch in and out by the time the
-        // work it is woken for ends.
-        assert_eq!(activity.state_now(tid, true), Some(ProcState(b'S')));
-        assert_eq!(activity.reads, 1, "no switch yet to tell by");
+        // Its ring, opened while it sleeps, has no switch yet to tell by.
+        assert_eq!(activity.state_now(tid), Some(ProcState(b'S')));
+        assert_eq!(activity.reads, 1);
         go.send(()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while activity.ring_states == 0 && Instant::now() < deadline {
-            assert_eq!(activity.state_now(tid, false), Some(ProcState(b'R')));
+            assert_eq!(activity.state_now(tid), Some(ProcState(b'R')));
         }
         assert!(activity.ring_states > 0, "never told by its ring");
         std::thread::sleep(Duration::from_millis(60));
-        if activity.switches.seen(tid) == Some(Seen::Blocked) {
-            let (reads, told) = (activity.reads, activity.ring_states);
-            assert_eq!(activity.state_now(tid, true), Some(ProcState::ASLEEP));
-            assert_eq!((activity.reads, activity.ring_states), (reads, told + 1));
-            // Asleep or stopped: only a reading tells.
-            assert_eq!(activity.state_now(tid, false), Some(ProcState(b'S')));
-            assert_eq!(activity.reads, reads + 1);
-        }
+        // Blocked: asleep or stopped, which only a reading tells.
+        let (reads, told) = (activity.reads, activity.ring_states);
+        assert_eq!(activity.state_now(tid), Some(ProcState(b'S')));
+        assert_eq!((activity.reads, activity.ring_states), (reads + 1, told));
+        go.send(()).unwrap();
         activity.ring_states_on = false;
-        let reads = activity.reads;
-        assert_eq!(activity.state_now(tid, true), Some(ProcState(b'S')));
-        assert_eq!(activity.reads, reads + 1, "rings off: read");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while activity.state_now(tid) != Some(ProcState(b'R')) && Instant::now() < deadline {}
+        assert_eq!(activity.ring_states, told, "rings off: read");
         drop(go);
         thread.join().unwrap();
     }

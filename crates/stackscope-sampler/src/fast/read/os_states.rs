@@ -48,7 +48,7 @@ impl FastReader {
                         (Some(state), StateFrom::Reused { audited }, true)
                     }
                     None => {
-                        let state = own.and_then(|own| self.activity.state_now(own, false));
+                        let state = own.and_then(|own| self.activity.state_now(own));
                         // Asleep now, as read: as likely where it was as one whose reading is
                         // reused (every sleeper's reading expires within 100-400 ms, and
                         // reading them all in full then cost a sample about as much as all
@@ -96,9 +96,7 @@ impl FastReader {
         let Some(before) = before else {
             // A thread new this sample: read now unless we stopped the process.
             return match self.strategy {
-                Strategy::StopGilHolders => {
-                    os_state(&mut self.tids, &mut self.activity, tid, false)
-                }
+                Strategy::StopGilHolders => os_state(&mut self.tids, &mut self.activity, tid),
                 Strategy::StopProcess => None,
             };
         };
@@ -108,8 +106,7 @@ impl FastReader {
         match before.how {
             // Busy, whatever its state (unknown: a stopped holder reads busy).
             StateFrom::Deferred if owns_gil => None,
-            // It let the GIL go: whether it runs is all the idle rule asks of it.
-            StateFrom::Deferred => os_state(&mut self.tids, &mut self.activity, tid, true),
+            StateFrom::Deferred => os_state(&mut self.tids, &mut self.activity, tid),
             // A reused state stands only for a thread that did not move: one whose Python
             // state changed, or that holds the GIL, is read at once.
             StateFrom::Reused { audited } if same && !owns_gil => {
@@ -124,7 +121,7 @@ impl FastReader {
             }
             StateFrom::Reused { .. } => {
                 self.stats.stat_reused = self.stats.stat_reused.saturating_sub(1);
-                os_state(&mut self.tids, &mut self.activity, tid, false)
+                os_state(&mut self.tids, &mut self.activity, tid)
             }
             StateFrom::Read => before.state,
         }
@@ -132,14 +129,12 @@ impl FastReader {
 }
 
 /// The scheduler state of the thread the interpreter knows as `native_thread_id`, now, under
-/// our id for it (they differ for a process in a container); `runs_only`: whether it runs is
-/// all the caller needs ([`Activity::state_now`]).
+/// our id for it (they differ for a process in a container): [`Activity::state_now`].
 pub(in crate::fast) fn os_state(
     tids: &mut TidMap,
     activity: &mut Activity,
     native_thread_id: u64,
-    runs_only: bool,
 ) -> Option<ProcState> {
     tids.ours(native_thread_id)
-        .and_then(|tid| activity.state_now(tid, runs_only))
+        .and_then(|tid| activity.state_now(tid))
 }

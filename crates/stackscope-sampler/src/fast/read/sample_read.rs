@@ -177,8 +177,7 @@ impl FastReader {
             let tid = self.threads[*i].ts.native_thread_id;
             let then = before.iter().find(|b| b.tid == tid).and_then(|b| b.state);
             let stopped = |state: Option<ProcState>| state.is_some_and(ProcState::is_stopped);
-            let still =
-                stopped(then) && stopped(os_state(&mut self.tids, &mut self.activity, tid, false));
+            let still = stopped(then) && stopped(os_state(&mut self.tids, &mut self.activity, tid));
             if still {
                 results[*i] = Some(frames.clone());
             }
