@@ -65,7 +65,8 @@ const FLAG_CONTEXT_SWITCH: u64 = 1 << 26;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_RECORD_SWITCH: u32 = 14;
 const PERF_RECORD_MISC_SWITCH_OUT: u16 = 1 << 13;
-/// Set on a switch out by preemption (the thread still runnable), from Linux 4.17 on.
+/// Set on a switch out by preemption (the thread still runnable), from Linux 4.17 on; before,
+/// a preempted thread's switch out reads as one of its own accord.
 const PERF_RECORD_MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 /// `data_head`'s place in the ring's header page (`struct perf_event_mmap_page`).
 const DATA_HEAD_OFFSET: usize = 1024;
@@ -204,7 +205,7 @@ pub(crate) enum Seen {
     Preempted,
     /// Switched out of its own accord: asleep (`S`, `D`, ...) or stopped (`t`, `T`), which
     /// only its stat tells apart; or woken since and still waiting for a CPU (`R`), which
-    /// no record tells, for as long as that wait lasts.
+    /// no record tells, for as long as that wait lasts (and, before Linux 4.17, preempted).
     Blocked,
 }
 
@@ -232,30 +233,11 @@ fn seen_off_cpu(pid: u32, tid: u64) -> bool {
     }
 }
 
-/// Whether the running kernel's release is at least `major.minor` (false where it cannot be
-/// told).
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
-        return false;
-    };
-    let mut parts = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b)) => (a, b) >= (major, minor),
-        _ => false,
-    }
-}
-
 /// The rings of the threads watched, by our id of each thread.
 pub(crate) struct SwitchRings {
     pid: u32,
     rings: TidMap<Option<Ring>>,
     enabled: bool,
-    /// Whether a switch out says if it was a preemption (Linux 4.17 and later): before,
-    /// a preempted thread's record reads as one that blocked.
-    tells_preemption: bool,
     /// Rings opened, and threads that could not have one.
     pub opened: u64,
     pub refused: u64,
@@ -269,7 +251,6 @@ impl SwitchRings {
             pid,
             rings: TidMap::default(),
             enabled,
-            tells_preemption: enabled && kernel_at_least(4, 17),
             opened: 0,
             refused: 0,
         }
@@ -283,16 +264,14 @@ impl SwitchRings {
     }
 
     /// Where thread `tid` is now, as its latest switch tells it; its ring is opened on first
-    /// use. None: no ring, no switch since it was opened, or a switch out on a kernel that
-    /// does not say whether it was a preemption.
+    /// use. None: no ring, no switch since it was opened, or its exit.
     pub(crate) fn seen(&mut self, tid: u64) -> Option<Seen> {
-        let tells_preemption = self.tells_preemption;
         match self.ring(tid)?.latest_record().1? {
             Record::Switch { out: false, .. } => Some(Seen::OnCpu),
             Record::Switch {
                 preempted: true, ..
             } => Some(Seen::Preempted),
-            Record::Switch { .. } => tells_preemption.then_some(Seen::Blocked),
+            Record::Switch { .. } => Some(Seen::Blocked),
             Record::Other => None,
         }
     }
@@ -435,19 +414,9 @@ mod tests {
         }
         assert!(on.is_some(), "never seen on a CPU");
         std::thread::sleep(Duration::from_millis(60));
-        if rings.tells_preemption {
-            assert_eq!(rings.seen(tid), Some(Seen::Blocked));
-        } else {
-            assert_eq!(rings.seen(tid), None);
-        }
+        assert_eq!(rings.seen(tid), Some(Seen::Blocked));
         drop(go);
         thread.join().unwrap();
         assert_eq!(rings.seen(tid), None, "its exit is its latest record");
-    }
-
-    #[test]
-    fn preemption_is_told_from_linux_4_17() {
-        assert!(kernel_at_least(2, 6));
-        assert!(!kernel_at_least(999, 0));
     }
 }
