@@ -35,6 +35,12 @@ use crate::fast::objects::pystr::{self, DataAt, StrShape};
 pub(crate) struct CodeId([u64; 9]);
 
 impl CodeId {
+    /// An identity of its own for each `n` (tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(n: u64) -> CodeId {
+        CodeId([n, 10, 0, 0, 1, 0x100 + n, 0x200 + n, 0x300 + n, 0x400 + n])
+    }
+
     /// From the bytes of [`Layout::code_identity_range`] read at the code object.
     pub(crate) fn parse(layout: &Layout, bytes: &[u8]) -> Option<CodeId> {
         let (start, _) = layout.code_identity_range();
@@ -110,6 +116,9 @@ pub(crate) struct CodeCache {
     pub replaced: u64,
     /// Times the code objects or the function names were full and emptied.
     caps: CapHits,
+    /// Counts the entries dropped or replaced: while it stands, every entry found stays as
+    /// it was, its strings alive ([`CodeCache::epoch`]).
+    epoch: u64,
 }
 
 impl CodeCache {
@@ -142,7 +151,43 @@ impl CodeCache {
             misses: 0,
             replaced: 0,
             caps: CapHits::default(),
+            epoch: 0,
         }
+    }
+
+    /// Changes whenever an entry is dropped or replaced: what a caller that keeps what an
+    /// entry said (its names' addresses, a line) checks to know that the entry, and so what
+    /// it said, still stands.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Caches a code object with these names and lines, as a load would (tests of what
+    /// names frames through the cache).
+    #[cfg(test)]
+    pub(crate) fn insert_named(
+        &mut self,
+        addr: usize,
+        id: CodeId,
+        names: (&str, &str),
+        lines: LineTable,
+    ) {
+        let now = Instant::now();
+        let names = Some(CodeNames {
+            function: Arc::from(names.0),
+            file: Arc::from(names.1),
+            origin: stackscope_event::FileOrigin::Job,
+        });
+        self.codes.insert(
+            addr,
+            CodeInfo {
+                id,
+                names,
+                lines,
+                loaded: now,
+                verified: Some(now),
+            },
+        );
     }
 
     /// Times this cache and its file names reached their caps, handed on once.
@@ -165,6 +210,7 @@ impl CodeCache {
             }
             Some(_) => {
                 self.replaced += 1;
+                self.epoch += 1;
                 self.codes.remove(&addr);
                 None
             }
@@ -192,6 +238,7 @@ impl CodeCache {
             info.verified = Some(now);
         } else if id.is_some() {
             self.replaced += 1;
+            self.epoch += 1;
             self.codes.remove(&addr);
         }
     }
@@ -226,6 +273,7 @@ impl CodeCache {
         self.misses += missing.len() as u64;
         if self.codes.len() + missing.len() > Self::MAX_CODES {
             self.caps.hit(self.codes.len());
+            self.epoch += 1;
             self.codes.clear();
         }
         // Every string of every missing code object, fetched together.
@@ -270,7 +318,7 @@ impl CodeCache {
                 // now may work next time, so nothing is cached.
                 TableRead::Failed => continue,
             };
-            self.codes.insert(
+            let old = self.codes.insert(
                 *addr,
                 CodeInfo {
                     id: *id,
@@ -280,6 +328,7 @@ impl CodeCache {
                     verified: Some(now),
                 },
             );
+            self.epoch += u64::from(old.is_some());
         }
         Ok(())
     }

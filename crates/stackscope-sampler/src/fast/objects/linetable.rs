@@ -23,6 +23,17 @@ pub(crate) struct LineTable {
 pub(crate) const MAX_TABLE: usize = 65536;
 
 impl LineTable {
+    /// A table of `(end, line)` entries: instructions before byte offset `end` are on `line`
+    /// (tests).
+    #[cfg(test)]
+    pub(crate) fn from_entries(first_line: i32, entries: Vec<(i32, i32)>) -> LineTable {
+        LineTable {
+            first_line,
+            entries,
+            ..LineTable::default()
+        }
+    }
+
     pub(crate) fn refused() -> LineTable {
         LineTable {
             refused: true,

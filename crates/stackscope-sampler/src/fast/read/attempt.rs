@@ -26,6 +26,7 @@ use crate::fast::proof::still;
 use crate::fast::proof::vouch;
 use crate::fast::read::judge::{record, Judged};
 use crate::fast::read::part::{Part, Plan, Walking};
+use crate::fast::read::recent::RecentStacks;
 use crate::fast::read::request::{Check, Globals, Request};
 use crate::fast::read::stack::{Need, Walk};
 use crate::fast::read::thread_model::{Known, Outcome, StillThreads};
@@ -83,7 +84,7 @@ pub(crate) fn attempt(
     stats: &mut WalkStats,
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
-    let now = Instant::now();
+    let now = req.now;
     let mut batch = remote.batch();
     let (mut parts, ranges) = plan(&mut batch, codes, now, threads, still, which, req);
     batch.run(remote)?;
@@ -94,7 +95,8 @@ pub(crate) fn attempt(
     // The batch stays until the checks are done: the later copies are read in it.
     walk(remote, layout, &mut walks, &mut parts, stats)?;
     let ran_late = read_late(remote, codes, now, req, &walks, &parts, &mut bracket)?;
-    load_codes(remote, codes, layout, &walks, &bracket.ids, now)?;
+    let named = |w: &Walking| &threads[parts[w.pos].i].recent;
+    load_codes(remote, codes, layout, &walks, named, &bracket.ids, now)?;
     let judged = Judged {
         batch: &batch,
         ids: &bracket.ids,
@@ -137,10 +139,7 @@ fn plan(
     let layout = req.layout;
     let bracket = !req.stopped;
     let (gil_before, list) = plan_globals(batch, layout, req.globals, bracket, req.with_list);
-    // Gaps between the copies of checked threads: random, not repeatable.
-    let mut seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
+    let mut seed = req.seed;
     let mut parts: Vec<Part> = which
         .iter()
         .map(|&i| {
@@ -500,19 +499,27 @@ fn read_late(
 }
 
 /// Loads the code objects new to the cache. Only those on a stack read now: one checked
-/// ahead that is no longer on any may have been freed, and its bytes are anything.
-fn load_codes(
+/// ahead that is no longer on any may have been freed, and its bytes are anything. A frame
+/// its thread's last naming found in the cache, which dropped nothing since, is not looked
+/// up ([`RecentStacks::named_before`]).
+fn load_codes<'a>(
     remote: &mut Remote,
     codes: &mut CodeCache,
     layout: &Layout,
-    walks: &[Walking],
+    walks: &'a [Walking],
+    named: impl Fn(&'a Walking) -> &'a RecentStacks,
     ids: &AddrMap<Option<CodeId>>,
     now: Instant,
 ) -> std::io::Result<()> {
     let mut missing: Vec<(usize, CodeId)> = Vec::new();
     for w in walks {
-        for f in w.frames() {
+        let recent = named(w);
+        for (i, f) in w.frames().enumerate() {
             if let Some(Some(id)) = ids.get(&f.code) {
+                // The walk's own frames come first: `i` is a frame of it, or past its end.
+                if recent.named_before(codes, &w.walk.frames, i, id) {
+                    continue;
+                }
                 if codes.get(f.code, id).is_none() && !missing.iter().any(|(a, _)| *a == f.code) {
                     missing.push((f.code, *id));
                 }

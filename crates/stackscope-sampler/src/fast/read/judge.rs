@@ -195,7 +195,7 @@ fn keep_returned(
         judged.ids,
         &raw,
         callees.len(),
-        &known.recent,
+        &mut known.recent,
     );
     if found.as_ref().is_none_or(|f| f.relaxed) {
         known.proving.want();
@@ -236,7 +236,7 @@ fn keep_stale_top(
         judged.ids,
         &w.walk.frames,
         1,
-        &known.recent,
+        &mut known.recent,
     )?;
     if found.relaxed {
         known.proving.want();

@@ -2,6 +2,8 @@
 //! every thread, step by step (the states before, the attempts, the states after), with what
 //! it keeps between samples.
 
+use std::time::Instant;
+
 use py_spy::PythonSpy;
 use stackscope_event::Frames;
 
@@ -117,6 +119,13 @@ pub(crate) struct FastReader {
     pub(in crate::fast) print_stats: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     pub(in crate::fast) tids: TidMap,
+    /// When the read under way began: the one clock reading its steps share (a read takes
+    /// microseconds, a few milliseconds with stops; every interval it is held against is
+    /// hundreds of milliseconds or more).
+    pub(in crate::fast) read_at: Instant,
+    /// The state of the generator of the random gaps between checked copies
+    /// ([`crate::fast::read::request::Request::seed`]): a clock reading once, then mixed.
+    pub(in crate::fast) gap_seed: u64,
 }
 
 /// Why there is no reader of ours for an interpreter.
@@ -210,6 +219,10 @@ impl FastReader {
             quiet_losses: 0,
             seen_running: false,
             tids: TidMap::new(pid),
+            read_at: Instant::now(),
+            gap_seed: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x9E37_79B9, |d| d.as_nanos() as u64),
         };
         reader.activity.audit = reader.audit;
         // A state told by a ring stands for a reading, as a reused one does.
@@ -243,7 +256,8 @@ impl FastReader {
     /// Reads every thread once. `blocking`: stacks must be consistent (the reader may stop
     /// threads, or the process); without it nothing is stopped.
     pub(crate) fn read(&mut self, blocking: bool) -> Result<Vec<ThreadRead>, ReadError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        self.read_at = started;
         let out = self.read_inner(blocking, None);
         self.stats.read_ns += started.elapsed().as_nanos() as u64;
         out
@@ -298,7 +312,7 @@ impl FastReader {
     /// ([`FastReader::states_before`]).
     fn states_before_read(&mut self, defer_holder: bool) -> Vec<Before> {
         self.fill_os_thread_ids();
-        let before = self.states_before(std::time::Instant::now(), defer_holder);
+        let before = self.states_before(self.read_at, defer_holder);
         self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
         before
     }
@@ -328,7 +342,8 @@ impl FastReader {
         &mut self,
         states: StatesBefore,
     ) -> Result<Vec<ThreadRead>, ReadError> {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
+        self.read_at = started;
         let out = self.read_inner(false, Some(states.0));
         self.stats.read_ns += started.elapsed().as_nanos() as u64;
         out
@@ -472,7 +487,11 @@ impl FastReader {
         words_only: &[usize],
     ) -> Result<Attempt, ReadError> {
         self.stats.attempts += 1;
+        // A step of a Weyl sequence: the xorshift that draws the gaps mixes it.
+        self.gap_seed = self.gap_seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let req = Request {
+            now: self.read_at,
+            seed: self.gap_seed,
             layout: self.layout,
             globals: &self.globals,
             with_list,

@@ -21,13 +21,14 @@ pub(crate) fn name(
     raw: &[RawFrame],
     recent: &mut RecentStacks,
 ) -> Result<Frames, String> {
-    let seen = see(layout, codes, ids, raw)?;
+    let seen = recent.last.see(layout, codes, ids, raw)?;
     if let Some(stack) = recent.find(&seen) {
         return Ok(stack);
     }
     let mut out = Vec::with_capacity(seen.len());
     for s in &seen {
-        // Found good by the first pass, a moment ago.
+        // Found good by the first pass, a moment ago, or named as the last walk named it
+        // while the cache dropped nothing ([`LastNamed`]): the entry is there.
         let names = codes.checked(s.code).and_then(|info| info.names.as_ref());
         let Some(names) = names else {
             return Err("Failed to copy PyCodeObject".to_owned());
@@ -54,9 +55,9 @@ pub(crate) fn find_proven(
     ids: &AddrMap<Option<CodeId>>,
     raw: &[RawFrame],
     callers: usize,
-    recent: &RecentStacks,
+    recent: &mut RecentStacks,
 ) -> Option<Proven> {
-    let seen = see(layout, codes, ids, raw).ok()?;
+    let seen = recent.last.see(layout, codes, ids, raw).ok()?;
     recent.proven_for(&seen, callers)
 }
 
@@ -70,69 +71,136 @@ pub(crate) struct Proven {
     pub relaxed: bool,
 }
 
-/// Each frame's names (by address) and line, with no reference counted: a busy thread is
-/// most often back at a stack it had, and handing that on costs one count instead of two per
-/// frame, on counts the consumer's thread drops on its own core.
-fn see(
+/// One frame named through the code cache; none when its code object's strings could not be
+/// read (py-spy leaves such a frame out).
+fn see_frame(
     layout: &Layout,
     codes: &mut CodeCache,
-    ids: &AddrMap<Option<CodeId>>,
-    raw: &[RawFrame],
-) -> Result<Vec<SeenFrame>, String> {
-    let mut seen: Vec<SeenFrame> = Vec::with_capacity(raw.len());
-    for f in raw {
-        let Some(Some(id)) = ids.get(&f.code) else {
-            return Err("Failed to copy PyCodeObject".to_owned());
-        };
-        // Byte offset of the instruction from the bytecode's start, as py-spy computes it
-        // (3.10: twice `f_lasti`, an index of two-byte code units).
-        let lasti = match layout.frames {
-            FrameDesign::Chunks => (f.prev_instr.wrapping_sub(f.code) as isize as i32)
-                .wrapping_sub(layout.co_code_adaptive as i32),
-            FrameDesign::Objects => (f.prev_instr as isize as i32).wrapping_mul(2),
-        };
-        let Some(info) = codes.get(f.code, id) else {
-            // Its strings could not be read: py-spy leaves such a frame out.
-            continue;
-        };
-        let Some(names) = &info.names else { continue };
-        seen.push(SeenFrame {
-            code: f.code,
-            function: Arc::as_ptr(&names.function),
-            file: Arc::as_ptr(&names.file),
-            line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
-        });
+    id: &CodeId,
+    f: &RawFrame,
+) -> Option<SeenFrame> {
+    // Byte offset of the instruction from the bytecode's start, as py-spy computes it
+    // (3.10: twice `f_lasti`, an index of two-byte code units).
+    let lasti = match layout.frames {
+        FrameDesign::Chunks => (f.prev_instr.wrapping_sub(f.code) as isize as i32)
+            .wrapping_sub(layout.co_code_adaptive as i32),
+        FrameDesign::Objects => (f.prev_instr as isize as i32).wrapping_mul(2),
+    };
+    let info = codes.get(f.code, id)?;
+    let names = info.names.as_ref()?;
+    Some(SeenFrame {
+        code: f.code,
+        function: addr(&names.function),
+        file: addr(&names.file),
+        line: u32::try_from(info.lines.line(lasti)).unwrap_or(0),
+    })
+}
+
+/// How the thread's last walk was named, frame by frame (innermost first, as walked): a busy
+/// thread's walk is most often the last one's but for its innermost frames, and a frame at the
+/// same depth from the outermost, in the same code object (its identity as read this sample) at
+/// the same instruction, is named as it was, without a look in the code cache or the line
+/// table, whose entries lie all over the heap and are cold after a 10 ms sleep.
+///
+/// Kept only while the code cache drops or replaces nothing ([`CodeCache::epoch`]): the
+/// entries it named from are then still there, as they were, their strings alive, so an
+/// address still names the string it named.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LastNamed {
+    epoch: u64,
+    frames: Vec<Named>,
+    /// The vector the next naming fills, swapped with `frames`: no allocation a sample.
+    spare: Vec<Named>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Named {
+    code: usize,
+    prev_instr: usize,
+    id: CodeId,
+    /// None: left out (its strings could not be read).
+    seen: Option<SeenFrame>,
+}
+
+impl LastNamed {
+    /// Names `raw`'s frames (an error when one's code object was not identified this sample),
+    /// taking from the last naming what it can and looking up the rest ([`see_frame`]).
+    fn see(
+        &mut self,
+        layout: &Layout,
+        codes: &mut CodeCache,
+        ids: &AddrMap<Option<CodeId>>,
+        raw: &[RawFrame],
+    ) -> Result<Vec<SeenFrame>, String> {
+        if self.epoch != codes.epoch() {
+            self.frames.clear();
+        }
+        let mut next = std::mem::take(&mut self.spare);
+        next.clear();
+        let mut seen: Vec<SeenFrame> = Vec::with_capacity(raw.len());
+        for (i, f) in raw.iter().enumerate() {
+            let Some(Some(id)) = ids.get(&f.code) else {
+                self.spare = next;
+                return Err("Failed to copy PyCodeObject".to_owned());
+            };
+            let same = self.same_at(raw.len(), i, f, id);
+            let named = match same {
+                Some(n) => n.seen,
+                None => see_frame(layout, codes, id, f),
+            };
+            seen.extend(named);
+            next.push(Named {
+                code: f.code,
+                prev_instr: f.prev_instr,
+                id: *id,
+                seen: named,
+            });
+        }
+        self.spare = std::mem::replace(&mut self.frames, next);
+        self.epoch = codes.epoch();
+        Ok(seen)
     }
-    Ok(seen)
+
+    /// The last naming of the frame `i` of a walk of `len` frames (innermost first), when the
+    /// last walk had the same frame as deep from the outermost: the same code object
+    /// (`id`, as read this sample) at the same instruction.
+    fn same_at(&self, len: usize, i: usize, f: &RawFrame, id: &CodeId) -> Option<&Named> {
+        (i + self.frames.len())
+            .checked_sub(len)
+            .and_then(|j| self.frames.get(j))
+            .filter(|n| n.code == f.code && n.prev_instr == f.prev_instr && n.id == *id)
+    }
 }
 
 /// One frame of a walk, named: its strings by address (alive as long as the code cache or a
 /// stack holds them, so an address names one string), and its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SeenFrame {
     pub code: usize,
-    pub function: *const str,
-    pub file: *const str,
+    pub function: usize,
+    pub file: usize,
     pub line: u32,
+}
+
+/// A string's address: what names it while something holds it.
+fn addr(s: &Arc<str>) -> usize {
+    Arc::as_ptr(s).cast::<u8>() as usize
 }
 
 /// A frame as stacks are compared: its strings by address, and its line.
 pub(crate) trait FrameKey {
-    fn key(&self) -> (*const str, *const str, u32);
+    fn key(&self) -> (usize, usize, u32);
 }
 
 impl FrameKey for SeenFrame {
-    fn key(&self) -> (*const str, *const str, u32) {
+    fn key(&self) -> (usize, usize, u32) {
         (self.function, self.file, self.line)
     }
 }
 
 impl FrameKey for Frame {
-    fn key(&self) -> (*const str, *const str, u32) {
-        (
-            Arc::as_ptr(&self.function),
-            Arc::as_ptr(&self.file),
-            self.line,
-        )
+    fn key(&self) -> (usize, usize, u32) {
+        (addr(&self.function), addr(&self.file), self.line)
     }
 }
 
@@ -147,8 +215,8 @@ fn same<K: FrameKey>(stack: &[Frame], other: &[K], relaxed: Relaxed) -> bool {
     stack.len() == other.len()
         && stack.iter().zip(other).enumerate().all(|(i, (f, o))| {
             let (function, file, line) = o.key();
-            std::ptr::addr_eq(Arc::as_ptr(&f.function), function)
-                && std::ptr::addr_eq(Arc::as_ptr(&f.file), file)
+            addr(&f.function) == function
+                && addr(&f.file) == file
                 && (f.line == line || (1..=relaxed.0).contains(&i))
         })
 }
@@ -162,6 +230,8 @@ const RECENT_STACKS: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RecentStacks {
     stacks: Vec<(Frames, bool)>,
+    /// How the last walk was named.
+    last: LastNamed,
 }
 
 impl RecentStacks {
@@ -233,6 +303,22 @@ impl RecentStacks {
             .any(|(s, proven)| *proven && Arc::ptr_eq(s, stack))
     }
 
+    /// Whether frame `i` of the walk `raw` (its code object `id`, as read this sample) is
+    /// one the last naming found in `codes`, which has dropped nothing since: it is there.
+    pub(crate) fn named_before(
+        &self,
+        codes: &CodeCache,
+        raw: &[RawFrame],
+        i: usize,
+        id: &CodeId,
+    ) -> bool {
+        let last = &self.last;
+        last.epoch == codes.epoch()
+            && raw
+                .get(i)
+                .is_some_and(|f| last.same_at(raw.len(), i, f, id).is_some())
+    }
+
     /// Whether any of these stacks was given by a sound read.
     pub(crate) fn any_proven(&self) -> bool {
         self.stacks.iter().any(|(_, proven)| *proven)
@@ -242,17 +328,125 @@ impl RecentStacks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast::objects::linetable::LineTable;
 
     fn seen(stack: &Frames) -> Vec<SeenFrame> {
         stack
             .iter()
             .map(|f| SeenFrame {
                 code: 0,
-                function: Arc::as_ptr(&f.function),
-                file: Arc::as_ptr(&f.file),
+                function: addr(&f.function),
+                file: addr(&f.file),
                 line: f.line,
             })
             .collect()
+    }
+
+    /// A cache with an outer function and an inner one ([`lines_of`]), and the identities of
+    /// both as read this sample.
+    fn two_frames() -> (CodeCache, AddrMap<Option<CodeId>>) {
+        let mut codes = CodeCache::new(
+            crate::fast::objects::filenames::FileNames::new(
+                1,
+                false,
+                crate::origin::Origins::default(),
+            ),
+            true,
+        );
+        codes.insert_named(OUTER, CodeId::for_test(1), ("outer", "a.py"), lines_of());
+        codes.insert_named(INNER, CodeId::for_test(2), ("inner", "a.py"), lines_of());
+        let mut ids = AddrMap::default();
+        ids.insert(OUTER, Some(CodeId::for_test(1)));
+        ids.insert(INNER, Some(CodeId::for_test(2)));
+        (codes, ids)
+    }
+
+    /// Lines 1 to 3 by byte offset: before 10, before 20, the rest.
+    fn lines_of() -> LineTable {
+        LineTable::from_entries(1, vec![(10, 1), (20, 2), (1000, 3)])
+    }
+
+    const OUTER: usize = 0x1000;
+    const INNER: usize = 0x2000;
+
+    /// 3.10's frames: the instruction is an index of two-byte units.
+    fn walk(inner_at: usize, outer_at: usize) -> Vec<RawFrame> {
+        [(INNER, inner_at), (OUTER, outer_at)]
+            .map(|(code, at)| RawFrame {
+                addr: code + 0x10,
+                code,
+                prev_instr: at,
+                entry: false,
+            })
+            .to_vec()
+    }
+
+    fn lines(stack: &Frames) -> Vec<(String, u32)> {
+        stack
+            .iter()
+            .map(|f| (f.function.to_string(), f.line))
+            .collect()
+    }
+
+    #[test]
+    fn frames_named_as_the_last_walk_named_them_skip_the_cache_while_it_drops_nothing() {
+        let layout = Layout::for_version(3, 10).expect("3.10's layout");
+        let (mut codes, mut ids) = two_frames();
+        let mut recent = RecentStacks::default();
+        let first = name(layout, &mut codes, &ids, &walk(2, 6), &mut recent).expect("named");
+        assert_eq!(lines(&first), [("inner".into(), 1), ("outer".into(), 2)]);
+        assert_eq!(codes.hits, 2, "both frames looked up");
+        // The same walk: the same stack, and nothing looked up.
+        let again = name(layout, &mut codes, &ids, &walk(2, 6), &mut recent).expect("named");
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(codes.hits, 2);
+        // So a load need not look them up either: the cache has them.
+        let (inner, outer) = (CodeId::for_test(2), CodeId::for_test(1));
+        assert!(recent.named_before(&codes, &walk(2, 6), 0, &inner));
+        assert!(recent.named_before(&codes, &walk(2, 6), 1, &outer));
+        assert!(!recent.named_before(&codes, &walk(3, 6), 0, &inner));
+        assert!(!recent.named_before(&codes, &walk(2, 6), 1, &CodeId::for_test(9)));
+        assert!(!recent.named_before(&codes, &walk(2, 6), 2, &outer));
+        // The inner frame moved on: only it is looked up, and its new line read.
+        let moved = name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(lines(&moved), [("inner".into(), 2), ("outer".into(), 2)]);
+        assert_eq!(codes.hits, 3);
+        // One frame deeper, the same two below it: the new one alone is looked up.
+        let mut deeper = walk(7, 6);
+        deeper.insert(
+            0,
+            RawFrame {
+                addr: 0x3010,
+                code: INNER,
+                prev_instr: 12,
+                entry: false,
+            },
+        );
+        let stack = name(layout, &mut codes, &ids, &deeper, &mut recent).expect("named");
+        assert_eq!(lines(&stack)[0], ("inner".into(), 3));
+        assert_eq!(codes.hits, 4);
+        // Another object read at the outer frame's address: looked up, found not to be
+        // the one cached, dropped, and its frame left out.
+        ids.insert(OUTER, Some(CodeId::for_test(9)));
+        let other = name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(lines(&other), [("inner".into(), 2)]);
+        assert_eq!(codes.replaced, 1);
+        // The object cached is back: its frame is looked up (the last naming was of another).
+        ids.insert(OUTER, Some(CodeId::for_test(1)));
+        codes.insert_named(OUTER, CodeId::for_test(1), ("outer", "a.py"), lines_of());
+        let back = name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(lines(&back), [("inner".into(), 2), ("outer".into(), 2)]);
+        assert_eq!(codes.hits, 5);
+        // The cache drops an entry (a snapshot read another object at the inner frame's
+        // address), and has it again: nothing of the last naming is taken.
+        codes.note_read(INNER, Some(&CodeId::for_test(8)), std::time::Instant::now());
+        assert!(!recent.named_before(&codes, &walk(7, 6), 1, &outer));
+        codes.insert_named(INNER, CodeId::for_test(2), ("inner", "a.py"), lines_of());
+        name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(codes.hits, 7);
+        // A frame whose code object was not identified fails the naming, as before.
+        ids.remove(&INNER);
+        assert!(name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).is_err());
     }
 
     #[test]

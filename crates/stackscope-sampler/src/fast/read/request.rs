@@ -2,10 +2,16 @@
 //! are proved or taken on the GIL's word, and where the process-wide words are. The reader
 //! asks; `attempt.rs` reads by it and `judge.rs` judges by it.
 
+use std::time::Instant;
+
 use crate::fast::layout::Layout;
 
 /// What an attempt reads and how.
 pub(crate) struct Request<'a> {
+    /// When the read began: what the code cache's trust is timed by.
+    pub now: Instant,
+    /// Seeds the random gaps between the copies of checked threads (not repeatable).
+    pub seed: u64,
     pub layout: &'a Layout,
     pub globals: &'a Globals,
     /// Read the thread list head and the GIL holder too.

@@ -193,7 +193,7 @@ impl FastReader {
     ///
     /// [`ProvingStops`]: crate::fast::proof::vouch::ProvingStops
     fn proving_stops(&mut self, may: bool, results: &mut [Option<Frames>]) {
-        let now = std::time::Instant::now();
+        let now = self.read_at;
         let due: Vec<usize> = (0..self.threads.len())
             .filter(|&i| self.threads[i].proving.due(now, may))
             .collect();
