@@ -143,11 +143,9 @@ impl LastNamed {
                 self.spare = next;
                 return Err("Failed to copy PyCodeObject".to_owned());
             };
-            let same = self.same_at(raw.len(), i, f, id);
-            let named = match same {
-                Some(n) => n.seen,
-                None => see_frame(layout, codes, id, f),
-            };
+            let named = self
+                .same_at(raw.len(), i, f, id)
+                .or_else(|| see_frame(layout, codes, id, f));
             seen.extend(named);
             next.push(Named {
                 code: f.code,
@@ -162,13 +160,15 @@ impl LastNamed {
     }
 
     /// The last naming of the frame `i` of a walk of `len` frames (innermost first), when the
-    /// last walk had the same frame as deep from the outermost: the same code object
-    /// (`id`, as read this sample) at the same instruction.
-    fn same_at(&self, len: usize, i: usize, f: &RawFrame, id: &CodeId) -> Option<&Named> {
+    /// last walk had the same frame as deep from the outermost (the same code object, `id` as
+    /// read this sample, at the same instruction) and named it. One it left out is looked up
+    /// again: its code object may be loaded since, or load this time.
+    fn same_at(&self, len: usize, i: usize, f: &RawFrame, id: &CodeId) -> Option<SeenFrame> {
         (i + self.frames.len())
             .checked_sub(len)
             .and_then(|j| self.frames.get(j))
             .filter(|n| n.code == f.code && n.prev_instr == f.prev_instr && n.id == *id)
+            .and_then(|n| n.seen)
     }
 }
 
@@ -444,6 +444,18 @@ mod tests {
         codes.insert_named(INNER, CodeId::for_test(2), ("inner", "a.py"), lines_of());
         name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
         assert_eq!(codes.hits, 7);
+        // A frame the cache could not name (its code object's load failed) is looked up
+        // again, and not skipped by a load: once loaded, it is named.
+        let (mut codes, mut ids) = two_frames();
+        codes.note_read(INNER, Some(&CodeId::for_test(8)), std::time::Instant::now());
+        let mut recent = RecentStacks::default();
+        let gap = name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(lines(&gap), [("outer".into(), 2)]);
+        assert!(!recent.named_before(&codes, &walk(7, 6), 0, &inner));
+        assert!(recent.named_before(&codes, &walk(7, 6), 1, &outer));
+        codes.insert_named(INNER, CodeId::for_test(2), ("inner", "a.py"), lines_of());
+        let loaded = name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).expect("named");
+        assert_eq!(lines(&loaded), [("inner".into(), 2), ("outer".into(), 2)]);
         // A frame whose code object was not identified fails the naming, as before.
         ids.remove(&INNER);
         assert!(name(layout, &mut codes, &ids, &walk(7, 6), &mut recent).is_err());
