@@ -119,7 +119,8 @@ pub(crate) struct FastReader {
     pub(in crate::fast) print_stats: bool,
     /// Thread ids as the interpreter stores them (in the target's PID namespace) to ours.
     pub(in crate::fast) tids: TidMap,
-    /// When the read under way began: the one clock reading its steps share (a read takes
+    /// When the read under way began (or the states taken before a caller's stop for it):
+    /// the one clock reading its steps share (a read takes
     /// microseconds, a few milliseconds with stops; every interval it is held against is
     /// hundreds of milliseconds or more).
     pub(in crate::fast) read_at: Instant,
@@ -322,6 +323,8 @@ impl FastReader {
     pub(crate) fn states_before_stop(&mut self) -> StatesBefore {
         // The GIL's last holder too: a read of a stopped process brackets no GIL, so the
         // holder it would be judged by is the one the reader expected, maybe long ago.
+        // Taken before the read begins: its states are timed by a clock of their own.
+        self.read_at = Instant::now();
         StatesBefore(self.states_before_read(false))
     }
 
