@@ -209,9 +209,7 @@ impl CodeCache {
                 self.codes.get(&addr)
             }
             Some(_) => {
-                self.replaced += 1;
-                self.epoch += 1;
-                self.codes.remove(&addr);
+                self.drop_replaced(addr);
                 None
             }
             None => None,
@@ -237,10 +235,15 @@ impl CodeCache {
         if id == Some(&info.id) {
             info.verified = Some(now);
         } else if id.is_some() {
-            self.replaced += 1;
-            self.epoch += 1;
-            self.codes.remove(&addr);
+            self.drop_replaced(addr);
         }
+    }
+
+    /// Drops the entry at `addr`, found to hold another object now.
+    fn drop_replaced(&mut self, addr: usize) {
+        self.replaced += 1;
+        self.epoch += 1;
+        self.codes.remove(&addr);
     }
 
     /// Says the entry at `addr` may not be the object there now (a frame's instruction lies
@@ -481,7 +484,7 @@ mod tests {
     use crate::origin::Origins;
 
     fn id(n: u64) -> CodeId {
-        CodeId([n, 10, 0, 0, 1, 0x100 + n, 0x200 + n, 0x300 + n, 0x400 + n])
+        CodeId::for_test(n)
     }
 
     /// A cache holding `id(1)` at 0x1000, first cached at `loaded`.
