@@ -100,6 +100,8 @@ pub struct PythonTarget {
     /// The idents of the last read's threads, sorted: a read with the same threads has none
     /// ended to release.
     live_idents: Vec<u64>,
+    /// The list the next sample's idents are sorted in (kept: it does not allocate).
+    spare_idents: Vec<u64>,
     /// Each live thread's name as py-spy's reader reads it, shared from sample to sample.
     thread_names: NamesByIdent,
     strings: StringCache,
@@ -260,12 +262,15 @@ impl PythonTarget {
     /// every thread of the interpreter's list). Our reader releases its own per-thread tables
     /// as it reads the list.
     fn release_ended_threads(&mut self, stacks: &[ThreadStack]) {
-        let mut live: Vec<u64> = stacks.iter().map(|s| s.thread.python_thread_id).collect();
+        let mut live = std::mem::take(&mut self.spare_idents);
+        live.clear();
+        live.extend(stacks.iter().map(|s| s.thread.python_thread_id));
         live.sort_unstable();
         live.dedup();
         if live == self.live_idents {
             // The same threads as last time: nothing ended, and the tables (large and cold
             // after a period's sleep) need not be walked.
+            self.spare_idents = live;
             return;
         }
         let alive = |ident: &u64| live.binary_search(ident).is_ok();
@@ -275,7 +280,7 @@ impl PythonTarget {
         // lookup of names, which a target whose threads all have names never needs.
         self.spy.python_thread_names.retain(|ident, _| alive(ident));
         self.spy.python_thread_ids.retain(|ident, _| alive(ident));
-        self.live_idents = live;
+        self.spare_idents = std::mem::replace(&mut self.live_idents, live);
     }
 
     /// How often this target's caches of its code reached their caps since the last call

@@ -78,6 +78,7 @@ impl PythonTarget {
             native,
             names: IdentOwners::default(),
             live_idents: Vec::new(),
+            spare_idents: Vec::new(),
             thread_names: NamesByIdent::default(),
             strings: StringCache {
                 origins,

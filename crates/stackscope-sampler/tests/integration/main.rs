@@ -8,6 +8,8 @@
 
 mod common;
 
+mod allocations;
+
 mod frame_origins;
 mod idle_reuse;
 mod idle_rule;

@@ -56,6 +56,7 @@ impl ThreadNames {
     }
 
     /// The names of `idents`, looking them up (once) if any is unknown or due a retry.
+    #[cfg(test)]
     pub(crate) fn names(
         &mut self,
         remote: &mut Remote,
@@ -63,7 +64,29 @@ impl ThreadNames {
         modules_dict_ptr: usize,
         idents: &[u64],
     ) -> Vec<Option<Arc<str>>> {
-        let now = Instant::now();
+        let mut out = Vec::new();
+        self.fill_names(
+            remote,
+            layout,
+            modules_dict_ptr,
+            idents,
+            Instant::now(),
+            &mut out,
+        );
+        out
+    }
+
+    /// Fills `out` (emptied first) with the names of `idents`, looking them up (once) if any is
+    /// unknown or due a retry by `now`.
+    pub(crate) fn fill_names(
+        &mut self,
+        remote: &mut Remote,
+        layout: &Layout,
+        modules_dict_ptr: usize,
+        idents: &[u64],
+        now: Instant,
+        out: &mut Vec<Option<Arc<str>>>,
+    ) {
         let since_lookup = now.saturating_duration_since(self.looked_up);
         let due = idents.iter().any(|id| match self.names.get(id) {
             Some(Some(_)) => false,
@@ -93,18 +116,15 @@ impl ThreadNames {
             // Threads gone since: forgotten (a lookup is rare, this quadratic pass with it).
             self.first_seen.retain(|id, _| idents.contains(id));
         }
-        let out = idents
-            .iter()
-            .map(|id| {
-                let name = self.names.entry(*id).or_insert(None).clone();
-                if name.is_none() {
-                    self.first_seen.entry(*id).or_insert(now);
-                }
-                name
-            })
-            .collect();
+        out.clear();
+        out.extend(idents.iter().map(|id| {
+            let name = self.names.entry(*id).or_insert(None).clone();
+            if name.is_none() {
+                self.first_seen.entry(*id).or_insert(now);
+            }
+            name
+        }));
         self.release(idents);
-        out
     }
 
     /// Lets go of the names of threads that ended: every ident of the list was just given an

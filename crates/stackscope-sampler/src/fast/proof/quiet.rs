@@ -76,6 +76,7 @@ mod tests {
             off_cpu: None,
             vouch: Default::default(),
             proving: Default::default(),
+            walk_spare: Default::default(),
         }
     }
 

@@ -104,8 +104,9 @@ pub(crate) fn attempt(
         ran_late: &ran_late,
     };
     record(codes, threads, &walks, &mut parts, req, &judged, stats);
-    for bytes in walks.into_iter().flat_map(|w| w.walk.into_bytes()) {
-        batch.take_back(bytes);
+    for w in walks {
+        let spare = w.walk.recycle(|bytes| batch.take_back(bytes));
+        threads[parts[w.pos].i].walk_spare = spare;
     }
     remote.recycle(batch);
     Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
@@ -364,7 +365,8 @@ fn check_copy(
             later,
         } => {
             k.refresh(ts);
-            let mut walk = Walk::new(current_frame, chunk);
+            let spare = std::mem::take(&mut k.walk_spare);
+            let mut walk = Walk::with_spare(current_frame, chunk, spare);
             for (region, is_chunk) in extra {
                 walk.add_region(region, is_chunk);
             }
@@ -396,23 +398,11 @@ fn walk(
     parts: &mut [Part],
     stats: &mut WalkStats,
 ) -> std::io::Result<()> {
-    let mut pending: Vec<usize> = (0..walks.len()).collect();
     let mut rounds = 0;
-    while !pending.is_empty() {
-        let mut needs: Vec<(usize, Need)> = Vec::new();
-        for &w in &pending {
-            let Walking { pos, walk, .. } = &mut walks[w];
-            let outcome = &mut parts[*pos].outcome;
-            match walk.advance(layout) {
-                Ok(None) => {}
-                Ok(Some(need)) if rounds < max_rounds(layout) => needs.push((w, need)),
-                Ok(Some(_)) => *outcome = Some(broken("too many frames outside")),
-                Err(e) => *outcome = Some(broken(&format!("{e:?}"))),
-            }
-        }
-        if needs.is_empty() {
-            break;
-        }
+    // Most walks end within their copies: then nothing here allocates.
+    let mut needs = advance(layout, walks, parts, 0..walks.len(), rounds);
+    let mut pending: Vec<usize> = Vec::new();
+    while !needs.is_empty() {
         rounds += 1;
         stats.rounds += 1;
         let mut round = Batch::default();
@@ -440,8 +430,32 @@ fn walk(
                 parts[*pos].outcome = Some(broken("cannot read a frame"));
             }
         }
+        needs = advance(layout, walks, parts, pending.iter().copied(), rounds);
     }
     Ok(())
+}
+
+/// Takes each of the walks `going` as far as its copies go: answers what those that need
+/// more must read (none after `rounds` of reads past the limit: those are broken).
+fn advance(
+    layout: &Layout,
+    walks: &mut [Walking],
+    parts: &mut [Part],
+    going: impl Iterator<Item = usize>,
+    rounds: usize,
+) -> Vec<(usize, Need)> {
+    let mut needs = Vec::new();
+    for w in going {
+        let Walking { pos, walk, .. } = &mut walks[w];
+        let outcome = &mut parts[*pos].outcome;
+        match walk.advance(layout) {
+            Ok(None) => {}
+            Ok(Some(need)) if rounds < max_rounds(layout) => needs.push((w, need)),
+            Ok(Some(_)) => *outcome = Some(broken("too many frames outside")),
+            Err(e) => *outcome = Some(broken(&format!("{e:?}"))),
+        }
+    }
+    needs
 }
 
 /// One more call if needed: the identity of code objects not read with the snapshot (into

@@ -64,6 +64,17 @@ pub(crate) struct ThreadRead {
     pub frames: Frames,
 }
 
+/// Lists a sample fills and empties (each thread's OS id, ident, name and frames), kept between
+/// samples: after a sleep, an allocation is a cold walk through the allocator's lists.
+#[derive(Default)]
+pub(in crate::fast) struct Scratch {
+    tids: Vec<u64>,
+    idents: Vec<u64>,
+    names: Vec<Option<std::sync::Arc<str>>>,
+    /// Each thread's frames as the read settles them ([`Read::frames`]).
+    pub(in crate::fast) results: Vec<Option<Frames>>,
+}
+
 /// Each thread's OS state before its caller stopped the process
 /// ([`FastReader::states_before_stop`]).
 pub(crate) struct StatesBefore(Vec<Before>);
@@ -89,6 +100,10 @@ pub(crate) struct FastReader {
     pub(in crate::fast) expected_holder: usize,
     /// The threads to read with a check this sample.
     pub(in crate::fast) likely_holders: Vec<usize>,
+    /// Lists a sample fills and empties, kept so that it does not allocate them anew.
+    pub(in crate::fast) scratch: Scratch,
+    /// `0..threads.len()`, kept between samples.
+    pub(in crate::fast) every_thread: Vec<usize>,
     pub(in crate::fast) walk_stats: WalkStats,
     pub(in crate::fast) stats: ReaderStats,
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
@@ -142,7 +157,10 @@ pub(crate) enum Unread {
 
 /// Each thread's frames, in list order, and the GIL holder's thread state.
 pub(in crate::fast) struct Read {
-    pub(in crate::fast) frames: Vec<Frames>,
+    /// Each thread's, in the list's order; every one there (a read with a thread missing is
+    /// torn), in options so that the list is the one the next read fills
+    /// ([`Scratch::results`]).
+    pub(in crate::fast) frames: Vec<Option<Frames>>,
     pub(in crate::fast) gil_holder: usize,
 }
 
@@ -208,6 +226,8 @@ impl FastReader {
             strategy,
             expected_holder: gil.map_or(0, |g| g.last_holder),
             likely_holders: Vec::new(),
+            scratch: Scratch::default(),
+            every_thread: Vec::new(),
             walk_stats: WalkStats::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
@@ -288,7 +308,7 @@ impl FastReader {
             None
         };
         let stopped = stopped || stop.is_some();
-        self.likely_holders = self.likely_holders(&before, blocking && !stopped);
+        self.find_likely_holders(&before, blocking && !stopped);
         let mut result = self.read_threads(blocking, stopped, &before);
         if stop.is_none() && blocking && matches!(result, Err(ReadError::ListKeepsChanging)) {
             // Threads start and end faster than we read them (a pool that spawns a thread
@@ -355,12 +375,12 @@ impl FastReader {
     /// The threads to read with a check: the one that held the GIL last time, and those
     /// running now (a thread waiting for the GIL sleeps). `ask_gil`: with several running,
     /// ask the GIL which one holds it (not with the process stopped).
-    pub(in crate::fast) fn likely_holders(
-        &mut self,
-        before: &[Before],
-        ask_gil: bool,
-    ) -> Vec<usize> {
-        let mut likely: Vec<usize> = vec![self.expected_holder];
+    /// Sets [`FastReader::likely_holders`] (kept between samples, so that filling it does not
+    /// allocate).
+    pub(in crate::fast) fn find_likely_holders(&mut self, before: &[Before], ask_gil: bool) {
+        let mut likely = std::mem::take(&mut self.likely_holders);
+        likely.clear();
+        likely.push(self.expected_holder);
         for (k, b) in self.threads.iter().zip(before) {
             if b.state.is_some_and(ProcState::is_running) {
                 likely.push(k.tstate);
@@ -372,10 +392,11 @@ impl FastReader {
         // eight times cost far more (four busy threads: three of them copied for nothing).
         if likely.len() > 1 && ask_gil {
             if let Some(holder) = self.current_holder() {
-                likely = vec![holder];
+                likely.clear();
+                likely.push(holder);
             }
         }
-        likely
+        self.likely_holders = likely;
     }
 
     /// Each thread as read, with its names and whether it is busy; and whether Python ran in
@@ -383,20 +404,30 @@ impl FastReader {
     /// the caller, and `before` says which threads run.
     pub(in crate::fast) fn thread_reads(
         &mut self,
-        read: Read,
+        mut read: Read,
         before: &[Before],
         caller_stopped: bool,
     ) -> (Vec<ThreadRead>, bool) {
-        let live: Vec<u64> = self
-            .threads
-            .iter()
-            .filter_map(|k| self.tids.ours(k.ts.native_thread_id))
-            .collect();
-        self.activity.retain(&live);
-        let idents: Vec<u64> = self.threads.iter().map(|k| k.ts.thread_id).collect();
-        let names = self
-            .names
-            .names(&mut self.remote, self.layout, self.modules_ptr, &idents);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.tids.clear();
+        scratch.tids.extend(
+            self.threads
+                .iter()
+                .filter_map(|k| self.tids.ours(k.ts.native_thread_id)),
+        );
+        self.activity.retain(&scratch.tids);
+        scratch.idents.clear();
+        scratch
+            .idents
+            .extend(self.threads.iter().map(|k| k.ts.thread_id));
+        self.names.fill_names(
+            &mut self.remote,
+            self.layout,
+            self.modules_ptr,
+            &scratch.idents,
+            self.read_at,
+            &mut scratch.names,
+        );
         // py-spy compares thread ids with the holder's.
         let gil_thread = self
             .threads
@@ -405,7 +436,9 @@ impl FastReader {
             .map_or(0, |k| k.ts.thread_id);
         let mut moved = false;
         let mut out = Vec::with_capacity(self.threads.len());
-        for (i, (frames, name)) in read.frames.into_iter().zip(names).enumerate() {
+        let frames_names = read.frames.drain(..).zip(scratch.names.drain(..));
+        for (i, (frames, name)) in frames_names.enumerate() {
+            let frames = frames.unwrap_or_default();
             let Some(known) = self.threads.get(i) else {
                 break;
             };
@@ -446,6 +479,8 @@ impl FastReader {
                 frames,
             });
         }
+        scratch.results = read.frames;
+        self.scratch = scratch;
         (out, moved)
     }
 

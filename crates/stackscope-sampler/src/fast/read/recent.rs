@@ -22,11 +22,22 @@ pub(crate) fn name(
     recent: &mut RecentStacks,
 ) -> Result<Frames, String> {
     let seen = recent.last.see(layout, codes, ids, raw)?;
-    if let Some(stack) = recent.find(&seen) {
+    let stack = name_seen(codes, &seen, recent);
+    recent.last.give_back(seen);
+    stack
+}
+
+/// The stack `seen` names: one of `recent`'s, else a new one, remembered.
+fn name_seen(
+    codes: &CodeCache,
+    seen: &[SeenFrame],
+    recent: &mut RecentStacks,
+) -> Result<Frames, String> {
+    if let Some(stack) = recent.find(seen) {
         return Ok(stack);
     }
     let mut out = Vec::with_capacity(seen.len());
-    for s in &seen {
+    for s in seen {
         // Found good by the first pass, a moment ago, or named as the last walk named it
         // while the cache dropped nothing ([`LastNamed`]): the entry is there.
         let names = codes.checked(s.code).and_then(|info| info.names.as_ref());
@@ -58,7 +69,9 @@ pub(crate) fn find_proven(
     recent: &mut RecentStacks,
 ) -> Option<Proven> {
     let seen = recent.last.see(layout, codes, ids, raw).ok()?;
-    recent.proven_for(&seen, callers)
+    let proven = recent.proven_for(&seen, callers);
+    recent.last.give_back(seen);
+    proven
 }
 
 /// A stack a sound read gave, found for a read ([`RecentStacks::proven_for`]).
@@ -111,6 +124,9 @@ pub(crate) struct LastNamed {
     frames: Vec<Named>,
     /// The vector the next naming fills, swapped with `frames`: no allocation a sample.
     spare: Vec<Named>,
+    /// The list [`LastNamed::see`] answers in, given back after use
+    /// ([`LastNamed::give_back`]).
+    seen_spare: Vec<SeenFrame>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -137,10 +153,13 @@ impl LastNamed {
         }
         let mut next = std::mem::take(&mut self.spare);
         next.clear();
-        let mut seen: Vec<SeenFrame> = Vec::with_capacity(raw.len());
+        let mut seen = std::mem::take(&mut self.seen_spare);
+        seen.clear();
+        seen.reserve(raw.len());
         for (i, f) in raw.iter().enumerate() {
             let Some(Some(id)) = ids.get(&f.code) else {
                 self.spare = next;
+                self.seen_spare = seen;
                 return Err("Failed to copy PyCodeObject".to_owned());
             };
             let named = self
@@ -157,6 +176,11 @@ impl LastNamed {
         self.spare = std::mem::replace(&mut self.frames, next);
         self.epoch = codes.epoch();
         Ok(seen)
+    }
+
+    /// Takes back the list [`LastNamed::see`] answered, for the next naming.
+    fn give_back(&mut self, seen: Vec<SeenFrame>) {
+        self.seen_spare = seen;
     }
 
     /// The last naming of the frame `i` of a walk of `len` frames (innermost first), when the

@@ -76,11 +76,19 @@ impl FastReader {
         process_stopped: bool,
         before: &[Before],
     ) -> Result<Option<Read>, ReadError> {
-        let all: Vec<usize> = (0..self.threads.len()).collect();
+        // Every thread by its position, kept from sample to sample (taken out while the
+        // reads borrow the reader; a read that fails leaves the next to make it anew).
+        let mut all = std::mem::take(&mut self.every_thread);
+        if all.len() != self.threads.len() {
+            all.clear();
+            all.extend(0..self.threads.len());
+        }
         let first = self.first_attempt(&all, process_stopped)?;
         let stale_list = !threads::matches(&self.threads, &first);
         let gil_holder = first.gil_holder.unwrap_or(0);
-        let mut results: Vec<Option<Frames>> = vec![None; all.len()];
+        let mut results = std::mem::take(&mut self.scratch.results);
+        results.clear();
+        results.resize(all.len(), None);
         let mut settled = settle(&all, first, &mut results)?;
         if stale_list || settled.gone {
             return Ok(None);
@@ -100,11 +108,14 @@ impl FastReader {
             return Ok(None);
         }
         self.proving_stops(blocking && !process_stopped, &mut results);
-        let frames = results
-            .into_iter()
-            .map(|r| r.ok_or(ReadError::Torn))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(Read { frames, gil_holder }))
+        if results.iter().any(Option::is_none) {
+            return Err(ReadError::Torn);
+        }
+        self.every_thread = all;
+        Ok(Some(Read {
+            frames: results,
+            gil_holder,
+        }))
     }
 
     /// The sample's first read of every thread, the still ones taken on the GIL's word while

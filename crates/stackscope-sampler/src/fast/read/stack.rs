@@ -31,11 +31,18 @@ impl Region {
 }
 
 /// A region, whether it is a chunk, and whether the walk found a frame in it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Copied {
     region: Region,
     chunk: bool,
     used: bool,
+}
+
+/// A walk's lists, empty, kept with its thread between samples ([`Walk::recycle`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WalkSpare {
+    frames: Vec<RawFrame>,
+    regions: Vec<Copied>,
 }
 
 /// Frames a walk makes room for at its start (24 bytes each).
@@ -154,19 +161,34 @@ pub(crate) struct Walk {
 impl Walk {
     /// A walk from `current_frame` (0: the thread runs no Python) over `chunk`, a copy that
     /// starts at the current chunk's start (empty at address 0 when there is none).
+    #[cfg(test)]
     pub(crate) fn new(current_frame: usize, chunk: Region) -> Walk {
+        Walk::with_spare(current_frame, chunk, WalkSpare::default())
+    }
+
+    /// [`Walk::new`], in the lists a walk of the same thread left ([`Walk::recycle`]): a
+    /// steady sample's walk allocates nothing.
+    pub(crate) fn with_spare(current_frame: usize, chunk: Region, spare: WalkSpare) -> Walk {
         let older_chunk = chunk.previous_chunk();
+        let WalkSpare {
+            mut frames,
+            mut regions,
+        } = spare;
+        frames.clear();
+        // Room for a training loop's usual depth at once, rather than growing through four
+        // reallocations each sample.
+        frames.reserve(FRAMES_AHEAD);
+        regions.clear();
+        regions.push(Copied {
+            chunk: chunk.addr != 0,
+            region: chunk,
+            used: true,
+        });
         Walk {
-            // Room for a training loop's usual depth at once, rather than growing through
-            // four reallocations each sample.
-            frames: Vec::with_capacity(FRAMES_AHEAD),
+            frames,
             visited: 0,
             next: current_frame,
-            regions: vec![Copied {
-                chunk: chunk.addr != 0,
-                region: chunk,
-                used: true,
-            }],
+            regions,
             older_chunk,
             last_in_generator: false,
         }
@@ -289,8 +311,19 @@ impl Walk {
     }
 
     /// The bytes of every region the walk copied, for the next sample's copies to reuse.
-    pub(crate) fn into_bytes(self) -> impl Iterator<Item = Vec<u8>> {
-        self.regions.into_iter().map(|c| c.region.bytes)
+    /// Hands each copy's bytes to `take_back`, and answers the walk's lists, emptied, for the
+    /// thread's next walk ([`Walk::with_spare`]).
+    pub(crate) fn recycle(self, mut take_back: impl FnMut(Vec<u8>)) -> WalkSpare {
+        let Walk {
+            mut frames,
+            mut regions,
+            ..
+        } = self;
+        for copied in regions.drain(..) {
+            take_back(copied.region.bytes);
+        }
+        frames.clear();
+        WalkSpare { frames, regions }
     }
 
     pub(crate) fn add_region(&mut self, region: Region, chunk: bool) {

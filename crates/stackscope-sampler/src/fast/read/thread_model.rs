@@ -15,6 +15,7 @@ use crate::fast::proof::gil::GilWords;
 use crate::fast::proof::switches::OffCpu;
 use crate::fast::proof::vouch;
 use crate::fast::read::recent::RecentStacks;
+use crate::fast::read::stack::WalkSpare;
 
 /// A thread as the reader knows it between samples.
 #[derive(Debug, Clone)]
@@ -58,6 +59,8 @@ pub(crate) struct Known {
     /// Whether to stop it to prove a stack with a short call on top, and when it was last
     /// stopped for that ([`crate::fast::proof::vouch::ProvingStops`]).
     pub proving: vouch::ProvingStops,
+    /// The lists of its last walk, emptied, for its next ([`WalkSpare`]).
+    pub walk_spare: WalkSpare,
 }
 
 impl Known {

@@ -96,6 +96,7 @@ pub(crate) fn rebuild(
             // A rebuilt list starts its record of tries afresh.
             vouch: Default::default(),
             proving: Default::default(),
+            walk_spare: Default::default(),
         });
         addr = ts.next;
     }
