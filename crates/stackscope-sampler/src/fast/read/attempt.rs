@@ -69,7 +69,18 @@ pub(crate) struct WalkStats {
     pub returned_kept: u64,
 }
 
-/// Reads the threads `threads[i]` for each i in `which`, in phases: plan every thread's
+/// The lists an attempt fills and empties, kept by the reader from one attempt to the next:
+/// after a sleep, an allocation is a cold walk through the allocator's lists.
+#[derive(Default)]
+pub(crate) struct AttemptLists {
+    parts: Vec<Part>,
+    walks: Vec<Walking>,
+    code_ids: AddrMap<Slot>,
+    trusted: AddrMap<CodeId>,
+    ids: AddrMap<Option<CodeId>>,
+}
+
+/// Reads the threads `threads[i]` for each i in `req.which`, in phases: plan every thread's
 /// ranges into one batch ([`plan`]), run it, read the GIL and list words around it
 /// ([`Bracket::read`]), check each thread's copy ([`check`]), walk the frames with rounds of
 /// later reads ([`walk`]), read what the walks still need to be judged ([`read_late`]), load
@@ -79,22 +90,26 @@ pub(crate) fn attempt(
     codes: &mut CodeCache,
     threads: &mut [Known],
     still: &mut StillThreads,
-    which: &[usize],
     req: &Request<'_>,
+    lists: &mut AttemptLists,
     stats: &mut WalkStats,
 ) -> std::io::Result<Attempt> {
     let layout = req.layout;
     let now = req.now;
     let mut batch = remote.batch();
-    let (mut parts, ranges) = plan(&mut batch, codes, now, threads, still, which, req);
+    let ranges = plan(&mut batch, codes, threads, still, req, lists);
     batch.run(remote)?;
-    let mut bracket = Bracket::read(&batch, layout, &ranges);
+    let mut bracket = Bracket::read(&batch, layout, &ranges, std::mem::take(&mut lists.ids));
     bracket.note_ids(codes, &ranges.code_ids, now);
-    let (mut walks, quiet_failed) =
-        check(&batch, layout, threads, still, &mut parts, &bracket, stats);
+    ranges.give_back(lists);
+    let mut walks = std::mem::take(&mut lists.walks);
+    let parts = &mut lists.parts;
+    let quiet_failed = check(
+        &batch, layout, threads, still, parts, &bracket, &mut walks, stats,
+    );
     // The batch stays until the checks are done: the later copies are read in it.
-    walk(remote, layout, &mut walks, &mut parts, stats)?;
-    let ran_late = read_late(remote, codes, now, req, &walks, &parts, &mut bracket)?;
+    walk(remote, layout, &mut walks, parts, stats)?;
+    let ran_late = read_late(remote, codes, now, req, &walks, parts, &mut bracket)?;
     let named = |w: &Walking| &threads[parts[w.pos].i].recent;
     load_codes(remote, codes, layout, &walks, named, &bracket.ids, now)?;
     let judged = Judged {
@@ -103,17 +118,20 @@ pub(crate) fn attempt(
         ran: &bracket.ran,
         ran_late: &ran_late,
     };
-    record(codes, threads, &walks, &mut parts, req, &judged, stats);
-    for w in walks {
+    record(codes, threads, &walks, parts, req, &judged, stats);
+    for w in walks.drain(..) {
         let spare = w.walk.recycle(|bytes| batch.take_back(bytes));
         threads[parts[w.pos].i].walk_spare = spare;
     }
     remote.recycle(batch);
-    Ok(finish(threads, parts, &bracket, !req.stopped, quiet_failed))
+    let attempt = finish(threads, parts, &bracket, !req.stopped, quiet_failed);
+    lists.walks = walks;
+    lists.ids = bracket.ids;
+    Ok(attempt)
 }
 
 /// Where the process-wide words went in the first batch.
-struct Ranges {
+pub(super) struct Ranges {
     gil_before: Option<Slot>,
     /// The list head, and the word that names the GIL's holder.
     list: Option<(Slot, Option<Slot>)>,
@@ -125,38 +143,52 @@ struct Ranges {
     gil_after: Option<Slot>,
 }
 
+impl Ranges {
+    /// Hands the maps back, emptied, for the next attempt.
+    fn give_back(self, lists: &mut AttemptLists) {
+        let Ranges {
+            mut code_ids,
+            mut trusted,
+            ..
+        } = self;
+        code_ids.clear();
+        trusted.clear();
+        lists.code_ids = code_ids;
+        lists.trusted = trusted;
+    }
+}
+
 /// Plans the first batch: the GIL, the list words, each thread's ranges, the identity of
 /// the code objects the threads ran last time, still threads' states, and the GIL again (the
 /// kernel copies the ranges in that order).
 fn plan(
     batch: &mut Batch,
     codes: &CodeCache,
-    now: Instant,
     threads: &[Known],
     still: &StillThreads,
-    which: &[usize],
     req: &Request<'_>,
-) -> (Vec<Part>, Ranges) {
+    lists: &mut AttemptLists,
+) -> Ranges {
     let layout = req.layout;
+    let now = req.now;
     let bracket = !req.stopped;
     let (gil_before, list) = plan_globals(batch, layout, req.globals, bracket, req.with_list);
     let mut seed = req.seed;
-    let mut parts: Vec<Part> = which
-        .iter()
-        .map(|&i| {
-            let (plan, skipped_copies) =
-                plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed);
-            Part {
-                i,
-                plan,
-                state: None,
-                outcome: None,
-                read_late: false,
-                skipped_copies,
-                vouched: false,
-            }
-        })
-        .collect();
+    let parts = &mut lists.parts;
+    parts.clear();
+    parts.extend(req.which.iter().map(|&i| {
+        let (plan, skipped_copies) =
+            plan_thread(batch, &threads[i], still.is_still(i), i, req, &mut seed);
+        Part {
+            i,
+            plan,
+            state: None,
+            outcome: None,
+            read_late: false,
+            skipped_copies,
+            vouched: false,
+        }
+    }));
     // The code objects the threads ran last time, most likely still on their stacks: their
     // identity comes with the snapshot, so a steady sample needs no second call. (A still
     // thread's stack comes with its names: a code object on a stack cannot be freed.) Those
@@ -164,10 +196,12 @@ fn plan(
     // Sized once: most of them are trusted once settled, the rest read; grown insert by
     // insert, the maps were rehashed two or three times a sample.
     let codes_known: usize = parts.iter().map(|p| threads[p.i].codes.len()).sum();
-    let mut code_ids: AddrMap<Slot> = AddrMap::default();
-    let mut trusted: AddrMap<CodeId> =
-        AddrMap::with_capacity_and_hasher(codes_known, Default::default());
-    for part in &parts {
+    let mut code_ids = std::mem::take(&mut lists.code_ids);
+    let mut trusted = std::mem::take(&mut lists.trusted);
+    code_ids.clear();
+    trusted.clear();
+    trusted.reserve(codes_known);
+    for part in parts.iter() {
         if matches!(part.plan, Plan::Still(_) | Plan::Quiet) {
             continue;
         }
@@ -194,14 +228,13 @@ fn plan(
         .collect();
     still::add_tstates(batch, still_plans);
     let gil_after = bracket.then(|| batch.add(req.globals.gil, common::GIL_LEN));
-    let ranges = Ranges {
+    Ranges {
         gil_before,
         list,
         code_ids,
         trusted,
         gil_after,
-    };
-    (parts, ranges)
+    }
 }
 
 /// The process-wide words a read starts with: the GIL's (when `bracket`), then the list head
@@ -286,7 +319,9 @@ fn trusted_or_read(
 
 /// Checks each thread's copy: a thread taken as still on the GIL's word is done or lost its
 /// bet; a still one is where it was or not; a full copy is a stack to walk, or must be read
-/// again. Answers the walks to make, and the threads whose bets were lost (by position).
+/// again. Fills `walks` (emptied first) with the walks to make; answers the threads whose
+/// bets were lost (by position).
+#[allow(clippy::too_many_arguments)] // the attempt's state, each part its own borrow
 fn check(
     batch: &Batch,
     layout: &Layout,
@@ -294,9 +329,10 @@ fn check(
     still: &mut StillThreads,
     parts: &mut [Part],
     bracket: &Bracket,
+    walks: &mut Vec<Walking>,
     stats: &mut WalkStats,
-) -> (Vec<Walking>, Vec<usize>) {
-    let mut walks = Vec::new();
+) -> Vec<usize> {
+    walks.clear();
     let mut quiet_failed = Vec::new();
     for (pos, part) in parts.iter_mut().enumerate() {
         let Part {
@@ -344,7 +380,7 @@ fn check(
             },
         }
     }
-    (walks, quiet_failed)
+    quiet_failed
 }
 
 /// Checks a thread's full copy (`k`'s, at `pos` in the attempt): its thread state as read,
@@ -547,14 +583,14 @@ fn load_codes<'a>(
 /// (read it again); what this read found good is good as of the GIL read after it.
 fn finish(
     threads: &mut [Known],
-    parts: Vec<Part>,
+    parts: &mut Vec<Part>,
     bracket: &Bracket,
     bracketed: bool,
     quiet_failed: Vec<usize>,
 ) -> Attempt {
     let mut states = Vec::with_capacity(parts.len());
     let mut outcomes = Vec::with_capacity(parts.len());
-    for part in parts {
+    for part in parts.drain(..) {
         let k = &mut threads[part.i];
         let mut outcome = part.outcome;
         if matches!(outcome, Some(Outcome::Broken(_))) && bracket.ran.may_have_run(k.tstate) {

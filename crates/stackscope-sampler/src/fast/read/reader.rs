@@ -17,7 +17,7 @@ use crate::fast::objects::filenames::FileNames;
 use crate::fast::objects::names::ThreadNames;
 use crate::fast::proof::gil::GilWords;
 use crate::fast::read::activity::{self, Activity};
-use crate::fast::read::attempt::{attempt, Attempt, WalkStats};
+use crate::fast::read::attempt::{attempt, Attempt, AttemptLists, WalkStats};
 use crate::fast::read::ostid::OsTids;
 use crate::fast::read::request::{Check, Globals, Request};
 use crate::fast::read::state_before::Before;
@@ -105,6 +105,8 @@ pub(crate) struct FastReader {
     /// `0..threads.len()`, kept between samples.
     pub(in crate::fast) every_thread: Vec<usize>,
     pub(in crate::fast) walk_stats: WalkStats,
+    /// The lists each attempt fills and empties.
+    pub(in crate::fast) attempt_lists: AttemptLists,
     pub(in crate::fast) stats: ReaderStats,
     /// OS thread ids from `pthread_t`s, for interpreters that do not record them (3.10).
     pub(in crate::fast) os_tids: Option<OsTids>,
@@ -229,6 +231,7 @@ impl FastReader {
             scratch: Scratch::default(),
             every_thread: Vec::new(),
             walk_stats: WalkStats::default(),
+            attempt_lists: AttemptLists::default(),
             stats: ReaderStats::default(),
             os_tids: (!layout.has_native_thread_id).then(|| OsTids::new(pid)),
             reuse_states: strategy == Strategy::StopGilHolders && tuning.idle_reuse,
@@ -532,6 +535,7 @@ impl FastReader {
             seed: self.gap_seed,
             layout: self.layout,
             globals: &self.globals,
+            which,
             with_list,
             stopped,
             check: if check_all {
@@ -549,8 +553,8 @@ impl FastReader {
             &mut self.codes,
             &mut self.threads,
             &mut self.still,
-            which,
             &req,
+            &mut self.attempt_lists,
             &mut self.walk_stats,
         )
         .map_err(|e| match e.raw_os_error() {

@@ -14,6 +14,8 @@ pub(crate) struct Request<'a> {
     pub seed: u64,
     pub layout: &'a Layout,
     pub globals: &'a Globals,
+    /// The threads to read, by their place in the list.
+    pub which: &'a [usize],
     /// Read the thread list head and the GIL holder too.
     pub with_list: bool,
     /// The threads asked for cannot run (we stopped them): no GIL bracketing needed.

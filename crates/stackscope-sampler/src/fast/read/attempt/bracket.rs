@@ -26,7 +26,13 @@ pub(super) struct Bracket {
 }
 
 impl Bracket {
-    pub(super) fn read(batch: &Batch, layout: &Layout, ranges: &Ranges) -> Bracket {
+    /// What `batch` read at `ranges`; the identities go into `ids` (emptied first).
+    pub(super) fn read(
+        batch: &Batch,
+        layout: &Layout,
+        ranges: &Ranges,
+        mut ids: AddrMap<Option<CodeId>>,
+    ) -> Bracket {
         let before = gil_words(batch, ranges.gil_before);
         let after = gil_words(batch, ranges.gil_after);
         let ran = if ranges.gil_before.is_some() {
@@ -50,7 +56,8 @@ impl Bracket {
             .iter()
             .map(|(&addr, &slot)| (addr, batch.get(slot).and_then(|b| CodeId::parse(layout, b))));
         let trusted = ranges.trusted.iter().map(|(&addr, &id)| (addr, Some(id)));
-        let ids = read.chain(trusted).collect();
+        ids.clear();
+        ids.extend(read.chain(trusted));
         Bracket {
             before,
             after,
