@@ -119,8 +119,13 @@ fn record(out: &OutDir, shape: &Shape, extra: &[&str]) -> (Value, Value) {
 /// the threads, so the truth is the larger of the two waits as the job itself measured them.
 /// Its GIL waits lie between its own Python's (`gil_wait`) and that plus those of the write
 /// that tells its GPU idle, which it counts as GPU wait (`gil_wait_in_writes`): where the input
-/// wait falls between the two, either class is true.
+/// wait falls between the two, or within [`TIE_POINTS`] of them, either class is true.
 const INPUT_OR_GIL: &str = "input_pipeline or gil_contention, by the job's own measure";
+
+/// Two waits whose shares (of the loop's wall time, by the job's own measure) are this close
+/// are a tie, either class true: a recording's share of 8 s at 100 Hz stands within about 1.6
+/// points of the truth (one standard error), the difference of two within about 2.3.
+const TIE_POINTS: f64 = 0.05;
 
 /// The classes `shape` may read, given the job's own measure of its step.
 fn expected_classes(shape: &Shape, stats: &Value) -> Vec<&'static str> {
@@ -131,10 +136,10 @@ fn expected_classes(shape: &Shape, stats: &Value) -> Vec<&'static str> {
     let gil_least = own_share(stats, "gil_wait");
     let gil_most = gil_least + own_share(stats, "gil_wait_in_writes");
     let mut classes = Vec::new();
-    if input >= gil_least {
+    if input + TIE_POINTS >= gil_least {
         classes.push("input_pipeline");
     }
-    if gil_most >= input {
+    if gil_most + TIE_POINTS >= input {
         classes.push("gil_contention");
     }
     classes
