@@ -40,7 +40,9 @@ impl<K: Eq + Hash, I: Copy> LastStacks<K, I> {
     pub fn get(&self, key: &K, frames: &[Frame]) -> Option<I> {
         let kept = self.last.get(key)?;
         // The same shared stack first: one comparison each, whatever its depth.
-        let shared = kept.iter().find(|(stack, _)| std::ptr::eq(&**stack, frames));
+        let shared = kept
+            .iter()
+            .find(|(stack, _)| std::ptr::eq(&**stack, frames));
         shared
             .or_else(|| kept.first().filter(|(newest, _)| **newest == *frames))
             .map(|(_, id)| *id)
