@@ -54,7 +54,8 @@ impl<K: Eq + Hash, I: Copy> LastStacks<K, I> {
             self.last.clear();
         }
         let kept = self.last.entry(key).or_default();
-        kept.retain(|(stack, _)| !Arc::ptr_eq(stack, frames));
+        // One entry a stack: the same frames built afresh (cut to a depth, say) replace it.
+        kept.retain(|(stack, _)| !Arc::ptr_eq(stack, frames) && **stack != **frames);
         kept.truncate(PER_THREAD - 1);
         kept.insert(0, (Arc::clone(frames), id));
     }
@@ -132,6 +133,17 @@ mod tests {
         last.remember(1, &stacks[1], 1);
         assert_eq!(last.last[&1].len(), PER_THREAD);
         assert_eq!(last.get(&1, &[Frame::python("spin", "s.py", 1)]), Some(1));
+        // The same frames built afresh take the place of the stack they equal.
+        let again: Frames = vec![Frame::python("spin", "s.py", 3)].into();
+        last.remember(1, &again, 3);
+        assert_eq!(last.last[&1].len(), PER_THREAD);
+        assert_eq!(last.get(&1, &again), Some(3));
+        assert!(
+            !last.last[&1]
+                .iter()
+                .any(|(s, _)| Arc::ptr_eq(s, &stacks[3])),
+            "its old copy is let go"
+        );
         // Another thread's stacks are its own.
         assert_eq!(last.get(&2, &stacks[1]), None);
     }
