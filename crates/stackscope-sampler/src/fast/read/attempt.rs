@@ -102,30 +102,26 @@ pub(crate) fn attempt(
     let mut bracket = Bracket::read(&batch, layout, &ranges, std::mem::take(&mut lists.ids));
     bracket.note_ids(codes, &ranges.code_ids, now);
     ranges.give_back(lists);
-    let mut walks = std::mem::take(&mut lists.walks);
-    let parts = &mut lists.parts;
-    let quiet_failed = check(
-        &batch, layout, threads, still, parts, &bracket, &mut walks, stats,
-    );
+    let quiet_failed = check(&batch, layout, threads, still, &bracket, lists, stats);
+    let AttemptLists { parts, walks, .. } = lists;
     // The batch stays until the checks are done: the later copies are read in it.
-    walk(remote, layout, &mut walks, parts, stats)?;
-    let ran_late = read_late(remote, codes, now, req, &walks, parts, &mut bracket)?;
+    walk(remote, layout, walks, parts, stats)?;
+    let ran_late = read_late(remote, codes, now, req, walks, parts, &mut bracket)?;
     let named = |w: &Walking| &threads[parts[w.pos].i].recent;
-    load_codes(remote, codes, layout, &walks, named, &bracket.ids, now)?;
+    load_codes(remote, codes, layout, walks, named, &bracket.ids, now)?;
     let judged = Judged {
         batch: &batch,
         ids: &bracket.ids,
         ran: &bracket.ran,
         ran_late: &ran_late,
     };
-    record(codes, threads, &walks, parts, req, &judged, stats);
+    record(codes, threads, walks, parts, req, &judged, stats);
     for w in walks.drain(..) {
         let spare = w.walk.recycle(|bytes| batch.take_back(bytes));
         threads[parts[w.pos].i].walk_spare = spare;
     }
     remote.recycle(batch);
     let attempt = finish(threads, parts, &bracket, !req.stopped, quiet_failed);
-    lists.walks = walks;
     lists.ids = bracket.ids;
     Ok(attempt)
 }
@@ -319,19 +315,18 @@ fn trusted_or_read(
 
 /// Checks each thread's copy: a thread taken as still on the GIL's word is done or lost its
 /// bet; a still one is where it was or not; a full copy is a stack to walk, or must be read
-/// again. Fills `walks` (emptied first) with the walks to make; answers the threads whose
-/// bets were lost (by position).
-#[allow(clippy::too_many_arguments)] // the attempt's state, each part its own borrow
+/// again. Fills `lists.walks` (emptied first) with the walks to make, from `lists.parts`;
+/// answers the threads whose bets were lost (by position).
 fn check(
     batch: &Batch,
     layout: &Layout,
     threads: &mut [Known],
     still: &mut StillThreads,
-    parts: &mut [Part],
     bracket: &Bracket,
-    walks: &mut Vec<Walking>,
+    lists: &mut AttemptLists,
     stats: &mut WalkStats,
 ) -> Vec<usize> {
+    let AttemptLists { parts, walks, .. } = lists;
     walks.clear();
     let mut quiet_failed = Vec::new();
     for (pos, part) in parts.iter_mut().enumerate() {
