@@ -13,6 +13,8 @@
 //! | `STACKSCOPE_SWITCH_RINGS`  | `0` off, anything else on                | on             |
 //! | `STACKSCOPE_PROVEN_STACKS` | `0` off, anything else on                | on             |
 //! | `STACKSCOPE_CODE_TRUST`    | `0` off, anything else on                | on             |
+//! | `STACKSCOPE_KEPT_NATIVE`   | `0` off, anything else on                | on             |
+//! | `STACKSCOPE_NATIVE_AUDIT`  | `0` off, anything else on                | off            |
 //!
 //! What each one does: [`ReaderTuning`]'s fields (docs/performance.md measures them).
 
@@ -51,6 +53,8 @@ fn reader_tuning_from(var: impl Fn(&str) -> Option<OsString>) -> ReaderTuning {
         switch_rings: switch("STACKSCOPE_SWITCH_RINGS", true),
         proven_stacks: switch("STACKSCOPE_PROVEN_STACKS", true),
         code_trust: switch("STACKSCOPE_CODE_TRUST", true),
+        kept_native: switch("STACKSCOPE_KEPT_NATIVE", true),
+        native_audit: switch("STACKSCOPE_NATIVE_AUDIT", false),
     }
 }
 
@@ -114,5 +118,9 @@ mod tests {
         assert!(tuning(&[("STACKSCOPE_PROVEN_STACKS", "1")]).proven_stacks);
         assert!(!tuning(&[("STACKSCOPE_CODE_TRUST", "0")]).code_trust);
         assert!(tuning(&[("STACKSCOPE_CODE_TRUST", "1")]).code_trust);
+        assert!(!tuning(&[("STACKSCOPE_KEPT_NATIVE", "0")]).kept_native);
+        assert!(tuning(&[("STACKSCOPE_KEPT_NATIVE", "1")]).kept_native);
+        assert!(tuning(&[("STACKSCOPE_NATIVE_AUDIT", "1")]).native_audit);
+        assert!(!tuning(&[("STACKSCOPE_NATIVE_AUDIT", "0")]).native_audit);
     }
 }

@@ -38,7 +38,9 @@ pub use procfs::descendants;
 pub use root::{python_descendants, OtherProcess, Root};
 pub use sampler::{reader_name, Sampler, SamplerConfig, SamplerReport, SamplerStats, StopReason};
 pub use stackscope_event::{FrameDump, LocalVariable, ProcessDump, ThreadDump, ThreadState};
-pub use target::{check_supported_version, IdleAudit, PythonTarget, TargetOptions, ThreadStack};
+pub use target::{
+    check_supported_version, IdleAudit, KeptStats, PythonTarget, TargetOptions, ThreadStack,
+};
 pub use timer::{SampleTimer, Tick};
 pub use tree::ProcessSet;
 pub use tuning::{ReaderChoice, ReaderTuning, ShortSlices};

@@ -9,6 +9,7 @@ use stackscope_event::ThreadState;
 pub mod cpus;
 mod started;
 pub(crate) mod stat;
+pub(crate) mod syscall;
 mod waits;
 pub use started::{start_ticks, started_secs};
 pub use stat::ProcState;

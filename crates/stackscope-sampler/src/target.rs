@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use py_spy::{PythonSpy, StackTrace};
 use stackscope_event::{Frame, Frames, ThreadInfo};
-use stackscope_native::{merge, EntryFrame, NativeUnwinder};
+use stackscope_native::{EntryFrame, NativeUnwinder};
 
 use crate::caps::CapHits;
 use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
@@ -119,6 +119,8 @@ pub struct PythonTarget {
     tids: TidMap,
     /// The process's own pid, where it differs from `pid`.
     ns_pid: Option<u32>,
+    /// `--native`: each thread's last merged stack, kept while it does not run.
+    kept: native_kept::NativeKept,
 }
 
 impl PythonTarget {
@@ -191,6 +193,7 @@ impl PythonTarget {
             vouch_misses: s.vouch_misses,
             returned_kept: s.returned_kept,
             proving_stops: s.proving_stops,
+            native: self.kept.stats,
         })
     }
 
@@ -453,7 +456,7 @@ impl PythonTarget {
                     .and_then(|tid| unwinder.unwind(tid).ok()),
                 _ => None,
             };
-            let frames: Vec<Frame> = match unwound {
+            let frames: Frames = match unwound {
                 Some(native) => {
                     let python: Vec<EntryFrame> = trace
                         .frames
@@ -463,11 +466,7 @@ impl PythonTarget {
                             entry: f.is_entry || f.is_shim_entry,
                         })
                         .collect();
-                    merge(&python, &native.frames)
-                        .frames
-                        .into_iter()
-                        .map(|f| self.strings.shorten_native(f))
-                        .collect()
+                    self.merged(&python, &native)
                 }
                 // A thread whose native stack cannot be walked still has its Python frames.
                 None => trace.frames.iter().map(|f| self.strings.frame(f)).collect(),
@@ -480,7 +479,12 @@ impl PythonTarget {
         Ok(stacks)
     }
 
-    fn thread_stack(&mut self, trace: StackTrace, frames: Vec<Frame>, active: bool) -> ThreadStack {
+    fn thread_stack(
+        &mut self,
+        trace: StackTrace,
+        frames: impl Into<Frames>,
+        active: bool,
+    ) -> ThreadStack {
         let thread = ThreadInfo {
             os_thread_id: trace.os_thread_id,
             python_thread_id: trace.thread_id,
@@ -529,6 +533,9 @@ pub struct IdleAudit {
     /// threads stopped to prove such stacks.
     pub returned_kept: u64,
     pub proving_stops: u64,
+    /// `--native`: threads unwound and threads given their kept stack instead
+    /// ([`KeptStats`]).
+    pub native: KeptStats,
 }
 
 /// Hands out one shared copy of each function and file name, so that a stack costs pointers
@@ -584,6 +591,8 @@ impl StringCache {
 
 mod attach;
 mod deep_read;
+mod native_kept;
+pub use native_kept::KeptStats;
 #[cfg(test)]
 mod fast_failures;
 #[cfg(test)]

@@ -73,6 +73,14 @@ pub struct ReaderTuning {
     /// instruction lies outside it. Default: on (off reads every code object a stack uses,
     /// every sample).
     pub code_trust: bool,
+    /// `--native`: a thread whose switch ring shows it has not run since its native stack was
+    /// unwound keeps that stack and is not stopped again (`target`'s `native_kept`).
+    /// Default: on (off stops and unwinds every Python thread every sample, as py-spy does).
+    pub kept_native: bool,
+    /// `--native`: stop and unwind every other sample's kept threads anyway, and count the
+    /// kept stacks that differ from the fresh ones ([`crate::PythonTarget::idle_audit`]).
+    /// Default: off.
+    pub native_audit: bool,
 }
 
 impl ReaderTuning {
@@ -87,6 +95,8 @@ impl ReaderTuning {
         switch_rings: true,
         proven_stacks: true,
         code_trust: true,
+        kept_native: true,
+        native_audit: false,
     };
 }
 

@@ -58,8 +58,11 @@ mod test_threads;
 pub(crate) use deep::{DeepFrame, DeepThread};
 pub(crate) use error::{Misfits, ReadError};
 pub(crate) use memory::addrmap::{PidMap, TidMap as ByTid};
+pub(crate) use proof::switches::OffCpu;
 use read::os_states::os_state;
 pub(crate) use read::ostid::OsTids;
 use read::reader::Read;
-pub(crate) use read::reader::{notice_once, FastReader, Strategy, ThreadRead, Unread};
+pub(crate) use read::reader::{
+    notice_once, FastReader, StatesBefore, Strategy, ThreadRead, Unread,
+};
 use read::state_before::Before;

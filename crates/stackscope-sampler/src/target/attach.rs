@@ -8,6 +8,8 @@ use py_spy::config::{LineNo, LockingStrategy};
 use py_spy::{Config, PythonSpy};
 use stackscope_native::NativeUnwinder;
 
+use super::native_kept::NativeKept;
+
 use super::{
     check_supported_version, PythonTarget, StringCache, TargetOptions, PY_SPY_NEWEST_MINOR,
 };
@@ -90,6 +92,7 @@ impl PythonTarget {
             os_tids: None,
             tids: TidMap::new(pid),
             ns_pid: crate::namespace::own_pid(pid),
+            kept: NativeKept::new(&options.tuning),
         })
     }
 

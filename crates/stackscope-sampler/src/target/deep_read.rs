@@ -7,19 +7,20 @@
 //! thread's frames ([`crate::fast`]'s `deep`) where paths or locals are asked for, and each
 //! thread's native unwind, which must all come from one instant to be joined. Merging needs
 //! only which frames entered the eval loop, which the sample's own walk tells: `--native`
-//! alone reads nothing more than a sample does, but for the unwinds. Whether a thread runs is
-//! read from `/proc` before the stop, since during it every thread reads as stopped.
+//! alone reads nothing more than a sample does, but for the unwinds, and stops only the threads
+//! that ran since their last unwind ([`super::native_kept`]). Whether a thread runs is read
+//! from `/proc` before the stop, since during it every thread reads as stopped.
 
 use std::any::Any;
 
 use py_spy::StackTrace;
-use stackscope_event::Frame;
+use stackscope_event::{Frame, Frames};
 use stackscope_native::{merge, EntryFrame};
 
 use super::{PythonTarget, ThreadStack};
 use crate::error::{classify_sample_error, SampleFailure};
-use crate::fast::{DeepFrame, DeepThread, ThreadRead};
-use crate::leader::{LiveThreadsStop, ThreadsStop};
+use crate::fast::{DeepFrame, DeepThread, FastReader, ThreadRead};
+use crate::leader::LiveThreadsStop;
 
 impl PythonTarget {
     /// Whether stacks are read by [`read_stacks_deep`](PythonTarget::read_stacks_deep):
@@ -33,31 +34,20 @@ impl PythonTarget {
     }
 
     pub(super) fn read_stacks_deep(&mut self) -> Result<Vec<ThreadStack>, SampleFailure> {
+        // Native frames alone need only the threads that ran stopped.
+        if self.native.is_some()
+            && !self.keep_raw
+            && self.fast.as_ref().is_some_and(FastReader::knows_entries)
+        {
+            return self.read_stacks_native();
+        }
         let stops = self.deep_read_stops();
         let Some(fast) = self.fast.as_mut() else {
             return Ok(Vec::new());
         };
         // Whether a thread runs comes from before the stop, by the reader's own rules.
         let states = stops.then(|| fast.states_before_stop());
-        // Native frames alone need only the threads that run Python stopped.
-        let python_only = self.native.is_some() && !self.keep_raw && fast.knows_entries();
-        let tids = if python_only {
-            fast.os_thread_ids()
-        } else {
-            Vec::new()
-        };
-        let stop = if python_only {
-            let pid = self.pid;
-            let stopped = ThreadsStop::new(self.read_pid, &tids).map_err(|e| {
-                classify_sample_error(
-                    pid,
-                    &anyhow::Error::new(e).context("cannot stop the process"),
-                )
-            })?;
-            Some(Box::new(stopped) as Box<dyn Any>)
-        } else {
-            self.stop_for_deep_read()?
-        };
+        let stop = self.stop_for_deep_read()?;
         let Some(fast) = self.fast.as_mut() else {
             return Ok(Vec::new());
         };
@@ -130,49 +120,80 @@ impl PythonTarget {
         native: Option<stackscope_native::NativeStack>,
         active: bool,
     ) -> ThreadStack {
-        let frames: Vec<Frame> = match (&deep, native) {
-            (Some(deep), Some(native)) => {
-                let python: Vec<EntryFrame> = thread
-                    .frames
-                    .iter()
-                    .zip(deep)
-                    .map(|(frame, d)| EntryFrame {
-                        frame: frame.clone(),
-                        entry: d.entry,
-                    })
-                    .collect();
-                merge(&python, &native.frames)
-                    .frames
-                    .into_iter()
-                    .map(|f| self.strings.shorten_native(f))
-                    .collect()
-            }
+        let frames: Frames = match (&deep, native) {
+            (Some(deep), Some(native)) => self.merge_native(&thread.frames, deep, &native),
             // Without a native stack, or one whose eval frames cannot be told from the deep
             // read, the Python frames alone.
-            _ => thread.frames.to_vec(),
+            _ => thread.frames.clone(),
         };
-        let trace = StackTrace {
-            pid: self.pid as py_spy::Pid,
-            thread_id: thread.thread_id,
-            thread_name: thread.name.as_deref().map(str::to_owned),
-            os_thread_id: thread.os_thread_id,
-            active,
-            owns_gil: thread.owns_gil,
-            // Kept for a dump only: not built for every sample of `--native`.
-            frames: if self.keep_raw {
-                raw_frames(&thread.frames, deep.as_deref(), self.locals)
-            } else {
-                Vec::new()
-            },
-            process_info: None,
+        // Kept for a dump only: not built for every sample of `--native`.
+        let raw = if self.keep_raw {
+            raw_frames(&thread.frames, deep.as_deref(), self.locals)
+        } else {
+            Vec::new()
         };
+        let trace = read_trace(self.pid, &thread, active, raw);
         self.thread_stack(trace, frames, active)
+    }
+
+    /// A thread's Python frames with its native stack merged in, where the deep read (or the
+    /// sample's walk) says which Python frames entered the eval loop.
+    pub(super) fn merge_native(
+        &mut self,
+        python: &[Frame],
+        deep: &[DeepFrame],
+        native: &stackscope_native::NativeStack,
+    ) -> Frames {
+        let python: Vec<EntryFrame> = python
+            .iter()
+            .zip(deep)
+            .map(|(frame, d)| EntryFrame {
+                frame: frame.clone(),
+                entry: d.entry,
+            })
+            .collect();
+        self.merged(&python, native)
+    }
+
+    /// `python`'s frames with `native`'s merged in, native names shortened.
+    pub(super) fn merged(
+        &mut self,
+        python: &[EntryFrame],
+        native: &stackscope_native::NativeStack,
+    ) -> Frames {
+        merge(python, &native.frames)
+            .frames
+            .into_iter()
+            .map(|f| self.strings.shorten_native(f))
+            .collect()
+    }
+}
+
+/// The trace of `thread` as read, `frames` the raw ones a dump keeps (none for a sample).
+pub(super) fn read_trace(
+    pid: u32,
+    thread: &ThreadRead,
+    active: bool,
+    frames: Vec<py_spy::Frame>,
+) -> StackTrace {
+    StackTrace {
+        pid: pid as py_spy::Pid,
+        thread_id: thread.thread_id,
+        thread_name: thread.name.as_deref().map(str::to_owned),
+        os_thread_id: thread.os_thread_id,
+        active,
+        owns_gil: thread.owns_gil,
+        frames,
+        process_info: None,
     }
 }
 
 /// The deep read of `thread`, when it has exactly the thread's frames (a thread that moved
 /// between the two reads, possible only unstopped, has none).
-fn matching_deep(deep: &mut Vec<DeepThread>, thread: &ThreadRead) -> Option<Vec<DeepFrame>> {
+pub(super) fn matching_deep(
+    deep: &mut Vec<DeepThread>,
+    thread: &ThreadRead,
+) -> Option<Vec<DeepFrame>> {
     let at = deep.iter().position(|d| d.thread_id == thread.thread_id)?;
     let found = deep.swap_remove(at);
     (found.frames.len() == thread.frames.len()).then_some(found.frames)

@@ -14,6 +14,7 @@ mod frame_origins;
 mod idle_reuse;
 mod idle_rule;
 mod live_target;
+mod native_kept;
 mod reader_consistency;
 mod reader_differential;
 mod reader_strategies;

@@ -4,7 +4,8 @@
 //! walking frames ([`stack`]), naming them and keeping a thread's last stacks ([`recent`]), the
 //! thread list and the model of a thread between samples ([`threads`], [`thread_model`]), each
 //! thread's OS state ([`activity`]) and its reading around a sample ([`os_states`], kept
-//! from before the read in [`state_before`]), and OS thread ids before 3.11 ([`ostid`]).
+//! from before the read in [`state_before`]), reads for a caller that stops threads itself
+//! ([`stopped`]), and OS thread ids before 3.11 ([`ostid`]).
 
 pub(super) mod activity;
 pub(super) mod attempt;
@@ -18,5 +19,6 @@ pub(super) mod request;
 pub(super) mod sample_read;
 pub(super) mod stack;
 pub(super) mod state_before;
+pub(super) mod stopped;
 pub(super) mod thread_model;
 pub(super) mod threads;

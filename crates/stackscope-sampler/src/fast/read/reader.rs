@@ -62,6 +62,10 @@ pub(crate) struct ThreadRead {
     /// Busy, by the one idle rule ([`crate::idle`]).
     pub active: bool,
     pub frames: Frames,
+    /// Its Python state's signature as of this read (every frame's address, code and
+    /// instruction; [`crate::fast::read::judge::signature`]): equal in two reads, the thread
+    /// ran no Python in between or came back to exactly where it was. 0: not known.
+    pub sig: u64,
 }
 
 /// Lists a sample fills and empties (each thread's OS id, ident, name and frames), kept between
@@ -77,7 +81,8 @@ pub(in crate::fast) struct Scratch {
 
 /// Each thread's OS state before its caller stopped the process
 /// ([`FastReader::states_before_stop`]).
-pub(crate) struct StatesBefore(Vec<Before>);
+#[derive(Clone)]
+pub(crate) struct StatesBefore(pub(in crate::fast) Vec<Before>);
 
 pub(crate) struct FastReader {
     pub(in crate::fast) pid: u32,
@@ -334,45 +339,11 @@ impl FastReader {
 
     /// Each thread's OS state before a read, under the reuse rules, counted
     /// ([`FastReader::states_before`]).
-    fn states_before_read(&mut self, defer_holder: bool) -> Vec<Before> {
+    pub(in crate::fast) fn states_before_read(&mut self, defer_holder: bool) -> Vec<Before> {
         self.fill_os_thread_ids();
         let before = self.states_before(self.read_at, defer_holder);
         self.stats.stat_reused += before.iter().filter(|b| b.how.is_reused()).count() as u64;
         before
-    }
-
-    /// For a caller about to stop the whole process: each thread's OS state, read now, since
-    /// during the stop every thread reads as stopped. [`FastReader::read_stopped`] takes it.
-    pub(crate) fn states_before_stop(&mut self) -> StatesBefore {
-        // The GIL's last holder too: a read of a stopped process brackets no GIL, so the
-        // holder it would be judged by is the one the reader expected, maybe long ago.
-        // Taken before the read begins: its states are timed by a clock of their own.
-        self.read_at = Instant::now();
-        StatesBefore(self.states_before_read(false))
-    }
-
-    /// The OS ids (ours) of the threads the interpreter lists: the ones whose stacks a read
-    /// of a stopped process needs stopped.
-    pub(crate) fn os_thread_ids(&mut self) -> Vec<u64> {
-        let natives: Vec<u64> = self.threads.iter().map(|k| k.ts.native_thread_id).collect();
-        natives
-            .into_iter()
-            .filter_map(|native| self.tids.ours(native))
-            .collect()
-    }
-
-    /// A read of the process its caller stopped after [`FastReader::states_before_stop`]: no
-    /// thread can run, so none is copied more than once, and each is judged busy or idle by
-    /// its state before the stop.
-    pub(crate) fn read_stopped(
-        &mut self,
-        states: StatesBefore,
-    ) -> Result<Vec<ThreadRead>, ReadError> {
-        let started = Instant::now();
-        self.read_at = started;
-        let out = self.read_inner(false, Some(states.0));
-        self.stats.read_ns += started.elapsed().as_nanos() as u64;
-        out
     }
 
     /// The threads to read with a check: the one that held the GIL last time, and those
@@ -446,6 +417,7 @@ impl FastReader {
                 break;
             };
             let ts = known.ts;
+            let sig = known.sig;
             let owns_gil = ts.thread_id == gil_thread;
             let tid = ts.native_thread_id;
             // Where it was before the read (the same place unless the list changed).
@@ -480,6 +452,7 @@ impl FastReader {
                 owns_gil,
                 active: crate::idle::is_active(state, owns_gil),
                 frames,
+                sig,
             });
         }
         scratch.results = read.frames;

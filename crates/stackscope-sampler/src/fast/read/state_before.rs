@@ -6,6 +6,7 @@ use crate::procfs::ProcState;
 
 /// One thread before a sample's read: its OS state and how it was had, and where its Python
 /// state was.
+#[derive(Clone)]
 pub(in crate::fast) struct Before {
     /// Its OS thread id, as the interpreter records it.
     pub(in crate::fast) tid: u64,
