@@ -175,6 +175,12 @@ pub(crate) fn read_failure(pid: u32, cause: &ReadError) -> SampleFailure {
     }
 }
 
+/// A failure to stop the process, or the threads a read needs stopped, classified as
+/// [`classify_sample_error`] does.
+pub(crate) fn stop_failure(pid: u32, cause: impl Into<anyhow::Error>) -> SampleFailure {
+    classify_sample_error(pid, &cause.into().context("cannot stop the process"))
+}
+
 /// Classifies an error from py-spy's reader, which are `anyhow` strings: by the I/O errors in
 /// their chain, and else by their words (the only place that sorts errors by text).
 pub fn classify_sample_error(pid: u32, cause: &anyhow::Error) -> SampleFailure {

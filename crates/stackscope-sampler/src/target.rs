@@ -8,7 +8,7 @@ use stackscope_event::{Frame, Frames, ThreadInfo};
 use stackscope_native::{EntryFrame, NativeUnwinder};
 
 use crate::caps::CapHits;
-use crate::error::{classify_sample_error, read_failure, AttachError, SampleFailure};
+use crate::error::{classify_sample_error, read_failure, stop_failure, AttachError, SampleFailure};
 use crate::fast::{FastReader, Misfits, OsTids};
 use crate::ident_reuse::{IdentOwners, NamesByIdent};
 use crate::idle;
@@ -325,12 +325,7 @@ impl PythonTarget {
         let states = idle::states(self.pid);
         // py-spy cannot stop a process whose leader exited: stop its live threads ourselves.
         let stop = if self.blocking && self.leader_exited() {
-            Some(LiveThreadsStop::new(self.read_pid).map_err(|e| {
-                classify_sample_error(
-                    self.pid,
-                    &anyhow::Error::new(e).context("cannot stop the process"),
-                )
-            })?)
+            Some(LiveThreadsStop::new(self.read_pid).map_err(|e| stop_failure(self.pid, e))?)
         } else {
             None
         };
@@ -428,19 +423,9 @@ impl PythonTarget {
         let pid = self.pid;
         let states = idle::states(pid);
         let stop: Box<dyn std::any::Any> = if self.leader_exited() {
-            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| {
-                classify_sample_error(
-                    pid,
-                    &anyhow::Error::new(e).context("cannot stop the process"),
-                )
-            })?)
+            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| stop_failure(pid, e))?)
         } else {
-            Box::new(self.spy.process.lock().map_err(|e| {
-                classify_sample_error(
-                    pid,
-                    &anyhow::Error::new(e).context("cannot stop the process"),
-                )
-            })?)
+            Box::new(self.spy.process.lock().map_err(|e| stop_failure(pid, e))?)
         };
         let mut traces = self
             .spy

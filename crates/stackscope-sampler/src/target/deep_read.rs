@@ -18,7 +18,7 @@ use stackscope_event::{Frame, Frames};
 use stackscope_native::{merge, EntryFrame};
 
 use super::{PythonTarget, ThreadStack};
-use crate::error::{classify_sample_error, SampleFailure};
+use crate::error::{stop_failure, SampleFailure};
 use crate::fast::{DeepFrame, DeepThread, FastReader, ThreadRead};
 use crate::leader::LiveThreadsStop;
 
@@ -98,15 +98,13 @@ impl PythonTarget {
     /// when the target was attached nonblocking.
     fn stop_for_deep_read(&mut self) -> Result<Option<Box<dyn Any>>, SampleFailure> {
         let pid = self.pid;
-        let failed =
-            |e: anyhow::Error| classify_sample_error(pid, &e.context("cannot stop the process"));
         if !self.deep_read_stops() {
             return Ok(None);
         }
         Ok(Some(if self.leader_exited() {
-            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| failed(e.into()))?)
+            Box::new(LiveThreadsStop::new(self.read_pid).map_err(|e| stop_failure(pid, e))?)
         } else {
-            Box::new(self.spy.process.lock().map_err(|e| failed(e.into()))?)
+            Box::new(self.spy.process.lock().map_err(|e| stop_failure(pid, e))?)
         }))
     }
 

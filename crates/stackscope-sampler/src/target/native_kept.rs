@@ -31,7 +31,7 @@ use stackscope_native::{NativeStack, Registers};
 
 use super::deep_read::{matching_deep, read_trace};
 use super::{PythonTarget, ThreadStack};
-use crate::error::{classify_sample_error, SampleFailure};
+use crate::error::{stop_failure, SampleFailure};
 use crate::fast::{FastReader, OffCpu, ThreadRead};
 use crate::leader::ThreadsStop;
 use crate::procfs::syscall::{blocked_in_syscall, SyscallSite};
@@ -91,18 +91,20 @@ impl NativeKept {
 
     /// The threads of `tids` whose kept stacks hold now, each with the moment its ring is
     /// held to. `pid`: the id the process is read through.
-    fn holding(&mut self, pid: u32, tids: &[u64], fast: &mut FastReader) -> Vec<(u64, OffCpu)> {
+    fn holding(&mut self, pid: u32, tids: &[u64], fast: &mut FastReader) -> Holding {
         self.threads.retain(|tid, _| tids.contains(tid));
         if !self.enabled {
-            return Vec::new();
+            return Holding::new();
         }
-        let mut holding = Vec::new();
+        let mut holding = Holding::new();
         for &tid in tids {
             let Some(kept) = self.threads.get(&tid) else {
                 continue;
             };
             match kept.since {
-                Some(since) if fast.still_off(tid, since) => holding.push((tid, since)),
+                Some(since) if fast.still_off(tid, since) => {
+                    holding.insert(tid, since);
+                }
                 Some(_) => {}
                 None => {
                     let Some(now) = fast.off_cpu(tid) else {
@@ -110,7 +112,7 @@ impl NativeKept {
                     };
                     self.stats.site_reads += 1;
                     if blocked_in_syscall(pid, tid) == Some(kept.site) {
-                        holding.push((tid, now));
+                        holding.insert(tid, now);
                     }
                 }
             }
@@ -185,6 +187,9 @@ impl NativeKept {
     }
 }
 
+/// The threads whose kept stacks hold this sample, each with the moment its ring is held to.
+type Holding = HashMap<u64, OffCpu>;
+
 /// One thread's native stack as a stopped sample unwound it, with the registers it started
 /// from.
 type Unwound = Option<(Registers, NativeStack)>;
@@ -204,7 +209,7 @@ impl PythonTarget {
         let first: Vec<u64> = tids
             .iter()
             .copied()
-            .filter(|tid| !holding.iter().any(|(t, _)| t == tid))
+            .filter(|tid| !holding.contains_key(tid))
             .collect();
         // The audit stops the kept threads too, before the others.
         let mut stops = Vec::new();
@@ -216,7 +221,7 @@ impl PythonTarget {
         let Some(fast) = self.fast.as_ref() else {
             return Ok(Vec::new());
         };
-        let moved = holding.iter().any(|&(tid, since)| {
+        let moved = holding.iter().any(|(&tid, &since)| {
             !threads
                 .iter()
                 .find(|t| t.os_thread_id == Some(tid))
@@ -228,7 +233,7 @@ impl PythonTarget {
             let rest: Vec<u64> = if audit {
                 Vec::new()
             } else {
-                holding.iter().map(|&(tid, _)| tid).collect()
+                holding.keys().copied().collect()
             };
             stops.push(self.stop_threads(&rest)?);
             holding.clear();
@@ -245,10 +250,10 @@ impl PythonTarget {
     /// A kept thread that cannot be stopped (gone) is neither.
     fn stop_kept_for_audit(
         &mut self,
-        holding: Vec<(u64, OffCpu)>,
+        holding: Holding,
         stops: &mut Vec<Option<ThreadsStop>>,
-    ) -> Vec<(u64, OffCpu)> {
-        let mut audited = Vec::with_capacity(holding.len());
+    ) -> Holding {
+        let mut audited = Holding::with_capacity(holding.len());
         for (tid, since) in holding {
             let still = self.fast.as_ref().is_some_and(|f| f.still_off(tid, since));
             let Ok(stop) = ThreadsStop::new(self.read_pid, &[tid]) else {
@@ -256,7 +261,7 @@ impl PythonTarget {
             };
             stops.push(Some(stop));
             if still {
-                audited.push((tid, since));
+                audited.insert(tid, since);
             }
         }
         audited
@@ -270,12 +275,7 @@ impl PythonTarget {
         let pid = self.pid;
         ThreadsStop::new(self.read_pid, tids)
             .map(Some)
-            .map_err(|e| {
-                classify_sample_error(
-                    pid,
-                    &anyhow::Error::new(e).context("cannot stop the process"),
-                )
-            })
+            .map_err(|e| stop_failure(pid, e))
     }
 
     /// [`FastReader::read_stopped`], letting the stopped threads go when it fails.
@@ -298,14 +298,14 @@ impl PythonTarget {
     fn unwind_stopped(
         &mut self,
         threads: &[ThreadRead],
-        holding: &[(u64, OffCpu)],
+        holding: &Holding,
         audit: bool,
     ) -> Vec<Unwound> {
         threads
             .iter()
             .map(|t| {
                 let tid = t.os_thread_id?;
-                if !audit && holding.iter().any(|&(h, _)| h == tid) {
+                if !audit && holding.contains_key(&tid) {
                     return None;
                 }
                 let unwinder = self.native.as_mut()?;
@@ -322,7 +322,7 @@ impl PythonTarget {
         &mut self,
         threads: Vec<ThreadRead>,
         unwound: Vec<Unwound>,
-        holding: &[(u64, OffCpu)],
+        holding: &Holding,
         audit: bool,
     ) -> Vec<ThreadStack> {
         let mut entries = self
@@ -334,10 +334,7 @@ impl PythonTarget {
             .zip(unwound)
             .map(|(thread, unwound)| {
                 let tid = thread.os_thread_id;
-                let since = holding
-                    .iter()
-                    .find(|&&(h, _)| Some(h) == tid)
-                    .map(|&(_, since)| since);
+                let since = tid.and_then(|t| holding.get(&t).copied());
                 let deep = matching_deep(&mut entries, &thread);
                 let frames = match (tid, since, deep, unwound) {
                     (Some(tid), Some(since), _, None) if !audit => self.kept.kept(tid, since),
